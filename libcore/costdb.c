@@ -1,0 +1,275 @@
+/*
+ * costdb.c — the SQLite cost table (see dmuon/costdb.h, db/schema.sql).
+ *
+ * Invariants: every write is one transaction (BEGIN IMMEDIATE ... COMMIT, or
+ * ROLLBACK on any failure); the schema text is db/schema.sql compiled in;
+ * a database whose user_version is newer than DMUON_COSTDB_VERSION is never
+ * written to.
+ */
+#include "dmuon/costdb.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+struct dmuon_costdb {
+    sqlite3 *db;
+    char *path;
+};
+
+static const char schema_sql[] =
+#include "schema_sql.h"
+    ;
+
+const char *dmuon_costdb_default_path(void)
+{
+    const char *env = getenv("DMUON_DB");
+    return (env && *env) ? env : "db/dmuon.sqlite";
+}
+
+static dmuon_rc db_fail(dmuon_costdb *c, const char *what)
+{
+    return DMUON_FAIL(DMUON_EDB, "cost database '%s': %s: %s", c->path, what,
+                      sqlite3_errmsg(c->db));
+}
+
+static dmuon_rc exec(dmuon_costdb *c, const char *sql, const char *what)
+{
+    if (sqlite3_exec(c->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return db_fail(c, what);
+    return DMUON_OK;
+}
+
+static dmuon_rc user_version(dmuon_costdb *c, int *v)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(c, "cannot read the schema version (is it a SQLite database?)");
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return db_fail(c, "cannot read the schema version");
+    }
+    *v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return DMUON_OK;
+}
+
+/* Creates the schema in a fresh database or migrates an older one, in one
+ * transaction. */
+static dmuon_rc migrate(dmuon_costdb *c)
+{
+    int v = 0;
+    dmuon_rc rc;
+    DMUON_TRY(user_version(c, &v));
+    if (v == DMUON_COSTDB_VERSION)
+        return DMUON_OK;
+    if (v > DMUON_COSTDB_VERSION)
+        return DMUON_FAIL(DMUON_EVERSION, "cost database '%s' has schema version %d, newer than "
+                          "this dmuon's %d: upgrade dmuon or use another --db", c->path, v,
+                          DMUON_COSTDB_VERSION);
+    DMUON_TRY(exec(c, "BEGIN IMMEDIATE", "cannot start the schema transaction"));
+    /* Version 0 -> 1: a fresh database.  Later versions add ALTERs here. */
+    DMUON_TRY_GOTO(rc, exec(c, schema_sql, "cannot create the schema"), rollback);
+    DMUON_TRY_GOTO(rc, exec(c, "COMMIT", "cannot commit the schema"), rollback);
+    return DMUON_OK;
+rollback:
+    sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_costdb **out)
+{
+    dmuon_costdb *c;
+    dmuon_rc rc = DMUON_OK;
+    struct stat st;
+    *out = NULL;
+    if (!create && stat(path, &st) != 0)
+        return DMUON_FAIL(DMUON_ENOTFOUND, "cost database '%s' does not exist (run dmuon-probe "
+                          "to measure, or pass --db)", path);
+    c = calloc(1, sizeof *c);
+    if (!c || !(c->path = strdup(path))) {
+        free(c);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory opening '%s'", path);
+    }
+    int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+    if (sqlite3_open_v2(path, &c->db, flags, NULL) != SQLITE_OK) {
+        rc = DMUON_FAIL(DMUON_EDB, "cannot open cost database '%s': %s", path,
+                        c->db ? sqlite3_errmsg(c->db) : "out of memory");
+        goto fail;
+    }
+    sqlite3_busy_timeout(c->db, busy_ms > 0 ? busy_ms : 10000);
+    DMUON_TRY_GOTO(rc, exec(c, "PRAGMA journal_mode=WAL", "not a usable SQLite database"), fail);
+    DMUON_TRY_GOTO(rc, exec(c, "PRAGMA synchronous=NORMAL", "cannot set synchronous"), fail);
+    DMUON_TRY_GOTO(rc, migrate(c), fail);
+    *out = c;
+    return DMUON_OK;
+fail:
+    dmuon_costdb_close(c);
+    return rc;
+}
+
+void dmuon_costdb_close(dmuon_costdb *c)
+{
+    if (!c)
+        return;
+    sqlite3_close(c->db);
+    free(c->path);
+    free(c);
+}
+
+static dmuon_rc check_row(const dmuon_cost_row *r)
+{
+    if (r->m <= 0 || r->n <= 0 || r->samples <= 0 || r->ranks <= 0 || !isfinite(r->median_ms) ||
+        !isfinite(r->min_ms) || !isfinite(r->max_ms) || r->median_ms < 0 || r->min_ms < 0 ||
+        r->max_ms < 0 || !r->device[0] || !r->variant[0] || !r->dtype[0])
+        return DMUON_FAIL(DMUON_EINVAL, "cost row %lldx%lld for '%s': expected positive shape, "
+                          "samples and ranks and finite non-negative times",
+                          (long long)r->m, (long long)r->n, r->device);
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_costdb_put_rows(dmuon_costdb *c, const dmuon_cost_row *rows, size_t n)
+{
+    static const char sql[] =
+        "INSERT OR REPLACE INTO ns_cost (device, variant, dtype, m, n, median_ms, min_ms, max_ms,"
+        " samples, ranks, libraries, host, measured_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    sqlite3_stmt *st = NULL;
+    dmuon_rc rc = DMUON_OK;
+    char now[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    for (size_t i = 0; i < n; i++)
+        DMUON_TRY(check_row(&rows[i]));
+    DMUON_TRY(exec(c, "BEGIN IMMEDIATE", "cannot start a write transaction"));
+    if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        rc = db_fail(c, "cannot prepare the insert");
+        goto rollback;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const dmuon_cost_row *r = &rows[i];
+        sqlite3_reset(st);
+        sqlite3_bind_text(st, 1, r->device, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, r->variant, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, r->dtype, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, r->m);
+        sqlite3_bind_int64(st, 5, r->n);
+        sqlite3_bind_double(st, 6, r->median_ms);
+        sqlite3_bind_double(st, 7, r->min_ms);
+        sqlite3_bind_double(st, 8, r->max_ms);
+        sqlite3_bind_int64(st, 9, r->samples);
+        sqlite3_bind_int64(st, 10, r->ranks);
+        sqlite3_bind_text(st, 11, r->libraries, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 12, r->host, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 13, r->measured_at[0] ? r->measured_at : now, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            rc = db_fail(c, "cannot store a row");
+            goto rollback;
+        }
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    DMUON_TRY_GOTO(rc, exec(c, "COMMIT", "cannot commit"), rollback);
+    return DMUON_OK;
+rollback:
+    sqlite3_finalize(st);
+    sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+static void copy_text(char *dst, size_t cap, const unsigned char *src)
+{
+    snprintf(dst, cap, "%s", src ? (const char *)src : "");
+}
+
+static void read_row(sqlite3_stmt *st, dmuon_cost_row *r)
+{
+    memset(r, 0, sizeof *r);
+    copy_text(r->device, sizeof r->device, sqlite3_column_text(st, 0));
+    copy_text(r->variant, sizeof r->variant, sqlite3_column_text(st, 1));
+    copy_text(r->dtype, sizeof r->dtype, sqlite3_column_text(st, 2));
+    r->m = sqlite3_column_int64(st, 3);
+    r->n = sqlite3_column_int64(st, 4);
+    r->median_ms = sqlite3_column_double(st, 5);
+    r->min_ms = sqlite3_column_double(st, 6);
+    r->max_ms = sqlite3_column_double(st, 7);
+    r->samples = sqlite3_column_int64(st, 8);
+    r->ranks = sqlite3_column_int64(st, 9);
+    copy_text(r->libraries, sizeof r->libraries, sqlite3_column_text(st, 10));
+    copy_text(r->host, sizeof r->host, sqlite3_column_text(st, 11));
+    copy_text(r->measured_at, sizeof r->measured_at, sqlite3_column_text(st, 12));
+}
+
+#define COLUMNS "device, variant, dtype, m, n, median_ms, min_ms, max_ms, samples, ranks, " \
+                "libraries, host, measured_at"
+
+dmuon_rc dmuon_costdb_get(dmuon_costdb *c, const char *device, const char *variant,
+                          const char *dtype, int64_t m, int64_t n, dmuon_cost_row *row)
+{
+    static const char sql[] = "SELECT " COLUMNS " FROM ns_cost WHERE device=? AND variant=? "
+                              "AND dtype=? AND m=? AND n=?";
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return db_fail(c, "cannot prepare a lookup");
+    sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, variant, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, dtype, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, m);
+    sqlite3_bind_int64(st, 5, n);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW) {
+        read_row(st, row);
+        sqlite3_finalize(st);
+        return DMUON_OK;
+    }
+    sqlite3_finalize(st);
+    if (s == SQLITE_DONE)
+        return DMUON_ENOTFOUND;
+    return db_fail(c, "lookup failed");
+}
+
+dmuon_rc dmuon_costdb_each(dmuon_costdb *c, const char *device,
+                           int (*fn)(const dmuon_cost_row *row, void *ctx), void *ctx)
+{
+    const char *sql = device
+        ? "SELECT " COLUMNS " FROM ns_cost WHERE device=? ORDER BY device, variant, dtype, m, n"
+        : "SELECT " COLUMNS " FROM ns_cost ORDER BY device, variant, dtype, m, n";
+    sqlite3_stmt *st;
+    dmuon_cost_row r;
+    int s;
+    if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return db_fail(c, "cannot prepare the listing");
+    if (device)
+        sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        read_row(st, &r);
+        if (fn(&r, ctx))
+            break;
+    }
+    sqlite3_finalize(st);
+    if (s != SQLITE_ROW && s != SQLITE_DONE)
+        return db_fail(c, "listing failed");
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_costdb_check(dmuon_costdb *c)
+{
+    sqlite3_stmt *st;
+    dmuon_rc rc = DMUON_OK;
+    if (sqlite3_prepare_v2(c->db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(c, "cannot run integrity_check");
+    if (sqlite3_step(st) != SQLITE_ROW)
+        rc = db_fail(c, "integrity_check gave no answer");
+    else if (strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0)
+        rc = DMUON_FAIL(DMUON_ECHECK, "cost database '%s' fails integrity_check: %s", c->path,
+                        (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return rc;
+}

@@ -1,0 +1,75 @@
+/*
+ * dmuon/costdb.h — the SQLite cost table of measured Newton–Schulz times.
+ *
+ * Schema: db/schema.sql (version DMUON_COSTDB_VERSION, PRAGMA user_version).
+ * The database runs in WAL mode with a busy timeout, so a reader and several
+ * probes may use it at once.  dmuon_costdb_put_rows writes all rows of one
+ * run in a single transaction that replaces rows with the same key; a process
+ * killed mid-run leaves the database as it was before the run.
+ * Default location: $DMUON_DB, else "db/dmuon.sqlite" (relative to the
+ * current directory).
+ */
+#ifndef DMUON_COSTDB_H
+#define DMUON_COSTDB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmuon/rc.h"
+
+#define DMUON_COSTDB_VERSION 1
+
+typedef struct dmuon_costdb dmuon_costdb;
+
+/* One measured shape.  m x n is rows x columns of the matrix as stored
+ * (PyTorch [out, in]); times are milliseconds per NS call. */
+typedef struct {
+    char device[128];
+    char variant[32];
+    char dtype[8];
+    int64_t m, n;
+    double median_ms, min_ms, max_ms;
+    int64_t samples;
+    int64_t ranks;
+    char libraries[128];
+    char host[64];
+    char measured_at[32];   /* filled by put_rows when empty */
+} dmuon_cost_row;
+
+/* Default database path: $DMUON_DB if set and non-empty, else
+ * "db/dmuon.sqlite".  Never NULL. */
+const char *dmuon_costdb_default_path(void);
+
+/* Opens (and with create=true creates, including its directory's absence
+ * being an error) the database at path, enables WAL and a busy timeout of
+ * busy_ms milliseconds, and creates or migrates the schema.  Errors:
+ * DMUON_ENOTFOUND (file missing and !create), DMUON_EVERSION (user_version
+ * newer than this build's; message says to upgrade dmuon), DMUON_EDB (not a
+ * database, corrupt, locked past the timeout; message names path). */
+dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_costdb **out);
+
+/* Closes the database; accepts NULL. */
+void dmuon_costdb_close(dmuon_costdb *db);
+
+/* Inserts or replaces n rows in one transaction (all or nothing).  Errors:
+ * DMUON_EINVAL (a row with m, n, samples or ranks <= 0, negative or
+ * non-finite time), DMUON_EDB. */
+dmuon_rc dmuon_costdb_put_rows(dmuon_costdb *db, const dmuon_cost_row *rows, size_t n);
+
+/* Looks up one shape.  Returns DMUON_OK and fills *row, or DMUON_ENOTFOUND
+ * (no message recorded: a miss is an ordinary answer), or DMUON_EDB. */
+dmuon_rc dmuon_costdb_get(dmuon_costdb *db, const char *device, const char *variant,
+                          const char *dtype, int64_t m, int64_t n, dmuon_cost_row *row);
+
+/* Calls fn for every row (ordered by device, variant, dtype, m, n), optionally
+ * restricted to device (NULL: all).  Stops early if fn returns non-zero.
+ * Errors: DMUON_EDB. */
+dmuon_rc dmuon_costdb_each(dmuon_costdb *db, const char *device,
+                           int (*fn)(const dmuon_cost_row *row, void *ctx), void *ctx);
+
+/* Runs PRAGMA integrity_check; DMUON_OK if it answers "ok", else DMUON_ECHECK
+ * with the first problem in the message. */
+dmuon_rc dmuon_costdb_check(dmuon_costdb *db);
+
+#endif

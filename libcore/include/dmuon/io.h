@@ -1,0 +1,63 @@
+/*
+ * dmuon/io.h — file helpers: atomic writes, whole-file reads, and a small
+ * streaming JSON writer for tools' machine-readable output.
+ *
+ * Atomic write: the content goes to "PATH.tmp.XXXXXX" in the same directory,
+ * is flushed and fsync'ed, then renamed over PATH.  A failure at any point
+ * removes the temporary file and leaves PATH as it was.
+ */
+#ifndef DMUON_IO_H
+#define DMUON_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dmuon/rc.h"
+
+/* Callback that writes the whole content to f; returns DMUON_OK or an rc with
+ * a message recorded. */
+typedef dmuon_rc (*dmuon_write_fn)(FILE *f, void *ctx);
+
+/* Writes path atomically through fn (see above).  "-" writes to stdout
+ * directly.  Errors: DMUON_EIO (temp file, write, fsync or rename failed,
+ * message names the path), or whatever fn returned. */
+dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx);
+
+/* Reads at most max_bytes of the file at path into a malloc'ed, NUL-
+ * terminated buffer (*len excludes the NUL).  Errors: DMUON_EIO, DMUON_ENOMEM,
+ * DMUON_EINVAL if the file is larger than max_bytes. */
+dmuon_rc dmuon_read_file(const char *path, size_t max_bytes, char **buf, size_t *len);
+
+/* ------------------------------------------------------------------ JSON -- */
+
+/* Streaming JSON writer: call begin/end and values in document order; commas
+ * and string escaping are handled.  Doubles that are not finite are written
+ * as null.  Nesting depth is limited to 32. */
+typedef struct {
+    FILE *f;
+    int depth;
+    bool first[33];   /* no element written yet at this depth */
+    bool after_key;
+    bool pretty;
+} dmuon_json;
+
+void dmuon_json_init(dmuon_json *w, FILE *f, bool pretty);
+void dmuon_json_begin_object(dmuon_json *w);
+void dmuon_json_end_object(dmuon_json *w);
+void dmuon_json_begin_array(dmuon_json *w);
+void dmuon_json_end_array(dmuon_json *w);
+void dmuon_json_key(dmuon_json *w, const char *key);
+void dmuon_json_str(dmuon_json *w, const char *s);
+void dmuon_json_int(dmuon_json *w, int64_t v);
+void dmuon_json_double(dmuon_json *w, double v);
+void dmuon_json_bool(dmuon_json *w, bool v);
+void dmuon_json_null(dmuon_json *w);
+/* key + value shorthands */
+void dmuon_json_kstr(dmuon_json *w, const char *key, const char *s);
+void dmuon_json_kint(dmuon_json *w, const char *key, int64_t v);
+void dmuon_json_kdouble(dmuon_json *w, const char *key, double v);
+void dmuon_json_kbool(dmuon_json *w, const char *key, bool v);
+
+#endif

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Runs every test of the suite and prints one closing line "N passed, N failed".
+#
+#   tests/run.sh --label NAME      run unit binaries, CLI scripts, MPI scripts
+#   tests/run.sh --total FILE      add up the counts that earlier runs wrote
+#
+# Environment: DMUON_BIN (built tools), DMUON_BUILD (unit test binaries),
+# DMUON_SANITIZED=1 under ASan/UBSan, DMUON_COUNTS (file to append counts to),
+# DMUON_TEST_FILTER (substring: run only matching tests).
+# Unit binaries use cmocka; their "[  PASSED  ] N" / "[  FAILED  ] N" lines are
+# counted.  A script counts as what its own last "N passed, N failed" line
+# says, or as one test by its exit code when it prints no such line.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+if [ "${1:-}" = "--total" ]; then
+    p=0; f=0
+    while read -r label np nf; do
+        p=$((p + np)); f=$((f + nf))
+    done < "$2"
+    echo "$p passed, $f failed"
+    [ "$f" -eq 0 ]
+    exit
+fi
+label=${2:-plain}
+export DMUON_BIN=$(cd "$root" && cd "${DMUON_BIN:-bin}" && pwd)
+export DMUON_BUILD=$(cd "$root" && cd "${DMUON_BUILD:-build}" && pwd)
+export DMUON_ROOT=$root
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+if [ "${DMUON_SANITIZED:-0}" = 1 ]; then
+    # Open MPI's own start-up allocations are not ours to report.
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+fi
+filter=${DMUON_TEST_FILTER:-}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0; failures=()
+
+count() {   # name log rc
+    local name=$1 log=$2 rc=$3 p f line
+    p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | tail -n1 | grep -oE '[0-9]+' | head -n1)
+    f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | tail -n1 | grep -oE '[0-9]+' | head -n1)
+    if [ -z "$p$f" ]; then
+        line=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n1)
+        if [ -n "$line" ]; then
+            p=$(echo "$line" | sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed, ([0-9]+) failed.*/\2/')
+            f=$(echo "$line" | sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed, ([0-9]+) failed.*/\3/')
+        fi
+    fi
+    p=${p:-0}; f=${f:-0}
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then p=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+    if [ "$f" -gt 0 ]; then
+        failures+=("$name")
+        echo "FAIL $name ($p passed, $f failed, exit $rc); last lines:"
+        tail -n 25 "$log" | sed 's/^/    /'
+    else
+        echo "ok   $name ($p passed)"
+    fi
+}
+
+run_one() {  # name command...
+    local name=$1; shift
+    case "$name" in *"$filter"*) ;; *) return ;; esac
+    local log="$tmp/log" rc
+    "$@" > "$log" 2>&1; rc=$?
+    count "$name" "$log" "$rc"
+}
+
+echo "== dmuon tests ($label) =="
+for t in "$DMUON_BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_one "unit/$(basename "$t")" "$t"
+done
+for s in "$here"/cli/[0-9]*.sh; do
+    [ -f "$s" ] || continue
+    run_one "cli/$(basename "$s")" bash "$s"
+done
+for s in "$here"/mpi/[0-9]*.sh; do
+    [ -f "$s" ] || continue
+    run_one "mpi/$(basename "$s")" bash "$s"
+done
+[ -n "${DMUON_COUNTS:-}" ] && echo "$label $passed $failed" >> "$DMUON_COUNTS"
+if [ ${#failures[@]} -gt 0 ]; then
+    echo "failed ($label): ${failures[*]}"
+fi
+echo "$label: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,176 @@
+/*
+ * test_core.c — libcore foundations: error records, YAML/JSON documents,
+ * atomic writes, the cost database's transactions and versioning.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dmuon/costdb.h"
+#include "dmuon/doc.h"
+#include "dmuon/io.h"
+#include "dmuon/types.h"
+
+static char tmpdir[64];
+
+static int setup(void **state)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dmuon-test-XXXXXX");
+    assert_non_null(mkdtemp(tmpdir));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd);
+}
+
+static void test_doc_json_and_errors(void **state)
+{
+    dmuon_doc d;
+    const char *json = "{\"a\": 3, \"b\": [1, 2], \"c\": \"x\", \"t\": true}";
+    assert_int_equal(dmuon_doc_load_buffer(&d, "x.json", json, strlen(json)), DMUON_OK);
+    yaml_node_t *root = dmuon_doc_root(&d);
+    int64_t a = 0;
+    bool t = false;
+    const char *c = NULL;
+    assert_int_equal(dmuon_doc_field_int(&d, root, "a", true, &a), DMUON_OK);
+    assert_int_equal(a, 3);
+    assert_int_equal(dmuon_doc_field_bool(&d, root, "t", true, &t), DMUON_OK);
+    assert_true(t);
+    assert_int_equal(dmuon_doc_field_str(&d, root, "c", true, &c), DMUON_OK);
+    assert_string_equal(c, "x");
+    assert_int_equal(dmuon_doc_seq_len(dmuon_doc_get(&d, root, "b")), 2);
+    /* wrong form: names file, line and field */
+    assert_int_equal(dmuon_doc_field_int(&d, root, "c", true, &a), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "x.json:1: field 'c': expected an integer"));
+    assert_int_equal(dmuon_doc_field_int(&d, root, "zz", true, &a), DMUON_ENOTFOUND);
+    assert_non_null(strstr(dmuon_errmsg(), "missing required field 'zz'"));
+    assert_int_equal(dmuon_doc_field_int(&d, root, "zz", false, &a), DMUON_OK);
+    dmuon_doc_release(&d);
+
+    const char *bad = "{\"a\": [1, 2}";
+    assert_int_equal(dmuon_doc_load_buffer(&d, "bad.json", bad, strlen(bad)), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "bad.json:1:"));
+    assert_int_equal(dmuon_doc_load_buffer(&d, "empty.yaml", "", 0), DMUON_EPARSE);
+}
+
+static dmuon_rc write_hello(FILE *f, void *ctx) { fputs("hello\n", f); return DMUON_OK; }
+static dmuon_rc write_fail(FILE *f, void *ctx)
+{
+    fputs("partial", f);
+    return DMUON_FAIL(DMUON_EINVAL, "refused");
+}
+
+static void test_atomic_write(void **state)
+{
+    char path[128], *buf;
+    size_t len;
+    snprintf(path, sizeof path, "%s/out.txt", tmpdir);
+    assert_int_equal(dmuon_write_atomic(path, write_hello, NULL), DMUON_OK);
+    assert_int_equal(dmuon_read_file(path, 1 << 20, &buf, &len), DMUON_OK);
+    assert_string_equal(buf, "hello\n");
+    free(buf);
+    /* a failing writer leaves the old content and no temporary file */
+    assert_int_equal(dmuon_write_atomic(path, write_fail, NULL), DMUON_EINVAL);
+    assert_int_equal(dmuon_read_file(path, 1 << 20, &buf, &len), DMUON_OK);
+    assert_string_equal(buf, "hello\n");
+    free(buf);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", tmpdir);
+    assert_int_not_equal(system(cmd), 0);
+}
+
+static dmuon_cost_row row(int64_t m, int64_t n, double ms)
+{
+    dmuon_cost_row r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.device, sizeof r.device, "test-cpu");
+    snprintf(r.variant, sizeof r.variant, "gram-pe5");
+    snprintf(r.dtype, sizeof r.dtype, "fp32");
+    r.m = m; r.n = n;
+    r.median_ms = ms; r.min_ms = ms * 0.9; r.max_ms = ms * 1.1;
+    r.samples = 5; r.ranks = 1;
+    snprintf(r.libraries, sizeof r.libraries, "test");
+    snprintf(r.host, sizeof r.host, "h");
+    return r;
+}
+
+static int count_rows(const dmuon_cost_row *r, void *ctx) { (*(int *)ctx)++; return 0; }
+
+static void test_costdb(void **state)
+{
+    char path[128];
+    dmuon_costdb *db;
+    dmuon_cost_row got;
+    snprintf(path, sizeof path, "%s/c.sqlite", tmpdir);
+    assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_ENOTFOUND);
+    assert_int_equal(dmuon_costdb_open(path, true, 1000, &db), DMUON_OK);
+    dmuon_cost_row rows[2] = {row(1536, 8960, 3.0), row(256, 1536, 0.5)};
+    assert_int_equal(dmuon_costdb_put_rows(db, rows, 2), DMUON_OK);
+    assert_int_equal(dmuon_costdb_get(db, "test-cpu", "gram-pe5", "fp32", 1536, 8960, &got), DMUON_OK);
+    assert_true(got.median_ms == 3.0);
+    assert_true(got.measured_at[0] != '\0');
+    /* replace keeps one row per key */
+    rows[0].median_ms = 4.0;
+    assert_int_equal(dmuon_costdb_put_rows(db, rows, 1), DMUON_OK);
+    assert_int_equal(dmuon_costdb_get(db, "test-cpu", "gram-pe5", "fp32", 1536, 8960, &got), DMUON_OK);
+    assert_true(got.median_ms == 4.0);
+    /* a bad row fails the whole batch: nothing of it is stored */
+    dmuon_cost_row batch[2] = {row(7, 7, 1.0), row(0, 7, 1.0)};
+    assert_int_equal(dmuon_costdb_put_rows(db, batch, 2), DMUON_EINVAL);
+    assert_int_equal(dmuon_costdb_get(db, "test-cpu", "gram-pe5", "fp32", 7, 7, &got), DMUON_ENOTFOUND);
+    int n = 0;
+    assert_int_equal(dmuon_costdb_each(db, NULL, count_rows, &n), DMUON_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(dmuon_costdb_check(db), DMUON_OK);
+    dmuon_costdb_close(db);
+
+    /* a newer schema version is refused */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "sqlite3 %s 'PRAGMA user_version=99'", path);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_EVERSION);
+    assert_non_null(strstr(dmuon_errmsg(), "newer"));
+    /* a non-database file is a clear error */
+    snprintf(path, sizeof path, "%s/junk.sqlite", tmpdir);
+    FILE *f = fopen(path, "w");
+    fputs("this is not a database, just some text that is long enough to matter\n", f);
+    fclose(f);
+    assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_EDB);
+    assert_non_null(strstr(dmuon_errmsg(), "junk.sqlite"));
+}
+
+static void test_dtype_digest(void **state)
+{
+    dmuon_dtype t;
+    assert_int_equal(dmuon_dtype_parse("BF16", &t), DMUON_OK);
+    assert_int_equal(t, DMUON_BF16);
+    assert_int_equal(dmuon_dtype_size(t), 2);
+    assert_int_equal(dmuon_dtype_parse("q4", &t), DMUON_EINVAL);
+    /* FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c (published test vector) */
+    assert_true(dmuon_digest("a", 1, DMUON_DIGEST_SEED) == UINT64_C(0xaf63dc4c8601ec8c));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_doc_json_and_errors),
+        cmocka_unit_test(test_atomic_write),
+        cmocka_unit_test_setup_teardown(test_costdb, setup, teardown),
+        cmocka_unit_test(test_dtype_digest),
+    };
+    int rc;
+    setup(NULL);
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    teardown(NULL);
+    return rc;
+}

@@ -1,0 +1,7 @@
+/* Entry points of dmuon-bench's families (argv[0] is the family). */
+#ifndef DMUON_TOOLS_BENCH_H
+#define DMUON_TOOLS_BENCH_H
+int bench_ns_main(int argc, char **argv);    /* ns.c   */
+int bench_plan_main(int argc, char **argv);  /* plan.c */
+int bench_ops_main(int argc, char **argv);   /* ops.c  */
+#endif
