@@ -1,7 +1,7 @@
 /*
  * ns.c — Newton–Schulz contexts and the CPU path through OpenBLAS (see
  * dmuon/ns.h for the mathematics and the contract; the CUDA path is
- * kernels/ns.cu behind ns_cuda.h).
+ * kernels/ns_cuda.cu behind ns_cuda.h).
  *
  * Layout: the working matrix A is always the short-side-first copy of the
  * input, s x l row-major (s = min(m, n), l = max(m, n)), divided by the
@@ -35,7 +35,7 @@ struct dmuon_ns {
     size_t ws_bytes;
     float *a, *a2;            /* s x l */
     float *r, *r2, *p, *q, *qn, *t;   /* s x s */
-    bfloat16 *b1, *b2;        /* bf16 operand copies, s x l each (bf16 only) */
+    float *b1, *b2;           /* BF16-rounded operand copies, s x l each (bf16 only) */
 #ifdef DMUON_HAVE_CUDA
     dmuon_ns_cuda *cuda;
 #endif
@@ -143,8 +143,8 @@ static dmuon_rc cpu_reserve(dmuon_ns *ns, size_t s, size_t l)
 {
     const size_t big = s * l, sq = s * s;
     const bool bf = ns->opts.dtype == DMUON_BF16;
-    /* floats: 2 big + 6 square; bf16: 2 big (2 bytes each); 64-byte aligned parts */
-    const size_t need = 2 * (big * 4 + 64) + 6 * (sq * 4 + 64) + (bf ? 2 * (big * 2 + 64) : 0);
+    /* floats: 2 big + 6 square (+ 2 big for BF16 operands); 64-byte aligned parts */
+    const size_t need = (2 + (bf ? 2 : 0)) * (big * 4 + 64) + 6 * (sq * 4 + 64);
     if (need > ns->ws_bytes) {
         void *w = NULL;
         if (posix_memalign(&w, 64, need) != 0)
@@ -170,8 +170,8 @@ static dmuon_rc cpu_reserve(dmuon_ns *ns, size_t s, size_t l)
     CARVE(ns->t, float, sq);
     ns->b1 = ns->b2 = NULL;
     if (bf) {
-        CARVE(ns->b1, bfloat16, big);
-        CARVE(ns->b2, bfloat16, big);
+        CARVE(ns->b1, float, big);
+        CARVE(ns->b2, float, big);
     }
 #undef CARVE
     return DMUON_OK;
@@ -179,35 +179,53 @@ static dmuon_rc cpu_reserve(dmuon_ns *ns, size_t s, size_t l)
 
 /* ----------------------------------------------------------- products -- */
 
+/* Rounds an FP32 value to the nearest BF16 (ties to even), kept in FP32
+ * storage.  NaN/Inf never reach here (inputs are checked first). */
+static inline float round_bf16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* dst = BF16-rounded copy of rows x cols of src (leading dimension ld). */
+static const float *to_bf16(const float *src, int rows, int cols, int ld, float *dst)
+{
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            dst[(size_t)i * ld + j] = round_bf16(src[(size_t)i * ld + j]);
+    return dst;
+}
+
 /* C (p x q, row-major, ldc) = alpha·op(A)·op(B) + beta·C with op(A) p x k,
- * op(B) k x q.  BF16: both operands are rounded to BF16 first (A's stored
- * extent is rows_a x lda, B's rows_b x ldb). */
+ * op(B) k x q.
+ *
+ * BF16: both operands are rounded to BF16 first and multiplied by sgemm.
+ * This is what sbgemm computes (the product of two BF16 values is exact in
+ * FP32, accumulation is FP32); Debian's OpenBLAS 0.3.21 declares
+ * cblas_sbgemm but is built without BFLOAT16, so the library lacks it. */
 static void mm(dmuon_ns *ns, bool ta, bool tb, int p, int q, int k, float alpha, const float *A,
                int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     const enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE ob = tb ? CblasTrans : CblasNoTrans;
-    if (ns->opts.dtype != DMUON_BF16) {
-        cblas_sgemm(CblasRowMajor, oa, ob, p, q, k, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
+    if (ns->opts.dtype == DMUON_BF16) {
+        const float *a16 = to_bf16(A, ta ? k : p, ta ? p : k, lda, ns->b1);
+        B = B == A ? a16 : to_bf16(B, tb ? q : k, tb ? k : q, ldb, ns->b2);
+        A = a16;
     }
-    const int rows_a = ta ? k : p, rows_b = tb ? q : k;
-    cblas_sbstobf16(rows_a * lda, A, 1, ns->b1, 1);
-    const bfloat16 *bb = ns->b1;
-    if (B != A || rows_b * ldb != rows_a * lda) {
-        cblas_sbstobf16(rows_b * ldb, B, 1, ns->b2, 1);
-        bb = ns->b2;
-    }
-    cblas_sbgemm(CblasRowMajor, oa, ob, p, q, k, alpha, ns->b1, lda, bb, ldb, beta, C, ldc);
+    cblas_sgemm(CblasRowMajor, oa, ob, p, q, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* C (s x s, full) = A·Aᵀ for A s x k (row-major, lda). */
 static void sym(dmuon_ns *ns, int s, int k, const float *A, int lda, float *C)
 {
     if (ns->opts.dtype == DMUON_BF16)
-        mm(ns, false, true, s, s, k, 1.0f, A, lda, A, lda, 0.0f, C, s);
-    else
-        cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, s, k, 1.0f, A, lda, 0.0f, C, s);
+        A = to_bf16(A, s, k, lda, ns->b1);
+    cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, s, k, 1.0f, A, lda, 0.0f, C, s);
     for (int i = 0; i < s; i++)
         for (int j = i + 1; j < s; j++)
             C[(size_t)i * s + j] = C[(size_t)j * s + i];

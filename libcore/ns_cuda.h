@@ -1,6 +1,6 @@
 /*
  * ns_cuda.h — the C interface of the CUDA Newton–Schulz path in
- * kernels/ns.cu (internal to libcore; see dmuon/ns.h for the contract).
+ * kernels/ns_cuda.cu (internal to libcore; see dmuon/ns.h for the contract).
  *
  * Built and linked only when the Makefile finds CUDA (DMUON_HAVE_CUDA); the
  * functions record their errors with DMUON_FAIL like any libcore function.

@@ -278,8 +278,7 @@ double dmuon_ns_flops(const dmuon_ns_opts *o, int64_t m, int64_t n)
     if (m < 1 || n < 1)
         return 0.0;
     const double s = (double)(m < n ? m : n), l = (double)(m < n ? n : m);
-    const double bf = o->dtype == DMUON_BF16 ? 2.0 : 1.0;   /* bf16 syrk runs as a gemm */
-    const double syrk_sl = s * (s + 1.0) * l * bf, syrk_ss = s * (s + 1.0) * s * bf;
+    const double syrk_sl = s * (s + 1.0) * l, syrk_ss = s * (s + 1.0) * s;
     const double gemm_ssl = 2.0 * s * s * l, gemm_sss = 2.0 * s * s * s;
     double f = 0.0;
     if (o->method == DMUON_NS_DIRECT)

@@ -9,6 +9,7 @@
  */
 #include "dmuon/probe.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,4 +279,49 @@ done:
     free(all);
     free(med);
     return rc;
+}
+
+/* ------------------------------------------------------------- parsing -- */
+
+dmuon_rc dmuon_probe_parse_shapes(const char *text, int64_t (**shapes)[2], size_t *n)
+{
+    *shapes = NULL;
+    *n = 0;
+    const char *p = text ? text : "";
+    size_t cap = 1;
+    for (const char *q = p; *q; q++)
+        cap += *q == ',';
+    int64_t(*out)[2] = malloc(cap * sizeof *out);
+    if (!out)
+        return DMUON_FAIL(DMUON_ENOMEM, "shapes: out of memory");
+    size_t count = 0;
+    for (;;) {
+        long long v[2];
+        const char *item = p;
+        for (int i = 0; i < 2; i++) {
+            char *end;
+            errno = 0;
+            v[i] = strtoll(p, &end, 10);
+            if (end == p || errno || v[i] < 1 || v[i] > INT_MAX || *p == '+' || *p == '-' ||
+                (i == 0 && *end != 'x' && *end != 'X') ||
+                (i == 1 && *end != ',' && *end != '\0')) {
+                int len = (int)strcspn(item, ",");
+                free(out);
+                return DMUON_FAIL(DMUON_EINVAL,
+                                  "shapes: item %zu '%.*s': expected MxN with positive integers "
+                                  "(rows x columns, e.g. 1536x8960)",
+                                  count + 1, len, item);
+            }
+            p = end + (i == 0);
+        }
+        out[count][0] = v[0];
+        out[count][1] = v[1];
+        count++;
+        if (*p == '\0')
+            break;
+        p++;   /* ',' */
+    }
+    *shapes = out;
+    *n = count;
+    return DMUON_OK;
 }

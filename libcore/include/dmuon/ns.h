@@ -36,9 +36,12 @@
  * Precision (dtype): "fp32" — every product in FP32 (OpenBLAS ssyrk for the
  * symmetric products X·Xᵀ and R·R, sgemm otherwise; cuBLAS Ssyrk/Sgemm).
  * "bf16" — every product's inputs are rounded to BF16 (round to nearest even)
- * and accumulated and stored in FP32 (OpenBLAS sbgemm; cuBLAS GemmEx with
- * CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F), which is the GPU path's
- * mixed precision; normalisation and the polynomial combinations stay FP32.
+ * and accumulated and stored in FP32, which is the GPU path's mixed
+ * precision (cuBLAS GemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F).
+ * On the CPU the rounded operands go to ssyrk/sgemm, which computes what
+ * sbgemm would (a product of two BF16 values is exact in FP32); the
+ * system's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it.
+ * Normalisation and the polynomial combinations stay FP32.
  *
  * Variant names, as stored in the cost database's `variant` column:
  *   "gram-pe5" (default), "direct-pe5", "gram-muon5", "direct-muon5";
@@ -181,6 +184,66 @@ void dmuon_ns_mem_free(dmuon_ns *ns, float *p);
 /* Copies count floats host → context memory and back.  Errors: DMUON_EDEVICE. */
 dmuon_rc dmuon_ns_mem_put(dmuon_ns *ns, float *dst, const float *src_host, size_t count);
 dmuon_rc dmuon_ns_mem_get(dmuon_ns *ns, float *dst_host, const float *src, size_t count);
+
+/* ------------------------------------------------------------ numerics -- */
+
+/* The scalar map of NS: f(x) = pₖ(…p₁(x)), with pₖ(x) = aₖx + bₖx³ + cₖx⁵.
+ * In exact arithmetic NS maps each singular value σ of the normalised input
+ * (σ/‖X‖_F, in (0, 1]) to f(σ/‖X‖_F) and keeps the singular vectors; Gram
+ * and direct NS and restarts do not change f. */
+double dmuon_ns_scalar(const dmuon_ns_opts *o, double x);
+
+/* The band [*lo, *hi] of f over [floor, 1] (log-spaced grid of 20001
+ * points plus both ends).  For pe5 over [1e-3, 1]: [0.729, 1.124]; for
+ * muon5: [0.471, 1.202] (values from this function). */
+void dmuon_ns_scalar_band(const dmuon_ns_opts *o, double floor, double *lo, double *hi);
+
+/* What dmuon_ns_check_output measured.  With X = U·Σ·Vᵀ (float64 SVD,
+ * LAPACKE dgesvd) and D = Uᵀ·O·V (k x k, k = min(m, n)), the gain of
+ * direction i is D_ii; for an exact NS, D is diagonal with D_ii = f(σᵢ/‖X‖_F). */
+typedef struct {
+    int64_t directions;     /* k = min(m, n) */
+    int64_t above_floor;    /* directions with σᵢ/‖X‖_F >= floor */
+    double gain_lo, gain_hi;  /* smallest / largest D_ii over above-floor directions */
+    double worst_sigma;     /* max |D_ii − 1| over above-floor directions */
+    double worst_model;     /* max |D_ii − f(σᵢ/‖X‖_F)| over above-floor directions */
+    double worst_offdiag;   /* max |D_ij|, i != j, both above the floor (the output
+                               mixes significant directions) */
+    double worst_residual;  /* ‖O − U·D·Vᵀ‖_F / √k: output outside span(U) ⊗ span(V) */
+    double worst_pair;      /* with out2: max |D_ij − D2_ij| over above-floor i, j
+                               (two outputs agree on the significant directions) */
+} dmuon_ns_check;
+
+/* Compares out = NS(x) (both m x n row-major FP32, host memory) with the
+ * float64 SVD of x, as described above; floor is the design floor of
+ * σ/‖X‖_F (DMUON_NS_PE_FLOOR for pe5).  out2 (may be NULL) is a second
+ * output of the same input (e.g. the other method), compared in the basis
+ * of the input's significant directions (worst_pair).  An all-zero x yields all-zero
+ * figures (then out must be zero: worst_residual is ‖out‖_F).  Cost: one
+ * dgesvd of m x n and two dgemm in float64.  Errors: DMUON_EINVAL (bad
+ * shape, NULL), DMUON_ENOMEM, DMUON_ENUMERIC (x or out not finite, or the
+ * SVD did not converge). */
+dmuon_rc dmuon_ns_check_output(const dmuon_ns_opts *o, const float *x, int64_t m, int64_t n,
+                               const float *out, const float *out2, double floor,
+                               dmuon_ns_check *res);
+
+/* Kinds of test input for dmuon_ns_test_input. */
+typedef enum {
+    DMUON_NS_INPUT_GAUSSIAN = 0,  /* i.i.d. standard normal */
+    DMUON_NS_INPUT_LOWRANK,       /* rank max(1, k/8) product of Gaussians plus 1e-2 noise
+                                     (gradient-like: a few dominant directions) */
+    DMUON_NS_INPUT_ILLCOND,       /* U·diag(σ)·Vᵀ, random orthonormal U, V (QR of
+                                     Gaussians), σᵢ = 10^(−6·i/(k−1)): half the
+                                     directions below the 1e-3 floor */
+    DMUON_NS_INPUT_COUNT
+} dmuon_ns_input;
+
+/* "gaussian", "lowrank", "illcond". */
+const char *dmuon_ns_input_name(dmuon_ns_input kind);
+
+/* Fills x (m x n row-major, host) with a deterministic input of kind from
+ * seed.  Errors: DMUON_EINVAL, DMUON_ENOMEM, DMUON_ENUMERIC (QR failed). */
+dmuon_rc dmuon_ns_test_input(dmuon_ns_input kind, int64_t m, int64_t n, uint64_t seed, float *x);
 
 #ifdef __cplusplus
 }

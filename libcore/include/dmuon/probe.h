@@ -73,4 +73,9 @@ dmuon_rc dmuon_probe_key(const dmuon_probe_opts *o, MPI_Comm comm, char device[1
 dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes)[2], size_t n,
                             MPI_Comm comm, dmuon_cost_row *rows_out);
 
+/* Parses "MxN,MxN,..." (M rows, N columns, each 1..2^31-1; 'x' or 'X')
+ * into a malloc'ed array *shapes of *n pairs (caller free()s).  Errors:
+ * DMUON_EINVAL naming the item and what was expected, DMUON_ENOMEM. */
+dmuon_rc dmuon_probe_parse_shapes(const char *text, int64_t (**shapes)[2], size_t *n);
+
 #endif
