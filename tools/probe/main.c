@@ -29,6 +29,7 @@
 static const char *usage_text =
     "usage: dmuon-probe (--model MODEL | --shapes MxN,...) [options]\n"
     "       dmuon-probe --list [--db PATH] [--json]\n"
+    "       dmuon-probe --check [--db PATH]\n"
     "\n"
     "Times Newton-Schulz for each distinct Muon matrix shape of MODEL (or the given\n"
     "shapes) on this device and stores the figures in the cost database.  Under mpirun\n"
@@ -46,6 +47,8 @@ static const char *usage_text =
     "  --missing            probe only shapes the database lacks for this device,\n"
     "                       variant and dtype\n"
     "  --list               print what the database holds and exit\n"
+    "  --check              run SQLite's integrity check on the database and exit\n"
+    "                       (exit 1 when it reports a problem)\n"
     "  --json               machine-readable output on stdout\n"
     "  -h, --help           this text\n"
     "\n"
@@ -132,6 +135,19 @@ static int do_list(const char *db_path, bool json)
     return rc == DMUON_OK ? 0 : error(rc, dmuon_errmsg());
 }
 
+static int do_check(const char *db_path)
+{
+    dmuon_costdb *db = NULL;
+    dmuon_rc rc = dmuon_costdb_open(db_path, false, 10000, &db);
+    if (rc == DMUON_OK)
+        rc = dmuon_costdb_check(db);
+    dmuon_costdb_close(db);
+    if (rc != DMUON_OK)
+        return error(rc, dmuon_errmsg());
+    printf("%s: integrity check ok\n", db_path);
+    return 0;
+}
+
 /* -------------------------------------------------------------- progress -- */
 
 static void progress(size_t done, size_t total, const dmuon_cost_row *r, void *ctx)
@@ -208,12 +224,13 @@ static int run(int argc, char **argv)
         {"variant", required_argument, NULL, 'v'}, {"dtype", required_argument, NULL, 't'},
         {"warmup", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'i'},
         {"missing", no_argument, NULL, 'M'}, {"list", no_argument, NULL, 'l'},
+        {"check", no_argument, NULL, 'C'},
         {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *model = NULL, *shapes_text = NULL, *db_path = dmuon_costdb_default_path();
     const char *variant = "gram-pe5", *dtype = "fp32";
     int warmup = -1, iters = -1;
-    bool list = false, json = false, missing = false;
+    bool list = false, json = false, missing = false, check = false;
     dmuon_device_kind dev = DMUON_DEVICE_CPU;
     char msg[512];
     int c;
@@ -246,6 +263,7 @@ static int run(int argc, char **argv)
             break;
         case 'M': missing = true; break;
         case 'l': list = true; break;
+        case 'C': check = true; break;
         case 'j': json = true; break;
         case 'h':
             if (rank == 0)
@@ -261,6 +279,8 @@ static int run(int argc, char **argv)
         snprintf(msg, sizeof msg, "unexpected argument '%s' (see --help)", argv[optind]);
         return error(DMUON_EINVAL, msg);
     }
+    if (check)
+        return rank == 0 ? do_check(db_path) : 0;
     if (list)
         return rank == 0 ? do_list(db_path, json) : 0;
     if (!model && !shapes_text)
