@@ -7,7 +7,9 @@
  * product (s x s by s x l), and the effective rates (each variant's
  * operation count, dmuon_ns_flops, over its time).  The two outputs are
  * compared element by element; #wrong counts elements that differ by more
- * than 1e-2 of the largest element (FP32) and makes the exit code 1.
+ * than 1e-2 of the largest element (FP32; BF16: 0.3, since BF16 rounding
+ * leaves the weakest directions of a Gaussian input unresolved, see
+ * dmuon-verify ns) and makes the exit code 1.
  */
 #include <getopt.h>
 #include <math.h>
@@ -92,7 +94,7 @@ typedef struct {
 } result;
 
 static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int warmup,
-                            int iters, result *r)
+                            int iters, double wrong_tol, result *r)
 {
     dmuon_rc rc = DMUON_OK;
     const size_t count = (size_t)(m * n);
@@ -127,7 +129,7 @@ static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int 
     for (size_t i = 0; i < count; i++)
         big = fabs((double)h2[i]) > big ? fabs((double)h2[i]) : big;
     for (size_t i = 0; i < count; i++)
-        r->wrong += fabs((double)h1[i] - (double)h2[i]) > 1e-2 * big;
+        r->wrong += fabs((double)h1[i] - (double)h2[i]) > wrong_tol * big;
 done:
     dmuon_ns_mem_free(g, x);
     dmuon_ns_mem_free(g, o1);
@@ -309,7 +311,8 @@ int bench_ns_main(int argc, char **argv)
         printf("# dmuon-bench ns: %s, %s %s, warmup %d, iters %d (medians)\n", device, set,
                dmuon_ns_opts_dtype_name(&go), warmup, iters);
         printf("# eff = NS operation count / time; sgemm = the s x s by s x l product; "
-               "#wrong = elements where Gram and direct differ by > 1e-2 of the largest\n");
+               "#wrong = elements where Gram and direct differ by > %g of the largest\n",
+               go.dtype == DMUON_BF16 ? 0.3 : 1e-2);
         printf("%-11s %11s %11s %8s %9s %9s %9s %9s %9s %7s\n", "shape", "gram_ms", "direct_ms",
                "dir/gram", "gram_GF/s", "dir_GF/s", "sgemm_GF", "gram/sg", "dir/sg", "#wrong");
     }
@@ -333,7 +336,7 @@ int bench_ns_main(int argc, char **argv)
         fprintf(stderr, "dmuon-bench: ns [%zu/%zu] %lldx%lld\n", i + 1, n, (long long)m,
                 (long long)k);
         result r;
-        rc = bench_shape(g, d, m, k, warmup, iters, &r);
+        rc = bench_shape(g, d, m, k, warmup, iters, go.dtype == DMUON_BF16 ? 0.3 : 1e-2, &r);
         if (rc != DMUON_OK)
             break;
         wrong += r.wrong;
