@@ -313,6 +313,9 @@ int bench_ns_main(int argc, char **argv)
         printf("# eff = NS operation count / time; sgemm = the s x s by s x l product; "
                "#wrong = elements where Gram and direct differ by > %g of the largest\n",
                go.dtype == DMUON_BF16 ? 0.3 : 1e-2);
+        if (go.dtype == DMUON_BF16)
+            printf("# bf16: the sgemm reference is FP32; on GPUs whose BF16 products run on "
+                   "tensor cores the fractions exceed 1\n");
         printf("%-11s %11s %11s %8s %9s %9s %9s %9s %9s %7s\n", "shape", "gram_ms", "direct_ms",
                "dir/gram", "gram_GF/s", "dir_GF/s", "sgemm_GF", "gram/sg", "dir/sg", "#wrong");
     }

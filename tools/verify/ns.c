@@ -169,6 +169,7 @@ static dmuon_rc check_case(run_state *st, int64_t m, int64_t n, dmuon_ns_input k
                shape, dmuon_ns_input_name(kind), (long long)c.above_floor,
                (long long)c.directions, c.gain_lo, c.gain_hi, c.worst_sigma, c.worst_model,
                c.worst_offdiag, c.worst_pair, gd, sc, notes[0] ? "FAIL " : "ok", notes);
+        fflush(stdout);   /* rows appear as cases finish, also into a file */
     }
 done:
     free(x);
