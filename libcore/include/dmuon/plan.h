@@ -79,8 +79,13 @@ typedef struct {
     bool layer_spread;          /* default true (--no-layer-spread) */
     bool column_balance;        /* HSDP: default true (--no-column-balance) */
     bool fuse_experts;          /* default false (per-expert units, paper C.5) */
-    int64_t small_unit_bytes;   /* default 4 MiB: smaller Muon parameters of a
-                                   layer share one unit */
+    int64_t small_unit_bytes;   /* default 16 MiB (in param_dtype): Muon
+                                   parameters whose matrices are smaller
+                                   share the layer's merged unit.  With it,
+                                   q/k/v/o of models of width <= 2048
+                                   (2048^2 BF16 = 8 MiB) and k/v of wider
+                                   ones merge, giving 1 to 6 units per layer
+                                   on the paper's models (Appendix B) */
     dmuon_dtype param_dtype;    /* communication dtype, default BF16 */
     const char *model_path;     /* recorded in the plan and in probe commands */
 } dmuon_plan_opts;
