@@ -3,8 +3,9 @@
  * in one run, per shape, next to the device's sgemm rate.
  *
  * For each shape: the Gram and the direct variant of the same coefficients
- * (warm-up, timed iterations, medians), the plain sgemm of the dominant
- * product (s x s by s x l), and the effective rates (each variant's
+ * and the plain sgemm of the dominant product (s x s by s x l), interleaved
+ * call by call (warm-up rounds, then timed rounds; medians), and the
+ * effective rates (each variant's
  * operation count, dmuon_ns_flops, over its time).  The two outputs are
  * compared element by element; #wrong counts elements that differ by more
  * than 1e-2 of the largest element (FP32; BF16: 0.3, since BF16 rounding
@@ -71,19 +72,10 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median ms of iters timed NS calls (after warmup) on device buffers. */
-static dmuon_rc time_ns(dmuon_ns *ns, const float *x, int64_t m, int64_t n, float *out,
-                        int warmup, int iters, double *t, double *median)
+static double median_of(double *t, int iters)
 {
-    for (int i = 0; i < warmup + iters; i++) {
-        double t0 = now_ms();
-        DMUON_TRY(dmuon_ns_run(ns, x, m, n, out));
-        if (i >= warmup)
-            t[i - warmup] = now_ms() - t0;
-    }
     qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    *median = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
-    return DMUON_OK;
+    return iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
 }
 
 typedef struct {
@@ -100,7 +92,7 @@ static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int 
     const size_t count = (size_t)(m * n);
     float *host = malloc(count * sizeof *host), *h1 = malloc(count * sizeof *h1),
           *h2 = malloc(count * sizeof *h2);
-    double *t = malloc((size_t)iters * sizeof *t);
+    double *t = malloc(3 * (size_t)iters * sizeof *t);
     float *x = NULL, *o1 = NULL, *o2 = NULL;
     if (!host || !h1 || !h2 || !t) {
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for a %lld x %lld case", (long long)m,
@@ -115,11 +107,25 @@ static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int 
     memset(r, 0, sizeof *r);
     r->m = m;
     r->n = n;
-    /* interleaved: gram, direct, sgemm — one run, same machine state */
-    DMUON_TRY_GOTO(rc, time_ns(g, x, m, n, o1, warmup, iters, t, &r->gram_ms), done);
-    DMUON_TRY_GOTO(rc, time_ns(d, x, m, n, o2, warmup, iters, t, &r->direct_ms), done);
+    /* interleaved per iteration (Gram, direct, sgemm), so a change in the
+     * machine's load during the run affects all three alike */
     const int64_t s = m < n ? m : n, l = m < n ? n : m;
-    DMUON_TRY_GOTO(rc, dmuon_ns_time_sgemm(g, s, l, s, warmup, iters, &r->sgemm_ms), done);
+    for (int i = 0; i < warmup + iters; i++) {
+        double t0 = now_ms(), one;
+        DMUON_TRY_GOTO(rc, dmuon_ns_run(g, x, m, n, o1), done);
+        double t1 = now_ms();
+        DMUON_TRY_GOTO(rc, dmuon_ns_run(d, x, m, n, o2), done);
+        double t2 = now_ms();
+        DMUON_TRY_GOTO(rc, dmuon_ns_time_sgemm(g, s, l, s, 0, 1, &one), done);
+        if (i >= warmup) {
+            t[i - warmup] = t1 - t0;
+            t[iters + i - warmup] = t2 - t1;
+            t[2 * iters + i - warmup] = one;
+        }
+    }
+    r->gram_ms = median_of(t, iters);
+    r->direct_ms = median_of(t + iters, iters);
+    r->sgemm_ms = median_of(t + 2 * iters, iters);
     r->gram_gflops = dmuon_ns_flops(dmuon_ns_get_opts(g), m, n) / (r->gram_ms * 1e6);
     r->direct_gflops = dmuon_ns_flops(dmuon_ns_get_opts(d), m, n) / (r->direct_ms * 1e6);
     r->sgemm_gflops = 2.0 * (double)s * (double)s * (double)l / (r->sgemm_ms * 1e6);
