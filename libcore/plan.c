@@ -505,7 +505,7 @@ static dmuon_rc layout_leaders(dmuon_plan *p)
 
 /* -------------------------------------------------------------- report -- */
 
-static dmuon_rc compute_report(dmuon_plan *p)
+dmuon_rc dmuon_plan_compute_report(dmuon_plan *p)
 {
     dmuon_plan_report *r = &p->report;
     int32_t N = p->ranks, K = p->opts.gpus_per_node;
@@ -595,7 +595,7 @@ dmuon_rc dmuon_plan_finish(dmuon_plan *p)
     DMUON_TRY(layout_windows(p));
     DMUON_TRY(layout_segments(p));
     DMUON_TRY(layout_leaders(p));
-    DMUON_TRY(compute_report(p));
+    DMUON_TRY(dmuon_plan_compute_report(p));
     return DMUON_OK;
 }
 
@@ -789,4 +789,26 @@ int32_t dmuon_plan_leader(const dmuon_plan *p, size_t u, int32_t node)
     if (p->opts.sharding != DMUON_SHARD_HSDP)
         return p->units[u].owner;
     return p->leaders[u * (size_t)p->opts.nodes + (size_t)node];
+}
+
+dmuon_rc dmuon_plan_reevaluate(dmuon_plan *p, const dmuon_plan *ref)
+{
+    if (p->nunits != ref->nunits)
+        return DMUON_FAIL(DMUON_EMISMATCH, "plans have %zu and %zu units", p->nunits,
+                          ref->nunits);
+    for (size_t i = 0; i < p->nunits; i++)
+        if (strcmp(p->units[i].name, ref->units[i].name))
+            return DMUON_FAIL(DMUON_EMISMATCH, "unit %zu differs: '%s' and '%s'", i,
+                              p->units[i].name, ref->units[i].name);
+    char was[64];
+    snprintf(was, sizeof was, "%s", dmuon_cost_kind_name(p->opts.cost));
+    for (size_t i = 0; i < p->nunits; i++)
+        p->units[i].ns_ms = ref->units[i].ns_ms;
+    DMUON_TRY(dmuon_plan_compute_report(p));
+    char src[sizeof p->cost_source];
+    memcpy(src, ref->cost_source, sizeof src);
+    src[200] = '\0';
+    snprintf(p->cost_source, sizeof p->cost_source, "assigned by %s, evaluated by %.200s", was,
+             src);
+    return DMUON_OK;
 }
