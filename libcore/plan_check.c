@@ -326,12 +326,6 @@ dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations)
     span *sp = malloc((p->nmembers ? p->nmembers : 1) * sizeof *sp);
     if (!sp)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-    if (p->loaded) {
-        if (dmuon_plan_units_digest(p) != p->rec_units_digest)
-            bad(&v, "digest of the units differs from the one recorded in the file");
-        if (dmuon_plan_segments_digest(p) != p->rec_segments_digest)
-            bad(&v, "digest of the segment tables differs from the one recorded in the file");
-    }
     for (size_t u = 1; u < p->nunits; u++)
         if (p->units[u].layer < p->units[u - 1].layer) {
             bad(&v, "units are not in layer order at unit %zu '%s'", u, p->units[u].name);
@@ -344,6 +338,12 @@ dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations)
     check_spread(p, &v);
     check_cap(p, &v);
     check_replay(p, &v);
+    if (p->loaded) {
+        if (dmuon_plan_units_digest(p) != p->rec_units_digest)
+            bad(&v, "digest of the units differs from the one recorded in the file");
+        if (dmuon_plan_segments_digest(p) != p->rec_segments_digest)
+            bad(&v, "digest of the segment tables differs from the one recorded in the file");
+    }
     free(sp);
     if (violations)
         *violations = v.count;
