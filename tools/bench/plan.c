@@ -181,7 +181,6 @@ int bench_plan_main(int argc, char **argv)
     if (json) {
         dmuon_json_end_array(&w);
         dmuon_json_end_object(&w);
-        printf("\n");
     }
     return exit_code;
 }

@@ -152,7 +152,6 @@ static int cmd_inspect(const cli *c, const char *path)
         }
         dmuon_json_end_array(&w);
         dmuon_json_end_object(&w);
-        printf("\n");
     } else {
         printf("model: %s (%s)\n", path, dmuon_model_format(m));
         printf("  %-8s %9s %16s %12s\n", "role", "tensors", "elements", "MiB stored");
@@ -188,7 +187,6 @@ static int cmd_show(const cli *c, const char *path)
         dmuon_json_kstr(&w, "plan", path);
         dmuon_plan_report_json(p, &w);
         dmuon_json_end_object(&w);
-        printf("\n");
     } else {
         printf("plan file: %s\n", path);
         dmuon_plan_print_report(p, stdout);
@@ -253,7 +251,6 @@ static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts
         }
         dmuon_json_end_array(&w);
         dmuon_json_end_object(&w);
-        printf("\n");
     } else {
         printf("ablations of %s on %d ranks (%d x %d, %s); NS figures by %s\n",
                dmuon_model_source(m), base->nodes * base->gpus_per_node, base->nodes,
@@ -317,7 +314,6 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_plan_report_json(p, &w);
         dmuon_json_kstr(&w, "plan_file", c->out ? c->out : "");
         dmuon_json_end_object(&w);
-        printf("\n");
     } else {
         dmuon_plan_print_report(p, stdout);
         if (c->out)

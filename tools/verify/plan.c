@@ -103,7 +103,6 @@ int verify_plan_main(int argc, char **argv)
         dmuon_json_kstr(&w, "first_violation", first);
         dmuon_json_kbool(&w, "ok", violations == 0);
         dmuon_json_end_object(&w);
-        printf("\n");
     } else if (violations == 0) {
         printf("plan %s: %zu units on %d ranks: all invariants hold%s\n", plan, units,
                dmuon_plan_ranks(p), model ? " (and it matches the model)" : "");
