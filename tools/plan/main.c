@@ -49,7 +49,8 @@ static const char usage[] =
     "      --device cpu|cuda|NAME  device whose times to use (default: this machine's CPU)\n"
     "      --variant V           NS variant (default gram-pe5)\n"
     "      --dtype fp32|bf16     NS precision (default fp32)\n"
-    "      --probe-missing       measure shapes the database lacks, then plan\n"
+    "      --probe-missing       measure the shapes the database lacks on this machine\n"
+    "                            (--device cpu|cuda), store them, then plan\n"
     "assignment:\n"
     "      --strategy lpt|round-robin   (default lpt)\n"
     "      --epsilon E           byte cap slack: each rank <= (1+E) x mean bytes (default 0.1)\n"
@@ -77,6 +78,7 @@ typedef struct {
     const char *muon[MAX_PATTERNS], *adamw[MAX_PATTERNS];
     size_t n_muon, n_adamw;
     bool fused_layout, json, compare, verbose, probe_missing;
+    dmuon_device_kind device_kind;
     const char *out;
 } cli;
 
@@ -273,6 +275,13 @@ out:
     return rc ? fail(c, rc) : 0;
 }
 
+static void probe_progress(size_t done, size_t total, const dmuon_cost_row *row, void *ctx)
+{
+    (void)ctx;
+    fprintf(stderr, "dmuon-plan: probed %zu/%zu: %lldx%lld %.4g ms\n", done, total,
+            (long long)row->m, (long long)row->n, row->median_ms);
+}
+
 static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
 {
     dmuon_model_opts mo = {c->muon, c->n_muon, c->adamw, c->n_adamw, c->fused_layout};
@@ -283,20 +292,18 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         return fail(c, rc);
     o->model_path = path;
     if (c->probe_missing && o->cost == DMUON_COST_DB) {
-        dmuon_shape_count *miss = NULL;
+        static char device[128];
         size_t n = 0;
-        if ((rc = dmuon_cost_missing(m, &o->cost_src, &miss, &n)) != DMUON_OK)
+        rc = dmuon_cost_probe_missing(m, &o->cost_src, c->device_kind, probe_progress, NULL,
+                                      device, &n);
+        if (rc != DMUON_OK)
             goto out;
-        if (n > 0) {
-            char cmd[2048];
-            dmuon_cost_probe_command(path, &o->cost_src, miss, n, cmd, sizeof cmd);
-            free(miss);
-            rc = DMUON_FAIL(DMUON_EUNSUPPORTED,
-                            "--probe-missing is not available in this build (the probe library "
-                            "is not linked); %zu shapes are missing, measure them with: %s",
-                            n, cmd);
-            goto out;
-        }
+        if (n)
+            fprintf(stderr, "dmuon-plan: %zu missing shape%s measured on '%s'\n", n,
+                    n == 1 ? "" : "s", device);
+        else
+            fprintf(stderr, "dmuon-plan: no shape missing on '%s'\n", device);
+        o->cost_src.device = device;
     }
     if (c->compare) {
         int ec = cmd_compare(c, m, o);
@@ -536,7 +543,11 @@ int main(int argc, char **argv)
             if (rc)
                 return fail(&c, rc);
             o.cost_src.device = devbuf;
+            c.device_kind = device ? kind : DMUON_DEVICE_CPU;
         } else {
+            if (c.probe_missing)
+                return usage_error("--probe-missing measures this machine: give --device cpu or "
+                                   "cuda, not '%s'", device);
             dmuon_err_clear();
             o.cost_src.device = device;   /* an explicit device name as stored */
         }
