@@ -308,6 +308,11 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
     return DMUON_OK;
 }
 
+/* Bounds on sizes read from a plan file, far above any real model, so that
+ * sums and products of them cannot overflow 64 bits. */
+#define BIG ((int64_t)1 << 46)     /* elements, bytes, offsets */
+#define DIM ((int64_t)1 << 31)     /* matrix rows, columns, counts */
+
 static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
 {
     dmuon_doc *d = c->d;
@@ -333,7 +338,7 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         p->layer_names[l] = strdup(s);
         if (!p->layer_names[l])
             return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-        DMUON_TRY(int_in(c, it, "bytes", 0, INT64_MAX, &p->layer_bytes[l]));
+        DMUON_TRY(int_in(c, it, "bytes", 0, BIG, &p->layer_bytes[l]));
         yaml_node_t *sg = dmuon_doc_get(d, it, "segments");
         DMUON_TRY(need_seq(c, sg, "segments"));
         p->layer_seg[l] = p->nsegs;
@@ -343,6 +348,11 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
                 return DMUON_FAIL(DMUON_ECHECK, "%s: layer '%s': segment %zu: owner %lld is "
                                                 "outside [0, %d)",
                                   c->path, s, k, (long long)t[0], p->ranks);
+            for (int j = 1; j < 4; j++)
+                if (t[j] < 0 || t[j] > BIG)
+                    return DMUON_FAIL(DMUON_EPARSE, "%s: layer '%s': segment %zu: value %lld "
+                                                    "is outside 0..2^46",
+                                      c->path, s, k, (long long)t[j]);
             p->segs[p->nsegs++] = (dmuon_segment){(int32_t)t[0], p->opts.param_dtype, t[1], t[2],
                                                   t[3]};
         }
@@ -366,13 +376,19 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         p->nparams = i + 1;
         DMUON_TRY(int_in(c, it, "layer", 0, (int64_t)p->nlayers - 1, &v));
         q->layer = (int32_t)v;
-        DMUON_TRY(int_in(c, it, "numel", 1, INT64_MAX, &q->numel));
+        DMUON_TRY(int_in(c, it, "numel", 1, BIG, &q->numel));
         DMUON_TRY(dmuon_doc_field_str(d, it, "role", true, &s));
         if (!strcmp(s, "muon")) {
             q->role = DMUON_ROLE_MUON;
-            DMUON_TRY(int_in(c, it, "matrices", 1, INT64_MAX, &q->matrices));
-            DMUON_TRY(int_in(c, it, "m", 1, INT64_MAX, &q->mat_m));
-            DMUON_TRY(int_in(c, it, "n", 1, INT64_MAX, &q->mat_n));
+            DMUON_TRY(int_in(c, it, "matrices", 1, DIM, &q->matrices));
+            DMUON_TRY(int_in(c, it, "m", 1, DIM, &q->mat_m));
+            DMUON_TRY(int_in(c, it, "n", 1, DIM, &q->mat_n));
+            int64_t prod;
+            if (__builtin_mul_overflow(q->matrices, q->mat_m, &prod) ||
+                __builtin_mul_overflow(prod, q->mat_n, &prod) || prod != q->numel)
+                return DMUON_FAIL(DMUON_EPARSE, "%s:%d: parameter '%s': matrices x m x n does "
+                                                "not equal numel %lld",
+                                  c->path, dmuon_doc_line(it), q->name, (long long)q->numel);
         } else if (!strcmp(s, "adamw")) {
             q->role = DMUON_ROLE_ADAMW;
         } else {
@@ -415,10 +431,10 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         u->owner = (int32_t)v;
         u->node = u->owner / p->opts.gpus_per_node;
         u->column = u->owner % p->opts.gpus_per_node;
-        DMUON_TRY(int_in(c, it, "elements", 1, INT64_MAX, &u->elements));
-        DMUON_TRY(int_in(c, it, "bytes", 1, INT64_MAX, &u->bytes));
-        DMUON_TRY(int_in(c, it, "matrices", 1, INT64_MAX, &u->matrices));
-        DMUON_TRY(int_in(c, it, "window_offset", 0, INT64_MAX, &u->window_offset));
+        DMUON_TRY(int_in(c, it, "elements", 1, BIG, &u->elements));
+        DMUON_TRY(int_in(c, it, "bytes", 1, BIG, &u->bytes));
+        DMUON_TRY(int_in(c, it, "matrices", 1, DIM, &u->matrices));
+        DMUON_TRY(int_in(c, it, "window_offset", 0, BIG, &u->window_offset));
         DMUON_TRY(dmuon_doc_field_double(d, it, "ns_ms", true, &u->ns_ms));
         if (!isfinite(u->ns_ms) || u->ns_ms < 0)
             return DMUON_FAIL(DMUON_EPARSE, "%s:%d: unit '%s': field 'ns_ms': expected a "
@@ -436,6 +452,17 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
                                                 "%lld, outside [0, %zu)",
                                   c->path, dmuon_doc_line(it), u->name, k, (long long)t[0],
                                   p->nparams);
+            const dmuon_plan_param *q = &p->params[t[0]];
+            if (q->role != DMUON_ROLE_MUON)
+                return DMUON_FAIL(DMUON_ECHECK, "%s:%d: unit '%s' holds AdamW parameter '%s'",
+                                  c->path, dmuon_doc_line(it), u->name, q->name);
+            if (t[1] < 0 || t[2] < 1 || t[1] > q->matrices ||
+                t[2] > q->matrices - t[1] || t[3] < 0 || t[3] > BIG)
+                return DMUON_FAIL(DMUON_EPARSE, "%s:%d: unit '%s': member %zu: matrices "
+                                                "[%lld, +%lld) at offset %lld do not lie in "
+                                                "Muon parameter '%s'",
+                                  c->path, dmuon_doc_line(it), u->name, k, (long long)t[1],
+                                  (long long)t[2], (long long)t[3], q->name);
             p->members[p->nmembers++] = (dmuon_plan_member){(int32_t)t[0], t[1], t[2], t[3]};
         }
         if (p->leaders) {
