@@ -498,6 +498,76 @@ static void test_plan_file_roundtrip(void **state)
     dmuon_model_free(m);
 }
 
+/* Each invariant check catches its own kind of damage. */
+static void expect_violation(dmuon_plan *p, const char *needle)
+{
+    size_t v = 0;
+    assert_int_equal(dmuon_plan_check(p, &v), DMUON_ECHECK);
+    assert_true(v >= 1);
+    if (!strstr(dmuon_errmsg(), needle))
+        fprintf(stderr, "expected '%s' in: %s\n", needle, dmuon_errmsg());
+    assert_non_null(strstr(dmuon_errmsg(), needle));
+}
+
+static void test_check_catches_damage(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-7b.yaml");
+    dmuon_plan *p = plan(m, 2, 4, DMUON_SHARD_HSDP, NULL);
+    assert_int_equal(dmuon_plan_check(p, NULL), DMUON_OK);
+    /* a leader outside the owner's column */
+    int32_t keep = p->leaders[1];
+    p->leaders[1] = (p->leaders[1] / 4) * 4 + (p->leaders[1] + 1) % 4;
+    expect_violation(p, "not in the owner's column");
+    p->leaders[1] = keep;
+    /* overlapping windows */
+    int64_t w = p->units[5].window_offset;
+    p->units[5].window_offset += 2;
+    expect_violation(p, "window offset");
+    p->units[5].window_offset = w;
+    /* a segment with the wrong owner */
+    int32_t so = p->segs[3].owner;
+    p->segs[3].owner = (so + 1) % p->ranks;
+    expect_violation(p, "segment at");
+    p->segs[3].owner = so;
+    /* a matrix in no unit */
+    int64_t nmat = p->members[0].n_matrices;
+    p->members[0].n_matrices = 0;
+    expect_violation(p, "do not match its members");
+    p->members[0].n_matrices = nmat;
+    p->members[0].first_matrix = 1;   /* matrix 0 in no unit, matrix 1 does not exist */
+    expect_violation(p, "not each in exactly one unit");
+    p->members[0].first_matrix = 0;
+    /* two units of one layer on one rank (and an owner the rule would not give) */
+    int32_t o1 = p->units[1].owner;
+    p->units[1].owner = p->units[0].owner;
+    p->units[1].node = p->units[0].node;
+    p->units[1].column = p->units[0].column;
+    size_t v = 0;
+    assert_int_equal(dmuon_plan_check(p, &v), DMUON_ECHECK);
+    assert_true(v >= 2);
+    p->units[1].owner = o1;
+    p->units[1].node = o1 / 4;
+    p->units[1].column = o1 % 4;
+    assert_int_equal(dmuon_plan_check(p, NULL), DMUON_OK);
+    dmuon_plan_free(p);
+
+    /* the cap: a rank over it with no fallback unit */
+    p = plan(m, 4, 8, DMUON_SHARD_FSDP, NULL);
+    assert_int_equal(dmuon_plan_check(p, NULL), DMUON_OK);
+    size_t nu;
+    dmuon_plan_units(p, &nu);
+    bool any = false;
+    for (size_t i = 0; i < nu; i++)
+        if (p->fallback[i]) {
+            p->fallback[i] = false;
+            any = true;
+        }
+    if (any)
+        expect_violation(p, "over the cap");
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
 static void test_bad_cluster(void **state)
 {
     dmuon_model *m = load("models/qwen2.5-1.5b.yaml");
@@ -608,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_assign_matches_reference),
         cmocka_unit_test(test_cap_holds_when_feasible),
         cmocka_unit_test(test_plan_file_roundtrip),
+        cmocka_unit_test(test_check_catches_damage),
         cmocka_unit_test(test_bad_cluster),
         cmocka_unit_test(test_cost_db),
         cmocka_unit_test(test_flops_formula),
