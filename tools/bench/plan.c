@@ -3,7 +3,8 @@
  *
  *   1. Qwen1.5-MoE-A2.7B (4416 units with per-expert units) on 256 ranks;
  *   2. a synthetic model of 100,000 units (1000 layers x 100 matrices of
- *      varied shapes, every matrix its own unit) on 16,384 ranks.
+ *      varied shapes, every matrix its own unit) on 16,384 ranks (both
+ *      settable, for a quick run).
  * Each case times dmuon_plan_build (units, costs, LPT owners, windows,
  * segment tables, report) with the analytic flops cost, so no database is
  * needed; the median of several runs is reported.  Every plan is then
@@ -34,7 +35,7 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* 1000 layers x 100 matrices, shapes from a fixed linear congruential
+/* layers x 100 matrices (1000 layers by default), shapes from a fixed linear congruential
  * sequence (multiples of 128 between 256 and 8192). */
 static dmuon_rc synthetic(size_t layers, size_t per_layer, dmuon_model **out)
 {
@@ -56,7 +57,7 @@ static dmuon_rc synthetic(size_t layers, size_t per_layer, dmuon_model **out)
             int64_t c = 128 * (int64_t)(2 + (x >> 45) % 63);
             t[k] = (dmuon_tensor_spec){nm, 2, {m, c}, DMUON_BF16};
         }
-    dmuon_rc rc = dmuon_model_build("synthetic-100k", t, n, NULL, out);
+    dmuon_rc rc = dmuon_model_build("synthetic", t, n, NULL, out);
     free(t);
     free(names);
     return rc;
@@ -74,11 +75,14 @@ int bench_plan_main(int argc, char **argv)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"reps", required_argument, 0, 'r'},
+                                         {"units", required_argument, 0, 'u'},
+                                         {"synthetic-ranks", required_argument, 0, 's'},
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *moe = "models/qwen1.5-moe-a2.7b.yaml";
     int reps = 0, ch;
+    long units_wanted = 100000, sranks = 16384;
     bool json = false;
     opterr = 0;
     optind = 1;
@@ -94,13 +98,32 @@ int bench_plan_main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'u':
+        case 's': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            long lo = ch == 'u' ? 100 : 8, hi = ch == 'u' ? 10000000 : 1 << 20;
+            if (!*optarg || *end || v < lo || v > hi || (ch == 's' && v % 8)) {
+                fprintf(stderr, "dmuon-bench: error: --%s '%s': expected %ld to %ld%s\n",
+                        ch == 'u' ? "units" : "synthetic-ranks", optarg, lo, hi,
+                        ch == 's' ? ", a multiple of 8" : "");
+                return 2;
+            }
+            if (ch == 'u')
+                units_wanted = v;
+            else
+                sranks = v;
+            break;
+        }
         case 'j':
             json = true;
             break;
         case 'h':
             printf("usage: dmuon-bench plan [--model MOE_MODEL] [--reps R] [--json]\n"
-                   "Times planning %s on 256 ranks and a synthetic 100,000-unit model on\n"
-                   "16,384 ranks (--cost flops), checks each plan.\n", moe);
+                   "                        [--units U] [--synthetic-ranks N]\n"
+                   "Times planning %s on 256 ranks and a synthetic model of U units\n"
+                   "(default 100,000) on N ranks (default 16,384), --cost flops, and checks\n"
+                   "each plan (#wrong: invariant violations).\n", moe);
             return 0;
         default:
             fprintf(stderr, "dmuon-bench: error: unknown option or missing value: '%s'\n",
@@ -109,7 +132,7 @@ int bench_plan_main(int argc, char **argv)
         }
     }
     bcase cases[2] = {{"qwen1.5-moe-a2.7b", 32, 8, 16 << 20, reps ? reps : 5, 1.0},
-                      {"synthetic-100k", 2048, 8, 0, reps ? reps : 3, 10.0}};
+                      {"synthetic", (int32_t)(sranks / 8), 8, 0, reps ? reps : 3, 10.0}};
     dmuon_json w;
     if (json) {
         dmuon_json_init(&w, stdout, false);
@@ -123,7 +146,7 @@ int bench_plan_main(int argc, char **argv)
     int exit_code = 0;
     for (int c = 0; c < 2; c++) {
         dmuon_model *m = NULL;
-        dmuon_rc rc = c == 0 ? dmuon_model_load(moe, NULL, &m) : synthetic(1000, 100, &m);
+        dmuon_rc rc = c == 0 ? dmuon_model_load(moe, NULL, &m) : synthetic((size_t)(units_wanted + 99) / 100, 100, &m);
         if (rc) {
             fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
             return dmuon_rc_exit_code(rc);
