@@ -135,7 +135,7 @@ static dmuon_rc add_unit(builder *b, const char *name, int32_t layer, size_t *ou
     return DMUON_OK;
 }
 
-static dmuon_rc add_member(builder *b, size_t unit, int32_t param, int64_t first, int64_t count,
+static dmuon_rc add_member(builder *b, int32_t param, int64_t first, int64_t count,
                            int64_t layer_offset)
 {
     dmuon_plan *p = b->p;
@@ -148,7 +148,6 @@ static dmuon_rc add_member(builder *b, size_t unit, int32_t param, int64_t first
         b->cap_members = cap;
     }
     p->members[p->nmembers++] = (dmuon_plan_member){param, first, count, layer_offset};
-    (void)unit;
     return DMUON_OK;
 }
 
@@ -316,8 +315,8 @@ static dmuon_rc make_units(dmuon_plan *p, const dmuon_model *m, const dmuon_cost
         if (u->n_members == 0)
             u->first_member = p->nmembers;
         u->n_members++;
-        DMUON_TRY_GOTO(rc, add_member(&b, (size_t)pend[k].unit, pend[k].param, pend[k].first,
-                                      pend[k].count, pend[k].offset), out);
+        DMUON_TRY_GOTO(rc, add_member(&b, pend[k].param, pend[k].first, pend[k].count,
+                                      pend[k].offset), out);
         int64_t el = pend[k].count * q->mat_m * q->mat_n;
         u->elements += el;
         u->bytes += el * (int64_t)dsz;
