@@ -16,6 +16,7 @@
 #      rate on the same shapes, FP32 and BF16.
 #
 # Usage: bash tests/gpu/run.sh      (log: $OUT/gpu.log, or ./gpu.log)
+# DMUON_GPU_PREBUILT=1 uses binaries already in bin/ instead of building.
 # Exit: 0 when every step passed, 1 otherwise; 2 when no GPU is visible.
 set -u
 cd "$(dirname "$0")/../.."
@@ -52,7 +53,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # are missing) the NS sources with tests/gpu/standalone.c
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if step build 150 make -j16 && grep -q 'CUDA: found' "$log"; then
+if [ "${DMUON_GPU_PREBUILT:-0}" = 1 ] && [ -x bin/dmuon-verify ]; then
+    # binaries built with CUDA on another machine of the same architecture
+    say "using prebuilt binaries in bin/ (DMUON_GPU_PREBUILT=1)"
+    V=(bin/dmuon-verify ns); B=(bin/dmuon-bench ns); mode=full
+elif step build 150 make -j16 && grep -q 'CUDA: found' "$log"; then
     V=(bin/dmuon-verify ns); B=(bin/dmuon-bench ns); mode=full
 else
     say "full build unavailable: building the NS sources with tests/gpu/standalone.c"
@@ -90,6 +95,8 @@ if [ "$mode" = full ]; then
     fi
     step probe-list 10 bin/dmuon-probe --list --db "$tmp/c.sqlite"
     step probe-check 10 bin/dmuon-probe --check --db "$tmp/c.sqlite"
+    step plan-from-gpu-costs 30 bin/dmuon-plan models/qwen2.5-1.5b.yaml --ranks 32 \
+        --device cuda --db "$tmp/c.sqlite"
 else
     step probe 90 "$tmp/t" probe "$shapes"
 fi
