@@ -41,10 +41,27 @@ dmuon_rc dmuon_doc_load_buffer(dmuon_doc *doc, const char *name, const char *buf
         yaml_parser_delete(&parser);
         goto out;
     }
-    yaml_parser_delete(&parser);
     doc->loaded = true;
     if (!yaml_document_get_root_node(&doc->ydoc)) {
+        yaml_parser_delete(&parser);
         rc = DMUON_FAIL(DMUON_EPARSE, "%s: empty document", doc->name);
+        goto out;
+    }
+    /* Anything after the first document (a second document, or trailing
+     * text after a JSON object) is an error, not silently ignored. */
+    yaml_document_t next;
+    if (!yaml_parser_load(&parser, &next)) {
+        rc = parser_fail(&parser, doc->name);
+        yaml_parser_delete(&parser);
+        goto out;
+    }
+    bool more = yaml_document_get_root_node(&next) != NULL;
+    int line = more ? (int)next.start_mark.line + 1 : 0;
+    yaml_document_delete(&next);
+    yaml_parser_delete(&parser);
+    if (more) {
+        rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: unexpected content after the end of the document",
+                        doc->name, line);
         goto out;
     }
     return DMUON_OK;
@@ -187,12 +204,19 @@ static dmuon_rc wrong(dmuon_doc *doc, yaml_node_t *node, const char *what, const
                       dmuon_doc_line(node), what, expected, found);
 }
 
+/* A quoted scalar ("1536" in JSON, '1536' in YAML) is a string. */
+static bool quoted(const yaml_node_t *node)
+{
+    return node && node->type == YAML_SCALAR_NODE &&
+           node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+}
+
 dmuon_rc dmuon_doc_to_int(dmuon_doc *doc, yaml_node_t *node, const char *what, int64_t *out)
 {
     const char *s = dmuon_doc_str(node);
     char *end;
-    if (!s || !*s)
-        return wrong(doc, node, what, "an integer");
+    if (!s || !*s || quoted(node))
+        return wrong(doc, node, what, "an integer (unquoted)");
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || *end)
@@ -205,8 +229,8 @@ dmuon_rc dmuon_doc_to_double(dmuon_doc *doc, yaml_node_t *node, const char *what
 {
     const char *s = dmuon_doc_str(node);
     char *end;
-    if (!s || !*s)
-        return wrong(doc, node, what, "a number");
+    if (!s || !*s || quoted(node))
+        return wrong(doc, node, what, "a number (unquoted)");
     errno = 0;
     double v = strtod(s, &end);
     if (errno || *end || !isfinite(v))
@@ -248,7 +272,7 @@ dmuon_rc dmuon_doc_field_bool(dmuon_doc *doc, yaml_node_t *map, const char *key,
     DMUON_TRY(field(doc, map, key, required, &n));
     if (!n)
         return DMUON_OK;
-    const char *s = dmuon_doc_str(n);
+    const char *s = quoted(n) ? NULL : dmuon_doc_str(n);
     if (s && (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "yes"))) {
         *out = true;
         return DMUON_OK;

@@ -12,10 +12,32 @@
 
 /* ---------------------------------------------------------------- files -- */
 
+/* The file a symbolic link points to (malloc'ed): realpath when the target
+ * exists, else the link's text taken relative to the link's directory. */
+static dmuon_rc link_target(const char *link, char **out)
+{
+    char text[4096];
+    *out = realpath(link, NULL);
+    if (*out)
+        return DMUON_OK;
+    ssize_t n = readlink(link, text, sizeof text - 1);
+    if (n < 0)
+        return DMUON_FAIL(DMUON_EIO, "cannot resolve the link '%s': %s", link, strerror(errno));
+    text[n] = '\0';
+    const char *slash = strrchr(link, '/');
+    int dir = (text[0] == '/' || !slash) ? 0 : (int)(slash - link + 1);
+    size_t cap = (size_t)dir + (size_t)n + 1;
+    *out = malloc(cap);
+    if (!*out)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory resolving '%s'", link);
+    snprintf(*out, cap, "%.*s%s", dir, link, text);
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx)
 {
     dmuon_rc rc = DMUON_OK;
-    char *tmp = NULL;
+    char *tmp = NULL, *resolved = NULL;
     FILE *f = NULL;
     int fd = -1;
 
@@ -24,10 +46,26 @@ dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx)
         fflush(stdout);
         return rc;
     }
+    if (!*path)
+        return DMUON_FAIL(DMUON_EINVAL, "empty output path (use '-' for standard output)");
+    /* Write through a symbolic link to its target; never replace a device,
+     * FIFO or directory with a regular file. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        DMUON_TRY(link_target(path, &resolved));
+        path = resolved;
+    }
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "output '%s' exists and is not a regular file (use '-' for "
+                        "standard output)", path);
+        goto out;
+    }
     size_t n = strlen(path) + 16;
     tmp = malloc(n);
-    if (!tmp)
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory writing '%s'", path);
+    if (!tmp) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory writing '%s'", path);
+        goto out;
+    }
     snprintf(tmp, n, "%s.tmp.XXXXXX", path);
     fd = mkstemp(tmp);
     if (fd < 0) {
@@ -64,6 +102,7 @@ fail:
     unlink(tmp);
 out:
     free(tmp);
+    free(resolved);
     return rc;
 }
 

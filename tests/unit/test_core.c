@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dmuon/costdb.h"
@@ -61,6 +62,21 @@ static void test_doc_json_and_errors(void **state)
     assert_int_equal(dmuon_doc_load_buffer(&d, "bad.json", bad, strlen(bad)), DMUON_EPARSE);
     assert_non_null(strstr(dmuon_errmsg(), "bad.json:1:"));
     assert_int_equal(dmuon_doc_load_buffer(&d, "empty.yaml", "", 0), DMUON_EPARSE);
+
+    /* a quoted number is a string, not a number */
+    const char *q = "{\"h\": \"1536\", \"b\": \"true\"}";
+    assert_int_equal(dmuon_doc_load_buffer(&d, "q.json", q, strlen(q)), DMUON_OK);
+    assert_int_equal(dmuon_doc_field_int(&d, dmuon_doc_root(&d), "h", true, &a), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "field 'h': expected an integer"));
+    assert_int_equal(dmuon_doc_field_bool(&d, dmuon_doc_root(&d), "b", true, &t), DMUON_EPARSE);
+    dmuon_doc_release(&d);
+
+    /* trailing content after the document is refused, with its line */
+    const char *trail = "{\"a\": 1}\n\n{\"a\": 2}";
+    assert_int_equal(dmuon_doc_load_buffer(&d, "t.json", trail, strlen(trail)), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "t.json:"));
+    const char *junk = "{\"a\": 1} xyz";
+    assert_int_equal(dmuon_doc_load_buffer(&d, "j.json", junk, strlen(junk)), DMUON_EPARSE);
 }
 
 static dmuon_rc write_hello(FILE *f, void *ctx) { fputs("hello\n", f); return DMUON_OK; }
@@ -87,6 +103,28 @@ static void test_atomic_write(void **state)
     char cmd[256];
     snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", tmpdir);
     assert_int_not_equal(system(cmd), 0);
+
+    /* a link is written through: the link stays, its target changes */
+    char link[160], target[160], fifo[160];
+    snprintf(target, sizeof target, "%s/target.txt", tmpdir);
+    snprintf(link, sizeof link, "%s/link.txt", tmpdir);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(dmuon_write_atomic(link, write_hello, NULL), DMUON_OK);
+    struct stat st;
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(dmuon_read_file(target, 1 << 20, &buf, &len), DMUON_OK);
+    assert_string_equal(buf, "hello\n");
+    free(buf);
+    /* a FIFO or a directory is never replaced; an empty path is refused */
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmpdir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(dmuon_write_atomic(fifo, write_hello, NULL), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "not a regular file"));
+    assert_int_equal(lstat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(dmuon_write_atomic(tmpdir, write_hello, NULL), DMUON_EINVAL);
+    assert_int_equal(dmuon_write_atomic("", write_hello, NULL), DMUON_EINVAL);
 }
 
 static dmuon_cost_row row(int64_t m, int64_t n, double ms)

@@ -21,8 +21,11 @@
 typedef dmuon_rc (*dmuon_write_fn)(FILE *f, void *ctx);
 
 /* Writes path atomically through fn (see above).  "-" writes to stdout
- * directly.  Errors: DMUON_EIO (temp file, write, fsync or rename failed,
- * message names the path), or whatever fn returned. */
+ * directly; a symbolic link is written through (its target is replaced).
+ * Errors: DMUON_EINVAL (empty path, or path names an existing non-regular
+ * file such as a device, FIFO or directory), DMUON_EIO (link cannot be
+ * resolved, temp file, write, fsync or rename failed; message names the
+ * path), or whatever fn returned. */
 dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx);
 
 /* Reads at most max_bytes of the file at path into a malloc'ed, NUL-
