@@ -16,11 +16,16 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 struct dmuon_costdb {
     sqlite3 *db;
     char *path;
+    bool readonly;
 };
+
+#define COLUMNS "device, variant, dtype, m, n, median_ms, min_ms, max_ms, samples, ranks, " \
+                "libraries, host, measured_at"
 
 static const char schema_sql[] =
 #include "schema_sql.h"
@@ -82,36 +87,117 @@ rollback:
     return rc;
 }
 
+/* True if the directory that holds path can take new files (SQLite's WAL
+ * and shared-memory files live next to the database). */
+static bool dir_writable(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return access(".", W_OK) == 0;
+    if (slash == path)
+        return access("/", W_OK) == 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    return access(dir, W_OK) == 0;
+}
+
+/* "file:PATH?mode=ro[&immutable=1]" with PATH percent-encoded where URI
+ * syntax needs it (%, ?, #). */
+static dmuon_rc readonly_uri(const char *path, bool immutable, char **out)
+{
+    size_t len = strlen(path);
+    char *u = malloc(3 * len + 40), *p = u;
+    if (!u)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory opening '%s'", path);
+    p += sprintf(p, "file:");
+    for (const char *q = path; *q; q++)
+        p += (*q == '%' || *q == '?' || *q == '#') ? sprintf(p, "%%%02X", (unsigned char)*q)
+                                                   : sprintf(p, "%c", *q);
+    sprintf(p, "?mode=ro%s", immutable ? "&immutable=1" : "");
+    *out = u;
+    return DMUON_OK;
+}
+
+/* The ns_cost table has the columns this build reads and writes. */
+static dmuon_rc check_layout(dmuon_costdb *c)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(c->db, "SELECT " COLUMNS " FROM ns_cost LIMIT 0", -1, &st, NULL) !=
+        SQLITE_OK)
+        return DMUON_FAIL(DMUON_EDB, "cost database '%s': table ns_cost does not have the "
+                          "layout of db/schema.sql version %d: %s", c->path,
+                          DMUON_COSTDB_VERSION, sqlite3_errmsg(c->db));
+    sqlite3_finalize(st);
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_costdb **out)
 {
     dmuon_costdb *c;
     dmuon_rc rc = DMUON_OK;
     struct stat st;
+    bool readonly = false;
     *out = NULL;
-    if (!create && stat(path, &st) != 0)
+    if (!path || !*path)
+        return DMUON_FAIL(DMUON_EINVAL, "empty cost database path (expected a file name for --db)");
+    if (stat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode))
+            return DMUON_FAIL(DMUON_EINVAL, "cost database '%s' is not a regular file", path);
+        /* A database the caller may not write (a shared, read-only copy) is
+         * opened read-only: lookups work, writes fail with a clear message. */
+        readonly = access(path, W_OK) != 0 || !dir_writable(path);
+    } else if (!create) {
         return DMUON_FAIL(DMUON_ENOTFOUND, "cost database '%s' does not exist (run dmuon-probe "
                           "to measure, or pass --db)", path);
+    } else if (!dir_writable(path)) {
+        return DMUON_FAIL(DMUON_EIO, "cannot create cost database '%s': its directory does not "
+                          "exist or is not writable", path);
+    }
     c = calloc(1, sizeof *c);
     if (!c || !(c->path = strdup(path))) {
         free(c);
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory opening '%s'", path);
     }
-    int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
-    if (sqlite3_open_v2(path, &c->db, flags, NULL) != SQLITE_OK) {
+    c->readonly = readonly;
+    int flags = readonly ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI
+                         : SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+    char *uri = NULL;
+    if (readonly) {
+        /* Without a writable directory SQLite cannot create the WAL's
+         * shared-memory file; such a database is opened as immutable. */
+        DMUON_TRY_GOTO(rc, readonly_uri(path, !dir_writable(path), &uri), fail);
+    }
+    int orc = sqlite3_open_v2(uri ? uri : path, &c->db, flags, NULL);
+    free(uri);
+    if (orc != SQLITE_OK) {
         rc = DMUON_FAIL(DMUON_EDB, "cannot open cost database '%s': %s", path,
                         c->db ? sqlite3_errmsg(c->db) : "out of memory");
         goto fail;
     }
     sqlite3_busy_timeout(c->db, busy_ms > 0 ? busy_ms : 10000);
-    DMUON_TRY_GOTO(rc, exec(c, "PRAGMA journal_mode=WAL", "not a usable SQLite database"), fail);
-    DMUON_TRY_GOTO(rc, exec(c, "PRAGMA synchronous=NORMAL", "cannot set synchronous"), fail);
-    DMUON_TRY_GOTO(rc, migrate(c), fail);
+    if (readonly) {
+        int v = 0;
+        DMUON_TRY_GOTO(rc, user_version(c, &v), fail);
+        if (v != DMUON_COSTDB_VERSION) {
+            rc = DMUON_FAIL(v > DMUON_COSTDB_VERSION ? DMUON_EVERSION : DMUON_EDB,
+                            "cost database '%s' is read-only and has schema version %d, not "
+                            "this dmuon's %d", path, v, DMUON_COSTDB_VERSION);
+            goto fail;
+        }
+    } else {
+        DMUON_TRY_GOTO(rc, exec(c, "PRAGMA journal_mode=WAL", "not a usable SQLite database"), fail);
+        DMUON_TRY_GOTO(rc, exec(c, "PRAGMA synchronous=NORMAL", "cannot set synchronous"), fail);
+        DMUON_TRY_GOTO(rc, migrate(c), fail);
+    }
+    DMUON_TRY_GOTO(rc, check_layout(c), fail);
     *out = c;
     return DMUON_OK;
 fail:
     dmuon_costdb_close(c);
     return rc;
 }
+
+bool dmuon_costdb_readonly(const dmuon_costdb *c) { return c->readonly; }
 
 void dmuon_costdb_close(dmuon_costdb *c)
 {
@@ -148,6 +234,9 @@ dmuon_rc dmuon_costdb_put_rows(dmuon_costdb *c, const dmuon_cost_row *rows, size
 
     for (size_t i = 0; i < n; i++)
         DMUON_TRY(check_row(&rows[i]));
+    if (c->readonly)
+        return DMUON_FAIL(DMUON_EIO, "cost database '%s' is read-only (file or directory not "
+                          "writable): cannot store %zu row(s)", c->path, n);
     DMUON_TRY(exec(c, "BEGIN IMMEDIATE", "cannot start a write transaction"));
     if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) {
         rc = db_fail(c, "cannot prepare the insert");
@@ -207,8 +296,6 @@ static void read_row(sqlite3_stmt *st, dmuon_cost_row *r)
     copy_text(r->measured_at, sizeof r->measured_at, sqlite3_column_text(st, 12));
 }
 
-#define COLUMNS "device, variant, dtype, m, n, median_ms, min_ms, max_ms, samples, ranks, " \
-                "libraries, host, measured_at"
 
 dmuon_rc dmuon_costdb_get(dmuon_costdb *c, const char *device, const char *variant,
                           const char *dtype, int64_t m, int64_t n, dmuon_cost_row *row)

@@ -185,6 +185,19 @@ static void test_costdb(void **state)
     fclose(f);
     assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_EDB);
     assert_non_null(strstr(dmuon_errmsg(), "junk.sqlite"));
+    /* an empty path, a directory, a missing directory */
+    assert_int_equal(dmuon_costdb_open("", true, 1000, &db), DMUON_EINVAL);
+    assert_int_equal(dmuon_costdb_open(tmpdir, true, 1000, &db), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "not a regular file"));
+    snprintf(path, sizeof path, "%s/no/such/dir/c.sqlite", tmpdir);
+    assert_int_equal(dmuon_costdb_open(path, true, 1000, &db), DMUON_EIO);
+    assert_non_null(strstr(dmuon_errmsg(), "directory"));
+    /* a database whose ns_cost table has another layout fails at open */
+    snprintf(path, sizeof path, "%s/foreign.sqlite", tmpdir);
+    snprintf(cmd, sizeof cmd, "sqlite3 %s 'CREATE TABLE ns_cost (x INTEGER); PRAGMA user_version=1'", path);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_EDB);
+    assert_non_null(strstr(dmuon_errmsg(), "layout"));
 }
 
 static void test_dtype_digest(void **state)

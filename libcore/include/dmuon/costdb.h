@@ -41,20 +41,28 @@ typedef struct {
  * "db/dmuon.sqlite".  Never NULL. */
 const char *dmuon_costdb_default_path(void);
 
-/* Opens (and with create=true creates, including its directory's absence
- * being an error) the database at path, enables WAL and a busy timeout of
- * busy_ms milliseconds, and creates or migrates the schema.  Errors:
- * DMUON_ENOTFOUND (file missing and !create), DMUON_EVERSION (user_version
- * newer than this build's; message says to upgrade dmuon), DMUON_EDB (not a
- * database, corrupt, locked past the timeout; message names path). */
+/* Opens (and with create=true creates) the database at path, enables WAL and
+ * a busy timeout of busy_ms milliseconds, creates or migrates the schema and
+ * checks the ns_cost table's layout.  A database whose file or directory the
+ * caller cannot write is opened read-only: lookups work, put_rows fails.
+ * Errors: DMUON_EINVAL (empty path, or path is a directory or other
+ * non-regular file), DMUON_ENOTFOUND (file missing and !create), DMUON_EIO
+ * (create asked but the directory is missing or not writable),
+ * DMUON_EVERSION (user_version newer than this build's; message says to
+ * upgrade dmuon), DMUON_EDB (not a database, corrupt, foreign table layout,
+ * read-only with an older schema, locked past the timeout; message names
+ * path). */
 dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_costdb **out);
+
+/* True if the database was opened read-only (see dmuon_costdb_open). */
+bool dmuon_costdb_readonly(const dmuon_costdb *db);
 
 /* Closes the database; accepts NULL. */
 void dmuon_costdb_close(dmuon_costdb *db);
 
 /* Inserts or replaces n rows in one transaction (all or nothing).  Errors:
  * DMUON_EINVAL (a row with m, n, samples or ranks <= 0, negative or
- * non-finite time), DMUON_EDB. */
+ * non-finite time), DMUON_EIO (database opened read-only), DMUON_EDB. */
 dmuon_rc dmuon_costdb_put_rows(dmuon_costdb *db, const dmuon_cost_row *rows, size_t n);
 
 /* Looks up one shape.  Returns DMUON_OK and fills *row, or DMUON_ENOTFOUND
