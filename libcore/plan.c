@@ -650,8 +650,8 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
     if (!isfinite(opts->epsilon) || opts->epsilon < 0 || opts->epsilon > 100)
         return DMUON_FAIL(DMUON_EINVAL, "epsilon %g: expected a number from 0 to 100",
                           opts->epsilon);
-    if (opts->small_unit_bytes < 0)
-        return DMUON_FAIL(DMUON_EINVAL, "small-unit threshold %lld bytes: expected >= 0",
+    if (opts->small_unit_bytes < 0 || opts->small_unit_bytes > DMUON_PLAN_MAX_SMALL_UNIT_BYTES)
+        return DMUON_FAIL(DMUON_EINVAL, "small-unit threshold %lld bytes: expected 0 to 2^46",
                           (long long)opts->small_unit_bytes);
     if (opts->zero_stage != 2 && opts->zero_stage != 3)
         return DMUON_FAIL(DMUON_EINVAL, "ZeRO stage %d: expected 2 or 3", opts->zero_stage);

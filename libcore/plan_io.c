@@ -303,7 +303,8 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
     DMUON_TRY(dmuon_doc_field_bool(d, op, "layer_spread", true, &o->layer_spread));
     DMUON_TRY(dmuon_doc_field_bool(d, op, "column_balance", true, &o->column_balance));
     DMUON_TRY(dmuon_doc_field_bool(d, op, "fuse_experts", true, &o->fuse_experts));
-    DMUON_TRY(dmuon_doc_field_int(d, op, "small_unit_bytes", true, &o->small_unit_bytes));
+    DMUON_TRY(int_in(c, op, "small_unit_bytes", 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES,
+                     &o->small_unit_bytes));
     DMUON_TRY(dmuon_doc_field_str(d, op, "param_dtype", true, &s));
     if (dmuon_dtype_parse(s, &o->param_dtype) != DMUON_OK)
         return DMUON_FAIL(DMUON_EPARSE, "%s: field 'options.param_dtype': unknown type '%s'",

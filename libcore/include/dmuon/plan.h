@@ -65,6 +65,10 @@ dmuon_rc dmuon_strategy_parse(const char *s, dmuon_strategy *out);
 /* Largest world size the planner accepts (nodes * gpus_per_node). */
 #define DMUON_PLAN_MAX_RANKS (1 << 20)
 
+/* Largest small-unit threshold accepted (2^46 bytes, the bound on sizes in a
+ * plan file). */
+#define DMUON_PLAN_MAX_SMALL_UNIT_BYTES ((int64_t)1 << 46)
+
 /* Planning options; dmuon_plan_opts_init sets the defaults given here. */
 typedef struct {
     int32_t nodes;              /* R >= 1 (default 1) */
@@ -156,8 +160,9 @@ typedef struct {
 /* Plans model for the cluster of opts.  Reads costs per opts->cost (for
  * DMUON_COST_DB, via dmuon_cost_table_load, whose errors it returns).
  * Errors: DMUON_EINVAL (nodes or gpus_per_node < 1, world size above
- * DMUON_PLAN_MAX_RANKS, epsilon < 0 or not finite, small_unit_bytes < 0),
- * DMUON_EUNSUPPORTED (a model with no Muon matrix), DMUON_ENOTFOUND,
+ * DMUON_PLAN_MAX_RANKS, epsilon < 0 or not finite, small_unit_bytes outside
+ * 0..DMUON_PLAN_MAX_SMALL_UNIT_BYTES, a model with no Muon matrix),
+ * DMUON_ENOTFOUND,
  * DMUON_EDB, DMUON_ENOMEM. */
 dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmuon_plan **out);
 
