@@ -7,6 +7,7 @@
  */
 #include "dmuon/cost.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,16 +148,32 @@ void dmuon_cost_probe_command(const char *model_path, const dmuon_cost_source *s
         w = snprintf(out + len, cap - len, " --db %s", r.path);
         len += w > 0 ? (size_t)w : 0;
     }
-    if (len < cap && !strncmp(r.device, "cuda", 4)) {
-        w = snprintf(out + len, cap - len, " --device cuda");
-        len += w > 0 ? (size_t)w : 0;
+    /* the kind of device to measure, and whether it is this machine's */
+    const char *kind = !strncmp(r.device, "cuda", 4) ? "cuda"
+                       : !strncmp(r.device, "cpu", 3) ? "cpu" : NULL;
+    bool here = false;
+    if (kind) {
+        char name[160];
+        here = dmuon_device_name(strcmp(kind, "cuda") ? DMUON_DEVICE_CPU : DMUON_DEVICE_CUDA, name,
+                                 sizeof name) == DMUON_OK && !strcmp(name, r.device);
+        dmuon_err_clear();
+        if (len < cap) {
+            w = snprintf(out + len, cap - len, " --device %s", kind);
+            len += w > 0 ? (size_t)w : 0;
+        }
     }
-    if (len < cap && strcmp(r.variant, "gram-pe5")) {
+    if (len < cap && (strcmp(r.variant, "gram-pe5") || (src && src->variant))) {
         w = snprintf(out + len, cap - len, " --variant %s", r.variant);
         len += w > 0 ? (size_t)w : 0;
     }
     if (len < cap && strcmp(r.dtype, "fp32")) {
         w = snprintf(out + len, cap - len, " --dtype %s", r.dtype);
+        len += w > 0 ? (size_t)w : 0;
+    }
+    if (len < cap && !here) {
+        w = snprintf(out + len, cap - len, "   (run it on a machine whose device is '%s': "
+                                           "this machine's %s cannot measure it)",
+                     r.device, kind ? kind : "devices");
         len += w > 0 ? (size_t)w : 0;
     }
     if (len >= cap && cap > 4)
@@ -291,3 +308,51 @@ double dmuon_cost_table_ms(const dmuon_cost_table *t, int64_t m, int64_t n)
 }
 
 uint64_t dmuon_cost_table_digest(const dmuon_cost_table *t) { return t->digest; }
+
+/* ------------------------------------------------------ device names -- */
+
+typedef struct {
+    const char *want;
+    bool found;
+    char list[512];
+    size_t len, n;
+    char last[128];
+} device_scan;
+
+static int scan_device(const dmuon_cost_row *row, void *ctx)
+{
+    device_scan *s = ctx;
+    if (!strcmp(row->device, s->want)) {
+        s->found = true;
+        return 1;
+    }
+    if (strcmp(row->device, s->last)) {   /* rows come ordered by device */
+        snprintf(s->last, sizeof s->last, "%s", row->device);
+        if (s->len < sizeof s->list)
+            s->len += (size_t)snprintf(s->list + s->len, sizeof s->list - s->len, "%s'%s'",
+                                       s->n ? ", " : "", row->device);
+        s->n++;
+    }
+    return 0;
+}
+
+dmuon_rc dmuon_cost_device_check(const char *db_path, const char *device)
+{
+    const char *path = db_path ? db_path : dmuon_costdb_default_path();
+    if (access(path, F_OK) != 0)
+        return DMUON_FAIL(DMUON_ENOTFOUND, "device '%s': the cost database '%s' does not exist "
+                                           "(expected --device cpu, cuda, or a device name "
+                                           "stored in the database)", device, path);
+    dmuon_costdb *db;
+    DMUON_TRY(dmuon_costdb_open(path, false, 5000, &db));
+    device_scan s = {.want = device};
+    dmuon_rc rc = dmuon_costdb_each(db, NULL, scan_device, &s);
+    dmuon_costdb_close(db);
+    DMUON_TRY(rc);
+    if (!s.found)
+        return DMUON_FAIL(DMUON_ENOTFOUND, "device '%s' has no rows in the cost database '%s' "
+                                           "(expected --device cpu, cuda, or one of the stored "
+                                           "devices: %s)", device, path,
+                          s.n ? s.list : "none");
+    return DMUON_OK;
+}

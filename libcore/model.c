@@ -14,10 +14,13 @@
 #include "model_internal.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ helpers -- */
 
@@ -68,6 +71,34 @@ static bool ends_with(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
+}
+
+dmuon_rc dmuon_model_pattern_check(const char *pat)
+{
+    if (!pat || !*pat)
+        return DMUON_FAIL(DMUON_EINVAL, "role pattern '': expected a non-empty fnmatch pattern");
+    for (const char *c = pat; *c; c++) {
+        if (*c == '\\') {
+            if (!c[1])
+                return DMUON_FAIL(DMUON_EINVAL, "role pattern '%s': ends with an unescaped "
+                                                "backslash", pat);
+            c++;
+        } else if (*c == '[') {
+            /* a bracket expression: optional '!' or '^', a ']' first is literal */
+            const char *e = c + 1;
+            if (*e == '!' || *e == '^')
+                e++;
+            if (*e == ']')
+                e++;
+            while (*e && *e != ']')
+                e++;
+            if (!*e)
+                return DMUON_FAIL(DMUON_EINVAL, "role pattern '%s': '[' at position %zu has no "
+                                                "closing ']'", pat, (size_t)(c - pat) + 1);
+            c = e;
+        }
+    }
+    return DMUON_OK;
 }
 
 static bool any_match(const char *const *pats, size_t n, const char *name)
@@ -279,6 +310,9 @@ dmuon_rc dmuon_model_new(const char *source, const char *format, const dmuon_ten
     dmuon_rc rc = DMUON_OK;
     size_t *idx = NULL;
     *out = NULL;
+    for (size_t i = 0; opts && i < opts->n_muon + opts->n_adamw; i++)
+        DMUON_TRY(dmuon_model_pattern_check(i < opts->n_muon ? opts->muon[i]
+                                                              : opts->adamw[i - opts->n_muon]));
     dmuon_model *m = calloc(1, sizeof *m);
     if (!m)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
@@ -464,6 +498,21 @@ dmuon_rc dmuon_model_load(const char *path, const dmuon_model_opts *opts, dmuon_
     *out = NULL;
     if (!path || !*path)
         return DMUON_FAIL(DMUON_EINVAL, "no model path given");
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return DMUON_FAIL(errno == ENOENT || errno == ENOTDIR ? DMUON_ENOTFOUND : DMUON_EIO,
+                          "cannot open model '%s': %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        char cfg[4096];
+        int w = snprintf(cfg, sizeof cfg, "%s%sconfig.json", path,
+                         path[strlen(path) - 1] == '/' ? "" : "/");
+        if (w > 0 && (size_t)w < sizeof cfg && access(cfg, F_OK) == 0)
+            return DMUON_FAIL(DMUON_EINVAL, "model '%s' is a directory; did you mean %s?", path,
+                              cfg);
+        return DMUON_FAIL(DMUON_EINVAL, "model '%s' is a directory; expected a config.json, a "
+                                        ".safetensors file, a model.safetensors.index.json or a "
+                                        "YAML inventory", path);
+    }
     if (ends_with(path, ".safetensors")) {
         DMUON_TRY(dmuon_model_load_safetensors(path, opts, out));
         return DMUON_OK;

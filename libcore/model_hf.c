@@ -77,7 +77,13 @@ static dmuon_rc emit(emitter *e, int ndim, int64_t a, int64_t b, int64_t c, cons
     return dmuon_spec_add(e->l, e->name, e->dt, ndim, shape);
 }
 
-/* Reads an integer field; required ones must be present and > 0. */
+/* Largest value accepted for a config dimension or count: 2^24, far above
+ * any released model's width, depth, vocabulary or expert count, so that an
+ * absurd value is blamed on its field rather than on a derived tensor. */
+#define MAX_CONFIG_VALUE ((int64_t)1 << 24)
+
+/* Reads an integer field; required ones must be present; all in
+ * 1..MAX_CONFIG_VALUE. */
 static dmuon_rc get_pos(dmuon_doc *d, yaml_node_t *root, const char *key, bool required,
                         int64_t *out)
 {
@@ -91,6 +97,11 @@ static dmuon_rc get_pos(dmuon_doc *d, yaml_node_t *root, const char *key, bool r
     if (*out <= 0)
         return DMUON_FAIL(DMUON_EPARSE, "%s:%d: field '%s': expected a positive integer, got %lld",
                           d->name, dmuon_doc_line(v), key, (long long)*out);
+    if (*out > MAX_CONFIG_VALUE)
+        return DMUON_FAIL(DMUON_EPARSE, "%s:%d: field '%s': %lld is beyond %lld (expected a "
+                                        "model dimension or count)",
+                          d->name, dmuon_doc_line(v), key, (long long)*out,
+                          (long long)MAX_CONFIG_VALUE);
     return DMUON_OK;
 }
 
@@ -200,7 +211,7 @@ dmuon_rc dmuon_model_load_hf_config(const char *path, dmuon_doc *d, const dmuon_
         if (!strcmp(type, supported[k]))
             break;
     if (k == ns)
-        return DMUON_FAIL(DMUON_EUNSUPPORTED,
+        return DMUON_FAIL(DMUON_EPARSE,
                           "%s:%d: field 'model_type': '%s' is not supported; supported types: "
                           "llama, mistral, qwen2, qwen2_moe, gemma, gemma2 (for any other model, "
                           "point dmuon at its model.safetensors.index.json or .safetensors files, "

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define ST_MAX_HEADER (100u << 20)
 
@@ -229,6 +230,12 @@ dmuon_rc dmuon_model_load_st_index(const char *path, dmuon_doc *d, const dmuon_m
         char sp[4096];
         if ((size_t)snprintf(sp, sizeof sp, "%s/%s", dir, shards[i]) >= sizeof sp) {
             rc = DMUON_FAIL(DMUON_EINVAL, "%s: shard path too long", path);
+            goto out;
+        }
+        if (access(sp, F_OK) != 0) {
+            rc = DMUON_FAIL(DMUON_ENOTFOUND, "%s: field 'weight_map': shard '%s' is missing "
+                                             "(expected the file %s next to the index)",
+                            path, shards[i], sp);
             goto out;
         }
         DMUON_TRY_GOTO(rc, read_header(sp, &l), out);

@@ -42,6 +42,45 @@ static dmuon_rc read_patterns(dmuon_doc *d, yaml_node_t *root, const char *key,
     return DMUON_OK;
 }
 
+typedef struct {
+    const char *name;
+    size_t index;
+    int line;
+} named_item;
+
+static int cmp_named(const void *x, const void *y)
+{
+    const named_item *a = x, *b = y;
+    int c = strcmp(a->name, b->name);
+    return c ? c : (a->index > b->index) - (a->index < b->index);
+}
+
+/* A duplicate tensor name is reported at its second occurrence's line. */
+static dmuon_rc check_duplicates(dmuon_doc *d, yaml_node_t *list, const char *path)
+{
+    size_t n = dmuon_doc_seq_len(list);
+    named_item *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *it = dmuon_doc_seq_at(d, list, i);
+        const char *name = NULL;
+        dmuon_doc_field_str(d, it, "name", true, &name);   /* checked by the caller */
+        v[i] = (named_item){name ? name : "", i, dmuon_doc_line(it)};
+    }
+    qsort(v, n, sizeof *v, cmp_named);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(v[i].name, v[i - 1].name)) {
+            dmuon_rc rc = DMUON_FAIL(DMUON_EPARSE, "%s: duplicate tensor name '%s' at line %d "
+                                                   "(first at line %d)",
+                                     path, v[i].name, v[i].line, v[i - 1].line);
+            free(v);
+            return rc;
+        }
+    free(v);
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_model_load_yaml(const char *path, const dmuon_model_opts *opts, dmuon_model **out)
 {
     dmuon_rc rc = DMUON_OK;
@@ -120,6 +159,7 @@ dmuon_rc dmuon_model_load_yaml(const char *path, const dmuon_model_opts *opts, d
         }
         DMUON_TRY_GOTO(rc, dmuon_spec_add(&l, name, dt, (int)nd, shape), out);
     }
+    DMUON_TRY_GOTO(rc, check_duplicates(&d, list, path), out);
     DMUON_TRY_GOTO(rc, dmuon_model_new(path, "yaml", l.t, l.n, &o, out), out);
 out:
     free(muon);

@@ -388,8 +388,20 @@ uint64_t dmuon_plan_segments_digest(const dmuon_plan *p)
     return h;
 }
 
+uint64_t dmuon_plan_options_digest(const dmuon_plan_opts *o)
+{
+    /* epsilon with 15 significant digits, as the plan file stores it, so a
+     * loaded plan recomputes the same digest */
+    char obuf[512];
+    int len = snprintf(obuf, sizeof obuf, "%d %d %d %d %d %d %.15g %d %d %d %d %lld %d",
+                       o->nodes, o->gpus_per_node, o->sharding, o->zero_stage, o->strategy,
+                       o->cost, o->epsilon, o->byte_cap, o->layer_spread, o->column_balance,
+                       o->fuse_experts, (long long)o->small_unit_bytes, o->param_dtype);
+    return dmuon_digest(obuf, (size_t)len, DMUON_DIGEST_SEED);
+}
+
 /* Window offsets and per-rank window sizes. */
-static dmuon_rc layout_windows(dmuon_plan *p)
+dmuon_rc dmuon_plan_layout_windows(dmuon_plan *p)
 {
     size_t *idx = malloc((p->nunits ? p->nunits : 1) * sizeof *idx);
     free(p->window);
@@ -411,7 +423,7 @@ static dmuon_rc layout_windows(dmuon_plan *p)
 }
 
 /* Frozen segment tables: per layer, members by layer offset, merged runs. */
-static dmuon_rc layout_segments(dmuon_plan *p)
+dmuon_rc dmuon_plan_layout_segments(dmuon_plan *p)
 {
     dmuon_rc rc = DMUON_OK;
     size_t nm = p->nmembers, dsz = dmuon_dtype_size(p->opts.param_dtype);
@@ -591,8 +603,8 @@ out:
 
 dmuon_rc dmuon_plan_finish(dmuon_plan *p)
 {
-    DMUON_TRY(layout_windows(p));
-    DMUON_TRY(layout_segments(p));
+    DMUON_TRY(dmuon_plan_layout_windows(p));
+    DMUON_TRY(dmuon_plan_layout_segments(p));
     DMUON_TRY(layout_leaders(p));
     DMUON_TRY(dmuon_plan_compute_report(p));
     return DMUON_OK;
@@ -638,8 +650,8 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
     if (!isfinite(opts->epsilon) || opts->epsilon < 0 || opts->epsilon > 100)
         return DMUON_FAIL(DMUON_EINVAL, "epsilon %g: expected a number from 0 to 100",
                           opts->epsilon);
-    if (opts->small_unit_bytes < 0)
-        return DMUON_FAIL(DMUON_EINVAL, "small-unit threshold %lld bytes: expected >= 0",
+    if (opts->small_unit_bytes < 0 || opts->small_unit_bytes > DMUON_PLAN_MAX_SMALL_UNIT_BYTES)
+        return DMUON_FAIL(DMUON_EINVAL, "small-unit threshold %lld bytes: expected 0 to 2^46",
                           (long long)opts->small_unit_bytes);
     if (opts->zero_stage != 2 && opts->zero_stage != 3)
         return DMUON_FAIL(DMUON_EINVAL, "ZeRO stage %d: expected 2 or 3", opts->zero_stage);
@@ -648,8 +660,9 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
     dmuon_model_stats st;
     dmuon_model_get_stats(m, &st);
     if (st.muon_matrices == 0)
-        return DMUON_FAIL(DMUON_EUNSUPPORTED, "model '%s' has no Muon matrix to assign",
-                          dmuon_model_source(m));
+        return DMUON_FAIL(DMUON_EINVAL, "model '%s' has no Muon matrix to assign (every "
+                                        "parameter has role adamw; check the --muon/--adamw "
+                                        "patterns)", dmuon_model_source(m));
     dmuon_plan *p = calloc(1, sizeof *p);
     if (!p)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
@@ -706,16 +719,7 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
     }
     DMUON_TRY_GOTO(rc, dmuon_plan_assign_owners(p), fail);
     DMUON_TRY_GOTO(rc, dmuon_plan_finish(p), fail);
-    {
-        char obuf[512];
-        int len = snprintf(obuf, sizeof obuf, "%d %d %d %d %d %d %.17g %d %d %d %d %lld %d",
-                           p->opts.nodes, p->opts.gpus_per_node, p->opts.sharding,
-                           p->opts.zero_stage, p->opts.strategy, p->opts.cost, p->opts.epsilon,
-                           p->opts.byte_cap, p->opts.layer_spread, p->opts.column_balance,
-                           p->opts.fuse_experts, (long long)p->opts.small_unit_bytes,
-                           p->opts.param_dtype);
-        p->options_digest = dmuon_digest(obuf, (size_t)len, DMUON_DIGEST_SEED);
-    }
+    p->options_digest = dmuon_plan_options_digest(&p->opts);
     dmuon_cost_table_free(ct);
     *out = p;
     return DMUON_OK;

@@ -362,8 +362,9 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
     const dmuon_plan_report *r = &p->report;
     const dmuon_plan_opts *o = &p->opts;
     fprintf(f, "plan: %s  (%s)\n", o->model_path ? o->model_path : "?", p->model_format);
-    fprintf(f, "cluster: %d ranks = %d nodes x %d GPUs, %s ZeRO-%d\n", p->ranks, o->nodes,
-            o->gpus_per_node, o->sharding == DMUON_SHARD_HSDP ? "HSDP" : "FSDP", o->zero_stage);
+    fprintf(f, "cluster: %d rank%s = %d node%s x %d GPU%s, %s ZeRO-%d\n", p->ranks,
+            p->ranks == 1 ? "" : "s", o->nodes, o->nodes == 1 ? "" : "s", o->gpus_per_node,
+            o->gpus_per_node == 1 ? "" : "s", o->sharding == DMUON_SHARD_HSDP ? "HSDP" : "FSDP", o->zero_stage);
     fprintf(f, "assignment: %s, byte cap %s (epsilon %.3g), layer spreading %s%s, %s experts\n",
             dmuon_strategy_name(o->strategy), o->byte_cap ? "on" : "off", o->epsilon,
             o->layer_spread ? "on" : "off",

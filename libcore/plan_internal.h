@@ -15,6 +15,7 @@ struct dmuon_plan {
     char model_format[32];
     uint64_t model_digest, cost_digest, options_digest;
     uint64_t rec_units_digest, rec_segments_digest;  /* as recorded in a loaded file */
+    dmuon_plan_report rec_report;                    /* its summary, as recorded */
     bool loaded;
 
     dmuon_plan_param *params;
@@ -69,6 +70,18 @@ dmuon_rc dmuon_plan_compute_report(dmuon_plan *p);
 /* Digests over the units (owners included) and over the segment tables. */
 uint64_t dmuon_plan_units_digest(const dmuon_plan *p);
 uint64_t dmuon_plan_segments_digest(const dmuon_plan *p);
+
+/* Digest of the planning options (cluster, strategy, switches, epsilon as
+ * written with 15 significant digits, small_unit_bytes, param_dtype). */
+uint64_t dmuon_plan_options_digest(const dmuon_plan_opts *o);
+
+/* Window offsets of the units (owner's units in id order) and p->window.
+ * Errors: DMUON_ENOMEM. */
+dmuon_rc dmuon_plan_layout_windows(dmuon_plan *p);
+
+/* Frozen segment tables from the units (owners, window offsets, members):
+ * fills p->segs, p->nsegs and p->layer_seg.  Errors: DMUON_ENOMEM. */
+dmuon_rc dmuon_plan_layout_segments(dmuon_plan *p);
 
 /* Text of the cost source for the report. */
 void dmuon_plan_describe_cost(dmuon_plan *p);

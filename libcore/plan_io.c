@@ -9,9 +9,11 @@
  *   cluster:  ranks, nodes, gpus_per_node, sharding, zero_stage
  *   options:  strategy, epsilon, switches, small_unit_bytes, param_dtype,
  *             cost model (+ device, variant, dtype, db for measured costs)
- *   summary:  the balance report (informational; recomputed on load)
+ *   summary:  the balance report (recomputed and compared on load)
  *   digests:  units and segments (recomputed and compared on load)
- *   layers:   - {name, bytes, segments: [[owner, offset, count, window_offset], ...]}
+ *   layers:   - {name, bytes, segments: [{owner, dtype, offset, count,
+ *                window_offset}, ...]}  (offset and window_offset in bytes,
+ *                count in elements of dtype: dmuon_segment of dmuon/types.h)
  *   params:   - {name, layer, role, numel, matrices, m, n}
  *   units:    - {id, name, layer, owner, elements, bytes, matrices, ns_ms,
  *                window_offset, fallback, members: [[param, first, count, offset]],
@@ -111,7 +113,8 @@ static dmuon_rc write_plan(FILE *f, void *ctx)
         fprintf(f, ", bytes: %lld, segments: [", (long long)p->layer_bytes[l]);
         for (size_t s = p->layer_seg[l]; s < p->layer_seg[l + 1]; s++) {
             const dmuon_segment *g = &p->segs[s];
-            fprintf(f, "%s[%d, %lld, %lld, %lld]", s > p->layer_seg[l] ? ", " : "", g->owner,
+            fprintf(f, "%s{owner: %d, dtype: %s, offset: %lld, count: %lld, window_offset: %lld}",
+                    s > p->layer_seg[l] ? ", " : "", g->owner, dmuon_dtype_name(g->dtype),
                     (long long)g->offset, (long long)g->count, (long long)g->window_offset);
         }
         fprintf(f, "]}\n");
@@ -169,26 +172,35 @@ dmuon_rc dmuon_plan_write(const dmuon_plan *p, const char *path)
 typedef struct {
     dmuon_doc *d;
     const char *path;
+    unsigned flags;
 } ld;
+
+/* An owner or leader outside [0, N): bad input for a strict load, a
+ * violation for dmuon-verify (DMUON_PLAN_LOAD_NO_DIGESTS). */
+static dmuon_rc range_rc(const ld *c)
+{
+    return (c->flags & DMUON_PLAN_LOAD_NO_DIGESTS) ? DMUON_ECHECK : DMUON_EPARSE;
+}
+
+static dmuon_rc need_kind(ld *c, yaml_node_t *n, const char *what, yaml_node_type_t kind,
+                          const char *expected)
+{
+    if (!n)
+        return DMUON_FAIL(DMUON_ENOTFOUND, "%s: missing required field '%s'", c->path, what);
+    if (n->type != kind)
+        return DMUON_FAIL(DMUON_EPARSE, "%s:%d: field '%s': expected %s", c->path,
+                          dmuon_doc_line(n), what, expected);
+    return DMUON_OK;
+}
 
 static dmuon_rc need_map(ld *c, yaml_node_t *n, const char *what)
 {
-    if (!n || n->type != YAML_MAPPING_NODE)
-        return DMUON_FAIL(n ? DMUON_EPARSE : DMUON_ENOTFOUND,
-                          n ? "%s:%d: field '%s': expected a mapping"
-                            : "%s:%d: missing required field '%s'",
-                          c->path, dmuon_doc_line(n), what);
-    return DMUON_OK;
+    return need_kind(c, n, what, YAML_MAPPING_NODE, "a mapping");
 }
 
 static dmuon_rc need_seq(ld *c, yaml_node_t *n, const char *what)
 {
-    if (!n || n->type != YAML_SEQUENCE_NODE)
-        return DMUON_FAIL(n ? DMUON_EPARSE : DMUON_ENOTFOUND,
-                          n ? "%s:%d: field '%s': expected a list"
-                            : "%s:%d: missing required field '%s'",
-                          c->path, dmuon_doc_line(n), what);
-    return DMUON_OK;
+    return need_kind(c, n, what, YAML_SEQUENCE_NODE, "a list");
 }
 
 /* Reads a list of k integers (a tuple such as [owner, offset, count, win]). */
@@ -291,7 +303,8 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
     DMUON_TRY(dmuon_doc_field_bool(d, op, "layer_spread", true, &o->layer_spread));
     DMUON_TRY(dmuon_doc_field_bool(d, op, "column_balance", true, &o->column_balance));
     DMUON_TRY(dmuon_doc_field_bool(d, op, "fuse_experts", true, &o->fuse_experts));
-    DMUON_TRY(dmuon_doc_field_int(d, op, "small_unit_bytes", true, &o->small_unit_bytes));
+    DMUON_TRY(int_in(c, op, "small_unit_bytes", 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES,
+                     &o->small_unit_bytes));
     DMUON_TRY(dmuon_doc_field_str(d, op, "param_dtype", true, &s));
     if (dmuon_dtype_parse(s, &o->param_dtype) != DMUON_OK)
         return DMUON_FAIL(DMUON_EPARSE, "%s: field 'options.param_dtype': unknown type '%s'",
@@ -300,6 +313,27 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
     DMUON_TRY(dup_field(c, p, op, "variant", 3, &o->cost_src.variant));
     DMUON_TRY(dup_field(c, p, op, "dtype", 4, &o->cost_src.dtype));
     DMUON_TRY(dup_field(c, p, op, "db", 1, &o->cost_src.db_path));
+
+    yaml_node_t *sm = dmuon_doc_get(d, root, "summary");
+    dmuon_plan_report *r = &p->rec_report;
+    DMUON_TRY(need_map(c, sm, "summary"));
+    DMUON_TRY(dmuon_doc_field_int(d, sm, "units", true, &v));
+    r->units = v < 0 ? 0 : (size_t)v;
+    DMUON_TRY(dmuon_doc_field_int(d, sm, "muon_matrices", true, &r->muon_matrices));
+    DMUON_TRY(dmuon_doc_field_int(d, sm, "max_owner_bytes", true, &r->max_owner_bytes));
+    DMUON_TRY(dmuon_doc_field_int(d, sm, "max_matrices_per_rank", true, &r->max_matrices_per_rank));
+    DMUON_TRY(dmuon_doc_field_int(d, sm, "byte_cap_fallbacks", true, &v));
+    r->byte_cap_fallbacks = v < 0 ? 0 : (size_t)v;
+    DMUON_TRY(dmuon_doc_field_double(d, sm, "busiest_ns_over_mean", true,
+                                     &r->busiest_ns_over_mean));
+    DMUON_TRY(dmuon_doc_field_double(d, sm, "busiest_ns_over_lower_bound", true,
+                                     &r->busiest_ns_over_lower_bound));
+    DMUON_TRY(dmuon_doc_field_double(d, sm, "heaviest_bytes_over_mean", true,
+                                     &r->heaviest_bytes_over_mean));
+    DMUON_TRY(dmuon_doc_field_double(d, sm, "heaviest_rail_over_mean", true,
+                                     &r->heaviest_rail_over_mean));
+    DMUON_TRY(dmuon_doc_field_double(d, sm, "layer_root_over_largest_unit", true,
+                                     &r->layer_root_over_largest_unit));
 
     yaml_node_t *dg = dmuon_doc_get(d, root, "digests");
     DMUON_TRY(need_map(c, dg, "digests"));
@@ -343,18 +377,34 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         DMUON_TRY(need_seq(c, sg, "segments"));
         p->layer_seg[l] = p->nsegs;
         for (size_t k = 0; k < dmuon_doc_seq_len(sg); k++) {
-            DMUON_TRY(tuple(c, dmuon_doc_seq_at(d, sg, k), "segments", t, 4));
+            yaml_node_t *g = dmuon_doc_seq_at(d, sg, k);
+            const char *lname = p->layer_names[l];
+            if (!g || g->type != YAML_MAPPING_NODE)
+                return DMUON_FAIL(DMUON_EPARSE, "%s:%d: layer '%s': segment %zu: expected "
+                                                "{owner, dtype, offset, count, window_offset}",
+                                  c->path, dmuon_doc_line(g ? g : sg), lname, k);
+            static const char *const keys[4] = {"owner", "offset", "count", "window_offset"};
+            for (int j = 0; j < 4; j++) {
+                DMUON_TRY(dmuon_doc_field_int(d, g, keys[j], true, &t[j]));
+                if (j > 0 && (t[j] < 0 || t[j] > BIG))
+                    return DMUON_FAIL(DMUON_EPARSE, "%s:%d: layer '%s': segment %zu: field '%s': "
+                                                    "%lld is outside 0..2^46",
+                                      c->path, dmuon_doc_line(g), lname, k, keys[j],
+                                      (long long)t[j]);
+            }
             if (t[0] < 0 || t[0] >= p->ranks)
-                return DMUON_FAIL(DMUON_ECHECK, "%s: layer '%s': segment %zu: owner %lld is "
-                                                "outside [0, %d)",
-                                  c->path, s, k, (long long)t[0], p->ranks);
-            for (int j = 1; j < 4; j++)
-                if (t[j] < 0 || t[j] > BIG)
-                    return DMUON_FAIL(DMUON_EPARSE, "%s: layer '%s': segment %zu: value %lld "
-                                                    "is outside 0..2^46",
-                                      c->path, s, k, (long long)t[j]);
-            p->segs[p->nsegs++] = (dmuon_segment){(int32_t)t[0], p->opts.param_dtype, t[1], t[2],
-                                                  t[3]};
+                return DMUON_FAIL(range_rc(c), "%s:%d: layer '%s': segment %zu: owner %lld is "
+                                               "outside [0, %d)",
+                                  c->path, dmuon_doc_line(g), lname, k, (long long)t[0],
+                                  p->ranks);
+            DMUON_TRY(dmuon_doc_field_str(d, g, "dtype", true, &s));
+            dmuon_dtype dt;
+            if (dmuon_dtype_parse(s, &dt) != DMUON_OK || dt != p->opts.param_dtype)
+                return DMUON_FAIL(DMUON_EPARSE, "%s:%d: layer '%s': segment %zu: field 'dtype': "
+                                                "'%s', expected the plan's param_dtype %s",
+                                  c->path, dmuon_doc_line(g), lname, k, s,
+                                  dmuon_dtype_name(p->opts.param_dtype));
+            p->segs[p->nsegs++] = (dmuon_segment){(int32_t)t[0], dt, t[1], t[2], t[3]};
         }
     }
     p->layer_seg[p->nlayers] = p->nsegs;
@@ -401,6 +451,11 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
     DMUON_TRY(need_seq(c, us, "units"));
     p->nunits = 0;
     size_t nu = dmuon_doc_seq_len(us), nm = 0;
+    if (nu != p->rec_report.units)
+        return DMUON_FAIL(DMUON_EMISMATCH, "%s:%d: field 'units': expected %zu units (as "
+                                           "'summary.units' records), found %zu; was a unit "
+                                           "line deleted or added?",
+                          c->path, dmuon_doc_line(us), p->rec_report.units, nu);
     for (size_t i = 0; i < nu; i++)
         nm += dmuon_doc_seq_len(dmuon_doc_get(d, dmuon_doc_seq_at(d, us, i), "members"));
     p->units = calloc(nu + 1, sizeof *p->units);
@@ -420,13 +475,17 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         if (!u->name)
             return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
         p->nunits = i + 1;
-        DMUON_TRY(int_in(c, it, "id", (int64_t)i, (int64_t)i, &v));
+        DMUON_TRY(dmuon_doc_field_int(d, it, "id", true, &v));
+        if (v != (int64_t)i)
+            return DMUON_FAIL(DMUON_EPARSE, "%s:%d: unit '%s': field 'id': %lld, expected %zu "
+                                            "(units are numbered 0, 1, 2, ... in file order)",
+                              c->path, dmuon_doc_line(it), u->name, (long long)v, i);
         u->id = (int32_t)v;
         DMUON_TRY(int_in(c, it, "layer", 0, (int64_t)p->nlayers - 1, &v));
         u->layer = (int32_t)v;
         DMUON_TRY(dmuon_doc_field_int(d, it, "owner", true, &v));
         if (v < 0 || v >= p->ranks)
-            return DMUON_FAIL(DMUON_ECHECK, "%s:%d: unit '%s': owner %lld is outside [0, %d)",
+            return DMUON_FAIL(range_rc(c), "%s:%d: unit '%s': owner %lld is outside [0, %d)",
                               c->path, dmuon_doc_line(it), u->name, (long long)v, p->ranks);
         u->owner = (int32_t)v;
         u->node = u->owner / p->opts.gpus_per_node;
@@ -454,7 +513,7 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
                                   p->nparams);
             const dmuon_plan_param *q = &p->params[t[0]];
             if (q->role != DMUON_ROLE_MUON)
-                return DMUON_FAIL(DMUON_ECHECK, "%s:%d: unit '%s' holds AdamW parameter '%s'",
+                return DMUON_FAIL(range_rc(c), "%s:%d: unit '%s' holds AdamW parameter '%s'",
                                   c->path, dmuon_doc_line(it), u->name, q->name);
             if (t[1] < 0 || t[2] < 1 || t[1] > q->matrices ||
                 t[2] > q->matrices - t[1] || t[3] < 0 || t[3] > BIG)
@@ -475,7 +534,7 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
             for (int32_t r = 0; r < p->opts.nodes; r++) {
                 DMUON_TRY(dmuon_doc_to_int(d, dmuon_doc_seq_at(d, lv, (size_t)r), "leaders", &v));
                 if (v < 0 || v >= p->ranks)
-                    return DMUON_FAIL(DMUON_ECHECK, "%s:%d: unit '%s': leader %lld is outside "
+                    return DMUON_FAIL(range_rc(c), "%s:%d: unit '%s': leader %lld is outside "
                                                     "[0, %d)", c->path, dmuon_doc_line(it),
                                       u->name, (long long)v, p->ranks);
                 p->leaders[i * (size_t)p->opts.nodes + (size_t)r] = (int32_t)v;
@@ -496,13 +555,147 @@ static dmuon_rc derive(dmuon_plan *p)
     return DMUON_OK;
 }
 
+/* Strict load: everything that can be recomputed from the stored units and
+ * options is recomputed and compared with what the file records. */
+static dmuon_rc verify_loaded(const char *path, dmuon_plan *p)
+{
+    char a[17], b[17];
+    uint64_t ho = dmuon_plan_options_digest(&p->opts);
+    if (ho != p->options_digest) {
+        dmuon_digest_hex(p->options_digest, a);
+        dmuon_digest_hex(ho, b);
+        return DMUON_FAIL(DMUON_EMISMATCH,
+                          "%s: field 'inputs.options_digest': recorded %s but the file's cluster "
+                          "and options give %s; the plan was edited after dmuon-plan wrote it "
+                          "(re-run dmuon-plan)", path, a, b);
+    }
+    uint64_t hu = dmuon_plan_units_digest(p);
+    if (hu != p->rec_units_digest) {
+        dmuon_digest_hex(p->rec_units_digest, a);
+        dmuon_digest_hex(hu, b);
+        return DMUON_FAIL(DMUON_EMISMATCH,
+                          "%s: field 'digests.units': recorded %s but the file's units give %s; "
+                          "the plan was edited after dmuon-plan wrote it (re-run dmuon-plan, or "
+                          "check it with dmuon-verify --plan)", path, a, b);
+    }
+    /* window offsets from the owners */
+    size_t nu = p->nunits ? p->nunits : 1;
+    int64_t *woff = malloc(nu * sizeof *woff);
+    if (!woff)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    for (size_t i = 0; i < p->nunits; i++)
+        woff[i] = p->units[i].window_offset;
+    dmuon_rc rc = dmuon_plan_layout_windows(p);
+    for (size_t i = 0; rc == DMUON_OK && i < p->nunits; i++)
+        if (woff[i] != p->units[i].window_offset)
+            rc = DMUON_FAIL(DMUON_EMISMATCH, "%s: unit %zu '%s': field 'window_offset': "
+                                             "recorded %lld, the owners' units give %lld",
+                            path, i, p->units[i].name, (long long)woff[i],
+                            (long long)p->units[i].window_offset);
+    free(woff);
+    DMUON_TRY(rc);
+    /* segment tables from the units */
+    dmuon_segment *fsegs = p->segs;
+    size_t *fls = p->layer_seg, fn = p->nsegs;
+    p->segs = NULL;
+    p->layer_seg = NULL;
+    rc = dmuon_plan_layout_segments(p);
+    for (size_t l = 0; rc == DMUON_OK && l < p->nlayers; l++) {
+        size_t n1 = fls[l + 1] - fls[l], n2 = p->layer_seg[l + 1] - p->layer_seg[l];
+        for (size_t k = 0; rc == DMUON_OK && k < (n1 > n2 ? n1 : n2); k++) {
+            const dmuon_segment *x = k < n1 ? &fsegs[fls[l] + k] : NULL;
+            const dmuon_segment *y = k < n2 ? &p->segs[p->layer_seg[l] + k] : NULL;
+            if (x && y && x->owner == y->owner && x->dtype == y->dtype &&
+                x->offset == y->offset && x->count == y->count &&
+                x->window_offset == y->window_offset)
+                continue;
+            char fx[160] = "none", fy[160] = "none";
+            if (x)
+                snprintf(fx, sizeof fx, "{owner: %d, offset: %lld, count: %lld, window_offset: "
+                                        "%lld}", x->owner, (long long)x->offset,
+                         (long long)x->count, (long long)x->window_offset);
+            if (y)
+                snprintf(fy, sizeof fy, "{owner: %d, offset: %lld, count: %lld, window_offset: "
+                                        "%lld}", y->owner, (long long)y->offset,
+                         (long long)y->count, (long long)y->window_offset);
+            rc = DMUON_FAIL(DMUON_EMISMATCH,
+                            "%s: layer %zu '%s': segment %zu differs from the units: the file "
+                            "has %s, the units give %s (%zu segments in the file, %zu from the "
+                            "units)", path, l, p->layer_names[l], k, fx, fy, n1, n2);
+        }
+    }
+    if (rc == DMUON_OK && fn != p->nsegs)
+        rc = DMUON_FAIL(DMUON_EMISMATCH, "%s: field 'layers': %zu segments in the file, %zu from "
+                                         "the units", path, fn, p->nsegs);
+    free(fsegs);
+    free(fls);
+    DMUON_TRY(rc);
+    uint64_t hs = dmuon_plan_segments_digest(p);
+    if (hs != p->rec_segments_digest) {
+        dmuon_digest_hex(p->rec_segments_digest, a);
+        dmuon_digest_hex(hs, b);
+        return DMUON_FAIL(DMUON_EMISMATCH,
+                          "%s: field 'digests.segments': recorded %s but the segment tables "
+                          "give %s; the plan was edited after dmuon-plan wrote it (re-run "
+                          "dmuon-plan)", path, a, b);
+    }
+    /* HSDP leaders: rank r * K + column of the owner */
+    if (p->leaders) {
+        size_t R = (size_t)p->opts.nodes;
+        for (size_t u = 0; u < p->nunits; u++)
+            for (size_t r = 0; r < R; r++) {
+                int32_t want = (int32_t)r * p->opts.gpus_per_node + p->units[u].column;
+                if (p->leaders[u * R + r] != want)
+                    return DMUON_FAIL(DMUON_EMISMATCH, "%s: unit %zu '%s': field 'leaders': "
+                                                       "node %zu has leader %d, expected %d "
+                                                       "(node x gpus_per_node + owner's column)",
+                                      path, u, p->units[u].name, r, p->leaders[u * R + r],
+                                      want);
+            }
+    }
+    /* the summary */
+    DMUON_TRY(dmuon_plan_compute_report(p));
+    const dmuon_plan_report *x = &p->rec_report, *y = &p->report;
+    struct {
+        const char *key;
+        double rec, got;
+        bool ratio;
+    } f[] = {
+        {"units", (double)x->units, (double)y->units, false},
+        {"muon_matrices", (double)x->muon_matrices, (double)y->muon_matrices, false},
+        {"max_owner_bytes", (double)x->max_owner_bytes, (double)y->max_owner_bytes, false},
+        {"max_matrices_per_rank", (double)x->max_matrices_per_rank,
+         (double)y->max_matrices_per_rank, false},
+        {"byte_cap_fallbacks", (double)x->byte_cap_fallbacks, (double)y->byte_cap_fallbacks,
+         false},
+        {"busiest_ns_over_mean", x->busiest_ns_over_mean, y->busiest_ns_over_mean, true},
+        {"busiest_ns_over_lower_bound", x->busiest_ns_over_lower_bound,
+         y->busiest_ns_over_lower_bound, true},
+        {"heaviest_bytes_over_mean", x->heaviest_bytes_over_mean, y->heaviest_bytes_over_mean,
+         true},
+        {"heaviest_rail_over_mean", x->heaviest_rail_over_mean, y->heaviest_rail_over_mean, true},
+        {"layer_root_over_largest_unit", x->layer_root_over_largest_unit,
+         y->layer_root_over_largest_unit, true},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        /* ratios are written with 6 decimals: allow the rounding (5e-7) */
+        bool same = f[i].ratio ? fabs(f[i].rec - f[i].got) <= 1e-6 : f[i].rec == f[i].got;
+        if (!same)
+            return DMUON_FAIL(DMUON_EMISMATCH,
+                              "%s: field 'summary.%s': recorded %.6f but the units give %.6f; "
+                              "the plan was edited after dmuon-plan wrote it (re-run dmuon-plan)",
+                              path, f[i].key, f[i].rec, f[i].got);
+    }
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_plan_load_ex(const char *path, unsigned flags, dmuon_plan **out)
 {
     dmuon_rc rc = DMUON_OK;
     dmuon_doc d;
     *out = NULL;
     DMUON_TRY(dmuon_doc_load_file(&d, path));
-    ld c = {&d, path};
+    ld c = {&d, path, flags};
     dmuon_plan *p = calloc(1, sizeof *p);
     if (!p) {
         dmuon_doc_release(&d);
@@ -528,24 +721,10 @@ dmuon_rc dmuon_plan_load_ex(const char *path, unsigned flags, dmuon_plan **out)
     DMUON_TRY_GOTO(rc, load_header(&c, p, root), fail);
     DMUON_TRY_GOTO(rc, load_tables(&c, p, root), fail);
     DMUON_TRY_GOTO(rc, derive(p), fail);
-    if (!(flags & DMUON_PLAN_LOAD_NO_DIGESTS)) {
-        uint64_t hu = dmuon_plan_units_digest(p), hs = dmuon_plan_segments_digest(p);
-        if (hu != p->rec_units_digest || hs != p->rec_segments_digest) {
-            char a[17], b[17];
-            bool units = hu != p->rec_units_digest;
-            dmuon_digest_hex(units ? p->rec_units_digest : p->rec_segments_digest, a);
-            dmuon_digest_hex(units ? hu : hs, b);
-            rc = DMUON_FAIL(DMUON_EMISMATCH,
-                            "%s: field 'digests.%s': recorded %s but the file's %s give %s; the "
-                            "plan was edited after dmuon-plan wrote it (re-run dmuon-plan, or "
-                            "check it with dmuon-verify --plan)",
-                            path, units ? "units" : "segments", a,
-                            units ? "units" : "segment tables", b);
-            goto fail;
-        }
-    }
-    /* the report needs owners in range, which load_tables guaranteed */
-    DMUON_TRY_GOTO(rc, dmuon_plan_compute_report(p), fail);
+    if (!(flags & DMUON_PLAN_LOAD_NO_DIGESTS))
+        DMUON_TRY_GOTO(rc, verify_loaded(path, p), fail);
+    else
+        DMUON_TRY_GOTO(rc, dmuon_plan_compute_report(p), fail);
     dmuon_doc_release(&d);
     *out = p;
     return DMUON_OK;

@@ -39,7 +39,8 @@ run "$V" plan "$T_TMP/a.yaml" --json
 check_out '"ok":true' "verify plan --json"
 
 # an edited plan: show refuses (digest), verify reports a violation
-sed '0,/owner: 0,/s//owner: 1,/' "$T_TMP/a.yaml" > "$T_TMP/edit.yaml"
+# (the first unit line with owner 0; segment tables also hold "owner:")
+perl -pe 'if (!$d && /^  - \{id:/ && s/owner: 0,/owner: 1,/) { $d = 1 }' "$T_TMP/a.yaml" > "$T_TMP/edit.yaml"
 run "$P" show "$T_TMP/edit.yaml"
 check_rc 2 "show of an edited plan"
 check_err "edit.yaml: field 'digests.units'" "names the digest that does not match"
@@ -51,6 +52,9 @@ sed '0,/owner: 0,/s//owner: 99,/' "$T_TMP/a.yaml" > "$T_TMP/range.yaml"
 run "$V" --plan "$T_TMP/range.yaml"
 check_rc 1 "owner out of range is a violation"
 check_out "outside \[0, 32\)" "names the range"
+run "$P" show "$T_TMP/range.yaml"
+check_rc 2 "show: owner out of range is bad input"
+check_err "owner 99 is outside \[0, 32\)" "show names the range"
 # plan made for another model
 run "$V" --plan "$T_TMP/a.yaml" --model "$M/qwen2.5-7b.yaml"
 check_rc 1 "plan of another model"

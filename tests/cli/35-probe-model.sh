@@ -26,6 +26,6 @@ run "$P" --model "$T_TMP/tiny.yaml" --db "$DB" --missing
 check_rc 0 "second run with --missing"
 check_err '0 shapes missing' "second run probes nothing"
 run "$P" --model "$T_TMP/absent.yaml" --db "$DB"
-check_rc 3 "missing model file"
+check_rc 2 "missing model file"
 check_err 'absent.yaml' "error names the file"
 finish

@@ -323,6 +323,7 @@ static void test_safetensors_and_index(void **state)
     write_file(p, sizeof p, "bad3.index.json", idx3, strlen(idx3));
     assert_int_equal(load_abs(p, &m), DMUON_ENOTFOUND);
     assert_non_null(strstr(dmuon_errmsg(), "nope.safetensors"));
+    assert_non_null(strstr(dmuon_errmsg(), "bad3.index.json"));   /* names the index too */
 }
 
 static void expect_st_error(const char *name, const char *header, uint64_t len_field,
@@ -385,7 +386,7 @@ static void expect_file_error(const char *name, const char *text, dmuon_rc want,
 static void test_config_errors(void **state)
 {
     expect_file_error("bert.json", "{\"model_type\": \"bert\", \"hidden_size\": 8}",
-                      DMUON_EUNSUPPORTED, "qwen2_moe");
+                      DMUON_EPARSE, "qwen2_moe");
     assert_non_null(strstr(dmuon_errmsg(), "safetensors"));
     expect_file_error("nohidden.json",
                       "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2, "
@@ -398,6 +399,39 @@ static void test_config_errors(void **state)
     expect_file_error("broken.json", "{\"model_type\": \"qwen2\", \"hidden_size\": ", DMUON_EPARSE,
                       "broken.json");
     expect_file_error("neither.json", "{\"a\": 1}", DMUON_EPARSE, "model_type");
+    /* an absurd dimension is blamed on its config field */
+    expect_file_error("huge.json",
+                      "{\"model_type\": \"qwen2\", \"hidden_size\": 100000000000, "
+                      "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
+                      "\"vocab_size\": 10, \"intermediate_size\": 8}",
+                      DMUON_EPARSE, "field 'hidden_size': 100000000000");
+}
+
+/* A directory, a missing path, and role patterns. */
+static void test_paths_and_patterns(void **state)
+{
+    char p[1200], d[1300];
+    dmuon_model *m = (dmuon_model *)1;
+    write_file(p, sizeof p, "config.json", "{}", 2);
+    snprintf(d, sizeof d, "%.*s", (int)(strrchr(p, '/') - p), p);   /* its directory */
+    assert_int_equal(dmuon_model_load(d, NULL, &m), DMUON_EINVAL);
+    assert_null(m);
+    assert_non_null(strstr(dmuon_errmsg(), "is a directory; did you mean"));
+    assert_non_null(strstr(dmuon_errmsg(), "/config.json?"));
+    snprintf(d + strlen(d), sizeof d - strlen(d), "/absent.yaml");
+    assert_int_equal(dmuon_model_load(d, NULL, &m), DMUON_ENOTFOUND);
+    assert_non_null(strstr(dmuon_errmsg(), "absent.yaml"));
+    assert_int_equal(dmuon_model_pattern_check("*.weight"), DMUON_OK);
+    assert_int_equal(dmuon_model_pattern_check("a[]b]c"), DMUON_OK);
+    assert_int_equal(dmuon_model_pattern_check("a[bc"), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "'a[bc'"));
+    assert_int_equal(dmuon_model_pattern_check("a\\"), DMUON_EINVAL);
+    assert_int_equal(dmuon_model_pattern_check(""), DMUON_EINVAL);
+    const char *bad[] = {"x[y"};
+    dmuon_model_opts o = {bad, 1, NULL, 0, false};
+    dmuon_tensor_spec t = {"w.weight", 2, {4, 4}, DMUON_BF16};
+    assert_int_equal(dmuon_model_build("t", &t, 1, &o, &m), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "x[y"));
 }
 
 static void test_yaml_errors(void **state)
@@ -408,6 +442,10 @@ static void test_yaml_errors(void **state)
                       "positive integer");
     expect_file_error("dup.yaml", "- {name: a.weight, shape: [4, 4]}\n- {name: a.weight, shape: [4]}\n",
                       DMUON_EPARSE, "duplicate tensor name 'a.weight'");
+    expect_file_error("dup3.yaml",
+                      "- {name: a.weight, shape: [4, 4]}\n- {name: b.weight, shape: [4, 4]}\n"
+                      "- {name: a.weight, shape: [4]}\n",
+                      DMUON_EPARSE, "duplicate tensor name 'a.weight' at line 3 (first at line 1)");
     expect_file_error("noshape.yaml", "- {name: a.weight}\n", DMUON_EPARSE, "'shape'");
     expect_file_error("noname.yaml", "- {shape: [2, 2]}\n", DMUON_ENOTFOUND, "'name'");
     expect_file_error("text.yaml", "hello\n", DMUON_EPARSE, "text.yaml");
@@ -441,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_errors),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_yaml_errors),
+        cmocka_unit_test(test_paths_and_patterns),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

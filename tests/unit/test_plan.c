@@ -466,8 +466,9 @@ static void test_plan_file_roundtrip(void **state)
     assert_true(dmuon_plan_get_report(q)->heaviest_rail_over_mean ==
                 dmuon_plan_get_report(p1)->heaviest_rail_over_mean);
 
-    /* an edited owner: strict load names the digest; the check names it too */
-    char *e = strstr(x, "owner: 3,");
+    /* an edited owner: strict load names the digest; the check names it too
+     * (a unit's owner: the segment tables before the units also hold "owner:") */
+    char *e = strstr(strstr(x, "\nunits:\n"), "owner: 3,");
     assert_non_null(e);
     e[7] = '2';
     FILE *f = fopen(b, "wb");
@@ -495,6 +496,117 @@ static void test_plan_file_roundtrip(void **state)
     dmuon_plan_free(q);
     dmuon_plan_free(p1);
     dmuon_plan_free(p2);
+    dmuon_model_free(m);
+}
+
+/* Writes text (with the first occurrence of from replaced by to, or the
+ * whole line holding it removed when to is NULL) to path and loads it
+ * strictly. */
+static dmuon_rc load_edited(const char *path, const char *text, const char *from, const char *to,
+                            dmuon_plan **out)
+{
+    const char *at = strstr(text, from);
+    assert_non_null(at);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (to) {
+        fwrite(text, 1, (size_t)(at - text), f);
+        fputs(to, f);
+        fputs(at + strlen(from), f);
+    } else {
+        const char *bol = at, *eol = strchr(at, '\n');
+        while (bol > text && bol[-1] != '\n')
+            bol--;
+        fwrite(text, 1, (size_t)(bol - text), f);
+        fputs(eol + 1, f);
+    }
+    fclose(f);
+    *out = NULL;
+    return dmuon_plan_load(path, out);
+}
+
+/* Loading recomputes from the units and options what the file records. */
+static void test_plan_load_recomputes(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-1.5b.yaml");
+    dmuon_plan *p = plan(m, 1, 8, DMUON_SHARD_FSDP, NULL), *q;
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s/r.yaml", tmpdir);
+    snprintf(b, sizeof b, "%s/r2.yaml", tmpdir);
+    assert_int_equal(dmuon_plan_write(p, a), DMUON_OK);
+    char *x;
+    size_t lx;
+    read_all(a, &x, &lx);
+    /* labelled segments with their element type */
+    assert_non_null(strstr(x, "segments: [{owner: "));
+    assert_non_null(strstr(x, ", dtype: bf16, offset: 0, count: "));
+    assert_non_null(strstr(x, ", window_offset: "));
+    assert_int_equal(load_edited(b, x, "dmuon_plan: 1", "dmuon_plan: 1", &q), DMUON_OK);
+    dmuon_plan_free(q);
+
+    /* a segment's owner, first segment of its layer */
+    size_t n;
+    const dmuon_segment *sg = dmuon_plan_layer_segments(p, 1, &n);
+    char from[128], to[128], msg[128];
+    snprintf(from, sizeof from, "segments: [{owner: %d, dtype: bf16, offset: 0,", sg[0].owner);
+    snprintf(to, sizeof to, "segments: [{owner: %d, dtype: bf16, offset: 0,",
+             (sg[0].owner + 1) % 8);
+    assert_int_equal(load_edited(b, x, from, to, &q), DMUON_EMISMATCH);
+    snprintf(msg, sizeof msg, "layer 1 '%s': segment 0 differs", dmuon_plan_layer_name(p, 1));
+    assert_non_null(strstr(dmuon_errmsg(), msg));
+    /* a segment count, in the layer's last segment */
+    sg = dmuon_plan_layer_segments(p, 1, &n);
+    snprintf(from, sizeof from, "count: %lld, window_offset: %lld}]}", (long long)sg[n - 1].count,
+             (long long)sg[n - 1].window_offset);
+    snprintf(to, sizeof to, "count: %lld, window_offset: %lld}]}", (long long)sg[n - 1].count - 1,
+             (long long)sg[n - 1].window_offset);
+    assert_int_equal(load_edited(b, x, from, to, &q), DMUON_EMISMATCH);
+    snprintf(msg, sizeof msg, "segment %zu differs", n - 1);
+    assert_non_null(strstr(dmuon_errmsg(), msg));
+    /* a segment of another element type */
+    assert_int_equal(load_edited(b, x, "dtype: bf16, offset: 0", "dtype: f32, offset: 0", &q),
+                     DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "field 'dtype'"));
+    /* the summary */
+    const dmuon_plan_report *r = dmuon_plan_get_report(p);
+    snprintf(from, sizeof from, "busiest_ns_over_mean: %.6f", r->busiest_ns_over_mean);
+    assert_int_equal(load_edited(b, x, from, "busiest_ns_over_mean: 1.000000", &q),
+                     DMUON_EMISMATCH);
+    assert_non_null(strstr(dmuon_errmsg(), "summary.busiest_ns_over_mean"));
+    snprintf(from, sizeof from, "max_owner_bytes: %lld", (long long)r->max_owner_bytes);
+    assert_int_equal(load_edited(b, x, from, "max_owner_bytes: 1", &q), DMUON_EMISMATCH);
+    assert_non_null(strstr(dmuon_errmsg(), "summary.max_owner_bytes"));
+    /* the options (recorded digest no longer matches) */
+    assert_int_equal(load_edited(b, x, "epsilon: 0.1,", "epsilon: 0.3,", &q), DMUON_EMISMATCH);
+    assert_non_null(strstr(dmuon_errmsg(), "inputs.options_digest"));
+    assert_int_equal(load_edited(b, x, "small_unit_bytes: 16777216",
+                                 "small_unit_bytes: 99999999999999", &q), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "small_unit_bytes"));
+    /* the cluster */
+    assert_int_equal(load_edited(b, x, "ranks: 8,", "ranks: 16,", &q), DMUON_EMISMATCH);
+    assert_non_null(strstr(dmuon_errmsg(), "cluster.ranks"));
+    /* a deleted unit line */
+    size_t nu;
+    dmuon_plan_units(p, &nu);
+    assert_int_equal(load_edited(b, x, "  - {id: 5,", NULL, &q), DMUON_EMISMATCH);
+    snprintf(msg, sizeof msg, "expected %zu units", nu);
+    assert_non_null(strstr(dmuon_errmsg(), msg));
+    snprintf(msg, sizeof msg, "found %zu", nu - 1);
+    assert_non_null(strstr(dmuon_errmsg(), msg));
+    /* an owner out of range: bad input for a strict load, a violation for verify */
+    char *u = strstr(x, "\nunits:\n");
+    assert_non_null(u);
+    char *ow = strstr(u, "owner: ");
+    snprintf(from, sizeof from, "%.*s", (int)(strchr(ow, ',') - ow + 1), ow);
+    assert_int_equal(load_edited(b, x, from, "owner: 99,", &q), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "outside [0, 8)"));
+    assert_int_equal(dmuon_plan_load_ex(b, DMUON_PLAN_LOAD_NO_DIGESTS, &q), DMUON_ECHECK);
+    /* a missing section names no line 0 */
+    assert_int_equal(load_edited(b, x, "digests: {", "digestz: {", &q), DMUON_ENOTFOUND);
+    assert_non_null(strstr(dmuon_errmsg(), "missing required field 'digests'"));
+    assert_null(strstr(dmuon_errmsg(), ":0:"));
+    free(x);
+    dmuon_plan_free(p);
     dmuon_model_free(m);
 }
 
@@ -678,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_assign_matches_reference),
         cmocka_unit_test(test_cap_holds_when_feasible),
         cmocka_unit_test(test_plan_file_roundtrip),
+        cmocka_unit_test(test_plan_load_recomputes),
         cmocka_unit_test(test_check_catches_damage),
         cmocka_unit_test(test_bad_cluster),
         cmocka_unit_test(test_cost_db),

@@ -9,12 +9,16 @@
  * Flags are parsed here; everything else is libcore (dmuon/model.h,
  * dmuon/plan.h, dmuon/cost.h).
  */
+#include <errno.h>
+#include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dmuon/cost.h"
+#include "dmuon/ns.h"
+#include "dmuon/version.h"
 #include "dmuon/device.h"
 #include "dmuon/io.h"
 #include "dmuon/model.h"
@@ -26,6 +30,7 @@ static const char usage[] =
     "usage: dmuon-plan [plan] MODEL [options]\n"
     "       dmuon-plan inspect MODEL [--json] [--muon PAT] [--adamw PAT]\n"
     "       dmuon-plan show PLAN [--json]\n"
+    "       dmuon-plan --version\n"
     "\n"
     "Assigns every Muon matrix of MODEL one owner rank (LPT on Newton-Schulz time with a\n"
     "byte cap and layer spreading; HSDP balances columns (rails) first), prints the\n"
@@ -46,11 +51,13 @@ static const char usage[] =
     "                            NS cost per matrix (default db: measured, from the cost\n"
     "                            database; flops is an analytic Gram-NS estimate)\n"
     "      --db PATH             cost database (default $DMUON_DB or db/dmuon.sqlite)\n"
-    "      --device cpu|cuda|NAME  device whose times to use (default: this machine's CPU)\n"
-    "      --variant V           NS variant (default gram-pe5)\n"
+    "      --device cpu|cuda|NAME  device whose times to use (default: this machine's CPU;\n"
+    "                            NAME: a device name stored in the database)\n"
+    "      --variant V           NS variant: gram-pe5 (default), direct-pe5, gram-muon5,\n"
+    "                            direct-muon5\n"
     "      --dtype fp32|bf16     NS precision (default fp32)\n"
     "      --probe-missing       measure the shapes the database lacks on this machine\n"
-    "                            (--device cpu|cuda), store them, then plan\n"
+    "                            (--device cpu|cuda), store them, then plan (--cost db only)\n"
     "assignment:\n"
     "      --strategy lpt|round-robin   (default lpt)\n"
     "      --epsilon E           byte cap slack: each rank <= (1+E) x mean bytes (default 0.1)\n"
@@ -59,18 +66,24 @@ static const char usage[] =
     "      --no-column-balance   HSDP: plain LPT over all ranks\n"
     "      --fuse-experts        one unit per expert tensor instead of one per expert matrix\n"
     "      --small-unit-bytes B  Muon parameters under B bytes share a per-layer unit\n"
-    "                            (default 16777216)\n"
+    "                            (0 to 70368744177664; default 16777216)\n"
     "      --param-dtype T       communication dtype for bytes and offsets (default bf16)\n"
     "model:\n"
-    "      --muon PAT            force role muon for names matching PAT (fnmatch; repeatable)\n"
+    "      --muon PAT            force role muon for names matching PAT (fnmatch; repeatable;\n"
+    "                            an invalid PAT is an error, one matching nothing a warning)\n"
     "      --adamw PAT           force role adamw (repeatable)\n"
     "      --fused-layout        config.json: fused 3-D expert tensors instead of per-expert\n"
     "output:\n"
     "  -o, --out PLAN            write the plan file (atomically)\n"
-    "      --compare             the ablations side by side in one table\n"
+    "      --compare             the ablations side by side in one table (writes no plan:\n"
+    "                            not with -o)\n"
     "      --json                one JSON object on stdout instead of the table\n"
     "  -v, --verbose             error traces\n"
     "  -h, --help\n"
+    "      --version             print the dmuon version\n"
+    "\n"
+    "inspect takes --json, --muon, --adamw, --fused-layout; show takes --json; other flags\n"
+    "are refused there.\n"
     "\n"
     "exit: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime error\n";
 
@@ -101,11 +114,27 @@ static int usage_error(const char *fmt, const char *arg)
 static bool parse_i64(const char *s, int64_t *out)
 {
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end)
+    if (!*s || *end || errno == ERANGE)
         return false;
     *out = v;
     return true;
+}
+
+/* Warns (stderr) about role patterns that match no tensor name of m. */
+static void warn_unmatched(const cli *c, const dmuon_model *m)
+{
+    for (size_t k = 0; k < c->n_muon + c->n_adamw; k++) {
+        bool mu = k < c->n_muon;
+        const char *pat = mu ? c->muon[k] : c->adamw[k - c->n_muon];
+        bool hit = false;
+        for (size_t i = 0; !hit && i < dmuon_model_param_count(m); i++)
+            hit = fnmatch(pat, dmuon_model_param(m, i)->name, 0) == 0;
+        if (!hit)
+            fprintf(stderr, "dmuon-plan: warning: --%s '%s' matches no tensor of %s\n",
+                    mu ? "muon" : "adamw", pat, dmuon_model_source(m));
+    }
 }
 
 /* ------------------------------------------------------------- inspect -- */
@@ -123,9 +152,15 @@ static int cmd_inspect(const cli *c, const char *path)
         dmuon_model_free(m);
         return fail(c, rc);
     }
+    warn_unmatched(c, m);
     dmuon_model_stats s;
     dmuon_model_get_stats(m, &s);
-    int64_t adamw_el = s.elements - s.muon_elements;
+    int64_t adamw_el = s.elements - s.muon_elements, muon_bytes = 0;
+    for (size_t i = 0; i < dmuon_model_param_count(m); i++) {
+        const dmuon_param *q = dmuon_model_param(m, i);
+        if (q->role == DMUON_ROLE_MUON)
+            muon_bytes += q->numel * (int64_t)dmuon_dtype_size(q->dtype);
+    }
     if (c->json) {
         dmuon_json w;
         dmuon_json_init(&w, stdout, false);
@@ -157,8 +192,10 @@ static int cmd_inspect(const cli *c, const char *path)
     } else {
         printf("model: %s (%s)\n", path, dmuon_model_format(m));
         printf("  %-8s %9s %16s %12s\n", "role", "tensors", "elements", "MiB stored");
-        printf("  %-8s %9zu %16lld %12s\n", "muon", s.muon_params, (long long)s.muon_elements, "");
-        printf("  %-8s %9zu %16lld %12s\n", "adamw", s.adamw_params, (long long)adamw_el, "");
+        printf("  %-8s %9zu %16lld %12.1f\n", "muon", s.muon_params, (long long)s.muon_elements,
+               (double)muon_bytes / 1048576.0);
+        printf("  %-8s %9zu %16lld %12.1f\n", "adamw", s.adamw_params, (long long)adamw_el,
+               (double)(s.bytes - muon_bytes) / 1048576.0);
         printf("  %-8s %9zu %16lld %12.1f\n", "all", s.tensors, (long long)s.elements,
                (double)s.bytes / 1048576.0);
         printf("two-dimensional tensors: %zu; Muon matrices: %lld (%lld expert matrices); "
@@ -290,6 +327,7 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
     dmuon_rc rc = dmuon_model_load(path, &mo, &m);
     if (rc)
         return fail(c, rc);
+    warn_unmatched(c, m);
     o->model_path = path;
     if (c->probe_missing && o->cost == DMUON_COST_DB) {
         static char device[128];
@@ -339,8 +377,35 @@ out:
 enum {
     O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
-    O_COMPARE, O_JSON
+    O_COMPARE, O_JSON, O_VERSION
 };
+
+/* The long name of the option getopt_long just returned. */
+static const char *opt_name(const struct option *opts, int li, int ch)
+{
+    if (li >= 0)
+        return opts[li].name;
+    for (const struct option *o = opts; o->name; o++)
+        if (o->val == ch)
+            return o->name;
+    return "?";
+}
+
+/* Options that inspect (and show) accept; everything else is refused there. */
+static bool applies_to(const char *cmd, const char *name)
+{
+    static const char *const common[] = {"json", "verbose", "help", "version"};
+    static const char *const model[] = {"muon", "adamw", "fused-layout"};
+    for (size_t i = 0; i < 4; i++)
+        if (!strcmp(name, common[i]))
+            return true;
+    if (!strcmp(cmd, "inspect"))
+        for (size_t i = 0; i < 3; i++)
+            if (!strcmp(name, model[i]))
+                return true;
+    return false;
+}
+
 
 int main(int argc, char **argv)
 {
@@ -372,18 +437,24 @@ int main(int argc, char **argv)
         {"json", no_argument, 0, O_JSON},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, O_VERSION},
         {0, 0, 0, 0},
     };
     cli c = {0};
     dmuon_plan_opts o;
     dmuon_plan_opts_init(&o);
     int64_t ranks = 0, v;
-    bool have_k = false, have_n = false;
+    bool have_k = false, have_n = false, have_cost = false;
+    const char *flags_seen[64];
+    size_t nflags = 0;
     char devbuf[160];
     const char *device = NULL;
-    int ch;
+    int ch, li = -1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "n:g:N:o:vh", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "n:g:N:o:vh", opts, &li)) != -1) {
+        if (ch != '?' && ch != ':' && nflags < 64)
+            flags_seen[nflags++] = opt_name(opts, li, ch);
+        li = -1;
         switch (ch) {
         case 'n':
             if (!parse_i64(optarg, &v) || v < 1 || v > DMUON_PLAN_MAX_RANKS)
@@ -416,6 +487,7 @@ int main(int argc, char **argv)
         case O_COST:
             if (dmuon_cost_kind_parse(optarg, &o.cost))
                 return usage_error("--cost '%s': expected db, flops, elements or m2n", optarg);
+            have_cost = true;
             break;
         case O_DB:
             o.cost_src.db_path = optarg;
@@ -423,9 +495,17 @@ int main(int argc, char **argv)
         case O_DEVICE:
             device = optarg;
             break;
-        case O_VARIANT:
+        case O_VARIANT: {
+            dmuon_ns_opts ns;
+            dmuon_ns_opts_init(&ns);
+            if (dmuon_ns_opts_set_variant(&ns, optarg) != DMUON_OK) {
+                fprintf(stderr, "dmuon-plan: error: --variant: %s\n(see dmuon-plan --help)\n",
+                        dmuon_errmsg());
+                return 2;
+            }
             o.cost_src.variant = optarg;
             break;
+        }
         case O_DTYPE:
             if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16"))
                 return usage_error("--dtype '%s': expected fp32 or bf16", optarg);
@@ -458,9 +538,10 @@ int main(int argc, char **argv)
             o.fuse_experts = true;
             break;
         case O_SMALL:
-            if (!parse_i64(optarg, &o.small_unit_bytes) || o.small_unit_bytes < 0)
-                return usage_error("--small-unit-bytes '%s': expected a whole number >= 0",
-                                   optarg);
+            if (!parse_i64(optarg, &o.small_unit_bytes) || o.small_unit_bytes < 0 ||
+                o.small_unit_bytes > DMUON_PLAN_MAX_SMALL_UNIT_BYTES)
+                return usage_error("--small-unit-bytes '%s': expected a whole number from 0 to "
+                                   "70368744177664", optarg);
             break;
         case O_PDTYPE:
             if (dmuon_dtype_parse(optarg, &o.param_dtype))
@@ -472,6 +553,11 @@ int main(int argc, char **argv)
             size_t *n = mu ? &c.n_muon : &c.n_adamw;
             if (*n == MAX_PATTERNS)
                 return usage_error("too many --%s patterns (at most 64)", mu ? "muon" : "adamw");
+            if (dmuon_model_pattern_check(optarg) != DMUON_OK) {
+                fprintf(stderr, "dmuon-plan: error: --%s: %s\n(see dmuon-plan --help)\n",
+                        mu ? "muon" : "adamw", dmuon_errmsg());
+                return 2;
+            }
             (mu ? c.muon : c.adamw)[(*n)++] = optarg;
             break;
         }
@@ -479,6 +565,8 @@ int main(int argc, char **argv)
             c.fused_layout = true;
             break;
         case 'o':
+            if (!*optarg)
+                return usage_error("%s", "-o/--out '': expected a plan file path");
             c.out = optarg;
             break;
         case O_COMPARE:
@@ -492,6 +580,9 @@ int main(int argc, char **argv)
             break;
         case 'h':
             fputs(usage, stdout);
+            return 0;
+        case O_VERSION:
+            printf("dmuon-plan (dmuon) %s\n", dmuon_version());
             return 0;
         default:
             if (optopt && optopt < 256)
@@ -513,8 +604,28 @@ int main(int argc, char **argv)
         args++;
         rest--;
     }
-    if (rest != 1)
+    bool is_show = !strcmp(cmd, "show");
+    if (rest != 1) {
+        if (is_show)
+            return usage_error("%s", rest == 0 ? "show takes one PLAN; none given"
+                                               : "show takes one PLAN");
         return usage_error("%s", rest == 0 ? "no MODEL given" : "more than one MODEL given");
+    }
+    if (strcmp(cmd, "plan"))
+        for (size_t i = 0; i < nflags; i++)
+            if (!applies_to(cmd, flags_seen[i])) {
+                fprintf(stderr, "dmuon-plan: error: --%s does not apply to %s (%s takes %s)\n"
+                                "(see dmuon-plan --help)\n", flags_seen[i], cmd, cmd,
+                        is_show ? "--json" : "--json, --muon, --adamw, --fused-layout");
+                return 2;
+            }
+    if (c.compare && c.out)
+        return usage_error("%s", "--compare writes no plan file: drop -o, or plan without "
+                                 "--compare to write one");
+    if (c.probe_missing && o.cost != DMUON_COST_DB)
+        return usage_error("--probe-missing measures costs for --cost db, not --cost %s",
+                           dmuon_cost_kind_name(o.cost));
+    (void)have_cost;
     if (!strcmp(cmd, "inspect"))
         return cmd_inspect(&c, args[0]);
     if (!strcmp(cmd, "show"))
@@ -524,9 +635,11 @@ int main(int argc, char **argv)
         if (!have_k)
             o.gpus_per_node = ranks < 8 ? (int32_t)ranks : 8;
         if (ranks % o.gpus_per_node) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "%lld is not a multiple of --gpus-per-node %d",
-                     (long long)ranks, o.gpus_per_node);
+            char msg[256];
+            snprintf(msg, sizeof msg, "%lld is not a multiple of --gpus-per-node %d%s", (long long)ranks,
+                     o.gpus_per_node,
+                     have_k ? "" : " (the default; give --gpus-per-node K with K dividing the "
+                                   "ranks, or --nodes R)");
             return usage_error("--ranks %s", msg);
         }
         if (have_n && o.nodes != ranks / o.gpus_per_node)
@@ -549,6 +662,12 @@ int main(int argc, char **argv)
                 return usage_error("--probe-missing measures this machine: give --device cpu or "
                                    "cuda, not '%s'", device);
             dmuon_err_clear();
+            dmuon_rc rc = dmuon_cost_device_check(o.cost_src.db_path, device);
+            if (rc != DMUON_OK) {
+                fprintf(stderr, "dmuon-plan: error: --device: %s\n(see dmuon-plan --help)\n",
+                        dmuon_errmsg());
+                return 2;
+            }
             o.cost_src.device = device;   /* an explicit device name as stored */
         }
     }

@@ -97,9 +97,19 @@ dmuon_rc dmuon_cost_missing(const dmuon_model *model, const dmuon_cost_source *s
 
 /* Formats the dmuon-probe command that measures the given shapes into out
  * (cap bytes, NUL-terminated, truncated with "..." if too long):
- *   dmuon-probe --model MODEL --shapes 1536x8960,256x1536 --db PATH --device DEV */
+ *   dmuon-probe --model MODEL --shapes 1536x8960,256x1536 --db PATH --device cpu|cuda
+ *               [--variant V] [--dtype T]
+ * (--variant whenever src names one).  When src's device is not this
+ * machine's CPU or CUDA device, a note says to run it on a machine with that
+ * device. */
 void dmuon_cost_probe_command(const char *model_path, const dmuon_cost_source *src,
                               const dmuon_shape_count *shapes, size_t n, char *out, size_t cap);
+
+/* Checks that device (an explicit device name as stored, e.g. "cuda: NVIDIA
+ * H200") has rows in the database at db_path (NULL: the default path).
+ * Errors: DMUON_ENOTFOUND (no database, or no row for that device: the
+ * message lists the stored devices), DMUON_EDB. */
+dmuon_rc dmuon_cost_device_check(const char *db_path, const char *device);
 
 /* Measures the shapes the database lacks (dmuon-plan --probe-missing).
  * Times every Muon shape of model missing from src's database for this

@@ -91,15 +91,23 @@ typedef struct {
 
 /* Loads the inventory at path (see the input forms above).  opts may be NULL.
  * On success *out owns everything; free with dmuon_model_free.
- * Errors: DMUON_EIO (cannot read a file), DMUON_EPARSE (malformed JSON/YAML,
- * truncated or oversized safetensors header, header length beyond the file,
- * non-positive dimension, duplicate tensor name, a field of the wrong form;
- * the message names the file, the line or tensor/field and what was
- * expected), DMUON_ENOTFOUND (missing required config field or shard file),
- * DMUON_EUNSUPPORTED (model_type not supported: the message lists the
- * supported types and points at the safetensors route), DMUON_EINVAL (a role
- * pattern that cannot apply), DMUON_ENOMEM. */
+ * Errors: DMUON_ENOTFOUND (path does not exist; missing required config
+ * field; a shard the index names is missing: the message names the index
+ * and the shard), DMUON_EIO (cannot read a file), DMUON_EPARSE (malformed
+ * JSON/YAML, truncated or oversized safetensors header, header length beyond
+ * the file, non-positive dimension, duplicate tensor name, a field of the
+ * wrong form, a model_type not supported: that message lists the supported
+ * types and points at the safetensors route; the message names the file, the
+ * line or tensor/field and what was expected), DMUON_EINVAL (path is a
+ * directory: the message suggests DIR/config.json when it exists; a role
+ * pattern that is invalid, see dmuon_model_pattern_check, or cannot apply),
+ * DMUON_ENOMEM. */
 dmuon_rc dmuon_model_load(const char *path, const dmuon_model_opts *opts, dmuon_model **out);
+
+/* Checks the syntax of a role pattern (fnmatch(3), no flags): non-empty,
+ * every '[' closed by a ']', no trailing backslash.  Errors: DMUON_EINVAL
+ * naming the pattern and the problem. */
+dmuon_rc dmuon_model_pattern_check(const char *pat);
 
 /* Builds a model from n spelled-out tensors (in forward order), applying the
  * same layer and role rules as dmuon_model_load.  source names the origin in

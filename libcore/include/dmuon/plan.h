@@ -33,7 +33,12 @@
  *
  * Segment tables.  A layer's buffer holds the layer's Muon parameters in
  * forward (inventory) order, param_dtype elements; each maximal run of
- * storage with one owner and a contiguous window range is one segment.
+ * storage with one owner and a contiguous window range is one segment.  The
+ * plan file stores each segment as a labelled flow mapping
+ *   {owner: 12, dtype: bf16, offset: 0, count: 5505024, window_offset: 0}
+ * (the fields of dmuon_segment in dmuon/types.h: offset into the layer
+ * buffer and window_offset into the owner's window in bytes, count in
+ * elements of dtype, which is always the plan's param_dtype).
  */
 #ifndef DMUON_PLAN_H
 #define DMUON_PLAN_H
@@ -64,6 +69,10 @@ dmuon_rc dmuon_strategy_parse(const char *s, dmuon_strategy *out);
 
 /* Largest world size the planner accepts (nodes * gpus_per_node). */
 #define DMUON_PLAN_MAX_RANKS (1 << 20)
+
+/* Largest small-unit threshold accepted (2^46 bytes, the bound on sizes in a
+ * plan file). */
+#define DMUON_PLAN_MAX_SMALL_UNIT_BYTES ((int64_t)1 << 46)
 
 /* Planning options; dmuon_plan_opts_init sets the defaults given here. */
 typedef struct {
@@ -156,8 +165,9 @@ typedef struct {
 /* Plans model for the cluster of opts.  Reads costs per opts->cost (for
  * DMUON_COST_DB, via dmuon_cost_table_load, whose errors it returns).
  * Errors: DMUON_EINVAL (nodes or gpus_per_node < 1, world size above
- * DMUON_PLAN_MAX_RANKS, epsilon < 0 or not finite, small_unit_bytes < 0),
- * DMUON_EUNSUPPORTED (a model with no Muon matrix), DMUON_ENOTFOUND,
+ * DMUON_PLAN_MAX_RANKS, epsilon < 0 or not finite, small_unit_bytes outside
+ * 0..DMUON_PLAN_MAX_SMALL_UNIT_BYTES, a model with no Muon matrix),
+ * DMUON_ENOTFOUND,
  * DMUON_EDB, DMUON_ENOMEM. */
 dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmuon_plan **out);
 
@@ -166,18 +176,28 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
  * Errors: DMUON_EIO. */
 dmuon_rc dmuon_plan_write(const dmuon_plan *p, const char *path);
 
-/* Loads a plan file.  Checks the version (DMUON_EVERSION names the file's
- * version and this build's), required fields (DMUON_ENOTFOUND / DMUON_EPARSE
- * with file, line and field), internal consistency (DMUON_EMISMATCH when the
- * recorded digests of the units and segment tables or the world size do not
- * match what the file holds, naming which).  Errors also: DMUON_EIO,
- * DMUON_ENOMEM. */
+/* Loads a plan file without trusting it.  Checks the version (DMUON_EVERSION
+ * names the file's version and this build's), required fields
+ * (DMUON_ENOTFOUND / DMUON_EPARSE with file, line and field), value ranges
+ * (DMUON_EPARSE: owners, leaders and segment owners outside [0, ranks), a
+ * segment dtype other than param_dtype, small_unit_bytes outside
+ * 0..DMUON_PLAN_MAX_SMALL_UNIT_BYTES), and recomputes from the stored units
+ * and options, in this order, what the file records (DMUON_EMISMATCH naming
+ * the field): ranks = nodes x gpus_per_node; the unit count against
+ * summary.units ("expected N units, found M"); the options digest; the units
+ * digest; each unit's window_offset; each layer's segment table (naming the
+ * layer and the first differing segment); the segments digest; HSDP leaders;
+ * the summary figures (ratios to 1e-6, the file's 6 decimals).  The model
+ * digest cannot be checked without the model: see dmuon_plan_match_model.
+ * Errors also: DMUON_EIO, DMUON_ENOMEM. */
 dmuon_rc dmuon_plan_load(const char *path, dmuon_plan **out);
 
-/* dmuon_plan_load with flags: DMUON_PLAN_LOAD_NO_DIGESTS skips the digest
- * comparison (dmuon_plan_check then reports a mismatch as a violation).
- * Owners, leaders and segment owners outside [0, N) fail with DMUON_ECHECK
- * in either mode (nothing can be derived from them). */
+/* dmuon_plan_load with flags: DMUON_PLAN_LOAD_NO_DIGESTS skips the
+ * recomputations from the options digest on (digests, window offsets,
+ * segment tables, leaders, summary; dmuon_plan_check then reports wrong
+ * owners, windows and segments as violations), and reports owners, leaders
+ * and segment owners outside [0, N) as DMUON_ECHECK instead of DMUON_EPARSE
+ * (a violation for dmuon-verify: nothing can be derived from them). */
 #define DMUON_PLAN_LOAD_NO_DIGESTS 1u
 dmuon_rc dmuon_plan_load_ex(const char *path, unsigned flags, dmuon_plan **out);
 
