@@ -77,7 +77,7 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
                 continue;
             dmuon_rc w = dmuon_publish_wait(p, i, step);
             if (w == DMUON_ECHECK) {
-                fprintf(stderr, "dmuon-verify: rank %d: %s\n", t->rank, dmuon_errmsg());
+                fprintf(stderr, "dmuon-verify: %s\n", dmuon_errmsg());
                 stale_seen = 1;
                 ok_wait = 0;
                 continue;
