@@ -558,14 +558,9 @@ static void reduce_chunk(dmuon_group *g, const dmuon_chunk *c, dmuon_dtype dt, i
         for (int j = 1; j < K; j++)
             dmuon_f32_add(l, l, (const float *)(peer_buffer(g, j) + c->offset), (size_t)n);
     } else {
-        const uint16_t *x0 = (const uint16_t *)(peer_buffer(g, 0) + c->offset);
-        for (int64_t e = 0; e < n; e++)
-            l[e] = dmuon_bf16_to_f32(x0[e]);
-        for (int j = 1; j < K; j++) {
-            const uint16_t *x = (const uint16_t *)(peer_buffer(g, j) + c->offset);
-            for (int64_t e = 0; e < n; e++)
-                l[e] += dmuon_bf16_to_f32(x[e]);
-        }
+        dmuon_bf16_to_f32_n(l, (const uint16_t *)(peer_buffer(g, 0) + c->offset), (size_t)n);
+        for (int j = 1; j < K; j++)
+            dmuon_bf16_accum(l, (const uint16_t *)(peer_buffer(g, j) + c->offset), (size_t)n);
     }
     if (f32p) {
         if (nin) {
@@ -590,18 +585,14 @@ static void reduce_chunk(dmuon_group *g, const dmuon_chunk *c, dmuon_dtype dt, i
     }
     const uint16_t *i0 = (const uint16_t *)in[0];
     if (nin == 1) {
-        for (int64_t e = 0; e < n; e++)
-            o[e] = dmuon_f32_to_bf16(dmuon_bf16_to_f32(i0[e]) +
-                                     dmuon_bf16_to_f32(dmuon_f32_to_bf16(l[e])));
+        dmuon_bf16_add_rounded(o, i0, l, (size_t)n);
         return;
     }
     uint16_t *a = (uint16_t *)(l + n);
     memcpy(a, i0, (size_t)n * 2);
     for (int i = 1; i < nin; i++)
         dmuon_bf16_add(a, a, (const uint16_t *)in[i], (size_t)n);
-    for (int64_t e = 0; e < n; e++)
-        o[e] = dmuon_f32_to_bf16(dmuon_bf16_to_f32(a[e]) +
-                                 dmuon_bf16_to_f32(dmuon_f32_to_bf16(l[e])));
+    dmuon_bf16_add_rounded(o, a, l, (size_t)n);
 }
 
 static int partial_size(const dmuon_group *g, dmuon_dtype dt, int *f32p)

@@ -42,6 +42,14 @@ void dmuon_bf16_add(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t 
 /* dst[i] = a[i] + b[i] in binary32 for n elements; dst may alias a or b. */
 void dmuon_f32_add(float *dst, const float *a, const float *b, size_t n);
 
+/* acc[i] += x[i] (x widened exactly) for n elements, in binary32. */
+void dmuon_bf16_accum(float *acc, const uint16_t *x, size_t n);
+
+/* dst[i] = bf16(a[i] + bf16(l[i])): adds a node sum l (binary32, rounded to
+ * bfloat16 first) to a bfloat16 partial a, rounding the result once more.
+ * dst may alias a. */
+void dmuon_bf16_add_rounded(uint16_t *dst, const uint16_t *a, const float *l, size_t n);
+
 /* Converts n floats to bfloat16 (nearest even) and back (exact). */
 void dmuon_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 void dmuon_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
