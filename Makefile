@@ -50,7 +50,7 @@ LDFLAGS   += -fsanitize=$(SANITIZER)
 endif
 ifeq ($(HAVE_CUDA),1)
 CPPFLAGS  += -DDMUON_HAVE_CUDA=1
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 NVFLAGS   := -O2 -std=c++17 -arch=sm_90 -Xcompiler -fPIC -Ilibcore/include -Ilibcore \
              -isystem $(CUDA_HOME)/include
 endif

@@ -1,0 +1,433 @@
+/*
+ * ns.cu — the CUDA Newton–Schulz path: the same algorithm as libcore/ns.c
+ * (see dmuon/ns.h) on cuBLAS, behind the C interface of libcore/ns_cuda.h.
+ *
+ * Layout: cuBLAS is column-major.  The working matrix A is the short-side-
+ * first copy of the input, s x l column-major (ld s), produced from the
+ * caller's row-major m x n buffer (which is column-major n x m) by one
+ * cublasSgeam that scales by 1/‖X‖_F and transposes when m <= n.  s x s
+ * matrices are full; symmetric products run as cublasSsyrk into the lower
+ * triangle (FP32) or cublasGemmEx on BF16 operands (BF16), then a kernel
+ * mirrors the lower triangle.
+ *
+ * Normalisation without a host round trip: a kernel sums squares in double
+ * (atomicAdd), a one-thread kernel turns the sum into the device-side scale
+ * (0 for a zero or non-finite sum, so a zero input flows through to a zero
+ * output), and the sum plus a finiteness flag of the output are read back
+ * once at the end, where NaN/Inf input becomes DMUON_ENUMERIC.
+ *
+ * Invariants: every CUDA and cuBLAS call is checked; the context's stream
+ * carries all work; the workspace only grows.  This file compiles wherever
+ * the toolkit is installed; it runs only on a machine with a GPU.
+ */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+extern "C" {   /* libcore's headers are C; ns_cuda.h wraps only its own part */
+#include "dmuon/device.h"
+#include "dmuon/rc.h"
+#include "dmuon/types.h"
+}
+#include "ns_cuda.h"
+
+struct dmuon_ns_cuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *ws;                 /* one allocation */
+    size_t ws_bytes;
+    float *a, *a2, *r, *r2, *p, *q, *qn, *t;
+    __nv_bfloat16 *b1, *b2;
+    double *sumsq;            /* device: sum of squares of the input */
+    float *scale, *zero;      /* device: 1/‖X‖_F (or 0), and 0.0f */
+    int *bad;                 /* device: count of non-finite outputs */
+};
+
+/* ------------------------------------------------------------- errors -- */
+
+#define CU(call, what)                                                                  \
+    do {                                                                                \
+        cudaError_t e_ = (call);                                                        \
+        if (e_ != cudaSuccess)                                                          \
+            return DMUON_FAIL(DMUON_EDEVICE, "cuda: %s: %s", (what), cudaGetErrorString(e_)); \
+    } while (0)
+
+#define CB(call, what)                                                                  \
+    do {                                                                                \
+        cublasStatus_t s_ = (call);                                                     \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                \
+            return DMUON_FAIL(DMUON_EDEVICE, "cublas: %s: %s", (what),                  \
+                              cublasGetStatusString(s_));                               \
+    } while (0)
+
+/* ------------------------------------------------------------- kernels -- */
+
+__global__ void k_sumsq(const float *x, size_t count, double *out)
+{
+    double acc = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        acc += (double)x[i] * (double)x[i];
+    for (int off = 16; off > 0; off >>= 1)
+        acc += __shfl_down_sync(0xffffffffu, acc, off);
+    __shared__ double warp[32];
+    if ((threadIdx.x & 31) == 0)
+        warp[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        acc = threadIdx.x < (blockDim.x + 31) / 32 ? warp[threadIdx.x] : 0.0;
+        for (int off = 16; off > 0; off >>= 1)
+            acc += __shfl_down_sync(0xffffffffu, acc, off);
+        if (threadIdx.x == 0)
+            atomicAdd(out, acc);
+    }
+}
+
+__global__ void k_scale(const double *sumsq, float *scale)
+{
+    double v = *sumsq;
+    *scale = (v > 0.0 && isfinite(v)) ? (float)(1.0 / sqrt(v)) : 0.0f;
+}
+
+__global__ void k_count_bad(const float *x, size_t count, int *bad)
+{
+    int local = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        local += !isfinite(x[i]);
+    if (local)
+        atomicAdd(bad, local);
+}
+
+/* P = a·I + b·R + c·R2 (s x s) */
+__global__ void k_poly(int s, float a, float b, float c, const float *R, const float *R2, float *P)
+{
+    size_t n = (size_t)s * s;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = b * R[i] + c * R2[i];
+        if (i % (size_t)(s + 1) == 0)
+            v += a;
+        P[i] = v;
+    }
+}
+
+/* Column-major s x s: upper (row < col) takes the lower (col, row). */
+__global__ void k_mirror(int s, float *C)
+{
+    size_t n = (size_t)s * s;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i % s, col = i / s;
+        if (row < col)
+            C[i] = C[row * s + col];
+    }
+}
+
+/* R = (S + Sᵀ)/2 */
+__global__ void k_symmetrise(int s, const float *S, float *R)
+{
+    size_t n = (size_t)s * s;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i % s, col = i / s;
+        R[i] = 0.5f * (S[i] + S[row * s + col]);
+    }
+}
+
+__global__ void k_to_bf16(const float *x, size_t count, __nv_bfloat16 *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+static unsigned grid_for(size_t n)
+{
+    size_t g = (n + 255) / 256;
+    return (unsigned)(g > 4096 ? 4096 : (g ? g : 1));
+}
+
+/* ------------------------------------------------------------ context -- */
+
+extern "C" int dmuon_ns_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess)
+        return 0;
+    return count;
+}
+
+extern "C" dmuon_rc dmuon_ns_cuda_create(int device_index, dmuon_ns_cuda **out)
+{
+    *out = NULL;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+        return DMUON_FAIL(DMUON_EDEVICE, "cuda: no CUDA device is visible on this machine");
+    if (device_index >= count)
+        return DMUON_FAIL(DMUON_EDEVICE, "cuda: device %d asked, but only %d visible",
+                          device_index, count);
+    if (device_index >= 0)
+        CU(cudaSetDevice(device_index), "cudaSetDevice");
+    dmuon_ns_cuda *c = (dmuon_ns_cuda *)calloc(1, sizeof *c);
+    if (!c)
+        return DMUON_FAIL(DMUON_ENOMEM, "ns: out of memory for a CUDA context");
+    *out = c;   /* dmuon_ns_cuda_free cleans up a half-built context */
+    CU(cudaGetDevice(&c->device), "cudaGetDevice");
+    CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CB(cublasCreate(&c->blas), "cublasCreate");
+    CB(cublasSetStream(c->blas, c->stream), "cublasSetStream");
+    CB(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    void *small = NULL;
+    CU(cudaMalloc(&small, 256), "cudaMalloc (scalars)");
+    c->sumsq = (double *)small;
+    c->scale = (float *)((char *)small + 64);
+    c->zero = (float *)((char *)small + 128);
+    c->bad = (int *)((char *)small + 192);
+    CU(cudaMemset(small, 0, 256), "cudaMemset");
+    return DMUON_OK;
+}
+
+extern "C" void dmuon_ns_cuda_free(dmuon_ns_cuda *c)
+{
+    if (!c)
+        return;
+    cudaSetDevice(c->device);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    cudaFree(c->ws);
+    cudaFree(c->sumsq);
+    free(c);
+}
+
+extern "C" dmuon_rc dmuon_ns_cuda_alloc(dmuon_ns_cuda *c, size_t count, float **out)
+{
+    CU(cudaSetDevice(c->device), "cudaSetDevice");
+    if (cudaMalloc((void **)out, (count ? count : 1) * sizeof(float)) != cudaSuccess)
+        return DMUON_FAIL(DMUON_ENOMEM, "cuda: out of device memory for %zu floats", count);
+    return DMUON_OK;
+}
+
+extern "C" void dmuon_ns_cuda_mem_free(dmuon_ns_cuda *c, float *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+extern "C" dmuon_rc dmuon_ns_cuda_put(dmuon_ns_cuda *c, float *dst, const float *src, size_t count)
+{
+    CU(cudaMemcpy(dst, src, count * sizeof(float), cudaMemcpyHostToDevice), "copy to device");
+    return DMUON_OK;
+}
+
+extern "C" dmuon_rc dmuon_ns_cuda_get(dmuon_ns_cuda *c, float *dst, const float *src, size_t count)
+{
+    CU(cudaMemcpy(dst, src, count * sizeof(float), cudaMemcpyDeviceToHost), "copy to host");
+    return DMUON_OK;
+}
+
+static dmuon_rc reserve(dmuon_ns_cuda *c, size_t s, size_t l, bool bf)
+{
+    const size_t big = s * l, sq = s * s;
+    const size_t need = 2 * (big * 4 + 256) + 6 * (sq * 4 + 256) + (bf ? 2 * (big * 2 + 256) : 0);
+    if (need > c->ws_bytes) {
+        cudaFree(c->ws);
+        c->ws = NULL;
+        c->ws_bytes = 0;
+        if (cudaMalloc(&c->ws, need) != cudaSuccess)
+            return DMUON_FAIL(DMUON_ENOMEM, "cuda: out of device memory for the workspace of a "
+                              "%zu x %zu matrix (%zu MiB)", s, l, need >> 20);
+        c->ws_bytes = need;
+    }
+    char *p = (char *)c->ws;
+    auto carve = [&p](size_t bytes) {
+        void *r = p;
+        p += ((bytes + 255) / 256) * 256;
+        return r;
+    };
+    c->a = (float *)carve(big * 4);
+    c->a2 = (float *)carve(big * 4);
+    c->r = (float *)carve(sq * 4);
+    c->r2 = (float *)carve(sq * 4);
+    c->p = (float *)carve(sq * 4);
+    c->q = (float *)carve(sq * 4);
+    c->qn = (float *)carve(sq * 4);
+    c->t = (float *)carve(sq * 4);
+    c->b1 = c->b2 = NULL;
+    if (bf) {
+        c->b1 = (__nv_bfloat16 *)carve(big * 2);
+        c->b2 = (__nv_bfloat16 *)carve(big * 2);
+    }
+    return DMUON_OK;
+}
+
+/* ----------------------------------------------------------- products -- */
+
+struct run_ctx {
+    dmuon_ns_cuda *c;
+    bool bf;
+};
+
+/* Column-major C (p x q, ldc) = alpha·op(A)·op(B) + beta·C; op(A) p x k with
+ * stored extent lda x (ta ? p : k). */
+static dmuon_rc mm(run_ctx &x, bool ta, bool tb, int p, int q, int k, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!x.bf) {
+        CB(cublasSgemm(x.c->blas, oa, ob, p, q, k, &alpha, A, lda, B, ldb, &beta, C, ldc),
+           "sgemm");
+        return DMUON_OK;
+    }
+    size_t na = (size_t)lda * (ta ? p : k), nb = (size_t)ldb * (tb ? k : q);
+    k_to_bf16<<<grid_for(na), 256, 0, x.c->stream>>>(A, na, x.c->b1);
+    const __nv_bfloat16 *bb = x.c->b1;
+    if (B != A || nb != na) {
+        k_to_bf16<<<grid_for(nb), 256, 0, x.c->stream>>>(B, nb, x.c->b2);
+        bb = x.c->b2;
+    }
+    CU(cudaGetLastError(), "bf16 conversion kernel");
+    CB(cublasGemmEx(x.c->blas, oa, ob, p, q, k, &alpha, x.c->b1, CUDA_R_16BF, lda, bb,
+                    CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT),
+       "gemmex bf16");
+    return DMUON_OK;
+}
+
+/* C (s x s, full) = A·Aᵀ for column-major A s x k (lda). */
+static dmuon_rc sym(run_ctx &x, int s, int k, const float *A, int lda, float *C)
+{
+    if (x.bf) {
+        DMUON_TRY(mm(x, false, true, s, s, k, 1.0f, A, lda, A, lda, 0.0f, C, s));
+    } else {
+        const float one = 1.0f, zero = 0.0f;
+        CB(cublasSsyrk(x.c->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, s, k, &one, A, lda, &zero,
+                       C, s),
+           "ssyrk");
+    }
+    k_mirror<<<grid_for((size_t)s * s), 256, 0, x.c->stream>>>(s, C);
+    CU(cudaGetLastError(), "mirror kernel");
+    return DMUON_OK;
+}
+
+static dmuon_rc poly(run_ctx &x, int s, float a, float b, float c, const float *R,
+                     const float *R2, float *P)
+{
+    k_poly<<<grid_for((size_t)s * s), 256, 0, x.c->stream>>>(s, a, b, c, R, R2, P);
+    CU(cudaGetLastError(), "polynomial kernel");
+    return DMUON_OK;
+}
+
+/* ---------------------------------------------------------------- run -- */
+
+extern "C" dmuon_rc dmuon_ns_cuda_run(dmuon_ns_cuda *c, const dmuon_ns_opts *o, const float *x,
+                                      int64_t m, int64_t n, float *out)
+{
+    CU(cudaSetDevice(c->device), "cudaSetDevice");
+    const bool wide = m <= n;              /* row-major m x n is column-major n x m */
+    const int s = (int)(wide ? m : n), l = (int)(wide ? n : m);
+    const size_t count = (size_t)m * (size_t)n;
+    run_ctx rx = {c, o->dtype == DMUON_BF16};
+    DMUON_TRY(reserve(c, (size_t)s, (size_t)l, rx.bf));
+    float *A = c->a, *A2 = c->a2, *R = c->r, *R2 = c->r2, *P = c->p, *Q = c->q, *Qn = c->qn,
+          *T = c->t;
+
+    /* normalise: A (s x l, ld s) = x / ‖x‖_F, transposed when m <= n */
+    CU(cudaMemsetAsync(c->sumsq, 0, sizeof(double), c->stream), "memset");
+    CU(cudaMemsetAsync(c->bad, 0, sizeof(int), c->stream), "memset");
+    k_sumsq<<<grid_for(count), 256, 0, c->stream>>>(x, count, c->sumsq);
+    k_scale<<<1, 1, 0, c->stream>>>(c->sumsq, c->scale);
+    CU(cudaGetLastError(), "norm kernels");
+    /* geam's B operand is A itself with beta = 0: clear it so no stale NaN
+     * from an earlier call can leak through 0·NaN */
+    CU(cudaMemsetAsync(A, 0, (size_t)s * l * sizeof(float), c->stream), "memset");
+    CB(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
+    /* x as stored is column-major n x m (ld n); wide: A = (that)ᵀ */
+    cublasStatus_t st = cublasSgeam(c->blas, wide ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, s, l,
+                                    c->scale, x, (int)n, c->zero, A, s, A, s);
+    cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST);
+    CB(st, "sgeam (normalise)");
+
+    if (o->method == DMUON_NS_DIRECT) {
+        for (int k = 0; k < o->steps; k++) {
+            DMUON_TRY(sym(rx, s, l, A, s, R));
+            DMUON_TRY(sym(rx, s, s, R, s, R2));
+            DMUON_TRY(poly(rx, s, 0.0f, (float)o->coeff[k].b, (float)o->coeff[k].c, R, R2, P));
+            CU(cudaMemcpyAsync(A2, A, (size_t)s * l * sizeof(float), cudaMemcpyDeviceToDevice,
+                               c->stream),
+               "copy");
+            DMUON_TRY(mm(rx, false, false, s, l, s, 1.0f, P, s, A, s, (float)o->coeff[k].a, A2, s));
+            std::swap(A, A2);
+        }
+        if (wide) {   /* out (column-major n x m = l x s) = Aᵀ */
+            const float one = 1.0f, zero = 0.0f;
+            CU(cudaMemsetAsync(out, 0, count * sizeof(float), c->stream), "memset");
+            CB(cublasSgeam(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, l, s, &one, A, s, &zero, out, l,
+                           out, l),
+               "sgeam (transpose out)");
+        } else {
+            CU(cudaMemcpyAsync(out, A, count * sizeof(float), cudaMemcpyDeviceToDevice,
+                               c->stream),
+               "copy out");
+        }
+    } else {
+        bool have_q = false;
+        DMUON_TRY(sym(rx, s, l, A, s, R));
+        for (int k = 0; k < o->steps; k++) {
+            if (k > 0 && o->restart[k]) {
+                DMUON_TRY(mm(rx, false, false, s, l, s, 1.0f, Q, s, A, s, 0.0f, A2, s));
+                std::swap(A, A2);
+                DMUON_TRY(sym(rx, s, l, A, s, R));
+                have_q = false;
+            }
+            DMUON_TRY(sym(rx, s, s, R, s, R2));
+            DMUON_TRY(poly(rx, s, (float)o->coeff[k].a, (float)o->coeff[k].b,
+                           (float)o->coeff[k].c, R, R2, P));
+            if (k + 1 < o->steps && !o->restart[k + 1]) {
+                DMUON_TRY(mm(rx, false, false, s, s, s, 1.0f, R, s, P, s, 0.0f, T, s));
+                DMUON_TRY(mm(rx, false, false, s, s, s, 1.0f, P, s, T, s, 0.0f, R2, s));
+                k_symmetrise<<<grid_for((size_t)s * s), 256, 0, c->stream>>>(s, R2, R);
+                CU(cudaGetLastError(), "symmetrise kernel");
+            }
+            if (!have_q) {
+                std::swap(Q, P);
+                have_q = true;
+            } else {
+                DMUON_TRY(mm(rx, false, false, s, s, s, 1.0f, Q, s, P, s, 0.0f, Qn, s));
+                std::swap(Q, Qn);
+            }
+        }
+        if (wide)   /* out (column-major l x s) = (Q·A)ᵀ = Aᵀ·Qᵀ */
+            DMUON_TRY(mm(rx, true, true, l, s, s, 1.0f, A, s, Q, s, 0.0f, out, l));
+        else        /* out (column-major s x l) = Q·A */
+            DMUON_TRY(mm(rx, false, false, s, l, s, 1.0f, Q, s, A, s, 0.0f, out, s));
+    }
+    k_count_bad<<<grid_for(count), 256, 0, c->stream>>>(out, count, c->bad);
+    CU(cudaGetLastError(), "finiteness kernel");
+    double sumsq = 0.0;
+    int bad = 0;
+    CU(cudaMemcpyAsync(&sumsq, c->sumsq, sizeof sumsq, cudaMemcpyDeviceToHost, c->stream),
+       "read norm");
+    CU(cudaMemcpyAsync(&bad, c->bad, sizeof bad, cudaMemcpyDeviceToHost, c->stream),
+       "read flag");
+    CU(cudaStreamSynchronize(c->stream), "synchronise");
+    if (!std::isfinite(sumsq))
+        return DMUON_FAIL(DMUON_ENUMERIC,
+                          "ns: the %lld x %lld input holds NaN or Inf (its sum of squares is %g)",
+                          (long long)m, (long long)n, sumsq);
+    if (bad)
+        return DMUON_FAIL(DMUON_ENUMERIC,
+                          "ns: the result for the %lld x %lld input has %d non-finite elements",
+                          (long long)m, (long long)n, bad);
+    return DMUON_OK;
+}

@@ -1,0 +1,250 @@
+/*
+ * dmuon/plan.h — owner plans: assignment units, owners, window layout,
+ * frozen segment tables, the balance report, and the plan file.
+ *
+ * Units (paper §3.3, C.5).  Only Muon matrices get owners; AdamW parameters
+ * (embeddings, output head, norm gains, biases) keep FSDP's even sharding and
+ * are listed in the plan as sharded.  In every layer:
+ *   - each Muon parameter whose per-matrix bytes are at least
+ *     small_unit_bytes is its own unit;
+ *   - the layer's other (small) Muon parameters form one merged unit;
+ *   - each expert matrix (MoE) is its own unit, whatever its size; with
+ *     fuse_experts, all matrices of one expert tensor (fused [E,...] storage,
+ *     or the per-expert tensors experts.*.P of one layer and projection P)
+ *     form one unit instead.
+ * Bytes of a unit = its elements * dtype size of the communication dtype
+ * (param_dtype, BF16 by default: the parameters the operators gather and
+ * publish), whatever the stored dtype.
+ *
+ * Owners (paper Appendix B).  Units are sorted by cost descending, ties by
+ * element count descending, then by name.  For each unit in turn: candidates
+ * are the ranks holding the fewest units of the unit's layer (so no two units
+ * of a layer share a rank while the layer has no more units than ranks);
+ * among them the least loaded by cost (ties: lower rank) whose bytes stay
+ * within (1+epsilon) * P / N after receiving the unit (P: all unit bytes); if
+ * none fits, the candidate with the fewest bytes (ties: lower rank).  HSDP
+ * (R nodes x K GPUs, rank = node * K + column): the same rule first assigns
+ * units to the K columns (cap (1+epsilon) * P / K), then, per column, to its R
+ * ranks (cap (1+epsilon) * P_column / R).  The row leader of a unit on node r
+ * is rank r * K + column(owner).  The plan is a pure function of its inputs.
+ *
+ * Window.  Each owner's units are laid out contiguously in its window in
+ * (layer, position in layer buffer) order; window_offset is in bytes.
+ *
+ * Segment tables.  A layer's buffer holds the layer's Muon parameters in
+ * forward (inventory) order, param_dtype elements; each maximal run of
+ * storage with one owner and a contiguous window range is one segment.
+ */
+#ifndef DMUON_PLAN_H
+#define DMUON_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dmuon/cost.h"
+#include "dmuon/io.h"
+#include "dmuon/model.h"
+#include "dmuon/rc.h"
+#include "dmuon/types.h"
+
+#define DMUON_PLAN_VERSION 1
+
+typedef struct dmuon_plan dmuon_plan;
+
+typedef enum { DMUON_SHARD_FSDP = 0, DMUON_SHARD_HSDP } dmuon_sharding;
+typedef enum { DMUON_STRATEGY_LPT = 0, DMUON_STRATEGY_ROUND_ROBIN } dmuon_strategy;
+
+/* "fsdp"/"hsdp", "lpt"/"round-robin"; parsers fail with DMUON_EINVAL. */
+const char *dmuon_sharding_name(dmuon_sharding s);
+dmuon_rc dmuon_sharding_parse(const char *s, dmuon_sharding *out);
+const char *dmuon_strategy_name(dmuon_strategy s);
+dmuon_rc dmuon_strategy_parse(const char *s, dmuon_strategy *out);
+
+/* Largest world size the planner accepts (nodes * gpus_per_node). */
+#define DMUON_PLAN_MAX_RANKS (1 << 20)
+
+/* Planning options; dmuon_plan_opts_init sets the defaults given here. */
+typedef struct {
+    int32_t nodes;              /* R >= 1 (default 1) */
+    int32_t gpus_per_node;      /* K >= 1 (default 8) */
+    dmuon_sharding sharding;    /* default FSDP */
+    int zero_stage;             /* 2 or 3 (default 3); recorded, not used by assignment */
+    dmuon_strategy strategy;    /* default LPT */
+    dmuon_cost_kind cost;       /* default DMUON_COST_DB */
+    dmuon_cost_source cost_src; /* used with DMUON_COST_DB */
+    double epsilon;             /* byte cap slack (default 0.1, paper Appendix B) */
+    bool byte_cap;              /* default true (--no-byte-cap) */
+    bool layer_spread;          /* default true (--no-layer-spread) */
+    bool column_balance;        /* HSDP: default true (--no-column-balance) */
+    bool fuse_experts;          /* default false (per-expert units, paper C.5) */
+    int64_t small_unit_bytes;   /* default 16 MiB (in param_dtype): Muon
+                                   parameters whose matrices are smaller
+                                   share the layer's merged unit.  With it,
+                                   q/k/v/o of models of width <= 2048
+                                   (2048^2 BF16 = 8 MiB) and k/v of wider
+                                   ones merge, giving 1 to 6 units per layer
+                                   on the paper's models (Appendix B) */
+    dmuon_dtype param_dtype;    /* communication dtype, default BF16 */
+    const char *model_path;     /* recorded in the plan and in probe commands */
+} dmuon_plan_opts;
+
+void dmuon_plan_opts_init(dmuon_plan_opts *o);
+
+/* One assignment unit (read-only view into the plan). */
+typedef struct {
+    int32_t id;               /* index in dmuon_plan_units, = position in the plan file */
+    const char *name;         /* first parameter's name; "NAME[j]" for one expert
+                                 matrix j; "LAYER.(small)" for a merged unit */
+    int32_t layer;            /* layer index */
+    int32_t owner;            /* global rank in [0, ranks) */
+    int32_t node;             /* owner / gpus_per_node */
+    int32_t column;           /* owner % gpus_per_node: the rail it publishes on */
+    int64_t elements;         /* Muon elements of the unit */
+    int64_t bytes;            /* elements * dtype size of param_dtype */
+    int64_t matrices;         /* Muon matrices of the unit */
+    double ns_ms;             /* NS time, ms (measured with cost db; relative
+                                 units with analytic costs, see dmuon/cost.h) */
+    int64_t window_offset;    /* bytes, into the owner's window */
+    size_t first_member;      /* members [first_member, first_member + n_members) */
+    size_t n_members;
+} dmuon_plan_unit;
+
+/* A contiguous part of one parameter that belongs to a unit: matrices
+ * [first_matrix, first_matrix + n_matrices) of parameter param. */
+typedef struct {
+    int32_t param;            /* index into dmuon_plan_params */
+    int64_t first_matrix;
+    int64_t n_matrices;
+    int64_t layer_offset;     /* bytes, into the layer buffer */
+} dmuon_plan_member;
+
+/* One parameter as the plan records it. */
+typedef struct {
+    const char *name;
+    int32_t layer;
+    dmuon_role role;
+    int64_t numel;
+    int64_t matrices, mat_m, mat_n;
+} dmuon_plan_param;
+
+/* Balance figures (paper §3.3, Appendix B). */
+typedef struct {
+    int32_t ranks, nodes, gpus_per_node;
+    size_t units;
+    int64_t muon_matrices;
+    double total_ns_ms;                   /* sum of unit costs */
+    double busiest_ns_ms;                 /* max over ranks */
+    double busiest_ns_over_mean;
+    double lower_bound_ms;                /* max(largest unit, total / N) */
+    double busiest_ns_over_lower_bound;
+    int64_t total_bytes;                  /* all unit bytes (P) */
+    int64_t max_owner_bytes;              /* largest owner window */
+    double heaviest_bytes_over_mean;
+    double heaviest_rail_over_mean;       /* publish bytes per column / mean */
+    int64_t max_rail_bytes;
+    int64_t max_matrices_per_rank;
+    double layer_root_over_largest_unit;  /* max over layers of (heaviest
+                                             rank's bytes in the layer /
+                                             layer's largest unit bytes) */
+    int32_t worst_layer;                  /* layer of that maximum */
+    size_t byte_cap_fallbacks;            /* units placed over the cap */
+    int32_t busiest_rank, heaviest_rank, heaviest_rail;
+} dmuon_plan_report;
+
+/* Plans model for the cluster of opts.  Reads costs per opts->cost (for
+ * DMUON_COST_DB, via dmuon_cost_table_load, whose errors it returns).
+ * Errors: DMUON_EINVAL (nodes or gpus_per_node < 1, world size above
+ * DMUON_PLAN_MAX_RANKS, epsilon < 0 or not finite, small_unit_bytes < 0),
+ * DMUON_EUNSUPPORTED (a model with no Muon matrix), DMUON_ENOTFOUND,
+ * DMUON_EDB, DMUON_ENOMEM. */
+dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmuon_plan **out);
+
+/* Writes the plan file (YAML, dmuon_plan: DMUON_PLAN_VERSION) atomically;
+ * "-" writes to stdout.  The same plan gives a byte-identical file.
+ * Errors: DMUON_EIO. */
+dmuon_rc dmuon_plan_write(const dmuon_plan *p, const char *path);
+
+/* Loads a plan file.  Checks the version (DMUON_EVERSION names the file's
+ * version and this build's), required fields (DMUON_ENOTFOUND / DMUON_EPARSE
+ * with file, line and field), internal consistency (DMUON_EMISMATCH when the
+ * recorded digests of the units and segment tables or the world size do not
+ * match what the file holds, naming which).  Errors also: DMUON_EIO,
+ * DMUON_ENOMEM. */
+dmuon_rc dmuon_plan_load(const char *path, dmuon_plan **out);
+
+/* Checks that plan p was made from model m (inventory digest, parameter
+ * table): DMUON_EMISMATCH naming the first difference. */
+dmuon_rc dmuon_plan_match_model(const dmuon_plan *p, const dmuon_model *m);
+
+/* Frees the plan; accepts NULL. */
+void dmuon_plan_free(dmuon_plan *p);
+
+/* Cluster and options of the plan. */
+int32_t dmuon_plan_ranks(const dmuon_plan *p);
+int32_t dmuon_plan_nodes(const dmuon_plan *p);
+int32_t dmuon_plan_gpus_per_node(const dmuon_plan *p);
+dmuon_sharding dmuon_plan_sharding(const dmuon_plan *p);
+int dmuon_plan_zero_stage(const dmuon_plan *p);
+dmuon_dtype dmuon_plan_param_dtype(const dmuon_plan *p);
+const char *dmuon_plan_cost_source(const dmuon_plan *p);  /* "db: DEVICE ..." or "flops (estimate)" ... */
+const dmuon_plan_opts *dmuon_plan_options(const dmuon_plan *p); /* strings owned by p */
+
+/* Layers (forward order, as in the model). */
+size_t dmuon_plan_layer_count(const dmuon_plan *p);
+const char *dmuon_plan_layer_name(const dmuon_plan *p, size_t i);
+/* Bytes of layer i's buffer (its Muon parameters in param_dtype). */
+int64_t dmuon_plan_layer_bytes(const dmuon_plan *p, size_t i);
+
+/* The frozen segment table of layer i: *n segments in layer order, offsets
+ * in bytes into the layer buffer, counts in elements of param_dtype,
+ * window_offset in bytes into the owner's window.  Valid while p lives. */
+const dmuon_segment *dmuon_plan_layer_segments(const dmuon_plan *p, size_t i, size_t *n);
+
+/* Units, members and parameters; valid while p lives. */
+const dmuon_plan_unit *dmuon_plan_units(const dmuon_plan *p, size_t *n);
+const dmuon_plan_member *dmuon_plan_members(const dmuon_plan *p, size_t *n);
+const dmuon_plan_param *dmuon_plan_params(const dmuon_plan *p, size_t *n);
+
+/* Bytes of rank r's owner window (sum of its units' bytes). */
+int64_t dmuon_plan_window_bytes(const dmuon_plan *p, int32_t rank);
+
+/* Row leader of unit u on node r: rank r * K + column (HSDP); for FSDP the
+ * owner itself.  Returns -1 for an out-of-range u or r. */
+int32_t dmuon_plan_leader(const dmuon_plan *p, size_t u, int32_t node);
+
+/* The balance report (computed by build and by load). */
+const dmuon_plan_report *dmuon_plan_get_report(const dmuon_plan *p);
+
+/*
+ * Checks the plan's invariants:
+ *   1. every Muon matrix of every Muon parameter is in exactly one unit, and
+ *      no AdamW parameter is in a unit;
+ *   2. every unit has one owner in [0, N), node/column agree with it;
+ *   3. the byte cap holds for every rank unless the plan was made without it
+ *      or the unit that broke it had no feasible candidate (re-derived);
+ *   4. no two units of one layer share a rank while the layer has no more
+ *      units than ranks (when layer spreading is on);
+ *   5. HSDP: every unit's leaders sit in the owner's column, one per node;
+ *   6. windows: units of one owner do not overlap and fit the window;
+ *      segment tables cover each layer buffer exactly, in order, with the
+ *      owners and window offsets of their units.
+ * Returns DMUON_OK, or DMUON_ECHECK with the first violation in the message;
+ * *violations (if not NULL) receives the number of violations found.
+ */
+dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations);
+
+/* ---------------------------------------------------------------- report -- */
+
+/* Writes the human report (cluster, unit counts, balance table) to f. */
+void dmuon_plan_print_report(const dmuon_plan *p, FILE *f);
+
+/* Writes the report's keys (ranks, nodes, gpus_per_node, sharding, units,
+ * muon_matrices, cost_source, busiest_ns_over_mean,
+ * busiest_ns_over_lower_bound, heaviest_bytes_over_mean, max_owner_bytes,
+ * heaviest_rail_over_mean, max_matrices_per_rank,
+ * layer_root_over_largest_unit, ...) into the JSON object open in w. */
+void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w);
+
+#endif

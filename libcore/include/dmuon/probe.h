@@ -1,0 +1,81 @@
+/*
+ * dmuon/probe.h — measuring Newton–Schulz time per matrix shape for the cost
+ * database (paper §3.3, Appendix B "Why NS time is measured", "Measurement
+ * protocol").
+ *
+ * Every rank of a communicator times each shape on its own device: `warmup`
+ * untimed calls, then `iters` timed calls of dmuon_ns_run on a fixed
+ * pseudo-random input (NS time does not depend on the values).  Each rank
+ * takes the median of its iterations; the stored figure is the median of the
+ * ranks' medians (the mean of the two middle ones for an even count), so
+ * noise on one device hardly moves it.  min_ms / max_ms are the smallest and
+ * largest single iteration on any rank.  Every rank receives the same rows.
+ *
+ * The library never prints: progress is reported through a callback.
+ * Storing is the caller's: dmuon_costdb_put_rows writes all rows of a run in
+ * one transaction (on one rank).
+ */
+#ifndef DMUON_PROBE_H
+#define DMUON_PROBE_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmuon/costdb.h"
+#include "dmuon/device.h"
+#include "dmuon/ns.h"
+#include "dmuon/rc.h"
+
+/* Called on every rank after each shape is measured and combined across
+ * ranks: done shapes of total so far, and the combined row. */
+typedef void (*dmuon_probe_progress_fn)(size_t done, size_t total, const dmuon_cost_row *row,
+                                        void *ctx);
+
+typedef struct {
+    dmuon_device_kind device;   /* cpu or cuda */
+    int device_index;           /* CUDA device; -1: the node-local rank modulo
+                                   the device count; ignored for cpu */
+    dmuon_ns_opts ns;           /* variant and dtype to time */
+    int warmup;                 /* untimed calls per shape, >= 0 */
+    int iters;                  /* timed calls per shape, >= 1 */
+    uint64_t seed;              /* input generator seed */
+    dmuon_probe_progress_fn progress;   /* may be NULL */
+    void *progress_ctx;
+} dmuon_probe_opts;
+
+/* Defaults for device: gram-pe5 fp32; cpu warmup 1, iters 3 (one NS on a
+ * large shape takes seconds on a CPU); cuda warmup 5, iters 20; seed 1;
+ * device_index -1; no progress callback. */
+void dmuon_probe_opts_init(dmuon_probe_opts *o, dmuon_device_kind device);
+
+/* The cost database key that a probe with *o writes on this rank: the
+ * device name (dmuon/device.h; for cuda the device that device_index
+ * selects on this rank, comm being used to find the node-local rank), the
+ * variant and the dtype names.  comm may be MPI_COMM_NULL (no MPI calls:
+ * node-local rank 0).  Errors: DMUON_EUNSUPPORTED (cuda without CUDA),
+ * DMUON_EDEVICE (no device), DMUON_ECOMM. */
+dmuon_rc dmuon_probe_key(const dmuon_probe_opts *o, MPI_Comm comm, char device[128],
+                         char variant[32], char dtype[8]);
+
+/* Times each of the n shapes (shapes[i][0] = m rows, shapes[i][1] = n
+ * columns) and fills rows_out[0..n) (caller-allocated, n entries): device,
+ * variant, dtype, m, n, median/min/max in milliseconds per NS call, samples
+ * (= iters), ranks (= size of comm), libraries, host; measured_at is left
+ * empty (dmuon_costdb_put_rows stamps it).  Collective over comm: every rank
+ * must call it with the same shapes and options; comm may be MPI_COMM_NULL
+ * for a single process without MPI.  Failures are agreed across ranks after
+ * each shape, so no rank is left waiting.  Errors: DMUON_EINVAL (bad
+ * options, a non-positive dimension; nothing timed), DMUON_EUNSUPPORTED,
+ * DMUON_EDEVICE, DMUON_ENOMEM, DMUON_ENUMERIC (from dmuon_ns_run),
+ * DMUON_EMISMATCH (ranks measure under different device names or options),
+ * DMUON_ECOMM (MPI failed, or another rank failed: the message names it). */
+dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes)[2], size_t n,
+                            MPI_Comm comm, dmuon_cost_row *rows_out);
+
+/* Parses "MxN,MxN,..." (M rows, N columns, each 1..2^31-1; 'x' or 'X')
+ * into a malloc'ed array *shapes of *n pairs (caller free()s).  Errors:
+ * DMUON_EINVAL naming the item and what was expected, DMUON_ENOMEM. */
+dmuon_rc dmuon_probe_parse_shapes(const char *text, int64_t (**shapes)[2], size_t *n);
+
+#endif

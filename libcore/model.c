@@ -1,0 +1,513 @@
+/*
+ * model.c — the normalised model inventory (see dmuon/model.h).
+ *
+ * Every input form ends in dmuon_model_build: a list of spelled-out tensors
+ * becomes the parameter table.  This file owns the rules that apply to all
+ * forms: unique names, positive dimensions, layer detection and forward
+ * order, roles, and the split of a tensor into Muon matrices.  The readers
+ * of the individual forms live in model_hf.c (config.json), model_st.c
+ * (safetensors headers) and model_yaml.c (the project's YAML).
+ *
+ * Invariants: params[i].layer < nlayers; layer 0 is "(root)" iff some tensor
+ * lies outside every numbered block; all strings are owned by the model.
+ */
+#include "model_internal.h"
+
+#include <ctype.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ helpers -- */
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* Path components that introduce a numbered block. */
+static const char *const block_words[] = {"layers", "blocks", "h", "layer", "block",
+                                          "encoderblock"};
+
+/* Finds the first "<word>.<digits>" component pair of name; on success
+ * returns the length of the layer key (through the digits), the length of
+ * the prefix (through "<word>."), and the number. */
+static bool find_block(const char *name, size_t *key_len, size_t *prefix_len, long long *num)
+{
+    const char *p = name;
+    while (*p) {
+        const char *dot = strchr(p, '.');
+        if (!dot)
+            return false;
+        size_t wl = (size_t)(dot - p);
+        for (size_t w = 0; w < sizeof block_words / sizeof block_words[0]; w++) {
+            if (strlen(block_words[w]) != wl || strncmp(p, block_words[w], wl))
+                continue;
+            const char *d = dot + 1;
+            size_t nd = 0;
+            while (isdigit((unsigned char)d[nd]))
+                nd++;
+            if (nd == 0 || nd > 9 || (d[nd] != '.' && d[nd] != '\0'))
+                continue;
+            *prefix_len = (size_t)(d - name);
+            *key_len = (size_t)(d + nd - name);
+            *num = strtoll(d, NULL, 10);
+            return true;
+        }
+        p = dot + 1;
+    }
+    return false;
+}
+
+static bool ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static bool any_match(const char *const *pats, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pats[i] && fnmatch(pats[i], name, 0) == 0)
+            return true;
+    return false;
+}
+
+/* Role and matrix split of one tensor (the rules of dmuon/model.h). */
+static dmuon_rc classify(const char *source, dmuon_param *p, const dmuon_model_opts *o)
+{
+    bool force_muon = o && any_match(o->muon, o->n_muon, p->name);
+    bool force_adamw = !force_muon && o && any_match(o->adamw, o->n_adamw, p->name);
+    bool stack3 = p->ndim == 3 && (strstr(p->name, "experts") || strstr(p->name, "gating_einsum"));
+    if (force_muon) {
+        if (p->ndim != 2 && p->ndim != 3)
+            return DMUON_FAIL(DMUON_EINVAL,
+                              "%s: tensor '%s': a muon pattern matches it, but it has %d "
+                              "dimensions (muon needs a 2-D matrix or a 3-D stack [E, m, n])",
+                              source, p->name, p->ndim);
+        p->role = DMUON_ROLE_MUON;
+    } else if (force_adamw) {
+        p->role = DMUON_ROLE_ADAMW;
+    } else if (strstr(p->name, "embed") || strstr(p->name, "lm_head") || strstr(p->name, "wte") ||
+               strstr(p->name, "wpe") || ends_with(p->name, ".bias")) {
+        p->role = DMUON_ROLE_ADAMW;
+    } else if (p->ndim == 2 || stack3) {
+        p->role = DMUON_ROLE_MUON;
+    } else {
+        p->role = DMUON_ROLE_ADAMW;
+    }
+    p->matrices = p->mat_m = p->mat_n = 0;
+    p->expert = false;
+    if (p->role != DMUON_ROLE_MUON)
+        return DMUON_OK;
+    p->expert = strstr(p->name, "experts") != NULL;
+    if (p->ndim == 2) {
+        p->matrices = 1;
+        p->mat_m = p->shape[0];
+        p->mat_n = p->shape[1];
+    } else if (strstr(p->name, "gate_up_proj") && p->shape[1] % 2 == 0) {
+        p->matrices = 2 * p->shape[0];
+        p->mat_m = p->shape[1] / 2;
+        p->mat_n = p->shape[2];
+    } else {
+        p->matrices = p->shape[0];
+        p->mat_m = p->shape[1];
+        p->mat_n = p->shape[2];
+    }
+    return DMUON_OK;
+}
+
+/* --------------------------------------------------------------- layers -- */
+
+typedef struct {
+    const char *name;     /* param name; the key is name[0..key_len) */
+    size_t key_len, prefix_len;
+    long long num;
+    size_t first;         /* first param index with this key */
+    size_t prefix_first;  /* first param index with this prefix */
+    int32_t id;
+} layer_key;
+
+static int key_cmp_name(const layer_key *a, const layer_key *b)
+{
+    size_t n = a->key_len < b->key_len ? a->key_len : b->key_len;
+    int c = memcmp(a->name, b->name, n);
+    if (c)
+        return c;
+    return (a->key_len > b->key_len) - (a->key_len < b->key_len);
+}
+
+static int qs_key_name(const void *x, const void *y)
+{
+    const layer_key *a = x, *b = y;
+    int c = key_cmp_name(a, b);
+    if (c)
+        return c;
+    return (a->first > b->first) - (a->first < b->first);
+}
+
+static int qs_prefix(const void *x, const void *y)
+{
+    const layer_key *a = x, *b = y;
+    size_t n = a->prefix_len < b->prefix_len ? a->prefix_len : b->prefix_len;
+    int c = memcmp(a->name, b->name, n);
+    if (c)
+        return c;
+    if (a->prefix_len != b->prefix_len)
+        return (a->prefix_len > b->prefix_len) - (a->prefix_len < b->prefix_len);
+    return (a->first > b->first) - (a->first < b->first);
+}
+
+static int qs_forward(const void *x, const void *y)
+{
+    const layer_key *a = x, *b = y;
+    if (a->prefix_first != b->prefix_first)
+        return (a->prefix_first > b->prefix_first) - (a->prefix_first < b->prefix_first);
+    if (a->num != b->num)
+        return (a->num > b->num) - (a->num < b->num);
+    return (a->first > b->first) - (a->first < b->first);
+}
+
+/* Assigns params[i].layer and fills m->layers in forward order. */
+static dmuon_rc assign_layers(dmuon_model *m)
+{
+    size_t n = m->nparams, nk = 0, nu = 0;
+    bool root = false;
+    layer_key *k = calloc(n ? n : 1, sizeof *k);
+    int32_t *of_param = malloc((n ? n : 1) * sizeof *of_param);
+    dmuon_rc rc = DMUON_OK;
+    if (!k || !of_param) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory while ordering %zu tensors", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        layer_key t = {.name = m->params[i].name, .first = i};
+        if (find_block(t.name, &t.key_len, &t.prefix_len, &t.num))
+            k[nk++] = t;
+        else
+            root = true;
+    }
+    /* unique keys, each with its first appearance */
+    qsort(k, nk, sizeof *k, qs_key_name);
+    for (size_t i = 0; i < nk; i++)
+        if (nu == 0 || key_cmp_name(&k[nu - 1], &k[i]))
+            k[nu++] = k[i];
+    /* first appearance of each prefix */
+    qsort(k, nu, sizeof *k, qs_prefix);
+    for (size_t i = 0; i < nu; i++) {
+        bool same = i > 0 && k[i].prefix_len == k[i - 1].prefix_len &&
+                    !memcmp(k[i].name, k[i - 1].name, k[i].prefix_len);
+        k[i].prefix_first = same ? k[i - 1].prefix_first : k[i].first;
+    }
+    qsort(k, nu, sizeof *k, qs_forward);
+    m->nlayers = nu + (root ? 1 : 0);
+    m->layers = calloc(m->nlayers ? m->nlayers : 1, sizeof *m->layers);
+    if (!m->layers) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for %zu layers", m->nlayers);
+        goto out;
+    }
+    size_t base = 0;
+    if (root) {
+        m->layers[0] = xstrdup("(root)");
+        if (!m->layers[0]) {
+            rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for layer names");
+            goto out;
+        }
+        base = 1;
+    }
+    for (size_t i = 0; i < nu; i++) {
+        k[i].id = (int32_t)(base + i);
+        m->layers[base + i] = strndup(k[i].name, k[i].key_len);
+        if (!m->layers[base + i]) {
+            rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for layer names");
+            goto out;
+        }
+    }
+    /* param -> layer: look its key up among the unique keys (sorted by name) */
+    qsort(k, nu, sizeof *k, qs_key_name);
+    for (size_t i = 0; i < n; i++) {
+        layer_key t = {.name = m->params[i].name};
+        if (!find_block(t.name, &t.key_len, &t.prefix_len, &t.num)) {
+            m->params[i].layer = 0;
+            continue;
+        }
+        size_t lo = 0, hi = nu;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (key_cmp_name(&k[mid], &t) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        m->params[i].layer = k[lo].id;
+    }
+out:
+    free(k);
+    free(of_param);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- build -- */
+
+static int qs_name_idx(const void *x, const void *y, void *ctx)
+{
+    const dmuon_param *p = ctx;
+    return strcmp(p[*(const size_t *)x].name, p[*(const size_t *)y].name);
+}
+
+static uint64_t digest_model(const dmuon_model *m)
+{
+    uint64_t h = DMUON_DIGEST_SEED;
+    for (size_t i = 0; i < m->nparams; i++) {
+        const dmuon_param *p = &m->params[i];
+        h = dmuon_digest(p->name, strlen(p->name) + 1, h);
+        int64_t v[6 + DMUON_MODEL_MAX_DIMS] = {p->ndim, p->dtype, p->role, p->matrices, p->mat_m,
+                                               p->mat_n};
+        for (int d = 0; d < p->ndim; d++)
+            v[6 + d] = p->shape[d];
+        h = dmuon_digest(v, sizeof(int64_t) * (size_t)(6 + p->ndim), h);
+    }
+    return h;
+}
+
+dmuon_rc dmuon_model_new(const char *source, const char *format, const dmuon_tensor_spec *t,
+                         size_t n, const dmuon_model_opts *opts, dmuon_model **out)
+{
+    dmuon_rc rc = DMUON_OK;
+    size_t *idx = NULL;
+    *out = NULL;
+    dmuon_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    m->source = xstrdup(source ? source : "(built)");
+    m->format = xstrdup(format ? format : "built");
+    m->params = calloc(n ? n : 1, sizeof *m->params);
+    if (!m->source || !m->format || !m->params) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for %zu tensors", n);
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dmuon_param *p = &m->params[i];
+        if (!t[i].name || !*t[i].name) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor %zu: empty name", m->source, i + 1);
+            goto fail;
+        }
+        if (t[i].ndim < 1 || t[i].ndim > DMUON_MODEL_MAX_DIMS) {
+            rc = DMUON_FAIL(DMUON_EPARSE,
+                            "%s: tensor '%s': field 'shape': expected 1 to %d dimensions, got %d",
+                            m->source, t[i].name, DMUON_MODEL_MAX_DIMS, t[i].ndim);
+            goto fail;
+        }
+        p->name = xstrdup(t[i].name);
+        if (!p->name) {
+            rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+            goto fail;
+        }
+        m->nparams = i + 1;
+        p->ndim = t[i].ndim;
+        p->dtype = t[i].dtype;
+        p->numel = 1;
+        for (int d = 0; d < p->ndim; d++) {
+            int64_t s = t[i].shape[d];
+            if (s <= 0) {
+                rc = DMUON_FAIL(DMUON_EPARSE,
+                                "%s: tensor '%s': field 'shape': dimension %d is %lld, expected a "
+                                "positive integer",
+                                m->source, p->name, d, (long long)s);
+                goto fail;
+            }
+            if (p->numel > INT64_MAX / s) {
+                rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': too many elements",
+                                m->source, p->name);
+                goto fail;
+            }
+            p->shape[d] = s;
+            p->numel *= s;
+        }
+        DMUON_TRY_GOTO(rc, classify(m->source, p, opts), fail);
+    }
+    /* duplicate names */
+    idx = malloc((n ? n : 1) * sizeof *idx);
+    if (!idx) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    qsort_r(idx, n, sizeof *idx, qs_name_idx, m->params);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(m->params[idx[i]].name, m->params[idx[i - 1]].name)) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s: duplicate tensor name '%s'", m->source,
+                            m->params[idx[i]].name);
+            goto fail;
+        }
+    DMUON_TRY_GOTO(rc, assign_layers(m), fail);
+    m->digest = digest_model(m);
+    free(idx);
+    *out = m;
+    return DMUON_OK;
+fail:
+    free(idx);
+    dmuon_model_free(m);
+    return rc;
+}
+
+dmuon_rc dmuon_model_build(const char *source, const dmuon_tensor_spec *t, size_t n,
+                           const dmuon_model_opts *opts, dmuon_model **out)
+{
+    DMUON_TRY(dmuon_model_new(source, "built", t, n, opts, out));
+    return DMUON_OK;
+}
+
+void dmuon_model_free(dmuon_model *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->nparams; i++)
+        free((char *)m->params[i].name);
+    free(m->params);
+    if (m->layers)
+        for (size_t i = 0; i < m->nlayers; i++)
+            free(m->layers[i]);
+    free(m->layers);
+    free(m->source);
+    free(m->format);
+    free(m);
+}
+
+/* ------------------------------------------------------------- accessors -- */
+
+const char *dmuon_model_source(const dmuon_model *m) { return m->source; }
+const char *dmuon_model_format(const dmuon_model *m) { return m->format; }
+uint64_t dmuon_model_digest(const dmuon_model *m) { return m->digest; }
+size_t dmuon_model_param_count(const dmuon_model *m) { return m->nparams; }
+size_t dmuon_model_layer_count(const dmuon_model *m) { return m->nlayers; }
+
+const dmuon_param *dmuon_model_param(const dmuon_model *m, size_t i)
+{
+    return i < m->nparams ? &m->params[i] : NULL;
+}
+
+const char *dmuon_model_layer_name(const dmuon_model *m, size_t i)
+{
+    return i < m->nlayers ? m->layers[i] : NULL;
+}
+
+void dmuon_model_get_stats(const dmuon_model *m, dmuon_model_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    s->tensors = m->nparams;
+    s->layers = m->nlayers;
+    for (size_t i = 0; i < m->nparams; i++) {
+        const dmuon_param *p = &m->params[i];
+        s->two_d += p->ndim == 2;
+        s->elements += p->numel;
+        s->bytes += p->numel * (int64_t)dmuon_dtype_size(p->dtype);
+        if (p->role == DMUON_ROLE_MUON) {
+            s->muon_params++;
+            s->muon_matrices += p->matrices;
+            s->muon_elements += p->numel;
+            if (p->expert)
+                s->expert_matrices += p->matrices;
+        } else {
+            s->adamw_params++;
+        }
+    }
+}
+
+static int qs_shape(const void *x, const void *y)
+{
+    const dmuon_shape_count *a = x, *b = y;
+    if (a->m != b->m)
+        return (a->m > b->m) - (a->m < b->m);
+    return (a->n > b->n) - (a->n < b->n);
+}
+
+dmuon_rc dmuon_model_muon_shapes(const dmuon_model *m, dmuon_shape_count **shapes, size_t *n)
+{
+    size_t k = 0;
+    *shapes = NULL;
+    *n = 0;
+    for (size_t i = 0; i < m->nparams; i++)
+        k += m->params[i].role == DMUON_ROLE_MUON;
+    if (k == 0)
+        return DMUON_OK;
+    dmuon_shape_count *s = malloc(k * sizeof *s);
+    if (!s)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    k = 0;
+    for (size_t i = 0; i < m->nparams; i++) {
+        const dmuon_param *p = &m->params[i];
+        if (p->role == DMUON_ROLE_MUON)
+            s[k++] = (dmuon_shape_count){p->mat_m, p->mat_n, p->matrices};
+    }
+    qsort(s, k, sizeof *s, qs_shape);
+    size_t u = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (u > 0 && s[u - 1].m == s[i].m && s[u - 1].n == s[i].n)
+            s[u - 1].count += s[i].count;
+        else
+            s[u++] = s[i];
+    }
+    *shapes = s;
+    *n = u;
+    return DMUON_OK;
+}
+
+/* ----------------------------------------------------------------- load -- */
+
+dmuon_rc dmuon_model_load(const char *path, const dmuon_model_opts *opts, dmuon_model **out)
+{
+    *out = NULL;
+    if (!path || !*path)
+        return DMUON_FAIL(DMUON_EINVAL, "no model path given");
+    if (ends_with(path, ".safetensors")) {
+        DMUON_TRY(dmuon_model_load_safetensors(path, opts, out));
+        return DMUON_OK;
+    }
+    if (ends_with(path, ".yaml") || ends_with(path, ".yml")) {
+        DMUON_TRY(dmuon_model_load_yaml(path, opts, out));
+        return DMUON_OK;
+    }
+    if (ends_with(path, ".json")) {
+        /* an index names its shards in "weight_map"; a config has "model_type" */
+        dmuon_doc d;
+        DMUON_TRY(dmuon_doc_load_file(&d, path));
+        yaml_node_t *root = dmuon_doc_root(&d);
+        bool index = dmuon_doc_get(&d, root, "weight_map") != NULL;
+        bool config = dmuon_doc_get(&d, root, "model_type") != NULL;
+        dmuon_rc rc;
+        if (index)
+            rc = dmuon_model_load_st_index(path, &d, opts, out);
+        else if (config)
+            rc = dmuon_model_load_hf_config(path, &d, opts, out);
+        else
+            rc = DMUON_FAIL(DMUON_EPARSE,
+                            "%s: expected a Hugging Face config.json (with 'model_type') or a "
+                            "model.safetensors.index.json (with 'weight_map')",
+                            path);
+        dmuon_doc_release(&d);
+        if (rc != DMUON_OK)
+            return dmuon_err_trace_add(rc, __FILE__, __LINE__);
+        return DMUON_OK;
+    }
+    /* no telling extension: a safetensors file starts with an 8-byte length
+     * and then '{'; anything else is read as YAML (JSON included) */
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return DMUON_FAIL(DMUON_EIO, "cannot open model '%s': %m", path);
+    unsigned char head[9];
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (got == 9 && head[8] == '{' && (head[6] | head[7]) == 0) {
+        DMUON_TRY(dmuon_model_load_safetensors(path, opts, out));
+        return DMUON_OK;
+    }
+    DMUON_TRY(dmuon_model_load_yaml(path, opts, out));
+    return DMUON_OK;
+}

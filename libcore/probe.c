@@ -1,0 +1,327 @@
+/*
+ * probe.c — timing Newton–Schulz per shape and combining the ranks' figures
+ * (see dmuon/probe.h; paper Appendix B, "Measurement protocol").
+ *
+ * Invariants: every rank runs the same sequence of collectives whatever
+ * happens locally (a local failure is turned into a flag that all ranks
+ * agree on after each phase), so a failing rank never leaves the others
+ * waiting; rows_out is filled identically on every rank; nothing is printed.
+ */
+#include "dmuon/probe.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef DMUON_HAVE_CUDA
+#include "ns_cuda.h"
+#endif
+
+void dmuon_probe_opts_init(dmuon_probe_opts *o, dmuon_device_kind device)
+{
+    memset(o, 0, sizeof *o);
+    o->device = device;
+    o->device_index = -1;
+    dmuon_ns_opts_init(&o->ns);
+    o->warmup = device == DMUON_DEVICE_CUDA ? 5 : 1;
+    o->iters = device == DMUON_DEVICE_CUDA ? 20 : 3;
+    o->seed = 1;
+}
+
+/* ------------------------------------------------------------- helpers -- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (sorts v); the mean of the middle two for even n. */
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Node-local rank of this process in comm (0 without MPI). */
+static dmuon_rc local_rank(MPI_Comm comm, int *out)
+{
+    *out = 0;
+    if (comm == MPI_COMM_NULL)
+        return DMUON_OK;
+    MPI_Comm node;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "probe: MPI_Comm_split_type failed");
+    MPI_Comm_rank(node, out);
+    MPI_Comm_free(&node);
+    return DMUON_OK;
+}
+
+/* All ranks learn whether any rank failed.  Returns DMUON_OK when none did,
+ * mine when this rank failed (its message kept), else DMUON_ECOMM naming
+ * the first failing rank. */
+static dmuon_rc agree(MPI_Comm comm, dmuon_rc mine, const char *phase)
+{
+    if (comm == MPI_COMM_NULL)
+        return mine;
+    int rank, first = INT_MAX, flag;
+    MPI_Comm_rank(comm, &rank);
+    flag = mine == DMUON_OK ? INT_MAX : rank;
+    if (MPI_Allreduce(&flag, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "probe: MPI_Allreduce failed (%s)", phase);
+    if (mine != DMUON_OK)
+        return mine;
+    if (first != INT_MAX)
+        return DMUON_FAIL(DMUON_ECOMM, "probe: rank %d failed while %s (see its message)", first,
+                          phase);
+    return DMUON_OK;
+}
+
+/* Deterministic uniform values in [-1, 1) (xorshift64*). */
+static void fill_input(float *x, size_t count, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < count; i++) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        uint64_t r = s * 0x2545F4914F6CDD1Dull;
+        x[i] = (float)((double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+    }
+}
+
+static dmuon_rc check_opts(const dmuon_probe_opts *o)
+{
+    DMUON_TRY(dmuon_ns_opts_check(&o->ns));
+    if (o->warmup < 0)
+        return DMUON_FAIL(DMUON_EINVAL, "probe: warmup %d (expected >= 0)", o->warmup);
+    if (o->iters < 1)
+        return DMUON_FAIL(DMUON_EINVAL, "probe: iters %d (expected >= 1)", o->iters);
+    if (o->device != DMUON_DEVICE_CPU && o->device != DMUON_DEVICE_CUDA)
+        return DMUON_FAIL(DMUON_EINVAL, "probe: unknown device kind %d", (int)o->device);
+    return DMUON_OK;
+}
+
+/* Creates the NS context on this rank's device and names the key. */
+static dmuon_rc open_device(const dmuon_probe_opts *o, MPI_Comm comm, dmuon_ns **ns,
+                            char device[128])
+{
+    int lr = 0, index = -1;
+    *ns = NULL;
+    DMUON_TRY(local_rank(comm, &lr));
+#ifdef DMUON_HAVE_CUDA
+    if (o->device == DMUON_DEVICE_CUDA) {
+        int count = dmuon_ns_cuda_device_count();
+        if (o->device_index >= 0)
+            index = o->device_index;
+        else if (count > 0)
+            index = lr % count;   /* no device: dmuon_ns_create reports it */
+    }
+#endif
+    DMUON_TRY(dmuon_ns_create(o->device, index, &o->ns, ns));
+    dmuon_rc rc = dmuon_device_name(o->device, device, 128);
+    if (rc != DMUON_OK) {
+        dmuon_ns_free(*ns);
+        *ns = NULL;
+        return dmuon_err_trace_add(rc, __FILE__, __LINE__);
+    }
+    return DMUON_OK;
+}
+
+/* ----------------------------------------------------------------- API -- */
+
+dmuon_rc dmuon_probe_key(const dmuon_probe_opts *o, MPI_Comm comm, char device[128],
+                         char variant[32], char dtype[8])
+{
+    dmuon_ns *ns = NULL;
+    DMUON_TRY(check_opts(o));
+    DMUON_TRY(open_device(o, comm, &ns, device));
+    dmuon_ns_free(ns);
+    dmuon_ns_opts_variant(&o->ns, variant, 32);
+    snprintf(dtype, 8, "%s", dmuon_ns_opts_dtype_name(&o->ns));
+    return DMUON_OK;
+}
+
+/* Times one shape on this rank: fills t[0..iters) with milliseconds. */
+static dmuon_rc time_shape(dmuon_ns *ns, const dmuon_probe_opts *o, int64_t m, int64_t n,
+                           double *t)
+{
+    dmuon_rc rc = DMUON_OK;
+    const size_t count = (size_t)m * (size_t)n;
+    float *host = NULL, *x = NULL, *out = NULL;
+    host = malloc(count * sizeof *host);
+    if (!host)
+        return DMUON_FAIL(DMUON_ENOMEM, "probe: out of memory for a %lld x %lld input",
+                          (long long)m, (long long)n);
+    fill_input(host, count, o->seed ^ (uint64_t)(m * 1000003 + n));
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_alloc(ns, count, &x), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_alloc(ns, count, &out), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_put(ns, x, host, count), done);
+    for (int i = 0; i < o->warmup; i++)
+        DMUON_TRY_GOTO(rc, dmuon_ns_run(ns, x, m, n, out), done);
+    for (int i = 0; i < o->iters; i++) {
+        double t0 = now_ms();
+        DMUON_TRY_GOTO(rc, dmuon_ns_run(ns, x, m, n, out), done);
+        t[i] = now_ms() - t0;
+    }
+done:
+    dmuon_ns_mem_free(ns, x);
+    dmuon_ns_mem_free(ns, out);
+    free(host);
+    return rc;
+}
+
+dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes)[2], size_t n,
+                            MPI_Comm comm, dmuon_cost_row *rows_out)
+{
+    dmuon_rc rc = DMUON_OK;
+    dmuon_ns *ns = NULL;
+    double *t = NULL, *all = NULL, *med = NULL;
+    int nranks = 1;
+    char device[128] = "", variant[32], host[64] = "", libs[128];
+
+    DMUON_TRY(check_opts(opts));
+    for (size_t i = 0; i < n; i++)
+        if (shapes[i][0] < 1 || shapes[i][1] < 1)
+            return DMUON_FAIL(DMUON_EINVAL, "probe: shape %zu is %lld x %lld (expected positive "
+                              "dimensions)", i + 1, (long long)shapes[i][0],
+                              (long long)shapes[i][1]);
+    if (comm != MPI_COMM_NULL && MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "probe: MPI_Comm_size failed");
+
+    /* open the device on every rank, then agree */
+    rc = open_device(opts, comm, &ns, device);
+    if (rc == DMUON_OK) {
+        t = malloc((size_t)opts->iters * sizeof *t);
+        all = malloc((size_t)nranks * 3 * sizeof *all);
+        med = malloc((size_t)nranks * sizeof *med);
+        if (!t || !all || !med)
+            rc = DMUON_FAIL(DMUON_ENOMEM, "probe: out of memory");
+    }
+    DMUON_TRY_GOTO(rc, agree(comm, rc, "opening the device"), done);
+
+    /* every rank must measure the same thing under the same name */
+    dmuon_ns_opts_variant(&opts->ns, variant, sizeof variant);
+    if (comm != MPI_COMM_NULL) {
+        uint64_t d = dmuon_digest(device, strlen(device), DMUON_DIGEST_SEED);
+        d = dmuon_digest(variant, strlen(variant), d);
+        d = dmuon_digest(&opts->ns.dtype, sizeof opts->ns.dtype, d);
+        unsigned long long mine[2] = {d, ~d}, red[2];
+        if (MPI_Allreduce(mine, red, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm) != MPI_SUCCESS)
+            DMUON_TRY_GOTO(rc, DMUON_FAIL(DMUON_ECOMM, "probe: MPI_Allreduce failed"), done);
+        if (red[0] != d || red[1] != ~d)
+            DMUON_TRY_GOTO(rc, DMUON_FAIL(DMUON_EMISMATCH,
+                                          "probe: ranks measure different devices or variants "
+                                          "(this rank: '%s', %s %s); run one probe per device "
+                                          "type",
+                                          device, variant, dmuon_ns_opts_dtype_name(&opts->ns)),
+                           done);
+    }
+    gethostname(host, sizeof host - 1);
+    dmuon_device_libraries(opts->device, libs, sizeof libs);
+
+    for (size_t i = 0; i < n; i++) {
+        const int64_t m = shapes[i][0], k = shapes[i][1];
+        if (comm != MPI_COMM_NULL)
+            MPI_Barrier(comm);
+        rc = time_shape(ns, opts, m, k, t);
+        DMUON_TRY_GOTO(rc, agree(comm, rc, "timing a shape"), done);
+        double mine[3], lo = t[0], hi = t[0];
+        for (int j = 1; j < opts->iters; j++) {
+            lo = t[j] < lo ? t[j] : lo;
+            hi = t[j] > hi ? t[j] : hi;
+        }
+        mine[0] = median(t, (size_t)opts->iters);
+        mine[1] = lo;
+        mine[2] = hi;
+        if (comm != MPI_COMM_NULL) {
+            if (MPI_Allgather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, comm) != MPI_SUCCESS)
+                DMUON_TRY_GOTO(rc, DMUON_FAIL(DMUON_ECOMM, "probe: MPI_Allgather failed"), done);
+        } else {
+            memcpy(all, mine, sizeof mine);
+        }
+        dmuon_cost_row *row = &rows_out[i];
+        memset(row, 0, sizeof *row);
+        row->min_ms = all[1];
+        row->max_ms = all[2];
+        for (int r = 0; r < nranks; r++) {
+            med[r] = all[3 * r];
+            row->min_ms = all[3 * r + 1] < row->min_ms ? all[3 * r + 1] : row->min_ms;
+            row->max_ms = all[3 * r + 2] > row->max_ms ? all[3 * r + 2] : row->max_ms;
+        }
+        row->median_ms = median(med, (size_t)nranks);
+        snprintf(row->device, sizeof row->device, "%s", device);
+        snprintf(row->variant, sizeof row->variant, "%s", variant);
+        snprintf(row->dtype, sizeof row->dtype, "%s", dmuon_ns_opts_dtype_name(&opts->ns));
+        snprintf(row->libraries, sizeof row->libraries, "%s", libs);
+        snprintf(row->host, sizeof row->host, "%s", host);
+        row->m = m;
+        row->n = k;
+        row->samples = opts->iters;
+        row->ranks = nranks;
+        if (opts->progress)
+            opts->progress(i + 1, n, row, opts->progress_ctx);
+    }
+done:
+    dmuon_ns_free(ns);
+    free(t);
+    free(all);
+    free(med);
+    return rc;
+}
+
+/* ------------------------------------------------------------- parsing -- */
+
+dmuon_rc dmuon_probe_parse_shapes(const char *text, int64_t (**shapes)[2], size_t *n)
+{
+    *shapes = NULL;
+    *n = 0;
+    const char *p = text ? text : "";
+    size_t cap = 1;
+    for (const char *q = p; *q; q++)
+        cap += *q == ',';
+    int64_t(*out)[2] = malloc(cap * sizeof *out);
+    if (!out)
+        return DMUON_FAIL(DMUON_ENOMEM, "shapes: out of memory");
+    size_t count = 0;
+    for (;;) {
+        long long v[2];
+        const char *item = p;
+        for (int i = 0; i < 2; i++) {
+            char *end;
+            errno = 0;
+            v[i] = strtoll(p, &end, 10);
+            if (end == p || errno || v[i] < 1 || v[i] > INT_MAX || *p == '+' || *p == '-' ||
+                (i == 0 && *end != 'x' && *end != 'X') ||
+                (i == 1 && *end != ',' && *end != '\0')) {
+                int len = (int)strcspn(item, ",");
+                free(out);
+                return DMUON_FAIL(DMUON_EINVAL,
+                                  "shapes: item %zu '%.*s': expected MxN with positive integers "
+                                  "(rows x columns, e.g. 1536x8960)",
+                                  count + 1, len, item);
+            }
+            p = end + (i == 0);
+        }
+        out[count][0] = v[0];
+        out[count][1] = v[1];
+        count++;
+        if (*p == '\0')
+            break;
+        p++;   /* ',' */
+    }
+    *shapes = out;
+    *n = count;
+    return DMUON_OK;
+}
