@@ -33,7 +33,7 @@ static inline void dmuon_waiter_start(dmuon_waiter *w, int deadline_ms)
 static inline void dmuon_waiter_idle(dmuon_waiter *w)
 {
     w->idle++;
-    if (w->idle < 32) {
+    if (w->idle < 4096) {
         sched_yield();
     } else {
         struct timespec ts = {0, w->idle < 256 ? 2000 : 20000};
