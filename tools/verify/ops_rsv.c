@@ -171,9 +171,11 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
             c->worst_ring = worst_ring;
         snprintf(what, sizeof what, "worst relative error %.5f below the ring order's %.5f",
                  worst, worst_ring);
-        /* On fewer than 8 ranks both orders round equally often (N − 1 vs
-         * K − 1 + R − 1 levels), so only the figures are reported there. */
-        if (t->size >= 8)
+        /* Ours rounds (K > 1) + R − 1 times per element, the ring N − 1
+         * times.  With one rank per node both are the same chain, and below
+         * 8 ranks the difference is too small to show in the worst case, so
+         * there only the figures are reported. */
+        if (t->size >= 8 && t->per_node > 1)
             vctx_check(c, worst < worst_ring, label, what);
         else if (c->verbose && t->rank == 0)
             printf("info %s: %s (not checked below 8 ranks)\n", label, what);
