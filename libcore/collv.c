@@ -8,9 +8,11 @@
  *   [128, 128 + B)       layer buffer (B rounded up to 64 bytes)
  *   [128 + B, … + W)     owner window
  * Sequence numbers increase by one per call on every rank and are never
- * reset.  A call stores arrive = seq (release) and waits until every rank of
- * its node shows arrive ≥ seq (acquire): only then does it read the peers'
- * inputs or write into their buffers.  When its queues are finished and its
+ * reset.  A call stores arrive = seq (release); it reads a peer's input only
+ * after that peer shows arrive ≥ seq (acquire), and writes into the node's
+ * buffers only once every rank of the node does (ReduceScatterV waits for
+ * the whole node first; AllGatherV starts with the owners it needs and
+ * catches up on the stores).  When its queues are finished and its
  * sends have completed it stores done = seq and waits for done ≥ seq on the
  * whole node, so on return every store into this rank's memory has landed.
  *
@@ -46,6 +48,7 @@ typedef struct {
     int *in, *out;              /* node ids, R entries each */
     /* per-call state */
     int next;                   /* chunks done */
+    int stored;                 /* gather: chunks stored into the node's buffers */
     MPI_Request *rreq;          /* gather: n; reduce: nin × slots */
     unsigned char *rbuf;        /* reduce: nin × slots × slot_bytes */
     MPI_Request *sreq;          /* gather: n × nout; reduce: slots */
@@ -457,6 +460,31 @@ static dmuon_rc wait_sends(dmuon_group *g, int kind, const char *op, dmuon_waite
 
 /* -------------------------------------------------------- AllGatherV ---- */
 
+/* Non-blocking: 1 when rank `local` of this node has entered the call. */
+static int peer_arrived(const dmuon_group *g, int local)
+{
+    return __atomic_load_n(ctrl_word(g, local, 0), __ATOMIC_ACQUIRE) >= g->seq;
+}
+
+/* Stores chunks [stored, next) of a gather queue into the node's other
+ * buffers (they sit in this rank's buffer already). */
+static void gather_flush(dmuon_group *g, queue_state *qs)
+{
+    int K = g->topo->per_node, me = g->topo->local;
+    const unsigned char *mybuf = peer_buffer(g, me);
+    for (; qs->stored < qs->next; qs->stored++) {
+        const dmuon_chunk *c = &qs->chunks[qs->stored];
+        for (int j = 0; j < K; j++)
+            if (j != me)
+                memcpy(peer_buffer(g, j) + c->offset, mybuf + c->offset, (size_t)c->bytes);
+    }
+}
+
+/* AllGatherV.  A rank does not wait for its whole node before it starts:
+ * it needs only the owner's arrival to read a local chunk, and sends every
+ * chunk on along its rail at once; the stores into the other ranks' buffers
+ * wait until every rank of the node has entered (their buffers are free),
+ * and are then caught up. */
 dmuon_rc dmuon_allgatherv(dmuon_group *g)
 {
     const char *op = "allgatherv";
@@ -465,11 +493,17 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
     unsigned char *mybuf = peer_buffer(g, me);
     dmuon_waiter w;
     dmuon_rc rc;
-    DMUON_TRY_GOTO(rc, enter(g, op, &w), fail);
+    if (g->broken)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
+                          "be used", op);
+    g->seq++;
+    dmuon_waiter_start(&w, g->deadline_ms);
+    node_post(g, 0);
+    int node_in = 0;   /* every rank of the node has entered */
     int active = 0;
     for (int q = 0; q < R; q++) {
         queue_state *qs = &g->qs[0][q];
-        qs->next = 0;
+        qs->next = qs->stored = 0;
         for (int k = 0; k < qs->n && qs->nin; k++) {
             const dmuon_chunk *c = &qs->chunks[k];
             if (MPI_Irecv(mybuf + c->offset, (int)c->bytes, MPI_BYTE, qs->in[0], q, g->rail,
@@ -480,8 +514,21 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
         }
         active += qs->n > 0;
     }
-    while (active) {
+    for (;;) {
         int progressed = 0;
+        if (!node_in) {
+            node_in = 1;
+            for (int j = 0; j < K && node_in; j++)
+                node_in = peer_arrived(g, j);
+            if (node_in) {
+                MPI_Win_sync(g->win);
+                for (int q = 0; q < R; q++)
+                    gather_flush(g, &g->qs[0][q]);
+                progressed = 1;
+            }
+        }
+        if (!active && node_in)
+            break;
         for (int q = 0; q < R; q++) {
             queue_state *qs = &g->qs[0][q];
             if (qs->next == qs->n)
@@ -496,13 +543,12 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
                 }
                 if (!done)
                     continue;
-                for (int j = 0; j < K; j++)
-                    if (j != me)
-                        memcpy(peer_buffer(g, j) + c->offset, mybuf + c->offset, (size_t)c->bytes);
             } else {
-                const unsigned char *src = peer_window(g, c->owner % K) + c->win_offset;
-                for (int j = 0; j < K; j++)
-                    memcpy(peer_buffer(g, j) + c->offset, src, (size_t)c->bytes);
+                int owner = c->owner % K;
+                if (owner != me && !node_in && !peer_arrived(g, owner))
+                    continue;
+                memcpy(mybuf + c->offset, peer_window(g, owner) + c->win_offset,
+                       (size_t)c->bytes);
             }
             for (int o = 0; o < qs->nout; o++)
                 if (MPI_Isend(mybuf + c->offset, (int)c->bytes, MPI_BYTE, qs->out[o], q, g->rail,
@@ -511,6 +557,8 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
                     goto fail;
                 }
             qs->next++;
+            if (node_in)
+                gather_flush(g, qs);
             active -= qs->next == qs->n;
             progressed = 1;
         }
@@ -519,9 +567,17 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
             continue;
         }
         if (dmuon_waiter_expired(&w)) {
+            for (int j = 0; j < K && !node_in; j++)
+                if (!peer_arrived(g, j)) {
+                    rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: rank %d of this node (node %d) did not "
+                                    "enter call %llu within the %d ms deadline", op,
+                                    dmuon_topo_rank_of(K, t->node_id, j), t->node_id,
+                                    (unsigned long long)g->seq, g->deadline_ms);
+                    goto fail;
+                }
             for (int q = 0; q < R; q++) {
                 queue_state *qs = &g->qs[0][q];
-                if (qs->next < qs->n) {
+                if (qs->next < qs->n && qs->nin) {
                     rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: chunk %d of %d of the queue of source "
                                     "node %d (rail %d) did not arrive from rank %d (node %d) "
                                     "within the %d ms deadline", op, qs->next + 1, qs->n, q, me,
@@ -530,6 +586,9 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
                     goto fail;
                 }
             }
+            rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: no progress within the %d ms deadline", op,
+                            g->deadline_ms);
+            goto fail;
         }
         dmuon_waiter_idle(&w);
     }
