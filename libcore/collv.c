@@ -415,17 +415,6 @@ static void drop_requests(dmuon_group *g)
         }
 }
 
-static dmuon_rc enter(dmuon_group *g, const char *op, dmuon_waiter *w)
-{
-    if (g->broken)
-        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
-                          "be used", op);
-    g->seq++;
-    dmuon_waiter_start(w, g->deadline_ms);
-    node_post(g, 0);
-    return node_wait(g, 0, op, w);
-}
-
 static dmuon_rc leave(dmuon_group *g, const char *op, dmuon_waiter *w)
 {
     node_post(g, 1);
@@ -682,7 +671,13 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g)
     if (!g->rsv_ok)
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "%s: element types other than bf16 and f32 "
                           "cannot be reduced", op);
-    DMUON_TRY_GOTO(rc, enter(g, op, &w), fail);
+    if (g->broken)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
+                          "be used", op);
+    g->seq++;
+    dmuon_waiter_start(&w, g->deadline_ms);
+    node_post(g, 0);
+    /* Receives land in private staging: arm them before waiting for the node. */
     int active = 0;
     for (int q = 0; q < R; q++) {
         queue_state *qs = &g->qs[1][q];
@@ -692,6 +687,7 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g)
                 DMUON_TRY_GOTO(rc, post_partial_recv(g, qs, i, k), fail);
         active += qs->n > 0;
     }
+    DMUON_TRY_GOTO(rc, node_wait(g, 0, op, &w), fail);
     unsigned char *inp[DMUON_STAR_MAX_NODES > 64 ? DMUON_STAR_MAX_NODES : 64];
     while (active) {
         int progressed = 0;
