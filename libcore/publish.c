@@ -3,12 +3,14 @@
  * (dmuon/publish.h).
  *
  * Wire format, per parameter p of rail s, on the publish's own duplicate of
- * the rail communicator with tag p: the chunks of p in increasing offset,
- * then one 8-byte message holding the step number.  Each hop receives the
- * chunks straight into its copy (receives armed by begin, one per chunk plus
- * one for the flag) and forwards every chunk the moment it has arrived; MPI's
- * non-overtaking order matches the i-th message to the i-th receive, so the
- * flag message can only complete a round after every chunk of that round.
+ * the rail communicator with tag p: the chunks of p in increasing offset;
+ * the last chunk travels with the step number appended (8 bytes), so a
+ * parameter of one chunk costs one message per hop.  Each hop receives the
+ * chunks straight into its copy, the last one into a small per-parameter
+ * tail buffer (receives armed by begin), and forwards every chunk the moment
+ * it has arrived; MPI's non-overtaking order matches the i-th message to the
+ * i-th receive, so the step can only complete a round after every chunk of
+ * that round.
  * The arrival flag is set from the flag message only when the whole round
  * is in, and a wait compares it with the step it wants: equal is accepted,
  * anything else is not (an older flag keeps it waiting; a completed round
@@ -41,7 +43,9 @@ typedef struct {
     int got;                 /* chunks received (lead) */
     int round_done;
     int64_t flag;            /* arrival flag: step of the last complete round */
-    int64_t in_step, out_step;
+    int64_t in_step;
+    unsigned char *tail;     /* last chunk + 8-byte step */
+    int tail_bytes;          /* data bytes of the last chunk */
     MPI_Request *rreq;       /* nchunks + 1 (lead) */
     MPI_Request *sreq;       /* nchunks + 1 (if next ≥ 0) */
 } param_state;
@@ -190,6 +194,14 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
         }
         p->req_mem = malloc((nreq ? nreq : 1) * sizeof(MPI_Request));
         fail = !p->req_mem;
+        for (int i = 0; i < p->nmine && !fail; i++) {
+            param_state *ps = &p->mine[i];
+            int64_t es = (int64_t)dmuon_dtype_size(params[ps->idx].dtype);
+            ps->tail_bytes = (int)((params[ps->idx].count - (int64_t)(ps->nchunks - 1) *
+                                    ps->chunk_elems) * es);
+            ps->tail = malloc((size_t)ps->tail_bytes + 8);
+            fail = !ps->tail;
+        }
     }
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
     if (fail) {
@@ -234,6 +246,8 @@ void dmuon_publish_free(dmuon_publish *p)
     }
     if (p->rail != MPI_COMM_NULL)
         MPI_Comm_free(&p->rail);
+    for (int i = 0; p->mine && i < p->n; i++)
+        free(p->mine[i].tail);
     free(p->params);
     free(p->slot_of);
     free(p->mine);
@@ -281,7 +295,7 @@ dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step)
         ps->round_done = 0;
         if (!ps->lead)
             continue;
-        for (int k = 0; k < ps->nchunks; k++) {
+        for (int k = 0; k < ps->nchunks - 1; k++) {
             unsigned char *ptr;
             int bytes;
             chunk_span(p, ps, k, &ptr, &bytes);
@@ -289,8 +303,8 @@ dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step)
                 MPI_SUCCESS)
                 goto comm;
         }
-        if (MPI_Irecv(&ps->in_step, 1, MPI_INT64_T, ps->prev, ps->idx, p->rail,
-                      &ps->rreq[ps->nchunks]) != MPI_SUCCESS)
+        if (MPI_Irecv(ps->tail, ps->tail_bytes + 8, MPI_BYTE, ps->prev, ps->idx, p->rail,
+                      &ps->rreq[ps->nchunks - 1]) != MPI_SUCCESS)
             goto comm;
     }
     return DMUON_OK;
@@ -316,17 +330,19 @@ dmuon_rc dmuon_publish_post(dmuon_publish *p, int param, int64_t step)
     if (ps->round_done)
         return DMUON_FAIL(DMUON_EINVAL, "publish: parameter %d posted twice in step %lld", param,
                           (long long)p->step);
-    for (int k = 0; k < ps->nchunks; k++) {
-        unsigned char *ptr;
-        int bytes;
+    unsigned char *ptr;
+    int bytes;
+    for (int k = 0; k < ps->nchunks - 1; k++) {
         chunk_span(p, ps, k, &ptr, &bytes);
         if (MPI_Isend(ptr, bytes, MPI_BYTE, ps->next, ps->idx, p->rail, &ps->sreq[k]) !=
             MPI_SUCCESS)
             goto comm;
     }
-    ps->out_step = step;
-    if (MPI_Isend(&ps->out_step, 1, MPI_INT64_T, ps->next, ps->idx, p->rail,
-                  &ps->sreq[ps->nchunks]) != MPI_SUCCESS)
+    chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
+    memcpy(ps->tail, ptr, (size_t)bytes);
+    memcpy(ps->tail + bytes, &step, 8);
+    if (MPI_Isend(ps->tail, bytes + 8, MPI_BYTE, ps->next, ps->idx, p->rail,
+                  &ps->sreq[ps->nchunks - 1]) != MPI_SUCCESS)
         goto comm;
     ps->round_done = 1;
     ps->flag = step;
@@ -340,14 +356,14 @@ comm:
  * when anything happened. */
 static dmuon_rc advance(dmuon_publish *p, param_state *ps, int *moved)
 {
-    while (ps->got <= ps->nchunks) {
+    while (ps->got < ps->nchunks) {
         int done = 0;
         if (MPI_Test(&ps->rreq[ps->got], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Test failed");
         if (!done)
             return DMUON_OK;
         *moved = 1;
-        if (ps->got < ps->nchunks) {
+        if (ps->got < ps->nchunks - 1) {
             if (ps->next >= 0) {
                 unsigned char *ptr;
                 int bytes;
@@ -357,10 +373,14 @@ static dmuon_rc advance(dmuon_publish *p, param_state *ps, int *moved)
                     return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend failed");
             }
         } else {
-            ps->out_step = ps->in_step;
+            unsigned char *ptr;
+            int bytes;
+            chunk_span(p, ps, ps->got, &ptr, &bytes);
+            memcpy(ptr, ps->tail, (size_t)bytes);
+            memcpy(&ps->in_step, ps->tail + bytes, 8);
             if (ps->next >= 0 &&
-                MPI_Isend(&ps->out_step, 1, MPI_INT64_T, ps->next, ps->idx, p->rail,
-                          &ps->sreq[ps->nchunks]) != MPI_SUCCESS)
+                MPI_Isend(ps->tail, bytes + 8, MPI_BYTE, ps->next, ps->idx, p->rail,
+                          &ps->sreq[ps->got]) != MPI_SUCCESS)
                 return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend failed");
             ps->flag = ps->in_step;
             ps->round_done = 1;

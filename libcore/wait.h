@@ -2,8 +2,8 @@
  * wait.h — libcore-internal: deadline waits that give the CPU away.
  *
  * Busy polling starves the other ranks when ranks outnumber cores (tests run
- * 8 ranks on 2 cores), so an idle poll yields, and after a while sleeps a
- * few microseconds.  Deadlines are absolute CLOCK_MONOTONIC nanoseconds.
+ * 8 ranks on 2 cores), so an idle poll yields the CPU, and a long idle run
+ * sleeps.  Deadlines are absolute CLOCK_MONOTONIC nanoseconds.
  */
 #ifndef DMUON_WAIT_H
 #define DMUON_WAIT_H
@@ -21,7 +21,9 @@ static inline uint64_t dmuon_now_ns(void)
 
 typedef struct {
     uint64_t deadline;
-    unsigned idle;
+    uint64_t idle_since;   /* start of the current run of idle polls */
+    unsigned idle;         /* idle polls in a row; the caller resets it to 0
+                              when something progressed */
 } dmuon_waiter;
 
 static inline void dmuon_waiter_start(dmuon_waiter *w, int deadline_ms)
@@ -30,13 +32,17 @@ static inline void dmuon_waiter_start(dmuon_waiter *w, int deadline_ms)
     w->idle = 0;
 }
 
+/* One idle poll: yield while the wait is young (data is usually about to
+ * come, and sleeping costs a timer tick of latency per chunk); sleep 50 us
+ * at a time once nothing has moved for 20 ms (a stuck peer). */
 static inline void dmuon_waiter_idle(dmuon_waiter *w)
 {
-    w->idle++;
-    if (w->idle < 4096) {
+    if (w->idle++ == 0)
+        w->idle_since = dmuon_now_ns();
+    if (w->idle < 64 || dmuon_now_ns() - w->idle_since < 20000000u) {
         sched_yield();
     } else {
-        struct timespec ts = {0, w->idle < 256 ? 2000 : 20000};
+        struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
     }
 }
