@@ -9,6 +9,8 @@
  * step t's data is posted every led flag must still hold t−1 (a wait would
  * not accept it).  With the stale fault, the owner of parameter 0 posts it
  * in step 2 labelled step 1: its leaders must refuse it (DMUON_ECHECK).
+ * A last step posts one parameter at a time (with a barrier between posts)
+ * to check that each one streams through on its own.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +104,41 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
         snprintf(what, sizeof what, "step %lld: every arrival flag carries step %lld",
                  (long long)step, (long long)step);
         vctx_check(c, ok_wait, label, what);
+    }
+
+    /* One post at a time: parameter i reaches all its leaders before i + 1
+     * is posted, while every later parameter's flag still holds the previous
+     * step (which a wait would not take). */
+    if (c->fault == FAULT_NONE) {
+        int64_t step = c->steps + 1;
+        int64_t bad = 0;
+        int order_ok = 1;
+        DMUON_TRY_GOTO(rc, dmuon_publish_begin(p, step), done);
+        for (int i = 0; i < n; i++) {
+            if (ps[i].owner == t->rank) {
+                int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
+                for (int64_t k = 0; k < b; k++)
+                    copy[ps[i].offset + k] = pattern(step, i, k);
+                DMUON_TRY_GOTO(rc, dmuon_publish_post(p, i, step), done);
+            }
+            if (leads && ps[i].owner % K == t->local && ps[i].owner != t->rank) {
+                DMUON_TRY_GOTO(rc, dmuon_publish_wait(p, i, step), done);
+                int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
+                for (int64_t k = 0; k < b; k++)
+                    bad += copy[ps[i].offset + k] != pattern(step, i, k);
+            }
+            for (int j = i + 1; j < n; j++)
+                if (leads && ps[j].owner % K == t->local && ps[j].owner != t->rank)
+                    order_ok &= dmuon_publish_flag(p, j) == step - 1;
+            MPI_Barrier(t->world);
+        }
+        DMUON_TRY_GOTO(rc, dmuon_publish_end(p, step), done);
+        char what[200];
+        snprintf(what, sizeof what, "posted one at a time: each parameter arrives whole before "
+                 "the next is posted (%lld wrong here)", (long long)bad);
+        vctx_check(c, bad == 0, label, what);
+        vctx_check(c, order_ok, label, "posted one at a time: parameters not yet posted keep "
+                   "the previous step's flag");
     }
 done:
     if (rc == DMUON_OK)
