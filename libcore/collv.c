@@ -5,16 +5,25 @@
  * Layout of each rank's part of the node-shared window (same on every rank):
  *   [0, 64)              arrive: sequence number of the last call entered
  *   [64, 128)            done:   sequence number of the last call finished
- *   [128, 128 + B)       layer buffer (B rounded up to 64 bytes)
- *   [128 + B, … + W)     owner window
+ *   [128, 192)           landed: bytes gathered into this rank's buffer
+ *   [192, 256)           read:   bytes read from this rank's owner window
+ *   [256, 256 + B)       layer buffer (B rounded up to 64 bytes)
+ *   [256 + B, … + W)     owner window
  * Sequence numbers increase by one per call on every rank and are never
  * reset.  A call stores arrive = seq (release); it reads a peer's input only
  * after that peer shows arrive ≥ seq (acquire), and writes into the node's
  * buffers only once every rank of the node does (ReduceScatterV waits for
  * the whole node first; AllGatherV starts with the owners it needs and
- * catches up on the stores).  When its queues are finished and its
- * sends have completed it stores done = seq and waits for done ≥ seq on the
- * whole node, so on return every store into this rank's memory has landed.
+ * catches up on the stores).  ReduceScatterV, when its queues are finished
+ * and its sends have completed, stores done = seq and waits for done ≥ seq
+ * on the whole node, so on return every store into this rank's memory has
+ * landed and nobody reads its buffer any more.  AllGatherV counts instead:
+ * whoever stores a chunk into a rank's buffer adds its bytes to that rank's
+ * `landed`, whoever copies a chunk out of an owner's window adds to the
+ * owner's `read`; a rank returns when its sends are done, every byte of the
+ * layer has landed in its buffer and every byte of its window has been read
+ * (the counters grow by known totals per call), without waiting for the
+ * other ranks' sends.
  *
  * Across nodes the rank of rail s serves one queue per source node (the
  * group's own duplicate of the rail communicator, tag = kind·R + queue).  A
@@ -36,7 +45,8 @@
 #include "dmuon/bf16.h"
 #include "wait.h"
 
-#define CTRL_BYTES 128
+#define CTRL_BYTES 256
+enum { W_ARRIVE = 0, W_DONE = 1, W_LANDED = 2, W_READ = 3 };  /* control words */
 #define ALIGN64(x) (((x) + 63) & ~(int64_t)63)
 
 /* One queue as seen by this rank. */
@@ -72,6 +82,9 @@ struct dmuon_group {
     int64_t slot_bytes;
     float *tmp;                 /* chunk-sized binary32 scratch */
     uint64_t seq;
+    uint64_t gathers;           /* AllGatherV calls so far */
+    int64_t layer_seg_bytes;    /* bytes of all segments */
+    int64_t owned_bytes;        /* bytes of this rank's segments */
     int broken;
     MPI_Request *req_mem;
     unsigned char *stage_mem;
@@ -258,6 +271,12 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
                    fail);
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &g->deadline_ms), fail);
     g->slots = o.slots > 0 ? o.slots : 4;
+    for (int i = 0; i < n; i++) {
+        int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
+        g->layer_seg_bytes += b;
+        if (segs[i].owner == t->rank)
+            g->owned_bytes += b;
+    }
     g->fp32_accum = o.fp32_accum != 0;
     g->rsv_ok = 1;
     for (int i = 0; i < n; i++)
@@ -464,9 +483,33 @@ static void gather_flush(dmuon_group *g, queue_state *qs)
     for (; qs->stored < qs->next; qs->stored++) {
         const dmuon_chunk *c = &qs->chunks[qs->stored];
         for (int j = 0; j < K; j++)
-            if (j != me)
+            if (j != me) {
                 memcpy(peer_buffer(g, j) + c->offset, mybuf + c->offset, (size_t)c->bytes);
+                __atomic_fetch_add(ctrl_word(g, j, W_LANDED), (uint64_t)c->bytes,
+                                   __ATOMIC_RELEASE);
+            }
     }
+}
+
+/* Waits until this rank's control word `which` reaches target (bytes); per
+ * is what one call adds, for the message. */
+static dmuon_rc wait_count(dmuon_group *g, int which, uint64_t target, int64_t per,
+                           const char *op, dmuon_waiter *w)
+{
+    const dmuon_topo *t = g->topo;
+    volatile uint64_t *word = ctrl_word(g, t->local, which);
+    uint64_t v;
+    while ((v = __atomic_load_n(word, __ATOMIC_ACQUIRE)) < target) {
+        if (dmuon_waiter_expired(w))
+            return DMUON_FAIL(DMUON_ETIMEOUT, "%s: only %lld of %lld bytes %s within the %d ms "
+                              "deadline (the rail ranks of node %d did not finish)", op,
+                              (long long)(per - (int64_t)(target - v)), (long long)per,
+                              which == W_LANDED ? "of the layer reached this rank's buffer"
+                                                : "of this rank's window were read",
+                              g->deadline_ms, t->node_id);
+        dmuon_waiter_idle(w);
+    }
+    return DMUON_OK;
 }
 
 /* AllGatherV.  A rank does not wait for its whole node before it starts:
@@ -486,6 +529,7 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
         return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
                           "be used", op);
     g->seq++;
+    g->gathers++;
     dmuon_waiter_start(&w, g->deadline_ms);
     node_post(g, 0);
     int node_in = 0;   /* every rank of the node has entered */
@@ -538,7 +582,10 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
                     continue;
                 memcpy(mybuf + c->offset, peer_window(g, owner) + c->win_offset,
                        (size_t)c->bytes);
+                __atomic_fetch_add(ctrl_word(g, owner, W_READ), (uint64_t)c->bytes,
+                                   __ATOMIC_RELEASE);
             }
+            __atomic_fetch_add(ctrl_word(g, me, W_LANDED), (uint64_t)c->bytes, __ATOMIC_RELEASE);
             for (int o = 0; o < qs->nout; o++)
                 if (MPI_Isend(mybuf + c->offset, (int)c->bytes, MPI_BYTE, qs->out[o], q, g->rail,
                               &qs->sreq[k * qs->nout + o]) != MPI_SUCCESS) {
@@ -582,7 +629,11 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
         dmuon_waiter_idle(&w);
     }
     DMUON_TRY_GOTO(rc, wait_sends(g, 0, op, &w), fail);
-    DMUON_TRY_GOTO(rc, leave(g, op, &w), fail);
+    DMUON_TRY_GOTO(rc, wait_count(g, W_LANDED, g->gathers * (uint64_t)g->layer_seg_bytes,
+                                  g->layer_seg_bytes, op, &w), fail);
+    DMUON_TRY_GOTO(rc, wait_count(g, W_READ, g->gathers * (uint64_t)g->owned_bytes,
+                                  g->owned_bytes, op, &w), fail);
+    MPI_Win_sync(g->win);
     return DMUON_OK;
 fail:
     g->broken = 1;
