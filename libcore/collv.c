@@ -4,26 +4,28 @@
  *
  * Layout of each rank's part of the node-shared window (same on every rank):
  *   [0, 64)              arrive: sequence number of the last call entered
- *   [64, 128)            done:   sequence number of the last call finished
+ *   [64, 128)            (reserved)
  *   [128, 192)           landed: bytes gathered into this rank's buffer
  *   [192, 256)           read:   bytes read from this rank's owner window
- *   [256, 256 + B)       layer buffer (B rounded up to 64 bytes)
- *   [256 + B, … + W)     owner window
+ *   [256, 320)           grad_read: bytes of this rank's buffer reduced
+ *   [320, 384)           summed: bytes of final sums written into its window
+ *   [384, 384 + B)       layer buffer (B rounded up to 64 bytes)
+ *   [384 + B, … + W)     owner window
  * Sequence numbers increase by one per call on every rank and are never
  * reset.  A call stores arrive = seq (release); it reads a peer's input only
  * after that peer shows arrive ≥ seq (acquire), and writes into the node's
  * buffers only once every rank of the node does (ReduceScatterV waits for
  * the whole node first; AllGatherV starts with the owners it needs and
- * catches up on the stores).  ReduceScatterV, when its queues are finished
- * and its sends have completed, stores done = seq and waits for done ≥ seq
- * on the whole node, so on return every store into this rank's memory has
- * landed and nobody reads its buffer any more.  AllGatherV counts instead:
- * whoever stores a chunk into a rank's buffer adds its bytes to that rank's
- * `landed`, whoever copies a chunk out of an owner's window adds to the
- * owner's `read`; a rank returns when its sends are done, every byte of the
- * layer has landed in its buffer and every byte of its window has been read
- * (the counters grow by known totals per call), without waiting for the
- * other ranks' sends.
+ * catches up on the stores).  Neither waits for the whole node at the end;
+ * they count bytes instead.  AllGatherV: whoever stores a chunk into a
+ * rank's buffer adds its bytes to that rank's `landed`, whoever copies a
+ * chunk out of an owner's window adds to the owner's `read`.
+ * ReduceScatterV: whoever sums a chunk adds its bytes to the `grad_read` of
+ * every rank it read, whoever writes a final sum adds to the owner's
+ * `summed`.  A rank returns when its own sends are done and its counters
+ * have grown by this call's known totals: everything meant for its memory
+ * has landed and nobody still reads it; the other ranks' sends are not
+ * waited for.
  *
  * Across nodes the rank of rail s serves one queue per source node (the
  * group's own duplicate of the rail communicator, tag = kind·R + queue).  A
@@ -45,8 +47,9 @@
 #include "dmuon/bf16.h"
 #include "wait.h"
 
-#define CTRL_BYTES 256
-enum { W_ARRIVE = 0, W_DONE = 1, W_LANDED = 2, W_READ = 3 };  /* control words */
+#define CTRL_BYTES 384
+/* control words, 64 bytes apart */
+enum { W_ARRIVE = 0, W_RESERVED, W_LANDED, W_READ, W_GRAD_READ, W_SUMMED };
 #define ALIGN64(x) (((x) + 63) & ~(int64_t)63)
 
 /* One queue as seen by this rank. */
@@ -83,6 +86,7 @@ struct dmuon_group {
     float *tmp;                 /* chunk-sized binary32 scratch */
     uint64_t seq;
     uint64_t gathers;           /* AllGatherV calls so far */
+    uint64_t reduces;           /* ReduceScatterV calls so far */
     int64_t layer_seg_bytes;    /* bytes of all segments */
     int64_t owned_bytes;        /* bytes of this rank's segments */
     int broken;
@@ -118,18 +122,17 @@ static volatile uint64_t *ctrl_word(const dmuon_group *g, int local, int which)
     return (volatile uint64_t *)(g->peer[local] + 64 * which);
 }
 
-/* Waits until every rank of the node shows word `which` ≥ seq. */
-static dmuon_rc node_wait(dmuon_group *g, int which, const char *op, dmuon_waiter *w)
+/* Waits until every rank of the node has entered this call. */
+static dmuon_rc node_wait(dmuon_group *g, const char *op, dmuon_waiter *w)
 {
     const dmuon_topo *t = g->topo;
     for (int j = 0; j < t->per_node; j++) {
-        while (__atomic_load_n(ctrl_word(g, j, which), __ATOMIC_ACQUIRE) < g->seq) {
+        while (__atomic_load_n(ctrl_word(g, j, W_ARRIVE), __ATOMIC_ACQUIRE) < g->seq) {
             if (dmuon_waiter_expired(w))
                 return DMUON_FAIL(DMUON_ETIMEOUT, "%s: rank %d of this node (node %d) did not "
-                                  "%s call %llu within the %d ms deadline", op,
+                                  "enter call %llu within the %d ms deadline", op,
                                   dmuon_topo_rank_of(t->per_node, t->node_id, j), t->node_id,
-                                  which ? "finish" : "enter", (unsigned long long)g->seq,
-                                  g->deadline_ms);
+                                  (unsigned long long)g->seq, g->deadline_ms);
             dmuon_waiter_idle(w);
         }
     }
@@ -137,10 +140,11 @@ static dmuon_rc node_wait(dmuon_group *g, int which, const char *op, dmuon_waite
     return DMUON_OK;
 }
 
-static void node_post(dmuon_group *g, int which)
+/* Announces that this rank entered the call (its inputs are in place). */
+static void node_post(dmuon_group *g)
 {
     MPI_Win_sync(g->win);
-    __atomic_store_n(ctrl_word(g, g->topo->local, which), g->seq, __ATOMIC_RELEASE);
+    __atomic_store_n(ctrl_word(g, g->topo->local, W_ARRIVE), g->seq, __ATOMIC_RELEASE);
 }
 
 /* ------------------------------------------------------------ group ---- */
@@ -434,11 +438,6 @@ static void drop_requests(dmuon_group *g)
         }
 }
 
-static dmuon_rc leave(dmuon_group *g, const char *op, dmuon_waiter *w)
-{
-    node_post(g, 1);
-    return node_wait(g, 1, op, w);
-}
 
 /* Waits for every send of every queue of kind to complete. */
 static dmuon_rc wait_sends(dmuon_group *g, int kind, const char *op, dmuon_waiter *w)
@@ -471,7 +470,7 @@ static dmuon_rc wait_sends(dmuon_group *g, int kind, const char *op, dmuon_waite
 /* Non-blocking: 1 when rank `local` of this node has entered the call. */
 static int peer_arrived(const dmuon_group *g, int local)
 {
-    return __atomic_load_n(ctrl_word(g, local, 0), __ATOMIC_ACQUIRE) >= g->seq;
+    return __atomic_load_n(ctrl_word(g, local, W_ARRIVE), __ATOMIC_ACQUIRE) >= g->seq;
 }
 
 /* Stores chunks [stored, next) of a gather queue into the node's other
@@ -505,7 +504,9 @@ static dmuon_rc wait_count(dmuon_group *g, int which, uint64_t target, int64_t p
                               "deadline (the rail ranks of node %d did not finish)", op,
                               (long long)(per - (int64_t)(target - v)), (long long)per,
                               which == W_LANDED ? "of the layer reached this rank's buffer"
-                                                : "of this rank's window were read",
+                              : which == W_READ ? "of this rank's window were read"
+                              : which == W_GRAD_READ ? "of this rank's buffer were reduced"
+                                                     : "of sums reached this rank's window",
                               g->deadline_ms, t->node_id);
         dmuon_waiter_idle(w);
     }
@@ -531,7 +532,7 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g)
     g->seq++;
     g->gathers++;
     dmuon_waiter_start(&w, g->deadline_ms);
-    node_post(g, 0);
+    node_post(g);
     int node_in = 0;   /* every rank of the node has entered */
     int active = 0;
     for (int q = 0; q < R; q++) {
@@ -726,8 +727,9 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g)
         return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
                           "be used", op);
     g->seq++;
+    g->reduces++;
     dmuon_waiter_start(&w, g->deadline_ms);
-    node_post(g, 0);
+    node_post(g);
     /* Receives land in private staging: arm them before waiting for the node. */
     int active = 0;
     for (int q = 0; q < R; q++) {
@@ -738,7 +740,7 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g)
                 DMUON_TRY_GOTO(rc, post_partial_recv(g, qs, i, k), fail);
         active += qs->n > 0;
     }
-    DMUON_TRY_GOTO(rc, node_wait(g, 0, op, &w), fail);
+    DMUON_TRY_GOTO(rc, node_wait(g, op, &w), fail);
     unsigned char *inp[DMUON_STAR_MAX_NODES > 64 ? DMUON_STAR_MAX_NODES : 64];
     while (active) {
         int progressed = 0;
@@ -777,6 +779,12 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g)
                 dst_f32 = dt == DMUON_F32;
             }
             reduce_chunk(g, c, dt, f32p, inp, qs->nin, dst, dst_f32);
+            for (int j = 0; j < K; j++)
+                __atomic_fetch_add(ctrl_word(g, j, W_GRAD_READ), (uint64_t)c->bytes,
+                                   __ATOMIC_RELEASE);
+            if (!qs->nout)
+                __atomic_fetch_add(ctrl_word(g, c->owner % K, W_SUMMED), (uint64_t)c->bytes,
+                                   __ATOMIC_RELEASE);
             if (qs->nout &&
                 MPI_Isend(dst, (int)(c->count * ps), MPI_BYTE, qs->out[0], R + q, g->rail,
                           &qs->sreq[slot]) != MPI_SUCCESS) {
@@ -824,7 +832,11 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g)
         dmuon_waiter_idle(&w);
     }
     DMUON_TRY_GOTO(rc, wait_sends(g, 1, op, &w), fail);
-    DMUON_TRY_GOTO(rc, leave(g, op, &w), fail);
+    DMUON_TRY_GOTO(rc, wait_count(g, W_GRAD_READ, g->reduces * (uint64_t)g->layer_seg_bytes,
+                                  g->layer_seg_bytes, op, &w), fail);
+    DMUON_TRY_GOTO(rc, wait_count(g, W_SUMMED, g->reduces * (uint64_t)g->owned_bytes,
+                                  g->owned_bytes, op, &w), fail);
+    MPI_Win_sync(g->win);
     return DMUON_OK;
 fail:
     g->broken = 1;
