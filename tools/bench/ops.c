@@ -284,6 +284,7 @@ static void usage(FILE *f)
 "      --lines LIST       lines to run: ours,per_owner,coalesced,equal_length\n"
 "      --path P           auto, chain or star for ours (default auto)\n"
 "      --chunk-bytes B    chunk size of ours (default 64K)\n"
+"      --fp32-accum       ours: BF16 reduction with binary32 partials\n"
 "      --deadline-ms MS   deadline of every wait (default 60000)\n"
 "      --json FILE        also write the rows as a JSON array\n"
 "      --plan PLAN        replay every layer of a plan file (agv and rsv)\n"
@@ -311,7 +312,7 @@ int bench_ops_main(int argc, char **argv)
     dmuon_layout layout = DMUON_LAYOUT_NODE;
     char bad[256] = "";
     enum { O_LAUNCH = 256, O_RPN, O_DTYPE, O_OP, O_LAYOUT, O_LINES, O_PATH, O_CHUNK, O_DEAD,
-           O_JSON, O_PLAN, O_REPLAY, O_RAIL };
+           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32 };
     static const struct option opts[] = {
         {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
         {"stepfactor", required_argument, 0, 'f'}, {"warmup", required_argument, 0, 'w'},
@@ -322,6 +323,7 @@ int bench_ops_main(int argc, char **argv)
         {"chunk-bytes", required_argument, 0, O_CHUNK}, {"deadline-ms", required_argument, 0, O_DEAD},
         {"json", required_argument, 0, O_JSON}, {"plan", required_argument, 0, O_PLAN},
         {"replay-publish", required_argument, 0, O_REPLAY}, {"rail", required_argument, 0, O_RAIL},
+        {"fp32-accum", no_argument, 0, O_FP32},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     while ((opt = getopt_long(argc, argv, "b:e:f:w:n:h", opts, NULL)) != -1 && !bad[0]) {
@@ -418,6 +420,7 @@ int bench_ops_main(int argc, char **argv)
                 snprintf(bad, sizeof bad, "--path '%s': expected auto, chain or star", optarg);
             break;
         case O_JSON: o.json = optarg; break;
+        case O_FP32: o.fp32_accum = 1; break;
         case O_PLAN: o.plan = optarg; break;
         case O_REPLAY: o.replay_publish = optarg; break;
         case 'h':
@@ -477,6 +480,7 @@ int bench_ops_main(int argc, char **argv)
                 c.gopts.path = o.path;
                 c.gopts.chunk_bytes = o.chunk_bytes;
                 c.gopts.deadline_ms = o.deadline_ms;
+                c.gopts.fp32_accum = o.fp32_accum;
                 if (t.rank == 0)
                     fprintf(stderr, "dmuon-bench: %s %lld bytes\n", op_names[op], (long long)b);
                 bench_result r;

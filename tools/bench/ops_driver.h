@@ -22,7 +22,7 @@ typedef struct {
 
 typedef struct {
     int64_t minb, maxb, chunk_bytes;
-    int factor, warmup, iters, launches, deadline_ms, lines, rail;
+    int factor, warmup, iters, launches, deadline_ms, lines, rail, fp32_accum;
     dmuon_dtype dtype;
     dmuon_path path;
     const char *json, *plan, *replay_publish;

@@ -59,6 +59,7 @@ static void case_init(bench_case *c, const bench_opts *o, const dmuon_topo *t, M
     c->gopts.path = o->path;
     c->gopts.chunk_bytes = o->chunk_bytes;
     c->gopts.deadline_ms = o->deadline_ms;
+    c->gopts.fp32_accum = o->fp32_accum;
     c->bf16_sum = sum;
 }
 
