@@ -210,6 +210,18 @@ extern "C" void dmuon_ns_cuda_free(dmuon_ns_cuda *c)
     free(c);
 }
 
+extern "C" dmuon_rc dmuon_ns_cuda_sgemm(dmuon_ns_cuda *c, int p, int q, int k, const float *a,
+                                        const float *b, float *out)
+{
+    const float one = 1.0f, zero = 0.0f;
+    CU(cudaSetDevice(c->device), "cudaSetDevice");
+    /* row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ */
+    CB(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, q, p, k, &one, b, q, a, k, &zero, out, q),
+       "sgemm");
+    CU(cudaStreamSynchronize(c->stream), "synchronise");
+    return DMUON_OK;
+}
+
 extern "C" dmuon_rc dmuon_ns_cuda_alloc(dmuon_ns_cuda *c, size_t count, float **out)
 {
     CU(cudaSetDevice(c->device), "cudaSetDevice");

@@ -10,10 +10,14 @@
  * item; if none fits, the candidate with the fewest bytes (then bin index).
  *
  * Speed: two indexed binary min-heaps over the bins, one by (load, bin) and
- * one by (bytes, bin); each selection walks a heap best-first (a small side
- * heap of positions) and stops at the first acceptable bin, so the cost per
- * item is O(k log N) where k is the number of bins skipped, instead of O(N).
- * Layer rounds are kept in an open-addressing hash of (layer, bin) -> round.
+ * one by (bytes, bin).  The load heap also keeps, per heap node, the fewest
+ * bytes in its subtree, so a best-first walk (a small side heap of
+ * positions) skips every subtree in which no bin fits under the cap; the
+ * walk stops at the first acceptable bin.  A walk that meets more than
+ * 64 + 2 x (excluded bins) unacceptable bins gives up, and a linear scan
+ * applies the same rule in O(N); both give the same bin.  Layer rounds: per
+ * layer, the list of bins used in its current round, marked in a byte map
+ * while one item is placed.
  */
 #include "plan_internal.h"
 
@@ -28,7 +32,28 @@ typedef struct {
     int32_t *pos;          /* pos[bin] = position */
     const double *key;     /* key[bin] */
     int32_t n;
+    double *minb;          /* optional: per position, fewest sub[bin] in the subtree */
+    const double *sub;
 } iheap;
+
+/* Recomputes minb on the path from position i up to the root. */
+static void fix_minb(iheap *h, int32_t i)
+{
+    if (!h->minb)
+        return;
+    for (;;) {
+        double v = h->sub[h->heap[i]];
+        int32_t c = 2 * i + 1;
+        if (c < h->n && h->minb[c] < v)
+            v = h->minb[c];
+        if (c + 1 < h->n && h->minb[c + 1] < v)
+            v = h->minb[c + 1];
+        h->minb[i] = v;
+        if (i == 0)
+            break;
+        i = (i - 1) / 2;
+    }
+}
 
 static inline bool less(const iheap *h, int32_t a, int32_t b)
 {
@@ -93,36 +118,24 @@ static int32_t side_pop(side *s, const iheap *h)
     return top;
 }
 
-/* ------------------------------------------------------- layer rounds -- */
-
-typedef struct {
-    int64_t *key;     /* layer * nbins + bin, -1 empty */
-    int64_t *val;     /* round + 1 in which the bin was used */
-    size_t mask;
-} rhash;
-
-static int64_t *rh_slot(rhash *r, int64_t k, bool *found)
+/* Linear scan: the same rule over all bins, O(N); used when a heap walk
+ * would meet too many bins that are excluded or over the cap.  Returns the
+ * pick; *none_fits when no candidate fits (the pick is then the candidate
+ * with the fewest bytes). */
+static int32_t scan(int32_t nbins, const double *load, const double *bytes, const uint8_t *mark,
+                    double limit, bool *none_fits)
 {
-    size_t i = (size_t)((uint64_t)k * UINT64_C(0x9e3779b97f4a7c15) >> 20) & r->mask;
-    while (r->key[i] != -1 && r->key[i] != k)
-        i = (i + 1) & r->mask;
-    *found = r->key[i] == k;
-    if (!*found) {
-        r->key[i] = k;
-        r->val[i] = 0;
+    int32_t best = -1, fewest = -1;
+    for (int32_t b = 0; b < nbins; b++) {
+        if (mark[b])
+            continue;
+        if (fewest < 0 || bytes[b] < bytes[fewest])
+            fewest = b;
+        if (bytes[b] <= limit && (best < 0 || load[b] < load[best]))
+            best = b;
     }
-    return &r->val[i];
-}
-
-static bool rh_used(const rhash *r, int64_t k, int64_t round)
-{
-    size_t i = (size_t)((uint64_t)k * UINT64_C(0x9e3779b97f4a7c15) >> 20) & r->mask;
-    while (r->key[i] != -1) {
-        if (r->key[i] == k)
-            return r->val[i] == round + 1;
-        i = (i + 1) & r->mask;
-    }
-    return false;
+    *none_fits = best < 0;
+    return best >= 0 ? best : fewest;
 }
 
 /* ----------------------------------------------------------------- LPT -- */
@@ -142,27 +155,31 @@ dmuon_rc dmuon_assign_lpt(const dmuon_assign_item *items, size_t n, int32_t nbin
                           bool spread, int32_t *bin, bool *fallback)
 {
     dmuon_rc rc = DMUON_OK;
-    size_t *order = malloc((n ? n : 1) * sizeof *order);
-    double *load = calloc((size_t)nbins, sizeof *load);
-    double *bytes = calloc((size_t)nbins, sizeof *bytes);
-    int32_t *mem = malloc(6 * (size_t)nbins * sizeof *mem + sizeof *mem);
     int32_t maxlayer = 0;
     for (size_t i = 0; i < n; i++)
         if (items[i].layer > maxlayer)
             maxlayer = items[i].layer;
-    int64_t *round = calloc((size_t)maxlayer + 1, sizeof *round);
-    int64_t *inround = calloc((size_t)maxlayer + 1, sizeof *inround);
-    size_t hcap = 16;
-    while (hcap < 2 * n + 16)
-        hcap <<= 1;
-    rhash rh = {malloc(hcap * sizeof(int64_t)), malloc(hcap * sizeof(int64_t)), hcap - 1};
-    if (!order || !load || !bytes || !mem || !round || !inround || !rh.key || !rh.val) {
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    double *load = calloc((size_t)nbins, sizeof *load);
+    double *bytes = calloc((size_t)nbins, sizeof *bytes);
+    int32_t *mem = malloc(6 * (size_t)nbins * sizeof *mem + sizeof *mem);
+    double *minb = calloc((size_t)nbins, sizeof *minb);
+    uint8_t *mark = calloc((size_t)nbins, 1);
+    /* per layer: the bins used in its current round (lbins[loff[L] ..]) */
+    size_t *loff = calloc((size_t)maxlayer + 2, sizeof *loff);
+    int32_t *inround = calloc((size_t)maxlayer + 1, sizeof *inround);
+    int32_t *lbins = malloc((n ? n : 1) * sizeof *lbins);
+    double *saved = malloc(((size_t)nbins + 1) * sizeof *saved);
+    if (!saved || !order || !load || !bytes || !mem || !minb || !mark || !loff || !inround || !lbins) {
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory assigning %zu units to %d ranks", n, nbins);
         goto out;
     }
-    memset(rh.key, 0xff, hcap * sizeof(int64_t));
-    iheap ht = {mem, mem + nbins, load, nbins};
-    iheap hb = {mem + 2 * (size_t)nbins, mem + 3 * (size_t)nbins, bytes, nbins};
+    for (size_t i = 0; i < n; i++)
+        loff[items[i].layer + 1]++;
+    for (int32_t l = 0; l <= maxlayer; l++)
+        loff[l + 1] += loff[l];
+    iheap ht = {mem, mem + nbins, load, nbins, minb, bytes};
+    iheap hb = {mem + 2 * (size_t)nbins, mem + 3 * (size_t)nbins, bytes, nbins, NULL, NULL};
     side sd = {mem + 4 * (size_t)nbins, 0};
     for (int32_t b = 0; b < nbins; b++) {
         ht.heap[b] = hb.heap[b] = b;
@@ -176,18 +193,24 @@ dmuon_rc dmuon_assign_lpt(const dmuon_assign_item *items, size_t n, int32_t nbin
         size_t i = order[k];
         const dmuon_assign_item *it = &items[i];
         int32_t L = it->layer;
-        int64_t r = round[L];
+        int32_t *used = lbins + loff[L];
+        int32_t nused = spread ? inround[L] : 0;
         double limit = cap < 0 ? INFINITY : cap - (double)it->bytes;
-        int32_t pick = -1;
-#define EXCLUDED(b) (spread && rh_used(&rh, (int64_t)L * nbins + (b), r))
+        int32_t pick = -1, budget = 64 + 2 * nused;
+        bool none_fits = false;
+        for (int32_t j = 0; j < nused; j++) {
+            mark[used[j]] = 1;
+            saved[j] = bytes[used[j]];
+        }
         /* fewest bytes among candidates: decides whether anything fits */
-        int32_t minb = -1;
+        int32_t fewest = -1;
         sd.n = 0;
         side_push(&sd, &hb, 0);
-        while (sd.n > 0) {
+        while (sd.n > 0 && budget > 0) {
             int32_t p = side_pop(&sd, &hb), b = hb.heap[p];
-            if (!EXCLUDED(b)) {
-                minb = b;
+            budget--;
+            if (!mark[b]) {
+                fewest = b;
                 break;
             }
             if (2 * p + 1 < nbins)
@@ -195,42 +218,60 @@ dmuon_rc dmuon_assign_lpt(const dmuon_assign_item *items, size_t n, int32_t nbin
             if (2 * p + 2 < nbins)
                 side_push(&sd, &hb, 2 * p + 2);
         }
-        if (minb < 0 || bytes[minb] > limit) {
-            pick = minb;   /* nothing fits: fewest bytes */
-            fallback[i] = cap >= 0;
-        } else {
-            fallback[i] = false;
+        if (fewest >= 0 && bytes[fewest] > limit) {
+            pick = fewest;   /* nothing fits: fewest bytes */
+            none_fits = true;
+        } else if (fewest >= 0) {
             sd.n = 0;
-            side_push(&sd, &ht, 0);
-            while (sd.n > 0) {
+            if (minb[0] <= limit)
+                side_push(&sd, &ht, 0);
+            while (sd.n > 0 && budget > 0) {
                 int32_t p = side_pop(&sd, &ht), b = ht.heap[p];
-                if (!EXCLUDED(b) && bytes[b] <= limit) {
+                budget--;
+                if (!mark[b] && bytes[b] <= limit) {
                     pick = b;
                     break;
                 }
-                if (2 * p + 1 < nbins)
+                if (2 * p + 1 < nbins && minb[2 * p + 1] <= limit)
                     side_push(&sd, &ht, 2 * p + 1);
-                if (2 * p + 2 < nbins)
+                if (2 * p + 2 < nbins && minb[2 * p + 2] <= limit)
                     side_push(&sd, &ht, 2 * p + 2);
             }
         }
-#undef EXCLUDED
+        if (pick < 0 && fewest >= 0) {
+            /* the load walk ran out of budget, and some bin fits: scan for
+             * the least loaded bin that fits, excluded bins hidden by an
+             * infinite byte count while scanning */
+            for (int32_t j = 0; j < nused; j++)
+                bytes[used[j]] = INFINITY;
+            double bl = INFINITY;
+            for (int32_t b = 0; b < nbins; b++)
+                if (bytes[b] <= limit && load[b] < bl) {
+                    bl = load[b];
+                    pick = b;
+                }
+            for (int32_t j = 0; j < nused; j++)
+                bytes[used[j]] = saved[j];
+        }
+        if (pick < 0)   /* the walks ran out of budget: the whole rule, by scanning */
+            pick = scan(nbins, load, bytes, mark, limit, &none_fits);
+        for (int32_t j = 0; j < nused; j++)
+            mark[used[j]] = 0;
         if (pick < 0) {   /* cannot happen: a round always leaves a bin free */
             rc = DMUON_FAIL(DMUON_ECHECK, "internal error: no rank for unit '%s'", it->name);
             goto out;
         }
+        fallback[i] = none_fits && cap >= 0;
         bin[i] = pick;
         load[pick] += it->cost;
         bytes[pick] += (double)it->bytes;
         sift_down(&ht, ht.pos[pick]);
+        fix_minb(&ht, ht.pos[pick]);
         sift_down(&hb, hb.pos[pick]);
         if (spread) {
-            bool found;
-            *rh_slot(&rh, (int64_t)L * nbins + pick, &found) = r + 1;
-            if (++inround[L] == nbins) {
-                round[L]++;
-                inround[L] = 0;
-            }
+            used[inround[L]++] = pick;
+            if (inround[L] == nbins)
+                inround[L] = 0;   /* every bin used once: a new round */
         }
     }
 out:
@@ -238,13 +279,14 @@ out:
     free(load);
     free(bytes);
     free(mem);
-    free(round);
+    free(minb);
+    free(mark);
+    free(loff);
     free(inround);
-    free(rh.key);
-    free(rh.val);
+    free(lbins);
+    free(saved);
     return rc;
 }
-
 /* ------------------------------------------------------------- owners -- */
 
 static dmuon_rc run(const dmuon_plan *p, const size_t *ids, size_t n, int32_t nbins,

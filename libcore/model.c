@@ -179,9 +179,8 @@ static dmuon_rc assign_layers(dmuon_model *m)
     size_t n = m->nparams, nk = 0, nu = 0;
     bool root = false;
     layer_key *k = calloc(n ? n : 1, sizeof *k);
-    int32_t *of_param = malloc((n ? n : 1) * sizeof *of_param);
     dmuon_rc rc = DMUON_OK;
-    if (!k || !of_param) {
+    if (!k) {
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory while ordering %zu tensors", n);
         goto out;
     }
@@ -248,7 +247,6 @@ static dmuon_rc assign_layers(dmuon_model *m)
     }
 out:
     free(k);
-    free(of_param);
     return rc;
 }
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef DMUON_HAVE_CUDA
 #include "ns_cuda.h"
@@ -403,5 +404,70 @@ dmuon_rc dmuon_ns_run_host(dmuon_ns *ns, const float *x, int64_t m, int64_t n, f
     DMUON_TRY_GOTO(rc, dmuon_ns_mem_get(ns, out, dx, count), done);
 done:
     dmuon_ns_mem_free(ns, dx);
+    return rc;
+}
+
+/* ------------------------------------------------------ sgemm reference -- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+dmuon_rc dmuon_ns_time_sgemm(dmuon_ns *ns, int64_t p, int64_t q, int64_t k, int warmup,
+                             int iters, double *median_ms)
+{
+    dmuon_rc rc = DMUON_OK;
+    float *host = NULL, *a = NULL, *b = NULL, *c = NULL;
+    double *t = NULL;
+    if (p < 1 || q < 1 || k < 1 || p > INT_MAX || q > INT_MAX || k > INT_MAX || iters < 1 ||
+        warmup < 0)
+        return DMUON_FAIL(DMUON_EINVAL, "sgemm timing: %lld x %lld x %lld, %d iterations "
+                          "(expected positive sizes within the BLAS range)",
+                          (long long)p, (long long)q, (long long)k, iters);
+    const size_t na = (size_t)(p * k), nb = (size_t)(k * q), nc = (size_t)(p * q);
+    const size_t most = na > nb ? (na > nc ? na : nc) : (nb > nc ? nb : nc);
+    host = malloc(most * sizeof *host);
+    t = malloc((size_t)iters * sizeof *t);
+    if (!host || !t) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "sgemm timing: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < most; i++)
+        host[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_alloc(ns, na, &a), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_alloc(ns, nb, &b), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_alloc(ns, nc, &c), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_put(ns, a, host, na), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_put(ns, b, host, nb), done);
+    for (int i = 0; i < warmup + iters; i++) {
+        double t0 = now_ms();
+#ifdef DMUON_HAVE_CUDA
+        if (ns->kind == DMUON_DEVICE_CUDA)
+            DMUON_TRY_GOTO(rc, dmuon_ns_cuda_sgemm(ns->cuda, (int)p, (int)q, (int)k, a, b, c),
+                           done);
+        else
+#endif
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)k, 1.0f,
+                        a, (int)k, b, (int)q, 0.0f, c, (int)q);
+        if (i >= warmup)
+            t[i - warmup] = now_ms() - t0;
+    }
+    qsort(t, (size_t)iters, sizeof *t, cmp_double);
+    *median_ms = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+done:
+    dmuon_ns_mem_free(ns, a);
+    dmuon_ns_mem_free(ns, b);
+    dmuon_ns_mem_free(ns, c);
+    free(host);
+    free(t);
     return rc;
 }

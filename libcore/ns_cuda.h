@@ -34,6 +34,10 @@ void dmuon_ns_cuda_free(dmuon_ns_cuda *c);
 dmuon_rc dmuon_ns_cuda_run(dmuon_ns_cuda *c, const dmuon_ns_opts *o, const float *dev_x,
                            int64_t m, int64_t n, float *dev_out);
 
+/* One synchronised cuBLAS Sgemm: row-major C (p x q) = A (p x k) · B (k x q). */
+dmuon_rc dmuon_ns_cuda_sgemm(dmuon_ns_cuda *c, int p, int q, int k, const float *dev_a,
+                             const float *dev_b, float *dev_c);
+
 dmuon_rc dmuon_ns_cuda_alloc(dmuon_ns_cuda *c, size_t count, float **out);
 void dmuon_ns_cuda_mem_free(dmuon_ns_cuda *c, float *p);
 dmuon_rc dmuon_ns_cuda_put(dmuon_ns_cuda *c, float *dev_dst, const float *src, size_t count);

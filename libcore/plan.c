@@ -135,7 +135,7 @@ static dmuon_rc add_unit(builder *b, const char *name, int32_t layer, size_t *ou
     return DMUON_OK;
 }
 
-static dmuon_rc add_member(builder *b, size_t unit, int32_t param, int64_t first, int64_t count,
+static dmuon_rc add_member(builder *b, int32_t param, int64_t first, int64_t count,
                            int64_t layer_offset)
 {
     dmuon_plan *p = b->p;
@@ -148,7 +148,6 @@ static dmuon_rc add_member(builder *b, size_t unit, int32_t param, int64_t first
         b->cap_members = cap;
     }
     p->members[p->nmembers++] = (dmuon_plan_member){param, first, count, layer_offset};
-    (void)unit;
     return DMUON_OK;
 }
 
@@ -316,8 +315,8 @@ static dmuon_rc make_units(dmuon_plan *p, const dmuon_model *m, const dmuon_cost
         if (u->n_members == 0)
             u->first_member = p->nmembers;
         u->n_members++;
-        DMUON_TRY_GOTO(rc, add_member(&b, (size_t)pend[k].unit, pend[k].param, pend[k].first,
-                                      pend[k].count, pend[k].offset), out);
+        DMUON_TRY_GOTO(rc, add_member(&b, pend[k].param, pend[k].first, pend[k].count,
+                                      pend[k].offset), out);
         int64_t el = pend[k].count * q->mat_m * q->mat_n;
         u->elements += el;
         u->bytes += el * (int64_t)dsz;
@@ -505,7 +504,7 @@ static dmuon_rc layout_leaders(dmuon_plan *p)
 
 /* -------------------------------------------------------------- report -- */
 
-static dmuon_rc compute_report(dmuon_plan *p)
+dmuon_rc dmuon_plan_compute_report(dmuon_plan *p)
 {
     dmuon_plan_report *r = &p->report;
     int32_t N = p->ranks, K = p->opts.gpus_per_node;
@@ -595,7 +594,7 @@ dmuon_rc dmuon_plan_finish(dmuon_plan *p)
     DMUON_TRY(layout_windows(p));
     DMUON_TRY(layout_segments(p));
     DMUON_TRY(layout_leaders(p));
-    DMUON_TRY(compute_report(p));
+    DMUON_TRY(dmuon_plan_compute_report(p));
     return DMUON_OK;
 }
 
@@ -789,4 +788,26 @@ int32_t dmuon_plan_leader(const dmuon_plan *p, size_t u, int32_t node)
     if (p->opts.sharding != DMUON_SHARD_HSDP)
         return p->units[u].owner;
     return p->leaders[u * (size_t)p->opts.nodes + (size_t)node];
+}
+
+dmuon_rc dmuon_plan_reevaluate(dmuon_plan *p, const dmuon_plan *ref)
+{
+    if (p->nunits != ref->nunits)
+        return DMUON_FAIL(DMUON_EMISMATCH, "plans have %zu and %zu units", p->nunits,
+                          ref->nunits);
+    for (size_t i = 0; i < p->nunits; i++)
+        if (strcmp(p->units[i].name, ref->units[i].name))
+            return DMUON_FAIL(DMUON_EMISMATCH, "unit %zu differs: '%s' and '%s'", i,
+                              p->units[i].name, ref->units[i].name);
+    char was[64];
+    snprintf(was, sizeof was, "%s", dmuon_cost_kind_name(p->opts.cost));
+    for (size_t i = 0; i < p->nunits; i++)
+        p->units[i].ns_ms = ref->units[i].ns_ms;
+    DMUON_TRY(dmuon_plan_compute_report(p));
+    char src[sizeof p->cost_source];
+    memcpy(src, ref->cost_source, sizeof src);
+    src[200] = '\0';
+    snprintf(p->cost_source, sizeof p->cost_source, "assigned by %s, evaluated by %.200s", was,
+             src);
+    return DMUON_OK;
 }

@@ -63,6 +63,9 @@ dmuon_rc dmuon_plan_assign_owners(dmuon_plan *p);
  * units' owners.  Errors: DMUON_ENOMEM. */
 dmuon_rc dmuon_plan_finish(dmuon_plan *p);
 
+/* The balance report from units, windows and fallback flags. */
+dmuon_rc dmuon_plan_compute_report(dmuon_plan *p);
+
 /* Digests over the units (owners included) and over the segment tables. */
 uint64_t dmuon_plan_units_digest(const dmuon_plan *p);
 uint64_t dmuon_plan_segments_digest(const dmuon_plan *p);

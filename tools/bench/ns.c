@@ -1,9 +1,397 @@
-/* Placeholder until this family lands; replaced by its implementation. */
+/*
+ * bench/ns.c — `dmuon-bench ns`: Gram vs direct Newton–Schulz side by side
+ * in one run, per shape, next to the device's sgemm rate.
+ *
+ * For each shape: the Gram and the direct variant of the same coefficients
+ * and the plain sgemm of the dominant product (s x s by s x l), interleaved
+ * call by call (warm-up rounds, then timed rounds; medians), and the
+ * effective rates (each variant's
+ * operation count, dmuon_ns_flops, over its time).  The two outputs are
+ * compared element by element; #wrong counts elements that differ by more
+ * than 1e-2 of the largest element (FP32; BF16: 0.3, since BF16 rounding
+ * leaves the weakest directions of a Gaussian input unresolved, see
+ * dmuon-verify ns) and makes the exit code 1.
+ */
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "bench.h"
+#include "dmuon/io.h"
+#include "dmuon/ns.h"
+#include "dmuon/probe.h"
+
+#if defined(__has_include)
+#if __has_include("dmuon/model.h")
+#include "dmuon/model.h"
+#define BENCH_HAVE_MODEL 1
+#endif
+#endif
+
+static const char *usage_text =
+    "usage: dmuon-bench ns [--model MODEL]... [--shapes MxN,...] [options]\n"
+    "\n"
+    "Times Gram and direct Newton-Schulz side by side for each shape, next to the\n"
+    "device's sgemm on the dominant product (s x s times s x l, s = min(m,n), l = max),\n"
+    "and reports effective rates (NS operation count / time) as a fraction of sgemm's.\n"
+    "\n"
+    "  --model MODEL        take the model's distinct Muon shapes (repeatable)\n"
+    "  --shapes MxN,...     these shapes (default without --model: 256x1536,1536x1536,\n"
+    "                       8960x1536,1536x8960, the Qwen2.5-1.5B Muon shapes)\n"
+    "  --coeffs pe5|muon5   coefficient set (default pe5)\n"
+    "  --dtype fp32|bf16    precision (default fp32)\n"
+    "  --device cpu|cuda    where to run (default cpu)\n"
+    "  --warmup W           untimed calls per case (default cpu 1, cuda 5)\n"
+    "  --iters I            timed calls per case (default cpu 3, cuda 20)\n"
+    "  --max-elements N     skip shapes with more than N elements (default cpu 2^25,\n"
+    "                       cuda unlimited); skipped shapes are listed\n"
+    "  --json               machine-readable output on stdout\n"
+    "  -h, --help           this text\n";
+
+static const char *qwen15_shapes = "256x1536,1536x1536,8960x1536,1536x8960";
+
+static int fail(dmuon_rc rc, const char *msg)
+{
+    fprintf(stderr, "dmuon-bench: error: %s\n", msg);
+    return dmuon_rc_exit_code(rc);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(double *t, int iters)
+{
+    qsort(t, (size_t)iters, sizeof *t, cmp_double);
+    return iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+}
+
+typedef struct {
+    int64_t m, n;
+    double gram_ms, direct_ms, sgemm_ms;
+    double gram_gflops, direct_gflops, sgemm_gflops;
+    int64_t wrong;
+} result;
+
+static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int warmup,
+                            int iters, double wrong_tol, result *r)
+{
+    dmuon_rc rc = DMUON_OK;
+    const size_t count = (size_t)(m * n);
+    float *host = malloc(count * sizeof *host), *h1 = malloc(count * sizeof *h1),
+          *h2 = malloc(count * sizeof *h2);
+    double *t = malloc(3 * (size_t)iters * sizeof *t);
+    float *x = NULL, *o1 = NULL, *o2 = NULL;
+    if (!host || !h1 || !h2 || !t) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for a %lld x %lld case", (long long)m,
+                        (long long)n);
+        goto done;
+    }
+    DMUON_TRY_GOTO(rc, dmuon_ns_test_input(DMUON_NS_INPUT_GAUSSIAN, m, n, 1, host), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_alloc(g, count, &x), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_alloc(g, count, &o1), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_alloc(g, count, &o2), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_put(g, x, host, count), done);
+    memset(r, 0, sizeof *r);
+    r->m = m;
+    r->n = n;
+    /* interleaved per iteration (Gram, direct, sgemm), so a change in the
+     * machine's load during the run affects all three alike */
+    const int64_t s = m < n ? m : n, l = m < n ? n : m;
+    for (int i = 0; i < warmup + iters; i++) {
+        double t0 = now_ms(), one;
+        DMUON_TRY_GOTO(rc, dmuon_ns_run(g, x, m, n, o1), done);
+        double t1 = now_ms();
+        DMUON_TRY_GOTO(rc, dmuon_ns_run(d, x, m, n, o2), done);
+        double t2 = now_ms();
+        DMUON_TRY_GOTO(rc, dmuon_ns_time_sgemm(g, s, l, s, 0, 1, &one), done);
+        if (i >= warmup) {
+            t[i - warmup] = t1 - t0;
+            t[iters + i - warmup] = t2 - t1;
+            t[2 * iters + i - warmup] = one;
+        }
+    }
+    r->gram_ms = median_of(t, iters);
+    r->direct_ms = median_of(t + iters, iters);
+    r->sgemm_ms = median_of(t + 2 * iters, iters);
+    r->gram_gflops = dmuon_ns_flops(dmuon_ns_get_opts(g), m, n) / (r->gram_ms * 1e6);
+    r->direct_gflops = dmuon_ns_flops(dmuon_ns_get_opts(d), m, n) / (r->direct_ms * 1e6);
+    r->sgemm_gflops = 2.0 * (double)s * (double)s * (double)l / (r->sgemm_ms * 1e6);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_get(g, h1, o1, count), done);
+    DMUON_TRY_GOTO(rc, dmuon_ns_mem_get(g, h2, o2, count), done);
+    double big = 0.0;
+    for (size_t i = 0; i < count; i++)
+        big = fabs((double)h2[i]) > big ? fabs((double)h2[i]) : big;
+    for (size_t i = 0; i < count; i++)
+        r->wrong += fabs((double)h1[i] - (double)h2[i]) > wrong_tol * big;
+done:
+    dmuon_ns_mem_free(g, x);
+    dmuon_ns_mem_free(g, o1);
+    dmuon_ns_mem_free(g, o2);
+    free(host);
+    free(h1);
+    free(h2);
+    free(t);
+    return rc;
+}
+
+/* Appends the model's Muon shapes to *shapes. */
+static dmuon_rc add_model(const char *path, int64_t (**shapes)[2], size_t *n)
+{
+#ifdef BENCH_HAVE_MODEL
+    dmuon_model *m = NULL;
+    dmuon_shape_count *sc = NULL;
+    size_t k = 0;
+    DMUON_TRY(dmuon_model_load(path, NULL, &m));
+    dmuon_rc rc = dmuon_model_muon_shapes(m, &sc, &k);
+    dmuon_model_free(m);
+    if (rc != DMUON_OK)
+        return rc;
+    int64_t(*grown)[2] = realloc(*shapes, (*n + k + 1) * sizeof **shapes);
+    if (!grown) {
+        free(sc);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    }
+    *shapes = grown;
+    for (size_t i = 0; i < k; i++) {
+        grown[*n + i][0] = sc[i].m;
+        grown[*n + i][1] = sc[i].n;
+    }
+    *n += k;
+    free(sc);
+    return DMUON_OK;
+#else
+    (void)shapes;
+    (void)n;
+    return DMUON_FAIL(DMUON_EUNSUPPORTED,
+                      "--model '%s': this build has no model inventory; use --shapes", path);
+#endif
+}
+
 int bench_ns_main(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dmuon-bench: 'ns' is not built yet\n");
-    return 3;
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'}, {"shapes", required_argument, NULL, 's'},
+        {"coeffs", required_argument, NULL, 'c'}, {"dtype", required_argument, NULL, 't'},
+        {"device", required_argument, NULL, 'd'}, {"warmup", required_argument, NULL, 'w'},
+        {"iters", required_argument, NULL, 'i'}, {"max-elements", required_argument, NULL, 'x'},
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int64_t(*shapes)[2] = NULL;
+    size_t n = 0;
+    const char *set = "pe5", *dtype = "fp32";
+    int warmup = -1, iters = -1;
+    long long max_el = -1;
+    bool json = false;
+    dmuon_device_kind dev = DMUON_DEVICE_CPU;
+    char msg[512];
+    int c, code = 0;
+    dmuon_rc rc = DMUON_OK;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char *end;
+        long long v;
+        switch (c) {
+        case 'm':
+            if ((rc = add_model(optarg, &shapes, &n)) != DMUON_OK) {
+                code = fail(rc, dmuon_errmsg());
+                goto done;
+            }
+            break;
+        case 's': {
+            int64_t(*more)[2] = NULL;
+            size_t k = 0;
+            if ((rc = dmuon_probe_parse_shapes(optarg, &more, &k)) != DMUON_OK) {
+                code = fail(rc, dmuon_errmsg());
+                goto done;
+            }
+            int64_t(*grown)[2] = realloc(shapes, (n + k) * sizeof *shapes);
+            if (!grown) {
+                free(more);
+                code = fail(DMUON_ENOMEM, "out of memory");
+                goto done;
+            }
+            shapes = grown;
+            memcpy(shapes + n, more, k * sizeof *more);
+            n += k;
+            free(more);
+            break;
+        }
+        case 'c': set = optarg; break;
+        case 't': dtype = optarg; break;
+        case 'd':
+            if (dmuon_device_parse(optarg, &dev) != DMUON_OK) {
+                code = fail(DMUON_EINVAL, dmuon_errmsg());
+                goto done;
+            }
+            break;
+        case 'w':
+        case 'i':
+        case 'x':
+            v = strtoll(optarg, &end, 10);
+            if (*end || !*optarg || v < (c == 'i' ? 1 : 0) || (c != 'x' && v > 1000000)) {
+                snprintf(msg, sizeof msg, "--%s '%s': expected an integer >= %d",
+                         c == 'w' ? "warmup" : c == 'i' ? "iters" : "max-elements", optarg,
+                         c == 'i' ? 1 : 0);
+                code = fail(DMUON_EINVAL, msg);
+                goto done;
+            }
+            if (c == 'w')
+                warmup = (int)v;
+            else if (c == 'i')
+                iters = (int)v;
+            else
+                max_el = v;
+            break;
+        case 'j': json = true; break;
+        case 'h': fputs(usage_text, stdout); goto done;
+        default: fputs(usage_text, stderr); code = 2; goto done;
+        }
+    }
+    if (optind < argc) {
+        snprintf(msg, sizeof msg, "unexpected argument '%s' (see --help)", argv[optind]);
+        code = fail(DMUON_EINVAL, msg);
+        goto done;
+    }
+    if (strcmp(set, "pe5") && strcmp(set, "muon5")) {
+        snprintf(msg, sizeof msg, "--coeffs '%s': expected pe5 or muon5", set);
+        code = fail(DMUON_EINVAL, msg);
+        goto done;
+    }
+    if (n == 0 && (rc = dmuon_probe_parse_shapes(qwen15_shapes, &shapes, &n)) != DMUON_OK) {
+        code = fail(rc, dmuon_errmsg());
+        goto done;
+    }
+    if (warmup < 0)
+        warmup = dev == DMUON_DEVICE_CUDA ? 5 : 1;
+    if (iters < 0)
+        iters = dev == DMUON_DEVICE_CUDA ? 20 : 3;
+    if (max_el < 0)
+        max_el = dev == DMUON_DEVICE_CUDA ? -1 : (1LL << 25);
+
+    dmuon_ns_opts go, dopt;
+    dmuon_ns_opts_init(&go);
+    char vname[32];
+    snprintf(vname, sizeof vname, "gram-%s", set);
+    if ((rc = dmuon_ns_opts_set_variant(&go, vname)) != DMUON_OK ||
+        (rc = dmuon_ns_opts_set_dtype(&go, dtype)) != DMUON_OK) {
+        code = fail(rc, dmuon_errmsg());
+        goto done;
+    }
+    dopt = go;
+    dopt.method = DMUON_NS_DIRECT;
+    dmuon_ns *g = NULL, *d = NULL;
+    if ((rc = dmuon_ns_create(dev, -1, &go, &g)) != DMUON_OK ||
+        (rc = dmuon_ns_create(dev, -1, &dopt, &d)) != DMUON_OK) {
+        dmuon_ns_free(g);
+        code = fail(rc, dmuon_errmsg());
+        goto done;
+    }
+    char device[128];
+    if (dmuon_device_name(dev, device, sizeof device) != DMUON_OK)
+        snprintf(device, sizeof device, "%s", dev == DMUON_DEVICE_CUDA ? "cuda" : "cpu");
+    dmuon_json w;
+    if (json) {
+        dmuon_json_init(&w, stdout, true);
+        dmuon_json_begin_object(&w);
+        dmuon_json_kstr(&w, "device", device);
+        dmuon_json_kstr(&w, "coeffs", set);
+        dmuon_json_kstr(&w, "dtype", dmuon_ns_opts_dtype_name(&go));
+        dmuon_json_kint(&w, "warmup", warmup);
+        dmuon_json_kint(&w, "iters", iters);
+        dmuon_json_key(&w, "shapes");
+        dmuon_json_begin_array(&w);
+    } else {
+        printf("# dmuon-bench ns: %s, %s %s, warmup %d, iters %d (medians)\n", device, set,
+               dmuon_ns_opts_dtype_name(&go), warmup, iters);
+        printf("# eff = NS operation count / time; sgemm = the s x s by s x l product; "
+               "#wrong = elements where Gram and direct differ by > %g of the largest\n",
+               go.dtype == DMUON_BF16 ? 0.3 : 1e-2);
+        if (go.dtype == DMUON_BF16)
+            printf("# bf16: the sgemm reference is FP32; on GPUs whose BF16 products run on "
+                   "tensor cores the fractions exceed 1\n");
+        printf("%-11s %11s %11s %8s %9s %9s %9s %9s %9s %7s\n", "shape", "gram_ms", "direct_ms",
+               "dir/gram", "gram_GF/s", "dir_GF/s", "sgemm_GF", "gram/sg", "dir/sg", "#wrong");
+    }
+    int64_t wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t m = shapes[i][0], k = shapes[i][1];
+        if (max_el >= 0 && m * k > max_el) {
+            if (json) {
+                dmuon_json_begin_object(&w);
+                dmuon_json_kint(&w, "m", m);
+                dmuon_json_kint(&w, "n", k);
+                dmuon_json_kbool(&w, "skipped", true);
+                dmuon_json_end_object(&w);
+            } else {
+                printf("%lldx%-*lld skipped: %lld elements > --max-elements %lld\n",
+                       (long long)m, 10 - snprintf(NULL, 0, "%lld", (long long)m) , (long long)k,
+                       (long long)(m * k), max_el);
+            }
+            continue;
+        }
+        fprintf(stderr, "dmuon-bench: ns [%zu/%zu] %lldx%lld\n", i + 1, n, (long long)m,
+                (long long)k);
+        result r;
+        rc = bench_shape(g, d, m, k, warmup, iters, go.dtype == DMUON_BF16 ? 0.3 : 1e-2, &r);
+        if (rc != DMUON_OK)
+            break;
+        wrong += r.wrong;
+        char shape[48];
+        snprintf(shape, sizeof shape, "%lldx%lld", (long long)m, (long long)k);
+        if (json) {
+            dmuon_json_begin_object(&w);
+            dmuon_json_kstr(&w, "shape", shape);
+            dmuon_json_kint(&w, "m", m);
+            dmuon_json_kint(&w, "n", k);
+            dmuon_json_kdouble(&w, "gram_ms", r.gram_ms);
+            dmuon_json_kdouble(&w, "direct_ms", r.direct_ms);
+            dmuon_json_kdouble(&w, "direct_over_gram", r.direct_ms / r.gram_ms);
+            dmuon_json_kdouble(&w, "gram_gflops", r.gram_gflops);
+            dmuon_json_kdouble(&w, "direct_gflops", r.direct_gflops);
+            dmuon_json_kdouble(&w, "sgemm_gflops", r.sgemm_gflops);
+            dmuon_json_kdouble(&w, "gram_fraction_of_sgemm", r.gram_gflops / r.sgemm_gflops);
+            dmuon_json_kdouble(&w, "direct_fraction_of_sgemm", r.direct_gflops / r.sgemm_gflops);
+            dmuon_json_kint(&w, "wrong", r.wrong);
+            dmuon_json_end_object(&w);
+        } else {
+            printf("%-11s %11.3f %11.3f %8.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7lld\n", shape,
+                   r.gram_ms, r.direct_ms, r.direct_ms / r.gram_ms, r.gram_gflops,
+                   r.direct_gflops, r.sgemm_gflops, r.gram_gflops / r.sgemm_gflops,
+                   r.direct_gflops / r.sgemm_gflops, (long long)r.wrong);
+        }
+        fflush(stdout);
+    }
+    if (json) {
+        dmuon_json_end_array(&w);
+        dmuon_json_kint(&w, "wrong", wrong);
+        dmuon_json_end_object(&w);
+        fputc('\n', stdout);
+    }
+    dmuon_ns_free(g);
+    dmuon_ns_free(d);
+    if (rc != DMUON_OK) {
+        code = fail(rc, dmuon_errmsg());
+        goto done;
+    }
+    if (wrong) {
+        fprintf(stderr, "dmuon-bench: ns: %lld elements differ between Gram and direct NS\n",
+                (long long)wrong);
+        code = 1;
+    }
+done:
+    free(shapes);
+    return code;
 }

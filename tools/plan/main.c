@@ -1,3 +1,556 @@
-/* Placeholder until dmuon-plan lands. */
+/*
+ * dmuon-plan — owner plans for Muon on sharded data parallelism.
+ *
+ *   dmuon-plan [plan] MODEL [options]   assign owners, print the balance report,
+ *                                       write the plan file with -o
+ *   dmuon-plan inspect MODEL            the model inventory
+ *   dmuon-plan show PLAN                reload a plan file and print its report
+ *
+ * Flags are parsed here; everything else is libcore (dmuon/model.h,
+ * dmuon/plan.h, dmuon/cost.h).
+ */
+#include <getopt.h>
 #include <stdio.h>
-int main(void) { fprintf(stderr, "dmuon-plan: not built yet\n"); return 3; }
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmuon/cost.h"
+#include "dmuon/device.h"
+#include "dmuon/io.h"
+#include "dmuon/model.h"
+#include "dmuon/plan.h"
+
+#define MAX_PATTERNS 64
+
+static const char usage[] =
+    "usage: dmuon-plan [plan] MODEL [options]\n"
+    "       dmuon-plan inspect MODEL [--json] [--muon PAT] [--adamw PAT]\n"
+    "       dmuon-plan show PLAN [--json]\n"
+    "\n"
+    "Assigns every Muon matrix of MODEL one owner rank (LPT on Newton-Schulz time with a\n"
+    "byte cap and layer spreading; HSDP balances columns (rails) first), prints the\n"
+    "balance report, and with -o writes the plan file that libdmuon loads.\n"
+    "\n"
+    "MODEL: a Hugging Face config.json (llama, mistral, qwen2, qwen2_moe, gemma, gemma2),\n"
+    "a .safetensors file, a model.safetensors.index.json, or a dmuon YAML inventory\n"
+    "(models/*.yaml).\n"
+    "\n"
+    "cluster:\n"
+    "  -n, --nodes R             nodes (default 1)\n"
+    "  -g, --gpus-per-node K     ranks per node (default 8)\n"
+    "  -N, --ranks N             total ranks; sets nodes = N / K (K = min(8, N) unless -g)\n"
+    "      --sharding fsdp|hsdp  (default fsdp)\n"
+    "      --zero 2|3            ZeRO stage recorded in the plan (default 3)\n"
+    "costs:\n"
+    "      --cost db|flops|elements|m2n\n"
+    "                            NS cost per matrix (default db: measured, from the cost\n"
+    "                            database; flops is an analytic Gram-NS estimate)\n"
+    "      --db PATH             cost database (default $DMUON_DB or db/dmuon.sqlite)\n"
+    "      --device cpu|cuda|NAME  device whose times to use (default: this machine's CPU)\n"
+    "      --variant V           NS variant (default gram-pe5)\n"
+    "      --dtype fp32|bf16     NS precision (default fp32)\n"
+    "      --probe-missing       measure the shapes the database lacks on this machine\n"
+    "                            (--device cpu|cuda), store them, then plan\n"
+    "assignment:\n"
+    "      --strategy lpt|round-robin   (default lpt)\n"
+    "      --epsilon E           byte cap slack: each rank <= (1+E) x mean bytes (default 0.1)\n"
+    "      --no-byte-cap         assign by time alone\n"
+    "      --no-layer-spread     allow units of one layer on one rank\n"
+    "      --no-column-balance   HSDP: plain LPT over all ranks\n"
+    "      --fuse-experts        one unit per expert tensor instead of one per expert matrix\n"
+    "      --small-unit-bytes B  Muon parameters under B bytes share a per-layer unit\n"
+    "                            (default 16777216)\n"
+    "      --param-dtype T       communication dtype for bytes and offsets (default bf16)\n"
+    "model:\n"
+    "      --muon PAT            force role muon for names matching PAT (fnmatch; repeatable)\n"
+    "      --adamw PAT           force role adamw (repeatable)\n"
+    "      --fused-layout        config.json: fused 3-D expert tensors instead of per-expert\n"
+    "output:\n"
+    "  -o, --out PLAN            write the plan file (atomically)\n"
+    "      --compare             the ablations side by side in one table\n"
+    "      --json                one JSON object on stdout instead of the table\n"
+    "  -v, --verbose             error traces\n"
+    "  -h, --help\n"
+    "\n"
+    "exit: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime error\n";
+
+typedef struct {
+    const char *muon[MAX_PATTERNS], *adamw[MAX_PATTERNS];
+    size_t n_muon, n_adamw;
+    bool fused_layout, json, compare, verbose, probe_missing;
+    dmuon_device_kind device_kind;
+    const char *out;
+} cli;
+
+static int fail(const cli *c, dmuon_rc rc)
+{
+    fprintf(stderr, "dmuon-plan: error: %s\n", dmuon_errmsg());
+    if (c && c->verbose && *dmuon_errtrace())
+        fprintf(stderr, "dmuon-plan: trace: %s\n", dmuon_errtrace());
+    return dmuon_rc_exit_code(rc);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "dmuon-plan: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see dmuon-plan --help)\n");
+    return 2;
+}
+
+static bool parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* ------------------------------------------------------------- inspect -- */
+
+static int cmd_inspect(const cli *c, const char *path)
+{
+    dmuon_model_opts mo = {c->muon, c->n_muon, c->adamw, c->n_adamw, c->fused_layout};
+    dmuon_model *m;
+    dmuon_shape_count *sh = NULL;
+    size_t nsh = 0;
+    dmuon_rc rc = dmuon_model_load(path, &mo, &m);
+    if (rc)
+        return fail(c, rc);
+    if ((rc = dmuon_model_muon_shapes(m, &sh, &nsh))) {
+        dmuon_model_free(m);
+        return fail(c, rc);
+    }
+    dmuon_model_stats s;
+    dmuon_model_get_stats(m, &s);
+    int64_t adamw_el = s.elements - s.muon_elements;
+    if (c->json) {
+        dmuon_json w;
+        dmuon_json_init(&w, stdout, false);
+        dmuon_json_begin_object(&w);
+        dmuon_json_kstr(&w, "model", path);
+        dmuon_json_kstr(&w, "format", dmuon_model_format(m));
+        dmuon_json_kint(&w, "tensors", (int64_t)s.tensors);
+        dmuon_json_kint(&w, "two_d_tensors", (int64_t)s.two_d);
+        dmuon_json_kint(&w, "muon_params", (int64_t)s.muon_params);
+        dmuon_json_kint(&w, "adamw_params", (int64_t)s.adamw_params);
+        dmuon_json_kint(&w, "muon_matrices", s.muon_matrices);
+        dmuon_json_kint(&w, "expert_matrices", s.expert_matrices);
+        dmuon_json_kint(&w, "elements", s.elements);
+        dmuon_json_kint(&w, "muon_elements", s.muon_elements);
+        dmuon_json_kint(&w, "adamw_elements", adamw_el);
+        dmuon_json_kint(&w, "bytes", s.bytes);
+        dmuon_json_kint(&w, "layers", (int64_t)s.layers);
+        dmuon_json_key(&w, "muon_shapes");
+        dmuon_json_begin_array(&w);
+        for (size_t i = 0; i < nsh; i++) {
+            dmuon_json_begin_object(&w);
+            dmuon_json_kint(&w, "m", sh[i].m);
+            dmuon_json_kint(&w, "n", sh[i].n);
+            dmuon_json_kint(&w, "count", sh[i].count);
+            dmuon_json_end_object(&w);
+        }
+        dmuon_json_end_array(&w);
+        dmuon_json_end_object(&w);
+    } else {
+        printf("model: %s (%s)\n", path, dmuon_model_format(m));
+        printf("  %-8s %9s %16s %12s\n", "role", "tensors", "elements", "MiB stored");
+        printf("  %-8s %9zu %16lld %12s\n", "muon", s.muon_params, (long long)s.muon_elements, "");
+        printf("  %-8s %9zu %16lld %12s\n", "adamw", s.adamw_params, (long long)adamw_el, "");
+        printf("  %-8s %9zu %16lld %12.1f\n", "all", s.tensors, (long long)s.elements,
+               (double)s.bytes / 1048576.0);
+        printf("two-dimensional tensors: %zu; Muon matrices: %lld (%lld expert matrices); "
+               "layers: %zu\n",
+               s.two_d, (long long)s.muon_matrices, (long long)s.expert_matrices, s.layers);
+        printf("distinct Muon shapes (m x n as stored, count):\n");
+        for (size_t i = 0; i < nsh; i++)
+            printf("  %7lld x %-7lld %6lld\n", (long long)sh[i].m, (long long)sh[i].n,
+                   (long long)sh[i].count);
+    }
+    free(sh);
+    dmuon_model_free(m);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- show -- */
+
+static int cmd_show(const cli *c, const char *path)
+{
+    dmuon_plan *p;
+    dmuon_rc rc = dmuon_plan_load(path, &p);
+    if (rc)
+        return fail(c, rc);
+    if (c->json) {
+        dmuon_json w;
+        dmuon_json_init(&w, stdout, false);
+        dmuon_json_begin_object(&w);
+        dmuon_json_kstr(&w, "plan", path);
+        dmuon_plan_report_json(p, &w);
+        dmuon_json_end_object(&w);
+    } else {
+        printf("plan file: %s\n", path);
+        dmuon_plan_print_report(p, stdout);
+    }
+    dmuon_plan_free(p);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- plan -- */
+
+typedef struct {
+    const char *name;
+    dmuon_plan *p;
+} variant;
+
+static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts *base)
+{
+    dmuon_model_stats s;
+    dmuon_model_get_stats(m, &s);
+    variant v[10];
+    size_t nv = 0;
+    dmuon_rc rc = DMUON_OK;
+    dmuon_plan_opts o;
+#define ADD(label, stmt)                                                  \
+    do {                                                                  \
+        o = *base;                                                        \
+        stmt;                                                             \
+        v[nv].name = label;                                               \
+        if ((rc = dmuon_plan_build(m, &o, &v[nv].p)) != DMUON_OK)         \
+            goto out;                                                     \
+        nv++;                                                             \
+    } while (0)
+    ADD("default", (void)0);
+    ADD("no-byte-cap", o.byte_cap = false);
+    ADD("no-layer-spread", o.layer_spread = false);
+    if (base->sharding == DMUON_SHARD_HSDP)
+        ADD("no-column-balance", o.column_balance = false);
+    if (s.expert_matrices > 0 && !base->fuse_experts)
+        ADD("fuse-experts", o.fuse_experts = true);
+    ADD("round-robin", o.strategy = DMUON_STRATEGY_ROUND_ROBIN);
+    if (base->cost != DMUON_COST_ELEMENTS)
+        ADD("cost elements", o.cost = DMUON_COST_ELEMENTS);
+    if (base->cost != DMUON_COST_M2N)
+        ADD("cost m2n", o.cost = DMUON_COST_M2N);
+#undef ADD
+    /* judge every variant by the base cost model (same units unless fused) */
+    for (size_t i = 1; i < nv; i++)
+        if (dmuon_plan_options(v[i].p)->cost != base->cost &&
+            (rc = dmuon_plan_reevaluate(v[i].p, v[0].p)) != DMUON_OK)
+            goto out;
+    if (c->json) {
+        dmuon_json w;
+        dmuon_json_init(&w, stdout, false);
+        dmuon_json_begin_object(&w);
+        dmuon_json_key(&w, "variants");
+        dmuon_json_begin_array(&w);
+        for (size_t i = 0; i < nv; i++) {
+            dmuon_json_begin_object(&w);
+            dmuon_json_kstr(&w, "variant", v[i].name);
+            dmuon_plan_report_json(v[i].p, &w);
+            dmuon_json_end_object(&w);
+        }
+        dmuon_json_end_array(&w);
+        dmuon_json_end_object(&w);
+    } else {
+        printf("ablations of %s on %d ranks (%d x %d, %s); NS figures by %s\n",
+               dmuon_model_source(m), base->nodes * base->gpus_per_node, base->nodes,
+               base->gpus_per_node, dmuon_sharding_name(base->sharding),
+               dmuon_plan_cost_source(v[0].p));
+        printf("%-18s %7s %9s %9s %9s %10s %9s %8s %9s\n", "variant", "units", "ns/mean",
+               "ns/bound", "bytes/mn", "max MiB", "rail/mn", "mat/rk", "root/unit");
+        for (size_t i = 0; i < nv; i++) {
+            const dmuon_plan_report *r = dmuon_plan_get_report(v[i].p);
+            printf("%-18s %7zu %9.3f %9.3f %9.3f %10.1f %9.3f %8lld %9.2f\n", v[i].name, r->units,
+                   r->busiest_ns_over_mean, r->busiest_ns_over_lower_bound,
+                   r->heaviest_bytes_over_mean, (double)r->max_owner_bytes / 1048576.0,
+                   r->heaviest_rail_over_mean, (long long)r->max_matrices_per_rank,
+                   r->layer_root_over_largest_unit);
+        }
+    }
+out:
+    for (size_t i = 0; i < nv; i++)
+        dmuon_plan_free(v[i].p);
+    return rc ? fail(c, rc) : 0;
+}
+
+static void probe_progress(size_t done, size_t total, const dmuon_cost_row *row, void *ctx)
+{
+    (void)ctx;
+    fprintf(stderr, "dmuon-plan: probed %zu/%zu: %lldx%lld %.4g ms\n", done, total,
+            (long long)row->m, (long long)row->n, row->median_ms);
+}
+
+static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
+{
+    dmuon_model_opts mo = {c->muon, c->n_muon, c->adamw, c->n_adamw, c->fused_layout};
+    dmuon_model *m;
+    dmuon_plan *p = NULL;
+    dmuon_rc rc = dmuon_model_load(path, &mo, &m);
+    if (rc)
+        return fail(c, rc);
+    o->model_path = path;
+    if (c->probe_missing && o->cost == DMUON_COST_DB) {
+        static char device[128];
+        size_t n = 0;
+        rc = dmuon_cost_probe_missing(m, &o->cost_src, c->device_kind, probe_progress, NULL,
+                                      device, &n);
+        if (rc != DMUON_OK)
+            goto out;
+        if (n)
+            fprintf(stderr, "dmuon-plan: %zu missing shape%s measured on '%s'\n", n,
+                    n == 1 ? "" : "s", device);
+        else
+            fprintf(stderr, "dmuon-plan: no shape missing on '%s'\n", device);
+        o->cost_src.device = device;
+    }
+    if (c->compare) {
+        int ec = cmd_compare(c, m, o);
+        dmuon_model_free(m);
+        return ec;
+    }
+    if ((rc = dmuon_plan_build(m, o, &p)) != DMUON_OK)
+        goto out;
+    if (c->out && (rc = dmuon_plan_write(p, c->out)) != DMUON_OK)
+        goto out;
+    if (c->json) {
+        dmuon_json w;
+        dmuon_json_init(&w, stdout, false);
+        dmuon_json_begin_object(&w);
+        dmuon_plan_report_json(p, &w);
+        dmuon_json_kstr(&w, "plan_file", c->out ? c->out : "");
+        dmuon_json_end_object(&w);
+    } else {
+        dmuon_plan_print_report(p, stdout);
+        if (c->out)
+            printf("\nplan written to %s\n", c->out);
+        else
+            printf("\n(no plan file written; add -o PLAN)\n");
+    }
+out:
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+    return rc ? fail(c, rc) : 0;
+}
+
+/* ---------------------------------------------------------------- main -- */
+
+enum {
+    O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
+    O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
+    O_COMPARE, O_JSON
+};
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"nodes", required_argument, 0, 'n'},
+        {"gpus-per-node", required_argument, 0, 'g'},
+        {"ranks", required_argument, 0, 'N'},
+        {"sharding", required_argument, 0, O_SHARDING},
+        {"zero", required_argument, 0, O_ZERO},
+        {"cost", required_argument, 0, O_COST},
+        {"db", required_argument, 0, O_DB},
+        {"device", required_argument, 0, O_DEVICE},
+        {"variant", required_argument, 0, O_VARIANT},
+        {"dtype", required_argument, 0, O_DTYPE},
+        {"probe-missing", no_argument, 0, O_PROBE},
+        {"strategy", required_argument, 0, O_STRATEGY},
+        {"epsilon", required_argument, 0, O_EPS},
+        {"no-byte-cap", no_argument, 0, O_NOCAP},
+        {"no-layer-spread", no_argument, 0, O_NOSPREAD},
+        {"no-column-balance", no_argument, 0, O_NOCOL},
+        {"fuse-experts", no_argument, 0, O_FUSE},
+        {"small-unit-bytes", required_argument, 0, O_SMALL},
+        {"param-dtype", required_argument, 0, O_PDTYPE},
+        {"muon", required_argument, 0, O_MUON},
+        {"adamw", required_argument, 0, O_ADAMW},
+        {"fused-layout", no_argument, 0, O_LAYOUT},
+        {"out", required_argument, 0, 'o'},
+        {"compare", no_argument, 0, O_COMPARE},
+        {"json", no_argument, 0, O_JSON},
+        {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    cli c = {0};
+    dmuon_plan_opts o;
+    dmuon_plan_opts_init(&o);
+    int64_t ranks = 0, v;
+    bool have_k = false, have_n = false;
+    char devbuf[160];
+    const char *device = NULL;
+    int ch;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "n:g:N:o:vh", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'n':
+            if (!parse_i64(optarg, &v) || v < 1 || v > DMUON_PLAN_MAX_RANKS)
+                return usage_error("--nodes '%s': expected a whole number from 1 to 1048576",
+                                   optarg);
+            o.nodes = (int32_t)v;
+            have_n = true;
+            break;
+        case 'g':
+            if (!parse_i64(optarg, &v) || v < 1 || v > DMUON_PLAN_MAX_RANKS)
+                return usage_error("--gpus-per-node '%s': expected a whole number from 1 to "
+                                   "1048576", optarg);
+            o.gpus_per_node = (int32_t)v;
+            have_k = true;
+            break;
+        case 'N':
+            if (!parse_i64(optarg, &ranks) || ranks < 1 || ranks > DMUON_PLAN_MAX_RANKS)
+                return usage_error("--ranks '%s': expected a whole number from 1 to 1048576",
+                                   optarg);
+            break;
+        case O_SHARDING:
+            if (dmuon_sharding_parse(optarg, &o.sharding))
+                return usage_error("--sharding '%s': expected fsdp or hsdp", optarg);
+            break;
+        case O_ZERO:
+            if (!parse_i64(optarg, &v) || (v != 2 && v != 3))
+                return usage_error("--zero '%s': expected 2 or 3", optarg);
+            o.zero_stage = (int)v;
+            break;
+        case O_COST:
+            if (dmuon_cost_kind_parse(optarg, &o.cost))
+                return usage_error("--cost '%s': expected db, flops, elements or m2n", optarg);
+            break;
+        case O_DB:
+            o.cost_src.db_path = optarg;
+            break;
+        case O_DEVICE:
+            device = optarg;
+            break;
+        case O_VARIANT:
+            o.cost_src.variant = optarg;
+            break;
+        case O_DTYPE:
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16"))
+                return usage_error("--dtype '%s': expected fp32 or bf16", optarg);
+            o.cost_src.dtype = optarg;
+            break;
+        case O_PROBE:
+            c.probe_missing = true;
+            break;
+        case O_STRATEGY:
+            if (dmuon_strategy_parse(optarg, &o.strategy))
+                return usage_error("--strategy '%s': expected lpt or round-robin", optarg);
+            break;
+        case O_EPS: {
+            char *end;
+            o.epsilon = strtod(optarg, &end);
+            if (!*optarg || *end || !(o.epsilon >= 0 && o.epsilon <= 100))
+                return usage_error("--epsilon '%s': expected a number from 0 to 100", optarg);
+            break;
+        }
+        case O_NOCAP:
+            o.byte_cap = false;
+            break;
+        case O_NOSPREAD:
+            o.layer_spread = false;
+            break;
+        case O_NOCOL:
+            o.column_balance = false;
+            break;
+        case O_FUSE:
+            o.fuse_experts = true;
+            break;
+        case O_SMALL:
+            if (!parse_i64(optarg, &o.small_unit_bytes) || o.small_unit_bytes < 0)
+                return usage_error("--small-unit-bytes '%s': expected a whole number >= 0",
+                                   optarg);
+            break;
+        case O_PDTYPE:
+            if (dmuon_dtype_parse(optarg, &o.param_dtype))
+                return usage_error("--param-dtype '%s': expected bf16, f16 or f32", optarg);
+            break;
+        case O_MUON:
+        case O_ADAMW: {
+            bool mu = ch == O_MUON;
+            size_t *n = mu ? &c.n_muon : &c.n_adamw;
+            if (*n == MAX_PATTERNS)
+                return usage_error("too many --%s patterns (at most 64)", mu ? "muon" : "adamw");
+            (mu ? c.muon : c.adamw)[(*n)++] = optarg;
+            break;
+        }
+        case O_LAYOUT:
+            c.fused_layout = true;
+            break;
+        case 'o':
+            c.out = optarg;
+            break;
+        case O_COMPARE:
+            c.compare = true;
+            break;
+        case O_JSON:
+            c.json = true;
+            break;
+        case 'v':
+            c.verbose = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            if (optopt && optopt < 256)
+                fprintf(stderr, "dmuon-plan: error: unknown option '-%c' or missing value\n",
+                        optopt);
+            else
+                fprintf(stderr, "dmuon-plan: error: unknown option or missing value: '%s'\n",
+                        argv[optind - 1]);
+            fprintf(stderr, "(see dmuon-plan --help)\n");
+            return 2;
+        }
+    }
+    int rest = argc - optind;
+    char **args = argv + optind;
+    const char *cmd = "plan";
+    if (rest >= 1 && (!strcmp(args[0], "plan") || !strcmp(args[0], "inspect") ||
+                      !strcmp(args[0], "show"))) {
+        cmd = args[0];
+        args++;
+        rest--;
+    }
+    if (rest != 1)
+        return usage_error("%s", rest == 0 ? "no MODEL given" : "more than one MODEL given");
+    if (!strcmp(cmd, "inspect"))
+        return cmd_inspect(&c, args[0]);
+    if (!strcmp(cmd, "show"))
+        return cmd_show(&c, args[0]);
+
+    if (ranks) {
+        if (!have_k)
+            o.gpus_per_node = ranks < 8 ? (int32_t)ranks : 8;
+        if (ranks % o.gpus_per_node) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "%lld is not a multiple of --gpus-per-node %d",
+                     (long long)ranks, o.gpus_per_node);
+            return usage_error("--ranks %s", msg);
+        }
+        if (have_n && o.nodes != ranks / o.gpus_per_node)
+            return usage_error("%s", "--ranks disagrees with --nodes x --gpus-per-node");
+        o.nodes = (int32_t)(ranks / o.gpus_per_node);
+    }
+    if ((int64_t)o.nodes * o.gpus_per_node > DMUON_PLAN_MAX_RANKS)
+        return usage_error("%s", "nodes x gpus-per-node is above 1048576 ranks");
+    if (o.cost == DMUON_COST_DB) {
+        dmuon_device_kind kind;
+        if (!device || dmuon_device_parse(device, &kind) == DMUON_OK) {
+            dmuon_rc rc = dmuon_device_name(device ? kind : DMUON_DEVICE_CPU, devbuf,
+                                            sizeof devbuf);
+            if (rc)
+                return fail(&c, rc);
+            o.cost_src.device = devbuf;
+            c.device_kind = device ? kind : DMUON_DEVICE_CPU;
+        } else {
+            if (c.probe_missing)
+                return usage_error("--probe-missing measures this machine: give --device cpu or "
+                                   "cuda, not '%s'", device);
+            dmuon_err_clear();
+            o.cost_src.device = device;   /* an explicit device name as stored */
+        }
+    }
+    return cmd_plan(&c, args[0], &o);
+}

@@ -1,3 +1,418 @@
-/* Placeholder until dmuon-probe lands. */
+/*
+ * dmuon-probe — measures Newton–Schulz time per matrix shape on this device
+ * and stores the figures in the SQLite cost database that dmuon-plan reads.
+ *
+ * Flags, then libcore: dmuon_probe_shapes times (median across the ranks of
+ * MPI_COMM_WORLD), rank 0 writes all rows of the run in one transaction
+ * (dmuon_costdb_put_rows).  Progress goes to stderr on rank 0; the result
+ * table (or --json) to stdout.
+ */
+#include <getopt.h>
+#include <mpi.h>
 #include <stdio.h>
-int main(void) { fprintf(stderr, "dmuon-probe: not built yet\n"); return 3; }
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dmuon/costdb.h"
+#include "dmuon/io.h"
+#include "dmuon/ns.h"
+#include "dmuon/probe.h"
+
+#if defined(__has_include)
+#if __has_include("dmuon/model.h")
+#include "dmuon/model.h"
+#define PROBE_HAVE_MODEL 1
+#endif
+#endif
+
+static const char *usage_text =
+    "usage: dmuon-probe (--model MODEL | --shapes MxN,...) [options]\n"
+    "       dmuon-probe --list [--db PATH] [--json]\n"
+    "       dmuon-probe --check [--db PATH]\n"
+    "\n"
+    "Times Newton-Schulz for each distinct Muon matrix shape of MODEL (or the given\n"
+    "shapes) on this device and stores the figures in the cost database.  Under mpirun\n"
+    "every rank times on its own device and the median across ranks is stored.\n"
+    "\n"
+    "  --model MODEL        a Hugging Face config.json, .safetensors / index, or dmuon YAML\n"
+    "                       inventory; its distinct Muon shapes are probed\n"
+    "  --shapes MxN,...     probe these shapes (M rows x N columns) instead\n"
+    "  --device cpu|cuda    where NS runs (default cpu)\n"
+    "  --db PATH            cost database (default $DMUON_DB or db/dmuon.sqlite)\n"
+    "  --variant V          gram-pe5 (default), direct-pe5, gram-muon5, direct-muon5\n"
+    "  --dtype D            fp32 (default) or bf16\n"
+    "  --warmup W           untimed calls per shape (default cpu 1, cuda 5)\n"
+    "  --iters I            timed calls per shape (default cpu 3, cuda 20)\n"
+    "  --missing            probe only shapes the database lacks for this device,\n"
+    "                       variant and dtype\n"
+    "  --list               print what the database holds and exit\n"
+    "  --check              run SQLite's integrity check on the database and exit\n"
+    "                       (exit 1 when it reports a problem)\n"
+    "  --json               machine-readable output on stdout\n"
+    "  -h, --help           this text\n"
+    "\n"
+    "Exit: 0 ok, 2 bad input, 3 runtime error (device, database, MPI).\n";
+
+static int rank = 0, nranks = 1;
+
+/* Input errors are the same on every rank: rank 0 reports them.  Runtime
+ * errors are reported by each rank that meets one. */
+static int error(dmuon_rc rc, const char *msg)
+{
+    int code = dmuon_rc_exit_code(rc);
+    if (rank == 0 || code == 3)
+        fprintf(stderr, "dmuon-probe: error: %s\n", msg);
+    return code;
+}
+
+/* ------------------------------------------------------------------ list -- */
+
+typedef struct {
+    dmuon_json *js;
+    size_t count;
+} list_ctx;
+
+static int list_row(const dmuon_cost_row *r, void *ctx)
+{
+    list_ctx *l = ctx;
+    if (l->js) {
+        dmuon_json *w = l->js;
+        dmuon_json_begin_object(w);
+        dmuon_json_kstr(w, "device", r->device);
+        dmuon_json_kstr(w, "variant", r->variant);
+        dmuon_json_kstr(w, "dtype", r->dtype);
+        dmuon_json_kint(w, "m", r->m);
+        dmuon_json_kint(w, "n", r->n);
+        dmuon_json_kdouble(w, "median_ms", r->median_ms);
+        dmuon_json_kdouble(w, "min_ms", r->min_ms);
+        dmuon_json_kdouble(w, "max_ms", r->max_ms);
+        dmuon_json_kint(w, "samples", r->samples);
+        dmuon_json_kint(w, "ranks", r->ranks);
+        dmuon_json_kstr(w, "libraries", r->libraries);
+        dmuon_json_kstr(w, "host", r->host);
+        dmuon_json_kstr(w, "measured_at", r->measured_at);
+        dmuon_json_end_object(w);
+    } else {
+        if (l->count == 0)
+            printf("%-44s %-14s %-5s %13s %11s %11s %11s %5s %5s  %s\n", "device", "variant",
+                   "dtype", "shape", "median_ms", "min_ms", "max_ms", "iters", "ranks",
+                   "measured_at");
+        char shape[48];
+        snprintf(shape, sizeof shape, "%lldx%lld", (long long)r->m, (long long)r->n);
+        printf("%-44.44s %-14s %-5s %13s %11.4f %11.4f %11.4f %5lld %5lld  %s\n", r->device,
+               r->variant, r->dtype, shape, r->median_ms, r->min_ms, r->max_ms,
+               (long long)r->samples, (long long)r->ranks, r->measured_at);
+    }
+    l->count++;
+    return 0;
+}
+
+static int do_list(const char *db_path, bool json)
+{
+    dmuon_costdb *db = NULL;
+    dmuon_rc rc = dmuon_costdb_open(db_path, false, 10000, &db);
+    if (rc != DMUON_OK)
+        return error(rc, dmuon_errmsg());
+    dmuon_json w;
+    list_ctx l = {json ? &w : NULL, 0};
+    if (json) {
+        dmuon_json_init(&w, stdout, true);
+        dmuon_json_begin_object(&w);
+        dmuon_json_kstr(&w, "db", db_path);
+        dmuon_json_key(&w, "rows");
+        dmuon_json_begin_array(&w);
+    }
+    rc = dmuon_costdb_each(db, NULL, list_row, &l);
+    if (json) {
+        dmuon_json_end_array(&w);
+        dmuon_json_end_object(&w);
+        fputc('\n', stdout);
+    } else if (rc == DMUON_OK) {
+        printf("# %zu rows in %s\n", l.count, db_path);
+    }
+    dmuon_costdb_close(db);
+    return rc == DMUON_OK ? 0 : error(rc, dmuon_errmsg());
+}
+
+static int do_check(const char *db_path)
+{
+    dmuon_costdb *db = NULL;
+    dmuon_rc rc = dmuon_costdb_open(db_path, false, 10000, &db);
+    if (rc == DMUON_OK)
+        rc = dmuon_costdb_check(db);
+    dmuon_costdb_close(db);
+    if (rc != DMUON_OK)
+        return error(rc, dmuon_errmsg());
+    printf("%s: integrity check ok\n", db_path);
+    return 0;
+}
+
+/* -------------------------------------------------------------- progress -- */
+
+static void progress(size_t done, size_t total, const dmuon_cost_row *r, void *ctx)
+{
+    if (rank != 0)
+        return;
+    fprintf(stderr, "dmuon-probe: [%zu/%zu] %lldx%lld  median %.4f ms (min %.4f, max %.4f, "
+            "%lld ranks)\n", done, total, (long long)r->m, (long long)r->n, r->median_ms,
+            r->min_ms, r->max_ms, (long long)r->ranks);
+}
+
+/* ------------------------------------------------------------ shape list -- */
+
+static dmuon_rc model_shapes(const char *path, int64_t (**shapes)[2], size_t *n)
+{
+#ifdef PROBE_HAVE_MODEL
+    dmuon_model *m = NULL;
+    dmuon_shape_count *sc = NULL;
+    size_t k = 0;
+    DMUON_TRY(dmuon_model_load(path, NULL, &m));
+    dmuon_rc rc = dmuon_model_muon_shapes(m, &sc, &k);
+    dmuon_model_free(m);
+    if (rc != DMUON_OK)
+        return rc;
+    if (k == 0) {
+        free(sc);
+        return DMUON_FAIL(DMUON_EINVAL, "model '%s' has no Muon matrices to probe", path);
+    }
+    *shapes = malloc(k * sizeof **shapes);
+    if (!*shapes) {
+        free(sc);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < k; i++) {
+        (*shapes)[i][0] = sc[i].m;
+        (*shapes)[i][1] = sc[i].n;
+    }
+    *n = k;
+    free(sc);
+    return DMUON_OK;
+#else
+    (void)shapes;
+    (void)n;
+    return DMUON_FAIL(DMUON_EUNSUPPORTED,
+                      "--model '%s': this build has no model inventory (dmuon/model.h); "
+                      "give the shapes with --shapes", path);
+#endif
+}
+
+/* Removes repeated shapes, keeping the first occurrence. */
+static void dedupe(int64_t (*s)[2], size_t *n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < k && !seen; j++)
+            seen = s[j][0] == s[i][0] && s[j][1] == s[i][1];
+        if (!seen) {
+            s[k][0] = s[i][0];
+            s[k][1] = s[i][1];
+            k++;
+        }
+    }
+    *n = k;
+}
+
+/* ------------------------------------------------------------------ main -- */
+
+static int run(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'}, {"shapes", required_argument, NULL, 's'},
+        {"device", required_argument, NULL, 'd'}, {"db", required_argument, NULL, 'b'},
+        {"variant", required_argument, NULL, 'v'}, {"dtype", required_argument, NULL, 't'},
+        {"warmup", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'i'},
+        {"missing", no_argument, NULL, 'M'}, {"list", no_argument, NULL, 'l'},
+        {"check", no_argument, NULL, 'C'},
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *model = NULL, *shapes_text = NULL, *db_path = dmuon_costdb_default_path();
+    const char *variant = "gram-pe5", *dtype = "fp32";
+    int warmup = -1, iters = -1;
+    bool list = false, json = false, missing = false, check = false;
+    dmuon_device_kind dev = DMUON_DEVICE_CPU;
+    char msg[512];
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char *end;
+        long v;
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 's': shapes_text = optarg; break;
+        case 'd':
+            if (dmuon_device_parse(optarg, &dev) != DMUON_OK)
+                return error(DMUON_EINVAL, dmuon_errmsg());
+            break;
+        case 'b': db_path = optarg; break;
+        case 'v': variant = optarg; break;
+        case 't': dtype = optarg; break;
+        case 'w':
+        case 'i':
+            v = strtol(optarg, &end, 10);
+            if (*end || !*optarg || v < (c == 'w' ? 0 : 1) || v > 1000000) {
+                snprintf(msg, sizeof msg, "--%s '%s': expected an integer %s", 
+                         c == 'w' ? "warmup" : "iters", optarg,
+                         c == 'w' ? ">= 0" : ">= 1");
+                return error(DMUON_EINVAL, msg);
+            }
+            if (c == 'w')
+                warmup = (int)v;
+            else
+                iters = (int)v;
+            break;
+        case 'M': missing = true; break;
+        case 'l': list = true; break;
+        case 'C': check = true; break;
+        case 'j': json = true; break;
+        case 'h':
+            if (rank == 0)
+                fputs(usage_text, stdout);
+            return 0;
+        default:
+            if (rank == 0)
+                fputs(usage_text, stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        snprintf(msg, sizeof msg, "unexpected argument '%s' (see --help)", argv[optind]);
+        return error(DMUON_EINVAL, msg);
+    }
+    if (check)
+        return rank == 0 ? do_check(db_path) : 0;
+    if (list)
+        return rank == 0 ? do_list(db_path, json) : 0;
+    if (!model && !shapes_text)
+        return error(DMUON_EINVAL, "nothing to probe: give --model MODEL or --shapes MxN,...");
+
+    dmuon_probe_opts po;
+    dmuon_probe_opts_init(&po, dev);
+    if (dmuon_ns_opts_set_variant(&po.ns, variant) != DMUON_OK ||
+        dmuon_ns_opts_set_dtype(&po.ns, dtype) != DMUON_OK)
+        return error(DMUON_EINVAL, dmuon_errmsg());
+    if (warmup >= 0)
+        po.warmup = warmup;
+    if (iters >= 1)
+        po.iters = iters;
+    po.progress = progress;
+
+    int64_t(*shapes)[2] = NULL;
+    size_t n = 0;
+    dmuon_rc rc = shapes_text ? dmuon_probe_parse_shapes(shapes_text, &shapes, &n)
+                              : model_shapes(model, &shapes, &n);
+    if (rc != DMUON_OK)
+        return error(rc, dmuon_errmsg());
+    dedupe(shapes, &n);
+
+    /* rank 0 opens the database first, so a bad path fails before timing */
+    dmuon_costdb *db = NULL;
+    dmuon_cost_row *rows = NULL;
+    int code = 0;
+    if (rank == 0)
+        rc = dmuon_costdb_open(db_path, true, 30000, &db);
+    int ok = rc == DMUON_OK;
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!ok) {
+        code = rank == 0 ? error(rc, dmuon_errmsg()) : 3;
+        goto done;
+    }
+    if (missing) {
+        char device[128], var[32], dt[8];
+        size_t k = 0;
+        rc = dmuon_probe_key(&po, MPI_COMM_WORLD, device, var, dt);
+        if (rc == DMUON_OK && rank == 0) {
+            for (size_t i = 0; i < n && rc == DMUON_OK; i++) {
+                dmuon_cost_row row;
+                dmuon_rc g = dmuon_costdb_get(db, device, var, dt, shapes[i][0], shapes[i][1],
+                                              &row);
+                if (g == DMUON_ENOTFOUND) {
+                    shapes[k][0] = shapes[i][0];
+                    shapes[k][1] = shapes[i][1];
+                    k++;
+                } else if (g != DMUON_OK) {
+                    rc = g;
+                }
+            }
+        }
+        unsigned long long kk = k;
+        ok = rc == DMUON_OK;
+        MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!ok) {
+            code = rc != DMUON_OK ? error(rc, dmuon_errmsg()) : 3;
+            goto done;
+        }
+        MPI_Bcast(&kk, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        n = (size_t)kk;
+        MPI_Bcast(shapes, (int)(2 * n), MPI_INT64_T, 0, MPI_COMM_WORLD);
+        if (rank == 0)
+            fprintf(stderr, "dmuon-probe: %zu shape%s missing for '%s' %s %s\n", n,
+                    n == 1 ? "" : "s", device, var, dt);
+    }
+    rows = calloc(n ? n : 1, sizeof *rows);
+    if (!rows) {
+        code = error(DMUON_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (n > 0) {
+        rc = dmuon_probe_shapes(&po, (const int64_t(*)[2])shapes, n, MPI_COMM_WORLD, rows);
+        if (rc != DMUON_OK) {
+            code = error(rc, dmuon_errmsg());
+            goto done;
+        }
+    }
+    if (rank == 0) {
+        char stamp[32];
+        time_t now = time(NULL);
+        struct tm tm;
+        strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+        for (size_t i = 0; i < n; i++)
+            snprintf(rows[i].measured_at, sizeof rows[i].measured_at, "%s", stamp);
+        rc = dmuon_costdb_put_rows(db, rows, n);
+        if (rc != DMUON_OK) {
+            code = error(rc, dmuon_errmsg());
+            goto done;
+        }
+        if (json) {
+            dmuon_json w;
+            list_ctx l = {&w, 0};
+            dmuon_json_init(&w, stdout, true);
+            dmuon_json_begin_object(&w);
+            dmuon_json_kstr(&w, "db", db_path);
+            dmuon_json_kint(&w, "probed", (int64_t)n);
+            dmuon_json_key(&w, "rows");
+            dmuon_json_begin_array(&w);
+            for (size_t i = 0; i < n; i++)
+                list_row(&rows[i], &l);
+            dmuon_json_end_array(&w);
+            dmuon_json_end_object(&w);
+            fputc('\n', stdout);
+        } else {
+            list_ctx l = {NULL, 0};
+            for (size_t i = 0; i < n; i++)
+                list_row(&rows[i], &l);
+            printf("# %zu shape%s probed on %d rank%s, stored in %s\n", n, n == 1 ? "" : "s",
+                   nranks, nranks == 1 ? "" : "s", db_path);
+        }
+    }
+done:
+    dmuon_costdb_close(db);
+    free(rows);
+    free(shapes);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (nranks > 1)
+        dmuon_err_set_rank(rank);
+    int code = run(argc, argv);
+    /* a rank that failed alone must not leave the others waiting */
+    int worst = code;
+    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return code ? code : worst;
+}

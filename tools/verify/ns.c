@@ -61,6 +61,11 @@ typedef struct {
 static const tolerances tol_fp32 = {1e-3, 0.01, 1e-3, 1e-3, 1e-3, 1e-3, 2e-3, 1e-3};
 static const tolerances tol_bf16 = {1e-2, 0.05, 0.2, 0.15, -1, 0.25, -1, -1};
 
+/* Any coefficient set must map [floor, 1] into this range to count as
+ * orthogonalising (pe5: [0.729, 1.124]; muon5: [0.471, 1.202]). */
+#define OUTER_LO 0.4
+#define OUTER_HI 1.3
+
 static int fail(const char *msg) { fprintf(stderr, "dmuon-verify: error: %s\n", msg); return 2; }
 
 static double max_rel_diff(const float *a, const float *b, size_t count)
@@ -123,8 +128,11 @@ static dmuon_rc check_case(run_state *st, int64_t m, int64_t n, dmuon_ns_input k
     }
     const tolerances *t = &st->tol;
     char notes[128] = "";
-    verdict(st, c.above_floor == 0 || (c.gain_lo >= st->band_lo - t->band_slack &&
-                                       c.gain_hi <= st->band_hi + t->band_slack),
+    /* the gains must follow the coefficients' band, and that band must be
+     * "around 1": within [OUTER_LO, OUTER_HI] */
+    verdict(st, st->band_lo >= OUTER_LO && st->band_hi <= OUTER_HI &&
+                    (c.above_floor == 0 || (c.gain_lo >= st->band_lo - t->band_slack &&
+                                            c.gain_hi <= st->band_hi + t->band_slack)),
             "band", notes, sizeof notes);
     verdict(st, c.worst_model <= t->model, "model", notes, sizeof notes);
     verdict(st, c.worst_offdiag <= t->offdiag, "offdiag", notes, sizeof notes);
@@ -161,6 +169,7 @@ static dmuon_rc check_case(run_state *st, int64_t m, int64_t n, dmuon_ns_input k
                shape, dmuon_ns_input_name(kind), (long long)c.above_floor,
                (long long)c.directions, c.gain_lo, c.gain_hi, c.worst_sigma, c.worst_model,
                c.worst_offdiag, c.worst_pair, gd, sc, notes[0] ? "FAIL " : "ok", notes);
+        fflush(stdout);   /* rows appear as cases finish, also into a file */
     }
 done:
     free(x);
@@ -337,6 +346,10 @@ int verify_ns_main(int argc, char **argv)
                "must lie in [%.3f, %.3f] +- %.2f\n",
                variant, dmuon_ns_opts_dtype_name(&opts), dev == DMUON_DEVICE_CUDA ? "cuda" : "cpu",
                floor, st.band_lo, st.band_hi, st.tol.band_slack);
+        if (st.band_lo < OUTER_LO || st.band_hi > OUTER_HI)
+            printf("# the coefficients map [%g, 1] to [%.3f, %.3f], outside [%.1f, %.1f]: they "
+                   "do not orthogonalise; every band check fails\n",
+                   floor, st.band_lo, st.band_hi, OUTER_LO, OUTER_HI);
         printf("# tolerances: |gain-f(sigma)| <= %g, offdiag <= %g, gram-vs-direct (significant "
                "directions) <= %g; elementwise gram-vs-direct <= %g, scale <= %g (relative to "
                "the largest element; < 0: reported only)\n",

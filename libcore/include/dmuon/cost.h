@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "dmuon/costdb.h"
+#include "dmuon/device.h"
 #include "dmuon/model.h"
 #include "dmuon/rc.h"
 
@@ -99,5 +100,21 @@ dmuon_rc dmuon_cost_missing(const dmuon_model *model, const dmuon_cost_source *s
  *   dmuon-probe --model MODEL --shapes 1536x8960,256x1536 --db PATH --device DEV */
 void dmuon_cost_probe_command(const char *model_path, const dmuon_cost_source *src,
                               const dmuon_shape_count *shapes, size_t n, char *out, size_t cap);
+
+/* Measures the shapes the database lacks (dmuon-plan --probe-missing).
+ * Times every Muon shape of model missing from src's database for this
+ * process's device of kind (dmuon_probe_shapes on one process, without MPI;
+ * variant and dtype from src, defaults gram-pe5 / fp32), stores the rows in
+ * one transaction (creating the database if needed), and writes the device
+ * name the rows are stored under into device_out (the key --cost db must
+ * use; src->device is ignored).  progress (may be NULL) is called after
+ * each shape.  *probed receives the number of shapes measured (0 when none
+ * was missing).  Errors: those of dmuon_probe_shapes, dmuon_costdb_open and
+ * dmuon_costdb_put_rows; DMUON_EINVAL for an unknown variant or dtype. */
+typedef void (*dmuon_cost_progress_fn)(size_t done, size_t total, const dmuon_cost_row *row,
+                                       void *ctx);
+dmuon_rc dmuon_cost_probe_missing(const dmuon_model *model, const dmuon_cost_source *src,
+                                  dmuon_device_kind kind, dmuon_cost_progress_fn progress,
+                                  void *ctx, char device_out[128], size_t *probed);
 
 #endif

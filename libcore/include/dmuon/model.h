@@ -12,7 +12,7 @@
  *     shard's header is read, never the tensor data);
  *   - the project's YAML inventory: a list of {name, shape[, dtype]} items,
  *     or a mapping {tensors: [...], dtype: DEFAULT, muon: [PATTERNS],
- *     adamw: [PATTERNS], fuse: [PATTERNS]}.
+ *     adamw: [PATTERNS]} (the caller's patterns are tried first).
  *
  * Invariants of a loaded model: names are unique; every dimension is > 0;
  * every parameter belongs to exactly one layer (layer 0 is "(root)" when any

@@ -185,6 +185,15 @@ void dmuon_ns_mem_free(dmuon_ns *ns, float *p);
 dmuon_rc dmuon_ns_mem_put(dmuon_ns *ns, float *dst, const float *src_host, size_t count);
 dmuon_rc dmuon_ns_mem_get(dmuon_ns *ns, float *dst_host, const float *src, size_t count);
 
+/* Times the plain FP32 product C (p x q) = A (p x k) · B (k x q), row-major,
+ * on the context's device (OpenBLAS sgemm / cuBLAS Sgemm, synchronised):
+ * warmup untimed calls, then iters timed ones; *median_ms is the median in
+ * milliseconds.  For the effective-rate comparison of dmuon-bench ns.
+ * Errors: DMUON_EINVAL (non-positive size, iters < 1), DMUON_ENOMEM,
+ * DMUON_EDEVICE. */
+dmuon_rc dmuon_ns_time_sgemm(dmuon_ns *ns, int64_t p, int64_t q, int64_t k, int warmup,
+                             int iters, double *median_ms);
+
 /* ------------------------------------------------------------ numerics -- */
 
 /* The scalar map of NS: f(x) = pₖ(…p₁(x)), with pₖ(x) = aₖx + bₖx³ + cₖx⁵.

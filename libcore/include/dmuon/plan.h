@@ -174,6 +174,13 @@ dmuon_rc dmuon_plan_write(const dmuon_plan *p, const char *path);
  * DMUON_ENOMEM. */
 dmuon_rc dmuon_plan_load(const char *path, dmuon_plan **out);
 
+/* dmuon_plan_load with flags: DMUON_PLAN_LOAD_NO_DIGESTS skips the digest
+ * comparison (dmuon_plan_check then reports a mismatch as a violation).
+ * Owners, leaders and segment owners outside [0, N) fail with DMUON_ECHECK
+ * in either mode (nothing can be derived from them). */
+#define DMUON_PLAN_LOAD_NO_DIGESTS 1u
+dmuon_rc dmuon_plan_load_ex(const char *path, unsigned flags, dmuon_plan **out);
+
 /* Checks that plan p was made from model m (inventory digest, parameter
  * table): DMUON_EMISMATCH naming the first difference. */
 dmuon_rc dmuon_plan_match_model(const dmuon_plan *p, const dmuon_model *m);
@@ -234,6 +241,14 @@ const dmuon_plan_report *dmuon_plan_get_report(const dmuon_plan *p);
  * *violations (if not NULL) receives the number of violations found.
  */
 dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations);
+
+/* Re-evaluates p's NS figures with the unit costs of ref (a plan of the same
+ * model and unit options, e.g. the same plan made with measured costs), so
+ * that an assignment made under one cost model is judged by another (paper
+ * Appendix B: assigning by element count, evaluating by measured time).
+ * Updates p's report and cost description; owners are unchanged.
+ * Errors: DMUON_EMISMATCH (the plans' units differ). */
+dmuon_rc dmuon_plan_reevaluate(dmuon_plan *p, const dmuon_plan *ref);
 
 /* ---------------------------------------------------------------- report -- */
 

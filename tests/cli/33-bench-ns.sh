@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# dmuon-bench ns: Gram and direct side by side with the sgemm rate; the
+# outputs are compared (#wrong 0); --json; bad input exits 2.
+. "$(dirname "$0")/lib.sh"
+B="$DMUON_BIN/dmuon-bench"
+
+run "$B" ns --shapes 32x96,96x32,24x24 --iters 1 --warmup 0
+check_rc 0 "bench ns"
+check_out '^shape +gram_ms +direct_ms +dir/gram' "table header"
+check_out '^32x96 +[0-9.]+ +[0-9.]+ +[0-9.]+ .* 0$' "32x96 row with #wrong 0"
+check_out '^96x32 ' "tall shape row"
+
+run "$B" ns --shapes 16x48 --iters 1 --warmup 0 --json
+check_rc 0 "bench ns --json"
+check_out '"direct_over_gram": ' "json ratio"
+check_out '"gram_fraction_of_sgemm": ' "json fraction of sgemm"
+check_out '"wrong": 0' "json wrong count"
+
+run "$B" ns --shapes 16x48,4096x4096 --iters 1 --warmup 0 --max-elements 100000
+check_rc 0 "bench ns with a skipped shape"
+check_out '4096x4096 +skipped' "skipped shape is listed"
+
+run "$B" ns --shapes 16x
+check_rc 2 "bad shape"
+run "$B" ns --coeffs pe9
+check_rc 2 "bad coefficient set"
+run "$B" ns --iters 0
+check_rc 2 "iters 0"
+finish

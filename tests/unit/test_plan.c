@@ -1,0 +1,687 @@
+/*
+ * test_plan.c — owner plans: the paper's load-balance figures with the
+ * analytic flops cost (paper Appendix B and C.5), the assignment against a
+ * plain O(U*N) transcription of the stated rule, the plan invariants checked
+ * here independently of dmuon_plan_check, plan files (byte-identical,
+ * versioned, digests), and measured costs read from a SQLite table.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dmuon/costdb.h"
+#include "dmuon/plan.h"
+#include "plan_internal.h"
+
+static char tmpdir[64];
+static char root[1024];
+
+static int setup(void **state)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dmuon-plan-XXXXXX");
+    assert_non_null(mkdtemp(tmpdir));
+    const char *r = getenv("DMUON_ROOT");
+    snprintf(root, sizeof root, "%s", r ? r : ".");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd);
+}
+
+static dmuon_model *load(const char *rel)
+{
+    char p[1200];
+    dmuon_model *m = NULL;
+    snprintf(p, sizeof p, "%s/%s", root, rel);
+    assert_int_equal(dmuon_model_load(p, NULL, &m), DMUON_OK);
+    return m;
+}
+
+static dmuon_plan *plan(const dmuon_model *m, int nodes, int gpus, dmuon_sharding sh,
+                        void (*tweak)(dmuon_plan_opts *))
+{
+    dmuon_plan_opts o;
+    dmuon_plan_opts_init(&o);
+    o.cost = DMUON_COST_FLOPS;
+    o.nodes = nodes;
+    o.gpus_per_node = gpus;
+    o.sharding = sh;
+    if (tweak)
+        tweak(&o);
+    dmuon_plan *p = NULL;
+    dmuon_rc rc = dmuon_plan_build(m, &o, &p);
+    if (rc)
+        fprintf(stderr, "plan: %s\n", dmuon_errmsg());
+    assert_int_equal(rc, DMUON_OK);
+    return p;
+}
+
+static void no_cap(dmuon_plan_opts *o) { o->byte_cap = false; }
+static void fuse(dmuon_plan_opts *o) { o->fuse_experts = true; }
+static void no_col(dmuon_plan_opts *o) { o->column_balance = false; }
+static void no_spread(dmuon_plan_opts *o) { o->layer_spread = false; }
+static void rr(dmuon_plan_opts *o) { o->strategy = DMUON_STRATEGY_ROUND_ROBIN; }
+
+#define MIB (1024.0 * 1024.0)
+
+/* Independent invariant checks (not dmuon_plan_check): coverage, owner
+ * range, layer spreading, leaders, windows. */
+static void independent_invariants(const dmuon_plan *p, const dmuon_model *m)
+{
+    size_t nu, nm, np;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    const dmuon_plan_member *mb = dmuon_plan_members(p, &nm);
+    dmuon_plan_params(p, &np);
+    int32_t N = dmuon_plan_ranks(p), K = dmuon_plan_gpus_per_node(p), R = dmuon_plan_nodes(p);
+    assert_int_equal(np, dmuon_model_param_count(m));
+    /* each Muon matrix of the model in exactly one unit; AdamW in none */
+    int64_t **seen = calloc(np, sizeof *seen);
+    assert_non_null(seen);
+    for (size_t i = 0; i < np; i++) {
+        const dmuon_param *q = dmuon_model_param(m, i);
+        seen[i] = calloc((size_t)(q->matrices ? q->matrices : 1), sizeof **seen);
+    }
+    for (size_t k = 0; k < nu; k++) {
+        assert_true(u[k].owner >= 0 && u[k].owner < N);
+        assert_int_equal(u[k].column, u[k].owner % K);
+        for (size_t j = 0; j < u[k].n_members; j++) {
+            const dmuon_plan_member *x = &mb[u[k].first_member + j];
+            const dmuon_param *q = dmuon_model_param(m, (size_t)x->param);
+            assert_int_equal(q->role, DMUON_ROLE_MUON);
+            assert_int_equal(q->layer, u[k].layer);
+            for (int64_t t = x->first_matrix; t < x->first_matrix + x->n_matrices; t++) {
+                assert_true(t >= 0 && t < q->matrices);
+                seen[x->param][t]++;
+            }
+        }
+    }
+    for (size_t i = 0; i < np; i++) {
+        const dmuon_param *q = dmuon_model_param(m, i);
+        for (int64_t t = 0; t < q->matrices; t++)
+            assert_int_equal(seen[i][t], 1);
+        free(seen[i]);
+    }
+    free(seen);
+    /* layer spreading: while a layer has no more units than ranks, no two
+     * of its units share a rank */
+    if (dmuon_plan_options(p)->layer_spread &&
+        dmuon_plan_options(p)->strategy == DMUON_STRATEGY_LPT) {
+        for (size_t a = 0; a < nu; a++) {
+            size_t in_layer = 0;
+            for (size_t b = 0; b < nu; b++)
+                in_layer += u[b].layer == u[a].layer;
+            if (in_layer > (size_t)N)
+                continue;
+            for (size_t b = a + 1; b < nu; b++)
+                if (u[b].layer == u[a].layer)
+                    assert_int_not_equal(u[a].owner, u[b].owner);
+        }
+    }
+    /* HSDP leaders: on every node, the GPU in the owner's column */
+    for (size_t k = 0; k < nu; k++)
+        for (int32_t r = 0; r < R; r++) {
+            int32_t l = dmuon_plan_leader(p, k, r);
+            if (dmuon_plan_sharding(p) == DMUON_SHARD_HSDP) {
+                assert_int_equal(l / K, r);
+                assert_int_equal(l % K, u[k].owner % K);
+            }
+        }
+    /* windows: per owner, units tile [0, window) */
+    int64_t *sum = calloc((size_t)N, sizeof *sum);
+    for (size_t k = 0; k < nu; k++) {
+        assert_true(u[k].window_offset >= 0);
+        assert_true(u[k].window_offset + u[k].bytes <= dmuon_plan_window_bytes(p, u[k].owner));
+        sum[u[k].owner] += u[k].bytes;
+    }
+    for (int32_t r = 0; r < N; r++)
+        assert_int_equal(sum[r], dmuon_plan_window_bytes(p, r));
+    free(sum);
+    size_t viol = 99;
+    assert_int_equal(dmuon_plan_check(p, &viol), DMUON_OK);
+    assert_int_equal(viol, 0);
+}
+
+/* ------------------------------------------------------ paper figures -- */
+
+/* Appendix B: Qwen2.5-1.5B on 32 ranks, the byte cap takes the heaviest
+ * rank from about 1.34x to about 1.14x the mean bytes. */
+static void test_qwen15b_byte_cap(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-1.5b.yaml");
+    dmuon_plan *with = plan(m, 4, 8, DMUON_SHARD_FSDP, NULL);
+    dmuon_plan *without = plan(m, 4, 8, DMUON_SHARD_FSDP, no_cap);
+    const dmuon_plan_report *a = dmuon_plan_get_report(with), *b = dmuon_plan_get_report(without);
+    fprintf(stderr, "1.5B/32: bytes/mean %.3f with cap, %.3f without; ns/mean %.3f, %.3f\n",
+            a->heaviest_bytes_over_mean, b->heaviest_bytes_over_mean, a->busiest_ns_over_mean,
+            b->busiest_ns_over_mean);
+    assert_true(fabs(b->heaviest_bytes_over_mean - 1.34) <= 0.02);
+    assert_true(fabs(a->heaviest_bytes_over_mean - 1.14) <= 0.02);
+    /* recompute the heaviest rank's bytes over the mean from the units */
+    size_t nu;
+    const dmuon_plan_unit *u = dmuon_plan_units(with, &nu);
+    double total = 0, max = 0;
+    for (size_t i = 0; i < nu; i++)
+        total += (double)u[i].bytes;
+    for (int32_t r = 0; r < 32; r++) {
+        double s = 0;
+        for (size_t i = 0; i < nu; i++)
+            s += u[i].owner == r ? (double)u[i].bytes : 0;
+        max = s > max ? s : max;
+    }
+    assert_true(fabs(max / (total / 32) - a->heaviest_bytes_over_mean) < 1e-9);
+    assert_int_equal(a->muon_matrices, 196);
+    independent_invariants(with, m);
+    independent_invariants(without, m);
+    dmuon_plan_free(with);
+    dmuon_plan_free(without);
+    dmuon_model_free(m);
+}
+
+/* C.5: Qwen1.5-MoE-A2.7B on 256 ranks, per-expert units: largest owner
+ * window about 110 MiB (1.08x the mean); far larger with fused experts. */
+static void test_moe_per_expert_units(void **state)
+{
+    dmuon_model *m = load("models/qwen1.5-moe-a2.7b.yaml");
+    dmuon_plan *p = plan(m, 32, 8, DMUON_SHARD_FSDP, NULL);
+    dmuon_plan *f = plan(m, 32, 8, DMUON_SHARD_FSDP, fuse);
+    const dmuon_plan_report *a = dmuon_plan_get_report(p), *b = dmuon_plan_get_report(f);
+    fprintf(stderr, "MoE/256: max window %.1f MiB (%.3f x mean), fused %.1f MiB\n",
+            a->max_owner_bytes / MIB, a->heaviest_bytes_over_mean, b->max_owner_bytes / MIB);
+    assert_true(fabs(a->max_owner_bytes / MIB - 110.0) <= 2.0);
+    assert_true(fabs(a->heaviest_bytes_over_mean - 1.08) <= 0.01);
+    assert_true(b->max_owner_bytes >= 3 * a->max_owner_bytes);
+    /* every expert matrix is its own unit: 24 x 180 of them, 5.5 MiB each */
+    size_t nu, experts = 0;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    for (size_t i = 0; i < nu; i++)
+        if (strstr(u[i].name, ".experts.")) {
+            experts++;
+            assert_int_equal(u[i].matrices, 1);
+            assert_int_equal(u[i].bytes, 1408 * 2048 * 2);
+        }
+    assert_int_equal(experts, 4320);
+    independent_invariants(p, m);
+    dmuon_plan_free(p);
+    dmuon_plan_free(f);
+    dmuon_model_free(m);
+
+    /* the same model with fused 3-D expert storage (gate_up_proj [60,2816,2048]):
+     * per-expert units give the same windows; one unit per tensor is far worse */
+    char path[1200];
+    dmuon_model_opts fo = {.fused_experts = true};
+    snprintf(path, sizeof path, "%s/models/qwen1.5-moe-a2.7b/config.json", root);
+    assert_int_equal(dmuon_model_load(path, &fo, &m), DMUON_OK);
+    p = plan(m, 32, 8, DMUON_SHARD_FSDP, NULL);
+    f = plan(m, 32, 8, DMUON_SHARD_FSDP, fuse);
+    a = dmuon_plan_get_report(p);
+    b = dmuon_plan_get_report(f);
+    fprintf(stderr, "MoE/256 fused storage: max window %.1f MiB, one unit per tensor %.1f MiB\n",
+            a->max_owner_bytes / MIB, b->max_owner_bytes / MIB);
+    assert_true(fabs(a->max_owner_bytes / MIB - 110.0) <= 2.0);
+    assert_true(b->max_owner_bytes >= 6 * a->max_owner_bytes);
+    independent_invariants(p, m);
+    independent_invariants(f, m);
+    dmuon_plan_free(p);
+    dmuon_plan_free(f);
+    dmuon_model_free(m);
+}
+
+/* Appendix B: on HSDP with 16 nodes x 8 GPUs, the heaviest rail of pi0.5
+ * and of Qwen2.5-7B stays within 1.06x the mean. */
+static void test_hsdp_rails(void **state)
+{
+    const char *models[] = {"models/pi05.yaml", "models/qwen2.5-7b.yaml"};
+    for (int k = 0; k < 2; k++) {
+        dmuon_model *m = load(models[k]);
+        dmuon_plan *p = plan(m, 16, 8, DMUON_SHARD_HSDP, NULL);
+        const dmuon_plan_report *r = dmuon_plan_get_report(p);
+        /* rail bytes recomputed from the units */
+        size_t nu;
+        const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+        double rail[8] = {0}, total = 0, max = 0;
+        for (size_t i = 0; i < nu; i++) {
+            rail[u[i].owner % 8] += (double)u[i].bytes;
+            total += (double)u[i].bytes;
+        }
+        for (int s = 0; s < 8; s++)
+            max = rail[s] > max ? rail[s] : max;
+        fprintf(stderr, "%s HSDP 16x8: heaviest rail %.3f x mean\n", models[k], max / (total / 8));
+        assert_true(fabs(max / (total / 8) - r->heaviest_rail_over_mean) < 1e-9);
+        assert_true(r->heaviest_rail_over_mean <= 1.06);
+        independent_invariants(p, m);
+        dmuon_plan_free(p);
+        p = plan(m, 16, 8, DMUON_SHARD_HSDP, no_col);
+        independent_invariants(p, m);
+        dmuon_plan_free(p);
+        dmuon_model_free(m);
+    }
+}
+
+static void test_ablations_keep_invariants(void **state)
+{
+    dmuon_model *m = load("models/wall-oss-0.5.yaml");
+    void (*tw[])(dmuon_plan_opts *) = {NULL, no_cap, no_spread, rr, fuse};
+    for (size_t k = 0; k < sizeof tw / sizeof tw[0]; k++) {
+        dmuon_plan *p = plan(m, 2, 8, DMUON_SHARD_FSDP, tw[k]);
+        independent_invariants(p, m);
+        if (tw[k] == rr) {
+            size_t nu;
+            const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+            for (size_t i = 0; i < nu; i++)
+                assert_int_equal(u[i].owner, (int32_t)(i % 16));
+        }
+        dmuon_plan_free(p);
+    }
+    dmuon_model_free(m);
+}
+
+/* ---------------------------------------- the rule, transcribed plainly -- */
+
+static int cmp_ref(const void *x, const void *y, void *ctx)
+{
+    const dmuon_assign_item *it = ctx;
+    const dmuon_assign_item *a = &it[*(const size_t *)x], *b = &it[*(const size_t *)y];
+    if (a->cost != b->cost)
+        return a->cost > b->cost ? -1 : 1;
+    if (a->elements != b->elements)
+        return a->elements > b->elements ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+/* O(U*N) reference: candidates = bins with the fewest units of the layer;
+ * least load among those under the cap, else fewest bytes (ties: index). */
+static void reference_lpt(const dmuon_assign_item *it, size_t n, int nb, double cap, bool spread,
+                          int32_t *bin, bool *fb)
+{
+    size_t *ord = malloc(n * sizeof *ord);
+    double *load = calloc((size_t)nb, sizeof *load), *bytes = calloc((size_t)nb, sizeof *bytes);
+    int *cnt = calloc((size_t)nb * 64, sizeof *cnt);   /* layers < 64 in these tests */
+    for (size_t i = 0; i < n; i++)
+        ord[i] = i;
+    qsort_r(ord, n, sizeof *ord, cmp_ref, (void *)it);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = ord[k];
+        int L = it[i].layer, minc = 1 << 30, pick = -1, few = -1;
+        for (int b = 0; b < nb; b++)
+            minc = cnt[L * nb + b] < minc ? cnt[L * nb + b] : minc;
+        for (int b = 0; b < nb; b++) {
+            if (spread && cnt[L * nb + b] != minc)
+                continue;
+            if (few < 0 || bytes[b] < bytes[few])
+                few = b;
+            if ((cap < 0 || bytes[b] + (double)it[i].bytes <= cap) &&
+                (pick < 0 || load[b] < load[pick]))
+                pick = b;
+        }
+        fb[i] = pick < 0 && cap >= 0;
+        if (pick < 0)
+            pick = few;
+        bin[i] = pick;
+        load[pick] += it[i].cost;
+        bytes[pick] += (double)it[i].bytes;
+        cnt[L * nb + pick]++;
+    }
+    free(ord);
+    free(load);
+    free(bytes);
+    free(cnt);
+}
+
+static void test_assign_matches_reference(void **state)
+{
+    uint64_t x = 99;
+    char names[400][16];
+    dmuon_assign_item it[400];
+    int32_t b1[400], b2[400];
+    bool f1[400], f2[400];
+    for (int trial = 0; trial < 300; trial++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        size_t n = 1 + (x >> 33) % 400;
+        int nb = 1 + (int)((x >> 20) % 90);
+        int layers = 1 + (int)((x >> 40) % 60);
+        bool spread = (x >> 50) & 1;
+        for (size_t i = 0; i < n; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            snprintf(names[i], sizeof names[i], "u%03zu", (n * 7 + i * 13) % 1000);
+            /* few distinct values, so ties in cost and elements are common */
+            it[i] = (dmuon_assign_item){(double)(1 + (x >> 33) % 6), (int64_t)(1 + (x >> 40) % 9),
+                                        (int64_t)(1 + (x >> 45) % 3), (int32_t)((x >> 52) % (uint64_t)layers),
+                                        names[i]};
+        }
+        double total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += (double)it[i].bytes;
+        double cap = (trial % 3 == 0) ? -1 : (1.0 + 0.1 * (trial % 5)) * total / nb;
+        assert_int_equal(dmuon_assign_lpt(it, n, nb, cap, spread, b1, f1), DMUON_OK);
+        reference_lpt(it, n, nb, cap, spread, b2, f2);
+        for (size_t i = 0; i < n; i++) {
+            if (b1[i] != b2[i] || f1[i] != f2[i])
+                fprintf(stderr, "trial %d (n %zu, bins %d, cap %g, spread %d): item %zu bin %d/%d\n",
+                        trial, n, nb, cap, spread, i, b1[i], b2[i]);
+            assert_int_equal(b1[i], b2[i]);
+            assert_int_equal(f1[i], f2[i]);
+        }
+    }
+}
+
+/* The byte cap holds whenever a feasible choice exists: many small equal
+ * units always fit. */
+static void test_cap_holds_when_feasible(void **state)
+{
+    enum { n = 3000, nb = 64 };
+    static dmuon_assign_item it[n];
+    static char names[n][12];
+    int32_t bin[n];
+    bool fb[n];
+    uint64_t x = 7;
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        snprintf(names[i], sizeof names[i], "v%05zu", i);
+        it[i] = (dmuon_assign_item){(double)((x >> 33) % 1000) / 7.0, (int64_t)(1 + (x >> 40) % 50),
+                                    1, (int32_t)(i / 10), names[i]};
+        total += (double)it[i].bytes;
+    }
+    double cap = 1.1 * total / nb;
+    assert_int_equal(dmuon_assign_lpt(it, n, nb, cap, true, bin, fb), DMUON_OK);
+    double bytes[nb] = {0};
+    for (size_t i = 0; i < n; i++) {
+        bytes[bin[i]] += (double)it[i].bytes;
+        assert_false(fb[i]);
+    }
+    for (int b = 0; b < nb; b++)
+        assert_true(bytes[b] <= cap);
+}
+
+/* ----------------------------------------------------------- plan files -- */
+
+static void read_all(const char *path, char **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    rewind(f);
+    *buf = malloc(*len + 1);
+    assert_int_equal(fread(*buf, 1, *len, f), *len);
+    (*buf)[*len] = 0;
+    fclose(f);
+}
+
+static void test_plan_file_roundtrip(void **state)
+{
+    dmuon_model *m = load("models/qwen1.5-moe-a2.7b.yaml");
+    char a[256], b[256], c[256];
+    snprintf(a, sizeof a, "%s/a.yaml", tmpdir);
+    snprintf(b, sizeof b, "%s/b.yaml", tmpdir);
+    snprintf(c, sizeof c, "%s/c.yaml", tmpdir);
+    dmuon_plan *p1 = plan(m, 4, 4, DMUON_SHARD_HSDP, NULL);
+    dmuon_plan *p2 = plan(m, 4, 4, DMUON_SHARD_HSDP, NULL);
+    assert_int_equal(dmuon_plan_write(p1, a), DMUON_OK);
+    assert_int_equal(dmuon_plan_write(p2, b), DMUON_OK);
+    char *x, *y;
+    size_t lx, ly;
+    read_all(a, &x, &lx);
+    read_all(b, &y, &ly);
+    assert_int_equal(lx, ly);
+    assert_memory_equal(x, y, lx);
+    /* reload, rewrite: the same bytes; the same segments and report */
+    dmuon_plan *q;
+    assert_int_equal(dmuon_plan_load(a, &q), DMUON_OK);
+    assert_int_equal(dmuon_plan_write(q, c), DMUON_OK);
+    free(y);
+    read_all(c, &y, &ly);
+    assert_int_equal(lx, ly);
+    assert_memory_equal(x, y, lx);
+    assert_int_equal(dmuon_plan_check(q, NULL), DMUON_OK);
+    assert_int_equal(dmuon_plan_match_model(q, m), DMUON_OK);
+    assert_int_equal(dmuon_plan_layer_count(q), dmuon_plan_layer_count(p1));
+    for (size_t l = 0; l < dmuon_plan_layer_count(q); l++) {
+        size_t n1, n2;
+        const dmuon_segment *s1 = dmuon_plan_layer_segments(p1, l, &n1);
+        const dmuon_segment *s2 = dmuon_plan_layer_segments(q, l, &n2);
+        assert_int_equal(n1, n2);
+        int64_t end = 0;
+        for (size_t s = 0; s < n1; s++) {
+            assert_int_equal(s1[s].owner, s2[s].owner);
+            assert_int_equal(s1[s].offset, s2[s].offset);
+            assert_int_equal(s1[s].count, s2[s].count);
+            assert_int_equal(s1[s].window_offset, s2[s].window_offset);
+            assert_int_equal(s1[s].offset, end);   /* tiles the layer buffer */
+            end += s1[s].count * 2;
+        }
+        assert_int_equal(end, dmuon_plan_layer_bytes(p1, l));
+    }
+    assert_true(dmuon_plan_get_report(q)->heaviest_rail_over_mean ==
+                dmuon_plan_get_report(p1)->heaviest_rail_over_mean);
+
+    /* an edited owner: strict load names the digest; the check names it too */
+    char *e = strstr(x, "owner: 3,");
+    assert_non_null(e);
+    e[7] = '2';
+    FILE *f = fopen(b, "wb");
+    fwrite(x, 1, lx, f);
+    fclose(f);
+    dmuon_plan *t;
+    assert_int_equal(dmuon_plan_load(b, &t), DMUON_EMISMATCH);
+    assert_non_null(strstr(dmuon_errmsg(), "digests.units"));
+    assert_int_equal(dmuon_plan_load_ex(b, DMUON_PLAN_LOAD_NO_DIGESTS, &t), DMUON_OK);
+    size_t v = 0;
+    assert_int_equal(dmuon_plan_check(t, &v), DMUON_ECHECK);
+    assert_true(v >= 2);
+    dmuon_plan_free(t);
+
+    /* another version */
+    char *ver = strstr(x, "dmuon_plan: 1");
+    ver[12] = '7';
+    f = fopen(b, "wb");
+    fwrite(x, 1, lx, f);
+    fclose(f);
+    assert_int_equal(dmuon_plan_load(b, &t), DMUON_EVERSION);
+    assert_non_null(strstr(dmuon_errmsg(), "version 7"));
+    free(x);
+    free(y);
+    dmuon_plan_free(q);
+    dmuon_plan_free(p1);
+    dmuon_plan_free(p2);
+    dmuon_model_free(m);
+}
+
+/* Each invariant check catches its own kind of damage. */
+static void expect_violation(dmuon_plan *p, const char *needle)
+{
+    size_t v = 0;
+    assert_int_equal(dmuon_plan_check(p, &v), DMUON_ECHECK);
+    assert_true(v >= 1);
+    if (!strstr(dmuon_errmsg(), needle))
+        fprintf(stderr, "expected '%s' in: %s\n", needle, dmuon_errmsg());
+    assert_non_null(strstr(dmuon_errmsg(), needle));
+}
+
+static void test_check_catches_damage(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-7b.yaml");
+    dmuon_plan *p = plan(m, 2, 4, DMUON_SHARD_HSDP, NULL);
+    assert_int_equal(dmuon_plan_check(p, NULL), DMUON_OK);
+    /* a leader outside the owner's column */
+    int32_t keep = p->leaders[1];
+    p->leaders[1] = (p->leaders[1] / 4) * 4 + (p->leaders[1] + 1) % 4;
+    expect_violation(p, "not in the owner's column");
+    p->leaders[1] = keep;
+    /* overlapping windows */
+    int64_t w = p->units[5].window_offset;
+    p->units[5].window_offset += 2;
+    expect_violation(p, "window offset");
+    p->units[5].window_offset = w;
+    /* a segment with the wrong owner */
+    int32_t so = p->segs[3].owner;
+    p->segs[3].owner = (so + 1) % p->ranks;
+    expect_violation(p, "segment at");
+    p->segs[3].owner = so;
+    /* a matrix in no unit */
+    int64_t nmat = p->members[0].n_matrices;
+    p->members[0].n_matrices = 0;
+    expect_violation(p, "do not match its members");
+    p->members[0].n_matrices = nmat;
+    p->members[0].first_matrix = 1;   /* matrix 0 in no unit, matrix 1 does not exist */
+    expect_violation(p, "not each in exactly one unit");
+    p->members[0].first_matrix = 0;
+    /* two units of one layer on one rank (and an owner the rule would not give) */
+    int32_t o1 = p->units[1].owner;
+    p->units[1].owner = p->units[0].owner;
+    p->units[1].node = p->units[0].node;
+    p->units[1].column = p->units[0].column;
+    size_t v = 0;
+    assert_int_equal(dmuon_plan_check(p, &v), DMUON_ECHECK);
+    assert_true(v >= 2);
+    p->units[1].owner = o1;
+    p->units[1].node = o1 / 4;
+    p->units[1].column = o1 % 4;
+    assert_int_equal(dmuon_plan_check(p, NULL), DMUON_OK);
+    dmuon_plan_free(p);
+
+    /* the cap: a rank over it with no fallback unit */
+    p = plan(m, 4, 8, DMUON_SHARD_FSDP, NULL);
+    assert_int_equal(dmuon_plan_check(p, NULL), DMUON_OK);
+    size_t nu;
+    dmuon_plan_units(p, &nu);
+    bool any = false;
+    for (size_t i = 0; i < nu; i++)
+        if (p->fallback[i]) {
+            p->fallback[i] = false;
+            any = true;
+        }
+    if (any)
+        expect_violation(p, "over the cap");
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+static void test_bad_cluster(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-1.5b.yaml");
+    dmuon_plan_opts o;
+    dmuon_plan *p;
+    dmuon_plan_opts_init(&o);
+    o.cost = DMUON_COST_FLOPS;
+    o.nodes = 0;
+    assert_int_equal(dmuon_plan_build(m, &o, &p), DMUON_EINVAL);
+    o.nodes = 1 << 16;
+    o.gpus_per_node = 1 << 16;
+    assert_int_equal(dmuon_plan_build(m, &o, &p), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "ranks"));
+    dmuon_model_free(m);
+}
+
+/* ---------------------------------------------------------- cost table -- */
+
+static void test_cost_db(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-1.5b.yaml");
+    char db[256];
+    snprintf(db, sizeof db, "%s/costs.sqlite", tmpdir);
+    dmuon_costdb *c;
+    assert_int_equal(dmuon_costdb_open(db, true, 1000, &c), DMUON_OK);
+    /* three of the four shapes */
+    int64_t sh[3][2] = {{256, 1536}, {1536, 1536}, {8960, 1536}};
+    double ms[3] = {0.5, 1.25, 3.0};
+    dmuon_cost_row rows[3];
+    memset(rows, 0, sizeof rows);
+    for (int i = 0; i < 3; i++) {
+        snprintf(rows[i].device, sizeof rows[i].device, "test-device");
+        snprintf(rows[i].variant, sizeof rows[i].variant, "gram-pe5");
+        snprintf(rows[i].dtype, sizeof rows[i].dtype, "fp32");
+        rows[i].m = sh[i][0];
+        rows[i].n = sh[i][1];
+        rows[i].median_ms = rows[i].min_ms = rows[i].max_ms = ms[i];
+        rows[i].samples = rows[i].ranks = 1;
+        snprintf(rows[i].libraries, sizeof rows[i].libraries, "test");
+        snprintf(rows[i].host, sizeof rows[i].host, "test");
+    }
+    assert_int_equal(dmuon_costdb_put_rows(c, rows, 3), DMUON_OK);
+    dmuon_plan_opts o;
+    dmuon_plan_opts_init(&o);
+    o.nodes = 4;
+    o.cost_src.db_path = db;
+    o.cost_src.device = "test-device";
+    dmuon_plan *p;
+    assert_int_equal(dmuon_plan_build(m, &o, &p), DMUON_ENOTFOUND);
+    assert_non_null(strstr(dmuon_errmsg(), "1536x8960"));
+    assert_non_null(strstr(dmuon_errmsg(), "dmuon-probe --model"));
+    assert_non_null(strstr(dmuon_errmsg(), "--shapes 1536x8960 --db"));
+    dmuon_shape_count *miss;
+    size_t nmiss;
+    assert_int_equal(dmuon_cost_missing(m, &o.cost_src, &miss, &nmiss), DMUON_OK);
+    assert_int_equal(nmiss, 1);
+    assert_int_equal(miss[0].m, 1536);
+    assert_int_equal(miss[0].n, 8960);
+    assert_int_equal(miss[0].count, 28);
+    free(miss);
+    rows[0].m = 1536;
+    rows[0].n = 8960;
+    rows[0].median_ms = 2.0;
+    assert_int_equal(dmuon_costdb_put_rows(c, rows, 1), DMUON_OK);
+    dmuon_costdb_close(c);
+    assert_int_equal(dmuon_plan_build(m, &o, &p), DMUON_OK);
+    /* every unit's time is the sum of its matrices' medians */
+    size_t nu, nm;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    const dmuon_plan_member *mb = dmuon_plan_members(p, &nm);
+    double total = 0;
+    for (size_t i = 0; i < nu; i++) {
+        double want = 0;
+        for (size_t j = 0; j < u[i].n_members; j++) {
+            const dmuon_param *q = dmuon_model_param(m, (size_t)mb[u[i].first_member + j].param);
+            double t = q->mat_m == 256 ? 0.5 : q->mat_m == 8960 ? 3.0 : q->mat_n == 8960 ? 2.0 : 1.25;
+            want += t * (double)mb[u[i].first_member + j].n_matrices;
+        }
+        assert_true(fabs(u[i].ns_ms - want) < 1e-12);
+        total += u[i].ns_ms;
+    }
+    /* 28 layers x (2 x 0.5 + 2 x 1.25 + 2 x 3.0 + 2.0) */
+    assert_true(fabs(total - 28 * 11.5) < 1e-9);
+    assert_non_null(strstr(dmuon_plan_cost_source(p), "test-device"));
+    independent_invariants(p, m);
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+static void test_flops_formula(void **state)
+{
+    /* by hand from the documented count, s = l = 2: windows of 2 and 3 steps:
+     * (12 + 16 + 24 + 16 + 32) + (12 + 16 + 36 + 32 + 64) = 260 */
+    assert_true(dmuon_cost_gram_flops(2, 2) == 260.0);
+    assert_true(dmuon_cost_gram_flops(1536, 8960) == dmuon_cost_gram_flops(8960, 1536));
+    /* growing the long side grows only the terms linear in it */
+    double a = dmuon_cost_gram_flops(4, 8), b = dmuon_cost_gram_flops(4, 16);
+    assert_true(fabs((b - a) - 8 * 2 * (4 * 5 + 2 * 16)) < 1e-9);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen15b_byte_cap),
+        cmocka_unit_test(test_moe_per_expert_units),
+        cmocka_unit_test(test_hsdp_rails),
+        cmocka_unit_test(test_ablations_keep_invariants),
+        cmocka_unit_test(test_assign_matches_reference),
+        cmocka_unit_test(test_cap_holds_when_feasible),
+        cmocka_unit_test(test_plan_file_roundtrip),
+        cmocka_unit_test(test_check_catches_damage),
+        cmocka_unit_test(test_bad_cluster),
+        cmocka_unit_test(test_cost_db),
+        cmocka_unit_test(test_flops_formula),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
