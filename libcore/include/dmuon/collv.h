@@ -64,7 +64,9 @@ dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n);
 dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int n,
                             const dmuon_group_opts *opts, dmuon_group **out);
 
-/* Frees the group (collective: frees the shared window).  Accepts NULL. */
+/* Frees the group (collective over the node: frees the shared window), so
+ * after a failed call free it only if every rank is still alive; a tool that
+ * gives up after a timeout may leave it to process exit.  Accepts NULL. */
 void dmuon_group_free(dmuon_group *g);
 
 /* This rank's layer buffer / owner window inside the shared window, 64-byte

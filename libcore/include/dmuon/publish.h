@@ -48,7 +48,8 @@ typedef struct {
 dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, int n,
                               const dmuon_publish_opts *opts, dmuon_publish **out);
 
-/* Frees it (collective).  Accepts NULL. */
+/* Frees it: cancels armed receives and releases the rail communicator.
+ * Accepts NULL. */
 void dmuon_publish_free(dmuon_publish *p);
 
 /* This rank's copy buffer (its rail's parameters at their offsets), 64-byte
