@@ -1,9 +1,513 @@
-/* Placeholder until this family lands; replaced by its implementation. */
+/*
+ * ops.c — dmuon-bench's default mode: AllGatherV, ReduceScatterV and the
+ * publish against per-owner, coalesced and equal-length MPI baselines, in
+ * one table (nccl-tests style).
+ *
+ *   mpirun -np 8 dmuon-bench --ranks-per-node 2 -b 16K -e 64M -f 2
+ *
+ * The shared driver: flags, topology, the size loop, timing (barrier, then
+ * the slowest rank's time of each iteration; median over iterations, then
+ * median over launches; lines interleaved launch by launch so ratios come
+ * from the same run), the check after every launch (#wrong, summed over
+ * ranks), the table and --json.  Lines live in ops_<line>.c; plan replay in
+ * ops_replay.c.
+ */
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "bench.h"
+#include "dmuon/bf16.h"
+#include "dmuon/io.h"
+#include "dmuon/layout.h"
+#include "ops.h"
+#include "ops_driver.h"
+
+/* ----------------------------------------------------- shared inputs ---- */
+
+static uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+unsigned char bench_agv_byte(int seg, int64_t k)
+{
+    return (unsigned char)(mix((uint64_t)seg * 0x9e3779b97f4a7c15u + (uint64_t)k) >> 56);
+}
+
+float bench_rsv_val(int rank, int seg, int64_t k)
+{
+    return (float)((int)(((uint64_t)rank * 7 + (uint64_t)seg * 5 + (uint64_t)k * 3) % 9) - 4);
+}
+
+float bench_rsv_sum(int nranks, int seg, int64_t k)
+{
+    int s = 0;
+    for (int r = 0; r < nranks; r++)
+        s += (int)(((uint64_t)r * 7 + (uint64_t)seg * 5 + (uint64_t)k * 3) % 9) - 4;
+    return (float)s;
+}
+
+void bench_store(dmuon_dtype dt, void *base, int64_t i, float v)
+{
+    if (dt == DMUON_BF16)
+        ((uint16_t *)base)[i] = dmuon_f32_to_bf16(v);
+    else
+        ((float *)base)[i] = v;
+}
+
+float bench_load(dmuon_dtype dt, const void *base, int64_t i)
+{
+    return dt == DMUON_BF16 ? dmuon_bf16_to_f32(((const uint16_t *)base)[i])
+                            : ((const float *)base)[i];
+}
+
+int64_t bench_seg_bytes(const dmuon_segment *s)
+{
+    return s->count * (int64_t)dmuon_dtype_size(s->dtype);
+}
+
+MPI_Datatype bench_mpi_type(dmuon_dtype dt)
+{
+    return dt == DMUON_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+}
+
+MPI_Op bench_mpi_sum(const bench_case *c, dmuon_dtype dt)
+{
+    return dt == DMUON_BF16 ? c->bf16_sum : MPI_SUM;
+}
+
+/* The user-defined BF16 sum of the baselines: inout = rnd(in + inout). */
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    dmuon_bf16_add(inout, in, inout, (size_t)*len);
+}
+
+/* ---------------------------------------------------------- timing ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+const bench_line *const bench_lines[BENCH_NLINES] = {&bench_line_ours, &bench_line_per_owner,
+                                                     &bench_line_coalesced, &bench_line_equal};
+static const char *const op_names[OP_COUNT] = {"agv", "rsv", "publish"};
+
+dmuon_rc bench_measure(bench_opts *o, const bench_case *c, bench_result *res)
+{
+    const dmuon_topo *t = c->topo;
+    int L = o->launches;
+    double *per_launch = calloc((size_t)BENCH_NLINES * L, sizeof(double));
+    double *iters = calloc((size_t)(o->iters > 0 ? o->iters : 1), sizeof(double));
+    if (!per_launch || !iters) {
+        free(per_launch);
+        free(iters);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    }
+    dmuon_rc rc = DMUON_OK;
+    memset(res, 0, sizeof *res);
+    for (int l = 0; l < BENCH_NLINES; l++)
+        res->ran[l] = (o->lines & (1 << l)) && bench_lines[l]->supports(c);
+    for (int launch = 0; launch < L && rc == DMUON_OK; launch++)
+        for (int l = 0; l < BENCH_NLINES && rc == DMUON_OK; l++) {
+            if (!res->ran[l])
+                continue;
+            void *st = NULL;
+            DMUON_TRY_GOTO(rc, bench_lines[l]->setup(c, &st), out);
+            for (int w = 0; w < o->warmup && rc == DMUON_OK; w++)
+                rc = bench_lines[l]->run(st);
+            for (int i = 0; i < o->iters && rc == DMUON_OK; i++) {
+                MPI_Barrier(t->world);
+                double t0 = MPI_Wtime();
+                rc = bench_lines[l]->run(st);
+                double dt = MPI_Wtime() - t0;
+                MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, t->world);
+                iters[i] = dt;
+            }
+            if (rc != DMUON_OK) {
+                dmuon_err_trace_add(rc, __FILE__, __LINE__);
+                goto out;   /* no teardown: freeing may be collective */
+            }
+            long long wrong = (long long)bench_lines[l]->check(st);
+            MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, t->world);
+            res->wrong[l] += wrong;
+            bench_lines[l]->teardown(st);
+            per_launch[l * L + launch] = median(iters, o->iters);
+        }
+    for (int l = 0; l < BENCH_NLINES; l++)
+        if (res->ran[l])
+            res->time_us[l] = 1e6 * median(per_launch + l * L, L);
+out:
+    free(per_launch);
+    free(iters);
+    return rc;
+}
+
+/* ----------------------------------------------------------- report ---- */
+
+void bench_print_header(const bench_opts *o, const dmuon_topo *t, const char *what)
+{
+    if (t->rank)
+        return;
+    printf("# dmuon-bench: %d ranks as %d nodes x %d%s, %s, -w %d -n %d --launches %d\n",
+           t->size, t->nodes, t->per_node, t->virtual_nodes ? " (virtual)" : "", what,
+           o->warmup, o->iters, o->launches);
+    printf("# time: median over launches of the median over iterations of the slowest rank "
+           "(us); xN = baseline time / ours\n");
+    printf("%-8s %12s %5s %11s %11s %11s %11s %8s %8s %8s %7s\n", "#op", "bytes", "dtype",
+           "ours", "per_owner", "coalesced", "equal_len", "x_owner", "x_coal", "x_equal",
+           "#wrong");
+}
+
+int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, int64_t bytes,
+                 dmuon_dtype dt, const bench_result *r)
+{
+    long long wrong = 0;
+    for (int l = 0; l < BENCH_NLINES; l++)
+        wrong += r->wrong[l];
+    if (t->rank == 0) {
+        char cell[BENCH_NLINES][16], ratio[BENCH_NLINES][16];
+        for (int l = 0; l < BENCH_NLINES; l++) {
+            if (r->ran[l])
+                snprintf(cell[l], 16, "%.1f", r->time_us[l]);
+            else
+                snprintf(cell[l], 16, "n/a");
+            if (r->ran[l] && r->ran[0] && r->time_us[0] > 0)
+                snprintf(ratio[l], 16, "%.2f", r->time_us[l] / r->time_us[0]);
+            else
+                snprintf(ratio[l], 16, "n/a");
+        }
+        printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %7lld\n",
+               label ? label : op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0],
+               cell[1], cell[2], cell[3], ratio[1], ratio[2], ratio[3], wrong);
+        fflush(stdout);
+        for (int l = 0; l < BENCH_NLINES; l++) {
+            if (!r->ran[l])
+                continue;
+            bench_row *row = realloc(o->rows, (size_t)(o->nrows + 1) * sizeof *row);
+            if (!row)
+                break;
+            o->rows = row;
+            row = &o->rows[o->nrows++];
+            row->op = op;
+            row->bytes = bytes;
+            row->dtype = dt;
+            row->line = l;
+            row->ranks = t->size;
+            row->nodes = t->nodes;
+            row->time_us = r->time_us[l];
+            row->wrong = r->wrong[l];
+            snprintf(row->label, sizeof row->label, "%s", label ? label : "");
+        }
+    }
+    return wrong != 0;
+}
+
+static dmuon_rc write_rows(FILE *f, void *ctx)
+{
+    const bench_opts *o = ctx;
+    dmuon_json w;
+    dmuon_json_init(&w, f, true);
+    dmuon_json_begin_array(&w);
+    for (int i = 0; i < o->nrows; i++) {
+        const bench_row *r = &o->rows[i];
+        dmuon_json_begin_object(&w);
+        dmuon_json_kstr(&w, "op", op_names[r->op]);
+        dmuon_json_kint(&w, "bytes", r->bytes);
+        dmuon_json_kstr(&w, "dtype", dmuon_dtype_name(r->dtype));
+        dmuon_json_kstr(&w, "line", bench_lines[r->line]->name);
+        dmuon_json_kint(&w, "ranks", r->ranks);
+        dmuon_json_kint(&w, "nodes", r->nodes);
+        dmuon_json_kdouble(&w, "time_us", r->time_us);
+        dmuon_json_kint(&w, "wrong", r->wrong);
+        if (r->label[0])
+            dmuon_json_kstr(&w, "layer", r->label);
+        dmuon_json_end_object(&w);
+    }
+    dmuon_json_end_array(&w);
+    fputc('\n', f);
+    return ferror(f) ? DMUON_FAIL(DMUON_EIO, "write failed") : DMUON_OK;
+}
+
+/* ------------------------------------------------------------- main ---- */
+
+static int parse_bytes(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v <= 0)
+        return -1;
+    if (*end == 'K' || *end == 'k')
+        v *= 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024, end++;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1024LL * 1024 * 1024, end++;
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: mpirun -np N dmuon-bench [options]\n"
+"Times AllGatherV, ReduceScatterV and the HSDP publish (ours) against\n"
+"per-owner calls (one Bcast / Reduce per segment), coalesced variable-length\n"
+"calls (MPI_Allgatherv / MPI_Reduce_scatter) and equal-length primitives of\n"
+"the same total (MPI_Allgather / MPI_Reduce_scatter_block), in one table.\n"
+"Every launch checks its result (#wrong, summed over ranks; exit 1 if any).\n"
+"\n"
+"  -b, --minbytes B       smallest layer (default 16K)\n"
+"  -e, --maxbytes B       largest layer (default 64M)\n"
+"  -f, --stepfactor F     size factor between rows (default 2)\n"
+"  -w, --warmup N         warm-up iterations per launch (default 20)\n"
+"  -n, --iters N          timed iterations per launch (default 30)\n"
+"      --launches N       launches, median taken (default 5)\n"
+"      --ranks-per-node K virtual nodes of K consecutive ranks\n"
+"      --dtype T          bf16 or f32 (default bf16)\n"
+"      --op OP            agv, rsv, publish or all (default all)\n"
+"      --layout L         node (one owner per node, lengths 1:2:3; default),\n"
+"                         rank, sparse or tiny\n"
+"      --lines LIST       lines to run: ours,per_owner,coalesced,equal_length\n"
+"      --path P           auto, chain or star for ours (default auto)\n"
+"      --chunk-bytes B    chunk size of ours (default 64K)\n"
+"      --fp32-accum       ours: BF16 reduction with binary32 partials\n"
+"      --deadline-ms MS   deadline of every wait (default 60000)\n"
+"      --json FILE        also write the rows as a JSON array\n"
+"      --plan PLAN        replay every layer of a plan file (agv and rsv)\n"
+"      --replay-publish PLAN --rail S   replay one rail's publish of a step\n"
+"  -h, --help             this text\n");
+}
+
 int bench_ops_main(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dmuon-bench: 'ops' is not built yet\n");
-    return 3;
+    MPI_Init(&argc, &argv);
+    int wrank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    bench_opts o;
+    memset(&o, 0, sizeof o);
+    o.minb = 16 * 1024;
+    o.maxb = 64 * 1024 * 1024;
+    o.factor = 2;
+    o.warmup = 20;
+    o.iters = 30;
+    o.launches = 5;
+    o.dtype = DMUON_BF16;
+    o.lines = (1 << BENCH_NLINES) - 1;
+    o.rail = -1;
+    int per_node = 0, op_mask = 7;
+    dmuon_layout layout = DMUON_LAYOUT_NODE;
+    char bad[256] = "";
+    enum { O_LAUNCH = 256, O_RPN, O_DTYPE, O_OP, O_LAYOUT, O_LINES, O_PATH, O_CHUNK, O_DEAD,
+           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32 };
+    static const struct option opts[] = {
+        {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
+        {"stepfactor", required_argument, 0, 'f'}, {"warmup", required_argument, 0, 'w'},
+        {"iters", required_argument, 0, 'n'}, {"launches", required_argument, 0, O_LAUNCH},
+        {"ranks-per-node", required_argument, 0, O_RPN}, {"dtype", required_argument, 0, O_DTYPE},
+        {"op", required_argument, 0, O_OP}, {"layout", required_argument, 0, O_LAYOUT},
+        {"lines", required_argument, 0, O_LINES}, {"path", required_argument, 0, O_PATH},
+        {"chunk-bytes", required_argument, 0, O_CHUNK}, {"deadline-ms", required_argument, 0, O_DEAD},
+        {"json", required_argument, 0, O_JSON}, {"plan", required_argument, 0, O_PLAN},
+        {"replay-publish", required_argument, 0, O_REPLAY}, {"rail", required_argument, 0, O_RAIL},
+        {"fp32-accum", no_argument, 0, O_FP32},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "b:e:f:w:n:h", opts, NULL)) != -1 && !bad[0]) {
+        int64_t v = 0;
+        switch (opt) {
+        case 'b':
+        case 'e':
+        case O_CHUNK:
+            if (parse_bytes(optarg, &v))
+                snprintf(bad, sizeof bad, "%s '%s': expected a size in bytes (e.g. 16K)",
+                         opt == 'b' ? "-b" : opt == 'e' ? "-e" : "--chunk-bytes", optarg);
+            else if (opt == 'b')
+                o.minb = v;
+            else if (opt == 'e')
+                o.maxb = v;
+            else
+                o.chunk_bytes = v;
+            break;
+        case 'f':
+        case 'w':
+        case 'n':
+        case O_LAUNCH:
+        case O_DEAD:
+        case O_RAIL: {
+            char *end = NULL;
+            long x = strtol(optarg, &end, 10);
+            int min = opt == 'w' || opt == O_RAIL ? 0 : opt == 'f' ? 2 : 1;
+            if (end == optarg || *end || x < min || x > 1000000000L) {
+                snprintf(bad, sizeof bad, "%s '%s': expected an integer >= %d",
+                         opt == 'f' ? "-f" : opt == 'w' ? "-w" : opt == 'n' ? "-n"
+                         : opt == O_LAUNCH ? "--launches" : opt == O_DEAD ? "--deadline-ms"
+                         : "--rail", optarg, min);
+                break;
+            }
+            if (opt == 'f')
+                o.factor = (int)x;
+            else if (opt == 'w')
+                o.warmup = (int)x;
+            else if (opt == 'n')
+                o.iters = (int)x;
+            else if (opt == O_LAUNCH)
+                o.launches = (int)x;
+            else if (opt == O_DEAD)
+                o.deadline_ms = (int)x;
+            else
+                o.rail = (int)x;
+            break;
+        }
+        case O_RPN:
+            if (dmuon_topo_parse_per_node(optarg, &per_node) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--ranks-per-node '%s': expected a positive integer",
+                         optarg);
+            break;
+        case O_DTYPE:
+            if (dmuon_dtype_parse(optarg, &o.dtype) != DMUON_OK ||
+                (o.dtype != DMUON_BF16 && o.dtype != DMUON_F32))
+                snprintf(bad, sizeof bad, "--dtype '%s': expected bf16 or f32", optarg);
+            break;
+        case O_OP:
+            op_mask = !strcmp(optarg, "agv") ? 1 : !strcmp(optarg, "rsv") ? 2
+                    : !strcmp(optarg, "publish") ? 4 : !strcmp(optarg, "all") ? 7 : 0;
+            if (!op_mask)
+                snprintf(bad, sizeof bad, "--op '%s': expected agv, rsv, publish or all", optarg);
+            break;
+        case O_LAYOUT:
+            if (dmuon_layout_parse(optarg, &layout) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--layout: %s", dmuon_errmsg());
+            break;
+        case O_LINES: {
+            o.lines = 0;
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                int found = 0;
+                for (int l = 0; l < BENCH_NLINES; l++)
+                    if (!strcmp(tok, bench_lines[l]->name)) {
+                        o.lines |= 1 << l;
+                        found = 1;
+                    }
+                if (!found)
+                    snprintf(bad, sizeof bad, "--lines: '%s': expected ours, per_owner, "
+                             "coalesced or equal_length", tok);
+            }
+            break;
+        }
+        case O_PATH:
+            if (!strcmp(optarg, "auto"))
+                o.path = DMUON_PATH_AUTO;
+            else if (!strcmp(optarg, "chain"))
+                o.path = DMUON_PATH_CHAIN;
+            else if (!strcmp(optarg, "star"))
+                o.path = DMUON_PATH_STAR;
+            else
+                snprintf(bad, sizeof bad, "--path '%s': expected auto, chain or star", optarg);
+            break;
+        case O_JSON: o.json = optarg; break;
+        case O_FP32: o.fp32_accum = 1; break;
+        case O_PLAN: o.plan = optarg; break;
+        case O_REPLAY: o.replay_publish = optarg; break;
+        case 'h':
+            if (wrank == 0)
+                usage(stdout);
+            MPI_Finalize();
+            return 0;
+        default: snprintf(bad, sizeof bad, "unknown option (see --help)");
+        }
+    }
+    if (!bad[0] && optind < argc)
+        snprintf(bad, sizeof bad, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!bad[0] && o.minb > o.maxb)
+        snprintf(bad, sizeof bad, "-b %lld is larger than -e %lld", (long long)o.minb,
+                 (long long)o.maxb);
+    if (!bad[0] && o.replay_publish && o.rail < 0)
+        snprintf(bad, sizeof bad, "--replay-publish needs --rail S");
+    if (!bad[0] && o.rail >= 0 && !o.replay_publish)
+        snprintf(bad, sizeof bad, "--rail goes with --replay-publish");
+    if (bad[0]) {
+        if (wrank == 0)
+            fprintf(stderr, "dmuon-bench: error: %s\n", bad);
+        MPI_Finalize();
+        return 2;
+    }
+
+    dmuon_topo t;
+    dmuon_rc rc = dmuon_topo_init(&t, MPI_COMM_WORLD, per_node);
+    if (rc != DMUON_OK) {
+        if (wrank == 0)
+            fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
+        MPI_Finalize();
+        return dmuon_rc_exit_code(rc);
+    }
+    dmuon_err_set_rank(t.rank);
+    MPI_Op bf16_sum;
+    MPI_Op_create(bf16_sum_fn, 1, &bf16_sum);
+    int wrong = 0;
+
+    if (o.plan || o.replay_publish) {
+        rc = bench_replay(&o, &t, bf16_sum, op_mask, &wrong);
+    } else {
+        char what[128];
+        snprintf(what, sizeof what, "layout %s%s", dmuon_layout_name(layout),
+                 layout == DMUON_LAYOUT_NODE ? " (one owner per node, lengths 1:2:3)" : "");
+        bench_print_header(&o, &t, what);
+        for (int op = 0; op < OP_COUNT && rc == DMUON_OK; op++) {
+            if (!(op_mask & (1 << op)))
+                continue;
+            for (int64_t b = o.minb; b <= o.maxb && rc == DMUON_OK; b *= o.factor) {
+                dmuon_segment *segs = NULL;
+                int n = 0;
+                rc = dmuon_layout_make(layout, b, o.dtype, t.nodes, t.per_node, &segs, &n);
+                if (rc != DMUON_OK)
+                    break;
+                bench_case c = {&t, op, segs, n, NULL, NULL, {0}, bf16_sum};
+                c.gopts.path = o.path;
+                c.gopts.chunk_bytes = o.chunk_bytes;
+                c.gopts.deadline_ms = o.deadline_ms;
+                c.gopts.fp32_accum = o.fp32_accum;
+                if (t.rank == 0)
+                    fprintf(stderr, "dmuon-bench: %s %lld bytes\n", op_names[op], (long long)b);
+                bench_result r;
+                rc = bench_measure(&o, &c, &r);
+                if (rc == DMUON_OK)
+                    wrong |= bench_record(&o, &t, op, NULL, b, o.dtype, &r);
+                free(segs);
+            }
+        }
+    }
+    if (rc != DMUON_OK) {
+        fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
+        fflush(stderr);
+        if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM)
+            MPI_Abort(MPI_COMM_WORLD, 3);
+    } else if (o.json && t.rank == 0) {
+        dmuon_rc jr = dmuon_write_atomic(o.json, write_rows, &o);
+        if (jr != DMUON_OK) {
+            fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
+            rc = jr;
+        }
+    }
+    int code = rc != DMUON_OK ? dmuon_rc_exit_code(rc) : wrong ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &code, 1, MPI_INT, MPI_MAX, t.world);
+    free(o.rows);
+    MPI_Op_free(&bf16_sum);
+    dmuon_topo_release(&t);
+    MPI_Finalize();
+    return code;
 }

@@ -1,9 +1,342 @@
-/* Placeholder until this family lands; replaced by its implementation. */
+/*
+ * ops.c — dmuon-verify's default mode: the communication operators over MPI.
+ *
+ *   mpirun -np 8 dmuon-verify --ranks-per-node 2
+ *
+ * The shared driver: flags, topology, the loop over operators × layouts ×
+ * sizes × element types × paths, the agreed pass/fail count, fault
+ * injection for the failure tests, and the one summary line.  Each operator
+ * is a verify_op in its own file.
+ */
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmuon/layout.h"
+#include "ops.h"
 #include "verify.h"
+
+uint64_t vhash(uint64_t seed, uint64_t a, uint64_t b)
+{
+    uint64_t z = seed * 0x9e3779b97f4a7c15u ^ (a + 0x632be59bd9b4e019u) * 0xbf58476d1ce4e5b9u ^
+                 (b + 0x2545f4914f6cdd1du) * 0x94d049bb133111ebu;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+void vctx_check(vctx *c, int ok_here, const char *label, const char *what)
+{
+    int ok = ok_here ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, c->topo.world);
+    if (ok)
+        c->passed++;
+    else
+        c->failed++;
+    if (c->topo.rank == 0 && (!ok || c->verbose))
+        printf("%-4s %s: %s\n", ok ? "ok" : "FAIL", label, what);
+    if (!ok_here)
+        fprintf(stderr, "dmuon-verify: rank %d: check failed: %s: %s\n", c->topo.rank, label, what);
+}
+
+void vctx_fault_point(vctx *c)
+{
+    if (c->faulted || c->topo.rank != c->fault_rank)
+        return;
+    if (c->fault == FAULT_STALL) {
+        c->faulted = 1;
+        fprintf(stderr, "dmuon-verify: rank %d: fault injected: stalling\n", c->topo.rank);
+        struct timespec ts = {(c->gopts.deadline_ms * 4) / 1000 + 2, 0};
+        nanosleep(&ts, NULL);
+    } else if (c->fault == FAULT_KILL) {
+        c->faulted = 1;
+        fprintf(stderr, "dmuon-verify: rank %d: fault injected: killing this rank\n",
+                c->topo.rank);
+        fflush(stderr);
+        raise(SIGKILL);
+    }
+}
+
+/* "4K", "1M+6", "65536" → bytes. */
+static int parse_size(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10), add = 0;
+    if (end == s || v < 0)
+        return -1;
+    if (*end == 'K' || *end == 'k')
+        v *= 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024, end++;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1024LL * 1024 * 1024, end++;
+    if (*end == '+') {
+        char *e2;
+        add = strtoll(end + 1, &e2, 10);
+        if (e2 == end + 1)
+            return -1;
+        end = e2;
+    }
+    if (*end)
+        return -1;
+    *out = v + add;
+    return *out > 0 ? 0 : -1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: mpirun -np N dmuon-verify [options]\n"
+"Checks AllGatherV, ReduceScatterV and the HSDP publish over MPI: gathered\n"
+"bytes equal the owners' bit for bit; integer, all-one and all-two inputs\n"
+"reduce to the exact sum bit for bit; random BF16 inputs reduce in the\n"
+"documented order bit for bit, with a smaller worst relative error than a\n"
+"ring-order reduction; publish delivers every parameter with its step flag.\n"
+"Prints one summary line \"N passed, M failed\"; exit 1 if any check failed.\n"
+"\n"
+"  --ranks-per-node K   virtual nodes of K consecutive ranks (default:\n"
+"                       $DMUON_RANKS_PER_NODE, else one node per host)\n"
+"  --op OP              agv, rsv, publish or all (default all)\n"
+"  --sizes LIST         layer sizes in bytes, e.g. 2K,96K,1M+6 (default\n"
+"                       2K,96K,1M+6)\n"
+"  --layouts LIST       node, rank, sparse, tiny (default all four)\n"
+"  --dtypes LIST        bf16, f32 (default bf16,f32)\n"
+"  --paths LIST         auto, chain, star (default auto,chain)\n"
+"  --chunk-bytes B      chunk size (default 65536)\n"
+"  --slots S            ring slots per incoming reduce stream (default 4)\n"
+"  --steps S            publish steps (default 3)\n"
+"  --deadline-ms MS     deadline of every wait (default $DMUON_DEADLINE_MS\n"
+"                       or 60000)\n"
+"  -v, --verbose        print every check, not only failures\n"
+"  -h, --help           this text\n"
+"Fault injection (for the failure tests):\n"
+"  --fault table:R      rank R builds its groups from a different table\n"
+"  --fault stall:R      rank R stops before its first operator call\n"
+"  --fault kill:R       rank R kills itself before its first operator call\n"
+"  --fault stale        the owner of parameter 0 publishes step 2 as step 1\n");
+}
+
+static int split_list(char *s, char **items, int max)
+{
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ","))
+        items[n++] = tok;
+    return n;
+}
+
 int verify_ops_main(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dmuon-verify: 'ops' is not built yet\n");
-    return 3;
+    MPI_Init(&argc, &argv);
+    int wrank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    vctx c;
+    memset(&c, 0, sizeof c);
+    c.steps = 3;
+    c.fault_rank = -1;
+    int per_node = 0, code = 0;
+    char sizes_s[256] = "2K,96K,1M+6", layouts_s[128] = "node,rank,sparse,tiny";
+    char dtypes_s[64] = "bf16,f32", paths_s[64] = "auto,chain", op_s[32] = "all";
+    enum { O_RPN = 256, O_OP, O_SIZES, O_LAYOUTS, O_DTYPES, O_PATHS, O_CHUNK, O_SLOTS,
+           O_STEPS, O_DEADLINE, O_FAULT };
+    static const struct option opts[] = {
+        {"ranks-per-node", required_argument, 0, O_RPN}, {"op", required_argument, 0, O_OP},
+        {"sizes", required_argument, 0, O_SIZES}, {"layouts", required_argument, 0, O_LAYOUTS},
+        {"dtypes", required_argument, 0, O_DTYPES}, {"paths", required_argument, 0, O_PATHS},
+        {"chunk-bytes", required_argument, 0, O_CHUNK}, {"slots", required_argument, 0, O_SLOTS},
+        {"steps", required_argument, 0, O_STEPS}, {"deadline-ms", required_argument, 0, O_DEADLINE},
+        {"fault", required_argument, 0, O_FAULT}, {"verbose", no_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int opt;
+    char bad[200] = "";
+    while ((opt = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+        int64_t v = 0;
+        switch (opt) {
+        case O_RPN:
+            if (dmuon_topo_parse_per_node(optarg, &per_node) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--ranks-per-node '%s': expected a positive integer",
+                         optarg);
+            break;
+        case O_OP: snprintf(op_s, sizeof op_s, "%s", optarg); break;
+        case O_SIZES: snprintf(sizes_s, sizeof sizes_s, "%s", optarg); break;
+        case O_LAYOUTS: snprintf(layouts_s, sizeof layouts_s, "%s", optarg); break;
+        case O_DTYPES: snprintf(dtypes_s, sizeof dtypes_s, "%s", optarg); break;
+        case O_PATHS: snprintf(paths_s, sizeof paths_s, "%s", optarg); break;
+        case O_CHUNK:
+        case O_SLOTS:
+        case O_STEPS:
+        case O_DEADLINE:
+            if (parse_size(optarg, &v) || v > (1 << 30)) {
+                snprintf(bad, sizeof bad, "%s '%s': expected a positive integer",
+                         opt == O_CHUNK ? "--chunk-bytes" : opt == O_SLOTS ? "--slots"
+                         : opt == O_STEPS ? "--steps" : "--deadline-ms", optarg);
+                break;
+            }
+            if (opt == O_CHUNK)
+                c.gopts.chunk_bytes = v;
+            else if (opt == O_SLOTS)
+                c.gopts.slots = (int)v;
+            else if (opt == O_STEPS)
+                c.steps = v;
+            else
+                c.gopts.deadline_ms = (int)v;
+            break;
+        case O_FAULT:
+            if (!strcmp(optarg, "stale")) {
+                c.fault = FAULT_STALE;
+            } else {
+                const char *colon = strchr(optarg, ':');
+                int r = colon ? atoi(colon + 1) : -1;
+                if (colon && !strncmp(optarg, "table:", 6))
+                    c.fault = FAULT_TABLE;
+                else if (colon && !strncmp(optarg, "stall:", 6))
+                    c.fault = FAULT_STALL;
+                else if (colon && !strncmp(optarg, "kill:", 5))
+                    c.fault = FAULT_KILL;
+                else
+                    snprintf(bad, sizeof bad, "--fault '%s': expected table:R, stall:R, kill:R "
+                             "or stale", optarg);
+                c.fault_rank = r;
+            }
+            break;
+        case 'v': c.verbose = 1; break;
+        case 'h':
+            if (wrank == 0)
+                usage(stdout);
+            MPI_Finalize();
+            return 0;
+        default:
+            snprintf(bad, sizeof bad, "unknown option (see --help)");
+        }
+    }
+    if (!bad[0] && optind < argc)
+        snprintf(bad, sizeof bad, "unexpected argument '%s' (see --help)", argv[optind]);
+
+    /* Lists. */
+    char *items[32];
+    int64_t sizes[32];
+    dmuon_layout layouts[8];
+    dmuon_dtype dtypes[8];
+    dmuon_path paths[4];
+    int nsizes = 0, nlayouts = 0, ndtypes = 0, npaths = 0;
+    const verify_op *ops[3];
+    int nops = 0;
+    if (!bad[0]) {
+        int n = split_list(sizes_s, items, 32);
+        for (int i = 0; i < n && !bad[0]; i++)
+            if (parse_size(items[i], &sizes[nsizes++]))
+                snprintf(bad, sizeof bad, "--sizes: '%s' is not a size in bytes", items[i]);
+        n = split_list(layouts_s, items, 8);
+        for (int i = 0; i < n && !bad[0]; i++)
+            if (dmuon_layout_parse(items[i], &layouts[nlayouts++]) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--layouts: %s", dmuon_errmsg());
+        n = split_list(dtypes_s, items, 8);
+        for (int i = 0; i < n && !bad[0]; i++) {
+            if (dmuon_dtype_parse(items[i], &dtypes[ndtypes]) != DMUON_OK ||
+                (dtypes[ndtypes] != DMUON_BF16 && dtypes[ndtypes] != DMUON_F32))
+                snprintf(bad, sizeof bad, "--dtypes: '%s': expected bf16 or f32", items[i]);
+            ndtypes++;
+        }
+        n = split_list(paths_s, items, 4);
+        for (int i = 0; i < n && !bad[0]; i++) {
+            if (!strcmp(items[i], "auto"))
+                paths[npaths++] = DMUON_PATH_AUTO;
+            else if (!strcmp(items[i], "chain"))
+                paths[npaths++] = DMUON_PATH_CHAIN;
+            else if (!strcmp(items[i], "star"))
+                paths[npaths++] = DMUON_PATH_STAR;
+            else
+                snprintf(bad, sizeof bad, "--paths: '%s': expected auto, chain or star", items[i]);
+        }
+        if (!strcmp(op_s, "agv") || !strcmp(op_s, "all"))
+            ops[nops++] = &verify_op_agv;
+        if (!strcmp(op_s, "rsv") || !strcmp(op_s, "all"))
+            ops[nops++] = &verify_op_rsv;
+        if (!strcmp(op_s, "publish") || !strcmp(op_s, "all"))
+            ops[nops++] = &verify_op_publish;
+        if (!nops)
+            snprintf(bad, sizeof bad, "--op '%s': expected agv, rsv, publish or all", op_s);
+    }
+    if (bad[0]) {
+        if (wrank == 0)
+            fprintf(stderr, "dmuon-verify: error: %s\n", bad);
+        MPI_Finalize();
+        return 2;
+    }
+
+    dmuon_rc rc = dmuon_topo_init(&c.topo, MPI_COMM_WORLD, per_node);
+    if (rc != DMUON_OK) {
+        if (wrank == 0)
+            fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
+        MPI_Finalize();
+        return dmuon_rc_exit_code(rc);
+    }
+    dmuon_err_set_rank(c.topo.rank);
+    if (c.fault_rank >= c.topo.size) {
+        if (wrank == 0)
+            fprintf(stderr, "dmuon-verify: error: --fault: rank %d is not one of the %d ranks\n",
+                    c.fault_rank, c.topo.size);
+        dmuon_topo_release(&c.topo);
+        MPI_Finalize();
+        return 2;
+    }
+    if (c.topo.rank == 0)
+        fprintf(stderr, "dmuon-verify: %d ranks as %d nodes x %d%s\n", c.topo.size, c.topo.nodes,
+                c.topo.per_node, c.topo.virtual_nodes ? " (virtual nodes)" : "");
+
+    for (int o = 0; o < nops && rc == DMUON_OK; o++)
+        for (int l = 0; l < nlayouts && rc == DMUON_OK; l++)
+            for (int s = 0; s < nsizes && rc == DMUON_OK; s++)
+                for (int d = 0; d < ndtypes && rc == DMUON_OK; d++) {
+                    if (ops[o] == &verify_op_publish && (d > 0 || s > 1))
+                        continue;   /* publish moves bytes: one type, two sizes suffice */
+                    dmuon_segment *segs = NULL;
+                    int n = 0;
+                    rc = dmuon_layout_make(layouts[l], sizes[s], dtypes[d], c.topo.nodes,
+                                           c.topo.per_node, &segs, &n);
+                    if (rc != DMUON_OK)
+                        break;
+                    if (c.fault == FAULT_TABLE && c.topo.rank == c.fault_rank && n > 1)
+                        segs[n - 1].count -= 1;
+                    int np = ops[o] == &verify_op_publish ? 1 : npaths;
+                    for (int p = 0; p < np && rc == DMUON_OK; p++) {
+                        char label[160];
+                        c.gopts.path = paths[p];
+                        snprintf(label, sizeof label, "%s layout=%s bytes=%lld dtype=%s%s%s",
+                                 ops[o]->name, dmuon_layout_name(layouts[l]),
+                                 (long long)sizes[s], dmuon_dtype_name(dtypes[d]),
+                                 np > 1 ? " path=" : "",
+                                 np == 1 ? "" : paths[p] == DMUON_PATH_AUTO ? "auto"
+                                 : paths[p] == DMUON_PATH_CHAIN ? "chain" : "star");
+                        if (c.verbose && c.topo.rank == 0)
+                            fprintf(stderr, "dmuon-verify: %s\n", label);
+                        rc = ops[o]->run(&c, segs, n, label);
+                    }
+                    free(segs);
+                }
+
+    if (rc != DMUON_OK) {
+        fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
+        fflush(stderr);
+        if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM) {
+            /* Peers may be gone or stuck: nothing collective is safe now. */
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        dmuon_topo_release(&c.topo);
+        MPI_Finalize();
+        return dmuon_rc_exit_code(rc);
+    }
+    if (c.topo.rank == 0) {
+        printf("dmuon-verify: %d passed, %d failed (%d ranks as %d nodes x %d; worst BF16 "
+               "relative error: ours %.5f, ring order %.5f)\n", c.passed, c.failed, c.topo.size,
+               c.topo.nodes, c.topo.per_node, c.worst_ours, c.worst_ring);
+        fflush(stdout);
+    }
+    code = c.failed ? 1 : 0;
+    dmuon_topo_release(&c.topo);
+    MPI_Finalize();
+    return code;
 }

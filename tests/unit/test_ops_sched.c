@@ -1,0 +1,257 @@
+/*
+ * test_ops_sched.c — the operators' pure parts: BF16 rounding, segment table
+ * checks and digests, slicing by rail into chunks, chain and star routes,
+ * generated layouts.  No MPI.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmuon/bf16.h"
+#include "dmuon/layout.h"
+#include "dmuon/sched.h"
+
+static uint16_t bits_to_bf16(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return dmuon_f32_to_bf16(f);
+}
+
+static void test_bf16_rounding(void **state)
+{
+    /* IEEE round to nearest, ties to even, on the 16 dropped bits */
+    assert_int_equal(bits_to_bf16(0x3f800000u), 0x3f80);   /* 1.0 exact */
+    assert_int_equal(bits_to_bf16(0x3f808000u), 0x3f80);   /* tie, even stays */
+    assert_int_equal(bits_to_bf16(0x3f818000u), 0x3f82);   /* tie, odd rounds up */
+    assert_int_equal(bits_to_bf16(0x3f808001u), 0x3f81);   /* above half */
+    assert_int_equal(bits_to_bf16(0x3f807fffu), 0x3f80);   /* below half */
+    assert_int_equal(bits_to_bf16(0x7f7fffffu), 0x7f80);   /* FLT_MAX rounds to inf */
+    assert_int_equal(bits_to_bf16(0xff800000u), 0xff80);   /* -inf */
+    assert_int_equal(bits_to_bf16(0x80000000u), 0x8000);   /* -0 */
+    uint16_t nan = bits_to_bf16(0x7f800001u);               /* NaN stays NaN */
+    assert_true((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
+    assert_true(dmuon_bf16_to_f32(0x4040) == 3.0f);
+    /* 256 + 1 is not representable: ties to even gives 256; 256 + 3 → 260 */
+    uint16_t a = dmuon_f32_to_bf16(256.0f), b = dmuon_f32_to_bf16(1.0f), r;
+    dmuon_bf16_add(&r, &a, &b, 1);
+    assert_true(dmuon_bf16_to_f32(r) == 256.0f);
+    b = dmuon_f32_to_bf16(3.0f);
+    dmuon_bf16_add(&r, &a, &b, 1);
+    assert_true(dmuon_bf16_to_f32(r) == 260.0f);
+}
+
+static void test_table_check(void **state)
+{
+    dmuon_segment s[3] = {
+        {0, DMUON_BF16, 0, 10, 0}, {1, DMUON_BF16, 20, 5, 0}, {0, DMUON_BF16, 40, 4, 20}};
+    int64_t lb = 0, wb = 0;
+    assert_int_equal(dmuon_table_check(s, 3, 2, &lb, &wb), DMUON_OK);
+    assert_int_equal(lb, 48);
+    assert_int_equal(wb, 28);
+    s[1].owner = 2;
+    assert_int_equal(dmuon_table_check(s, 3, 2, NULL, NULL), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "segment 1: owner 2 is not a rank of 0..1"));
+    s[1].owner = 1;
+    s[1].offset = 18;
+    assert_int_equal(dmuon_table_check(s, 3, 2, NULL, NULL), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "segment 1: offset 18 overlaps"));
+    s[1].offset = 21;
+    assert_int_equal(dmuon_table_check(s, 3, 2, NULL, NULL), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "segment 1: offset 21: expected a non-negative multiple"));
+    s[1].offset = 20;
+    s[2].window_offset = 18;
+    assert_int_equal(dmuon_table_check(s, 3, 2, NULL, NULL), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "segments 0 and 2: windows overlap in owner 0's window"));
+    s[2].window_offset = 20;
+    s[0].count = 0;
+    assert_int_equal(dmuon_table_check(s, 3, 2, NULL, NULL), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "segment 0: count 0"));
+}
+
+static void test_table_digest(void **state)
+{
+    dmuon_segment a[2] = {{0, DMUON_BF16, 0, 10, 0}, {1, DMUON_F32, 20, 5, 8}}, b[2];
+    memcpy(b, a, sizeof a);
+    assert_true(dmuon_table_digest(a, 2) == dmuon_table_digest(b, 2));
+    b[1].window_offset = 12;
+    assert_true(dmuon_table_digest(a, 2) != dmuon_table_digest(b, 2));
+    assert_true(dmuon_table_digest(a, 1) != dmuon_table_digest(a, 2));
+}
+
+/* Every byte of every segment is carried by exactly one chunk, of the queue
+ * of its owner's node and of the rail of its slice. */
+static void check_cover(const dmuon_segment *segs, int n, int R, int K, int64_t chunk)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        dmuon_sched s;
+        dmuon_sched_opts o = {DMUON_PATH_CHAIN, chunk, 0};
+        assert_int_equal(dmuon_sched_init(&s, segs, n, R, K, (dmuon_sched_kind)kind, &o), DMUON_OK);
+        int64_t lb = 0;
+        assert_int_equal(dmuon_table_check(segs, n, R * K, &lb, NULL), DMUON_OK);
+        unsigned char *hit = calloc((size_t)lb + 1, 1);
+        assert_non_null(hit);
+        for (int q = 0; q < R; q++)
+            for (int r = 0; r < K; r++) {
+                int nc = 0;
+                const dmuon_chunk *c = dmuon_sched_queue(&s, q, r, &nc);
+                int64_t last_seg = -1, last_off = -1;
+                for (int i = 0; i < nc; i++) {
+                    const dmuon_segment *g = &segs[c[i].seg];
+                    int64_t es = (int64_t)dmuon_dtype_size(g->dtype);
+                    assert_int_equal(g->owner / K, q);
+                    assert_true(c[i].bytes <= chunk && c[i].bytes == c[i].count * es);
+                    int64_t e = (c[i].offset - g->offset) / es;
+                    assert_true(e >= g->count * r / K);
+                    assert_true(e + c[i].count <= g->count * (r + 1) / K);
+                    assert_int_equal(c[i].win_offset - g->window_offset, c[i].offset - g->offset);
+                    /* table order, increasing offset */
+                    assert_true(c[i].seg > last_seg || (c[i].seg == last_seg && c[i].offset > last_off));
+                    last_seg = c[i].seg;
+                    last_off = c[i].offset;
+                    for (int64_t b = 0; b < c[i].bytes; b++)
+                        hit[c[i].offset + b]++;
+                }
+            }
+        for (int i = 0; i < n; i++) {
+            int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
+            for (int64_t k = 0; k < b; k++)
+                assert_int_equal(hit[segs[i].offset + k], 1);
+        }
+        free(hit);
+        dmuon_sched_release(&s);
+    }
+}
+
+static void test_sched_cover(void **state)
+{
+    for (int l = 0; l < DMUON_LAYOUT_COUNT; l++) {
+        dmuon_segment *segs;
+        int n;
+        assert_int_equal(dmuon_layout_make((dmuon_layout)l, 300000 + 6, DMUON_BF16, 4, 2, &segs, &n),
+                         DMUON_OK);
+        check_cover(segs, n, 4, 2, 65536);
+        check_cover(segs, n, 4, 2, 1000);
+        free(segs);
+        assert_int_equal(dmuon_layout_make((dmuon_layout)l, 4096, DMUON_F32, 3, 4, &segs, &n),
+                         DMUON_OK);
+        check_cover(segs, n, 3, 4, 64);
+        free(segs);
+    }
+}
+
+/* Follows the routes of every queue: gather reaches every node once; reduce
+ * passes every node once and ends at the queue's node; in[] mirrors out[]. */
+static void check_routes(int R, dmuon_path path)
+{
+    dmuon_segment seg = {0, DMUON_BF16, 0, 16, 0};
+    for (int kind = 0; kind < 2; kind++) {
+        dmuon_sched s;
+        dmuon_sched_opts o = {path, 0, 0};
+        assert_int_equal(dmuon_sched_init(&s, &seg, 1, R, 2, (dmuon_sched_kind)kind, &o), DMUON_OK);
+        int in[32], out[32], nout;
+        for (int q = 0; q < R; q++) {
+            int recv_count[32] = {0}, nin_of[32] = {0}, sends = 0;
+            for (int node = 0; node < R; node++) {
+                int nin = dmuon_sched_route(&s, q, node, in, out, &nout);
+                sends += nout;
+                for (int i = 0; i < nout; i++) {
+                    assert_true(out[i] != node && out[i] >= 0 && out[i] < R);
+                    recv_count[out[i]]++;
+                    /* the receiver lists this node among its inputs */
+                    int in2[32], out2[32], n2, found = 0;
+                    int ni2 = dmuon_sched_route(&s, q, out[i], in2, out2, &n2);
+                    for (int k = 0; k < ni2; k++)
+                        found |= in2[k] == node;
+                    assert_true(found);
+                }
+                nin_of[node] = nin;
+            }
+            for (int node = 0; node < R; node++)   /* every input has a sender */
+                assert_int_equal(recv_count[node], nin_of[node]);
+            assert_int_equal(sends, R - 1);   /* one transfer into each other node */
+            if (kind == DMUON_SCHED_GATHER) {
+                for (int node = 0; node < R; node++)
+                    assert_int_equal(recv_count[node], node == q ? 0 : 1);
+            } else {
+                int nin = dmuon_sched_route(&s, q, q, in, out, &nout);
+                assert_int_equal(nout, 0);            /* the owner node ends it */
+                if (path == DMUON_PATH_STAR)
+                    for (int k = 0; k < nin; k++)     /* added in chain order */
+                        assert_int_equal(in[k], (q + 1 + k) % R);
+            }
+        }
+        assert_int_equal(dmuon_sched_depth(&s), R == 1 ? 0 : path == DMUON_PATH_STAR ? 1 : R - 1);
+        dmuon_sched_release(&s);
+    }
+}
+
+static void test_sched_routes(void **state)
+{
+    for (int R = 1; R <= 9; R++) {
+        check_routes(R, DMUON_PATH_CHAIN);
+        check_routes(R, DMUON_PATH_STAR);
+    }
+}
+
+static void test_sched_auto_path(void **state)
+{
+    dmuon_segment *segs;
+    int n;
+    dmuon_sched s;
+    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, 64 * 1024, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
+    assert_int_equal(dmuon_sched_init(&s, segs, n, 4, 2, DMUON_SCHED_GATHER, NULL), DMUON_OK);
+    assert_int_equal(s.path, DMUON_PATH_STAR);
+    dmuon_sched_release(&s);
+    free(segs);
+    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, 8 << 20, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
+    assert_int_equal(dmuon_sched_init(&s, segs, n, 4, 2, DMUON_SCHED_GATHER, NULL), DMUON_OK);
+    assert_int_equal(s.path, DMUON_PATH_CHAIN);
+    dmuon_sched_release(&s);
+    free(segs);
+    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, 4096, DMUON_BF16, 17, 1, &segs, &n), DMUON_OK);
+    assert_int_equal(dmuon_sched_init(&s, segs, n, 17, 1, DMUON_SCHED_REDUCE, NULL), DMUON_OK);
+    assert_int_equal(s.path, DMUON_PATH_CHAIN);   /* more than 16 nodes */
+    dmuon_sched_release(&s);
+    dmuon_sched_opts o = {DMUON_PATH_STAR, 0, 0};
+    assert_int_equal(dmuon_sched_init(&s, segs, n, 17, 1, DMUON_SCHED_REDUCE, &o), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "star path serves at most 16 nodes"));
+    free(segs);
+}
+
+static void test_layout_node(void **state)
+{
+    dmuon_segment *segs;
+    int n;
+    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, 6 * 1000 * 2, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
+    assert_int_equal(n, 4);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(segs[i].owner / 2, i);          /* one owner per node */
+        total += segs[i].count;
+    }
+    assert_int_equal(total, 6000);
+    /* lengths cycle 1:2:3 (the last takes the remainder) */
+    assert_int_equal(segs[1].count, 2 * segs[0].count);
+    assert_int_equal(segs[2].count, 3 * segs[0].count);
+    assert_int_equal(dmuon_table_check(segs, n, 8, NULL, NULL), DMUON_OK);
+    free(segs);
+    dmuon_layout l;
+    assert_int_equal(dmuon_layout_parse("diagonal", &l), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "unknown layout 'diagonal'"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_rounding),   cmocka_unit_test(test_table_check),
+        cmocka_unit_test(test_table_digest),    cmocka_unit_test(test_sched_cover),
+        cmocka_unit_test(test_sched_routes),    cmocka_unit_test(test_sched_auto_path),
+        cmocka_unit_test(test_layout_node),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,141 @@
+/*
+ * ops_ours.c — dmuon-bench line "ours": dmuon_allgatherv /
+ * dmuon_reduce_scatterv on a group built from the case's table, and the
+ * streaming publish (begin, every owner posts its parameters in post order
+ * without waiting, every leader waits for its parameters, end).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+typedef struct {
+    const bench_case *c;
+    dmuon_group *g;
+    dmuon_publish *p;
+    dmuon_segment *params;
+    int64_t step;
+} ours_state;
+
+static int ours_supports(const bench_case *c) { return 1; }
+
+static dmuon_rc ours_setup(const bench_case *c, void **out)
+{
+    const dmuon_topo *t = c->topo;
+    ours_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    s->c = c;
+    dmuon_rc rc = DMUON_OK;
+    if (c->op == OP_PUB) {
+        int K = t->per_node;
+        s->params = malloc((size_t)c->n * sizeof *s->params);
+        int64_t *end = calloc((size_t)K, sizeof *end);
+        if (!s->params || !end) {
+            free(end);
+            rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < c->n; i++) {
+            s->params[i] = c->segs[i];
+            s->params[i].offset = end[c->segs[i].owner % K];
+            end[c->segs[i].owner % K] += bench_seg_bytes(&c->segs[i]);
+        }
+        free(end);
+        dmuon_publish_opts po = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
+        DMUON_TRY_GOTO(rc, dmuon_publish_create(t, s->params, c->n, &po, &s->p), fail);
+        unsigned char *copy = dmuon_publish_copy(s->p);
+        for (int i = 0; i < c->n; i++)
+            if (s->params[i].owner == t->rank)
+                for (int64_t k = 0; k < bench_seg_bytes(&s->params[i]); k++)
+                    copy[s->params[i].offset + k] = bench_agv_byte(i, k);
+    } else {
+        DMUON_TRY_GOTO(rc, dmuon_group_create(t, c->segs, c->n, &c->gopts, &s->g), fail);
+        unsigned char *buf = dmuon_group_buffer(s->g), *win = dmuon_group_window(s->g);
+        for (int i = 0; i < c->n; i++) {
+            const dmuon_segment *g = &c->segs[i];
+            if (c->op == OP_AGV) {
+                if (g->owner == t->rank)
+                    for (int64_t k = 0; k < bench_seg_bytes(g); k++)
+                        win[g->window_offset + k] = bench_agv_byte(i, k);
+            } else {
+                for (int64_t k = 0; k < g->count; k++)
+                    bench_store(g->dtype, buf + g->offset, k, bench_rsv_val(t->rank, i, k));
+            }
+        }
+    }
+    *out = s;
+    return DMUON_OK;
+fail:
+    free(s->params);
+    free(s);
+    return rc;
+}
+
+static dmuon_rc ours_run(void *st)
+{
+    ours_state *s = st;
+    const bench_case *c = s->c;
+    if (c->op == OP_AGV)
+        return dmuon_allgatherv(s->g);
+    if (c->op == OP_RSV)
+        return dmuon_reduce_scatterv(s->g);
+    const dmuon_topo *t = c->topo;
+    s->step++;
+    DMUON_TRY(dmuon_publish_begin(s->p, s->step));
+    for (int j = 0; j < c->n; j++) {
+        int i = c->post_order ? c->post_order[j] : j;
+        if (s->params[i].owner == t->rank)
+            DMUON_TRY(dmuon_publish_post(s->p, i, s->step));
+    }
+    if (t->nodes > 1)
+        for (int j = 0; j < c->n; j++) {
+            int i = c->post_order ? c->post_order[j] : j;
+            if (s->params[i].owner % t->per_node == t->local && s->params[i].owner != t->rank)
+                DMUON_TRY(dmuon_publish_wait(s->p, i, s->step));
+        }
+    return dmuon_publish_end(s->p, s->step);
+}
+
+static int64_t ours_check(void *st)
+{
+    ours_state *s = st;
+    const bench_case *c = s->c;
+    const dmuon_topo *t = c->topo;
+    int64_t bad = 0;
+    if (c->op == OP_PUB) {
+        const unsigned char *copy = dmuon_publish_copy(s->p);
+        for (int i = 0; i < c->n; i++)
+            if (s->params[i].owner % t->per_node == t->local)
+                for (int64_t k = 0; k < bench_seg_bytes(&s->params[i]); k++)
+                    bad += copy[s->params[i].offset + k] != bench_agv_byte(i, k);
+        return bad;
+    }
+    const unsigned char *buf = dmuon_group_buffer(s->g), *win = dmuon_group_window(s->g);
+    for (int i = 0; i < c->n; i++) {
+        const dmuon_segment *g = &c->segs[i];
+        if (c->op == OP_AGV) {
+            for (int64_t k = 0; k < bench_seg_bytes(g); k++)
+                bad += buf[g->offset + k] != bench_agv_byte(i, k);
+        } else if (g->owner == t->rank) {
+            for (int64_t k = 0; k < g->count; k++)
+                bad += bench_load(g->dtype, win + g->window_offset, k) !=
+                       bench_rsv_sum(t->size, i, k);
+        }
+    }
+    return bad;
+}
+
+static void ours_teardown(void *st)
+{
+    ours_state *s = st;
+    if (!s)
+        return;
+    dmuon_group_free(s->g);
+    dmuon_publish_free(s->p);
+    free(s->params);
+    free(s);
+}
+
+const bench_line bench_line_ours = {"ours", ours_supports, ours_setup, ours_run, ours_check,
+                                    ours_teardown};

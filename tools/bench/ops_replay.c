@@ -1,0 +1,222 @@
+/*
+ * ops_replay.c — replaying real plans in dmuon-bench.
+ *
+ *   --plan PLAN                 every layer's frozen segment table through
+ *                               AllGatherV and ReduceScatterV against the
+ *                               baselines, one row per layer and a total
+ *   --replay-publish PLAN --rail S
+ *                               the publish tasks of rail S in one step, in
+ *                               the plan's layer order (owners post as they
+ *                               finish, paper Table 7); per-owner = one
+ *                               broadcast per unit on the rail, coalesced =
+ *                               one variable-length call per layer
+ *
+ * The run's topology must be the plan's (ranks, nodes × GPUs per node).
+ *
+ * The plan reader (dmuon_plan_load, libcore/plan_io.c) joins libdmuon with
+ * the planner; a build without that file compiles the replay out and says
+ * so at run time.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_driver.h"
+
+#if __has_include("../../libcore/plan_io.c")
+#include "dmuon/plan.h"
+
+static dmuon_rc load_matching(const char *path, const dmuon_topo *t, dmuon_plan **out)
+{
+    dmuon_plan *p = NULL;
+    dmuon_rc lrc = dmuon_plan_load(path, &p);
+    int bad = lrc != DMUON_OK;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->world);
+    if (lrc != DMUON_OK)
+        return lrc;
+    if (bad) {
+        dmuon_plan_free(p);
+        return DMUON_FAIL(DMUON_EIO, "%s: another rank could not load the plan", path);
+    }
+    if (dmuon_plan_ranks(p) != t->size || dmuon_plan_gpus_per_node(p) != t->per_node) {
+        dmuon_rc rc = DMUON_FAIL(DMUON_EMISMATCH, "%s: the plan is for %d ranks as %d nodes x %d, "
+                                 "this run has %d ranks as %d nodes x %d (launch %d ranks with "
+                                 "--ranks-per-node %d)", path, (int)dmuon_plan_ranks(p),
+                                 (int)dmuon_plan_nodes(p), (int)dmuon_plan_gpus_per_node(p),
+                                 t->size, t->nodes, t->per_node, (int)dmuon_plan_ranks(p),
+                                 (int)dmuon_plan_gpus_per_node(p));
+        dmuon_plan_free(p);
+        return rc;
+    }
+    *out = p;
+    return DMUON_OK;
+}
+
+static void case_init(bench_case *c, const bench_opts *o, const dmuon_topo *t, MPI_Op sum)
+{
+    memset(c, 0, sizeof *c);
+    c->topo = t;
+    c->gopts.path = o->path;
+    c->gopts.chunk_bytes = o->chunk_bytes;
+    c->gopts.deadline_ms = o->deadline_ms;
+    c->gopts.fp32_accum = o->fp32_accum;
+    c->bf16_sum = sum;
+}
+
+static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, int op_mask,
+                              int *wrong)
+{
+    dmuon_plan *p = NULL;
+    DMUON_TRY(load_matching(o->plan, t, &p));
+    dmuon_rc rc = DMUON_OK;
+    char what[512];
+    snprintf(what, sizeof what, "plan %s (%zu layers)", o->plan, dmuon_plan_layer_count(p));
+    bench_print_header(o, t, what);
+    for (int op = OP_AGV; op <= OP_RSV && rc == DMUON_OK; op++) {
+        if (!(op_mask & (1 << op)))
+            continue;
+        bench_result total;
+        memset(&total, 0, sizeof total);
+        for (int l = 0; l < BENCH_NLINES; l++)
+            total.ran[l] = 1;
+        int64_t total_bytes = 0;
+        dmuon_dtype dt = dmuon_plan_param_dtype(p);
+        for (size_t i = 0; i < dmuon_plan_layer_count(p) && rc == DMUON_OK; i++) {
+            size_t n = 0;
+            const dmuon_segment *segs = dmuon_plan_layer_segments(p, i, &n);
+            if (!n)
+                continue;
+            bench_case c;
+            case_init(&c, o, t, sum);
+            c.op = op;
+            c.segs = segs;
+            c.n = (int)n;
+            if (t->rank == 0)
+                fprintf(stderr, "dmuon-bench: %s layer %s\n", op == OP_AGV ? "agv" : "rsv",
+                        dmuon_plan_layer_name(p, i));
+            bench_result r;
+            rc = bench_measure(o, &c, &r);
+            if (rc != DMUON_OK)
+                break;
+            char label[64];
+            snprintf(label, sizeof label, "%s", dmuon_plan_layer_name(p, i));
+            *wrong |= bench_record(o, t, op, label, dmuon_plan_layer_bytes(p, i), segs[0].dtype, &r);
+            total_bytes += dmuon_plan_layer_bytes(p, i);
+            dt = segs[0].dtype;
+            for (int l = 0; l < BENCH_NLINES; l++) {
+                total.ran[l] &= r.ran[l];
+                total.time_us[l] += r.time_us[l];
+                total.wrong[l] += r.wrong[l];
+            }
+        }
+        if (rc == DMUON_OK)
+            *wrong |= bench_record(o, t, op, op == OP_AGV ? "agv-all" : "rsv-all", total_bytes, dt,
+                                   &total);
+    }
+    dmuon_plan_free(p);
+    return rc;
+}
+
+typedef struct {
+    int unit, layer;
+} post;
+
+static int post_cmp(const void *a, const void *b)
+{
+    const post *x = a, *y = b;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    return x->unit - y->unit;
+}
+
+static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, MPI_Op sum, int *wrong)
+{
+    dmuon_plan *p = NULL;
+    DMUON_TRY(load_matching(o->replay_publish, t, &p));
+    dmuon_rc rc = DMUON_OK;
+    size_t nu = 0;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    post *order = calloc(nu ? nu : 1, sizeof *order);
+    dmuon_segment *params = calloc(nu ? nu : 1, sizeof *params);
+    int *layer_of = calloc(nu ? nu : 1, sizeof *layer_of);
+    int n = 0;
+    if (!order || !params || !layer_of) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (o->rail >= t->per_node) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "--rail %d: the plan has rails 0..%d", o->rail,
+                        t->per_node - 1);
+        goto done;
+    }
+    for (size_t i = 0; i < nu; i++)
+        if (u[i].column == o->rail) {
+            order[n].unit = (int)i;
+            order[n].layer = u[i].layer;
+            n++;
+        }
+    if (n == 0) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "%s: no unit publishes on rail %d", o->replay_publish,
+                        o->rail);
+        goto done;
+    }
+    /* Owners update (and post) in the layer order of the forward pass. */
+    qsort(order, (size_t)n, sizeof *order, post_cmp);
+    dmuon_dtype dt = dmuon_plan_param_dtype(p);
+    int64_t off = 0;
+    int layer = 0;
+    for (int j = 0; j < n; j++) {
+        const dmuon_plan_unit *x = &u[order[j].unit];
+        params[j].owner = x->owner;
+        params[j].dtype = dt;
+        params[j].count = x->bytes / (int64_t)dmuon_dtype_size(dt);
+        params[j].offset = off;
+        off += params[j].count * (int64_t)dmuon_dtype_size(dt);
+        if (j > 0 && order[j].layer != order[j - 1].layer)
+            layer++;
+        layer_of[j] = layer;
+    }
+    char what[512];
+    snprintf(what, sizeof what, "publish replay of %s, rail %d (%d units, %d layers)",
+             o->replay_publish, o->rail, n, layer + 1);
+    bench_print_header(o, t, what);
+    bench_case c;
+    case_init(&c, o, t, sum);
+    c.op = OP_PUB;
+    c.segs = params;
+    c.n = n;
+    c.layer_of = layer_of;
+    bench_result r;
+    rc = bench_measure(o, &c, &r);
+    if (rc == DMUON_OK) {
+        char label[32];
+        snprintf(label, sizeof label, "rail%d", o->rail);
+        *wrong |= bench_record(o, t, OP_PUB, label, off, dt, &r);
+    }
+done:
+    free(order);
+    free(params);
+    free(layer_of);
+    dmuon_plan_free(p);
+    return rc;
+}
+
+dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, MPI_Op bf16_sum, int op_mask,
+                      int *wrong)
+{
+    if (o->plan)
+        DMUON_TRY(replay_layers(o, t, bf16_sum, op_mask, wrong));
+    if (o->replay_publish)
+        DMUON_TRY(replay_publish(o, t, bf16_sum, wrong));
+    return DMUON_OK;
+}
+
+#else
+dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, MPI_Op bf16_sum, int op_mask,
+                      int *wrong)
+{
+    return DMUON_FAIL(DMUON_EUNSUPPORTED, "%s: this build has no plan reader "
+                      "(libcore/plan_io.c); plan replay is unavailable",
+                      o->plan ? o->plan : o->replay_publish);
+}
+#endif

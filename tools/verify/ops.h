@@ -1,0 +1,49 @@
+/*
+ * ops.h — the shared driver of dmuon-verify's operator checks (ops.c) and
+ * the operator cases that plug into it (ops_agv.c, ops_rsv.c,
+ * ops_publish.c), in the style of nccl-tests: each case fills a verify_op.
+ */
+#ifndef DMUON_TOOLS_VERIFY_OPS_H
+#define DMUON_TOOLS_VERIFY_OPS_H
+
+#include <stdint.h>
+
+#include "dmuon/collv.h"
+#include "dmuon/publish.h"
+#include "dmuon/topo.h"
+
+enum { FAULT_NONE = 0, FAULT_TABLE, FAULT_STALL, FAULT_KILL, FAULT_STALE };
+
+typedef struct {
+    dmuon_topo topo;
+    dmuon_group_opts gopts;   /* deadline, chunk, slots; path set per run */
+    int fault, fault_rank;
+    int faulted;              /* the fault has been injected */
+    int verbose;
+    int passed, failed;       /* checks, agreed over all ranks */
+    double worst_ours, worst_ring;   /* BF16 relative error, over all runs */
+    int64_t steps;            /* publish steps */
+} vctx;
+
+typedef struct {
+    const char *name;
+    /* Runs every check of this operator on one table; records each with
+     * vctx_check.  Returns DMUON_OK, or an rc that ends the run (not
+     * DMUON_ECHECK: failed checks are counted, not returned). */
+    dmuon_rc (*run)(vctx *c, const dmuon_segment *segs, int n, const char *label);
+} verify_op;
+
+extern const verify_op verify_op_agv, verify_op_rsv, verify_op_publish;
+
+/* Collective: a check passes when it passed on every rank.  Rank 0 prints
+ * failures (and passes with -v) as "ok|FAIL  <label> <what>". */
+void vctx_check(vctx *c, int ok_here, const char *label, const char *what);
+
+/* Injects the configured fault at the first operator call of this rank
+ * (stall: sleep well past the deadline; kill: SIGKILL itself). */
+void vctx_fault_point(vctx *c);
+
+/* Deterministic 64-bit mix of (seed, a, b): splitmix64 finalizer. */
+uint64_t vhash(uint64_t seed, uint64_t a, uint64_t b);
+
+#endif

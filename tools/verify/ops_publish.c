@@ -1,0 +1,150 @@
+/*
+ * ops_publish.c — dmuon-verify case: the HSDP publish.  The table's
+ * segments become parameters (owner and length kept; each rail's parameters
+ * packed back to back in its copy).  For steps 1..S every owner writes
+ * hashed bytes of (step, parameter) into its copy and posts its parameters
+ * in table order without waiting; every leader waits for each parameter it
+ * leads, in table order, and checks the bytes bit for bit and that its
+ * arrival flag holds exactly this step; end() must then succeed.  Before
+ * step t's data is posted every led flag must still hold t−1 (a wait would
+ * not accept it).  With the stale fault, the owner of parameter 0 posts it
+ * in step 2 labelled step 1: its leaders must refuse it (DMUON_ECHECK).
+ * A last step posts one parameter at a time (with a barrier between posts)
+ * to check that each one streams through on its own.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+static unsigned char pattern(int64_t step, int p, int64_t i)
+{
+    return (unsigned char)(vhash(0x9bu + (uint64_t)step, (uint64_t)p, (uint64_t)i) >> 56);
+}
+
+static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const char *label)
+{
+    const dmuon_topo *t = &c->topo;
+    int K = t->per_node;
+    dmuon_segment *ps = malloc((n ? (size_t)n : 1) * sizeof *ps);
+    int64_t *rail_end = calloc((size_t)K, sizeof *rail_end);
+    if (!ps || !rail_end) {
+        free(ps);
+        free(rail_end);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        ps[i] = segs[i];
+        ps[i].offset = rail_end[segs[i].owner % K];
+        ps[i].window_offset = 0;
+        rail_end[segs[i].owner % K] += segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
+    }
+    free(rail_end);
+    dmuon_publish_opts o = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
+    dmuon_publish *p = NULL;
+    dmuon_rc rc = dmuon_publish_create(t, ps, n, &o, &p);
+    if (rc != DMUON_OK) {
+        free(ps);
+        return rc;
+    }
+    unsigned char *copy = dmuon_publish_copy(p);
+    int leads = t->nodes > 1;
+    for (int64_t step = 1; step <= c->steps; step++) {
+        DMUON_TRY_GOTO(rc, dmuon_publish_begin(p, step), done);
+        int old_ok = 1;
+        for (int i = 0; i < n; i++)
+            if (leads && ps[i].owner % K == t->local && ps[i].owner != t->rank)
+                old_ok &= dmuon_publish_flag(p, i) == step - 1;
+        char what[200];
+        snprintf(what, sizeof what, "step %lld: arrival flags hold step %lld before the posts",
+                 (long long)step, (long long)step - 1);
+        vctx_check(c, old_ok, label, what);
+        vctx_fault_point(c);
+        for (int i = 0; i < n; i++) {
+            if (ps[i].owner != t->rank)
+                continue;
+            int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
+            for (int64_t k = 0; k < b; k++)
+                copy[ps[i].offset + k] = pattern(step, i, k);
+            int64_t label_step = step;
+            if (c->fault == FAULT_STALE && i == 0 && step == 2)
+                label_step = 1;
+            DMUON_TRY_GOTO(rc, dmuon_publish_post(p, i, label_step), done);
+        }
+        int64_t bad = 0;
+        int stale_seen = 0, ok_wait = 1;
+        for (int i = 0; i < n; i++) {
+            if (!leads || ps[i].owner % K != t->local || ps[i].owner == t->rank)
+                continue;
+            dmuon_rc w = dmuon_publish_wait(p, i, step);
+            if (w == DMUON_ECHECK) {
+                fprintf(stderr, "dmuon-verify: %s\n", dmuon_errmsg());
+                stale_seen = 1;
+                ok_wait = 0;
+                continue;
+            }
+            if (w != DMUON_OK) {
+                rc = w;
+                goto done;
+            }
+            int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
+            for (int64_t k = 0; k < b; k++)
+                bad += copy[ps[i].offset + k] != pattern(step, i, k);
+            ok_wait &= dmuon_publish_flag(p, i) == step;
+        }
+        dmuon_rc e = dmuon_publish_end(p, step);
+        if (e != DMUON_OK && !(e == DMUON_ECHECK && stale_seen)) {
+            rc = e;
+            goto done;
+        }
+        snprintf(what, sizeof what, "step %lld: leaders hold the owners' bytes bit for bit "
+                 "(%lld wrong here)", (long long)step, (long long)bad);
+        vctx_check(c, bad == 0, label, what);
+        snprintf(what, sizeof what, "step %lld: every arrival flag carries step %lld",
+                 (long long)step, (long long)step);
+        vctx_check(c, ok_wait, label, what);
+    }
+
+    /* One post at a time: parameter i reaches all its leaders before i + 1
+     * is posted, while every later parameter's flag still holds the previous
+     * step (which a wait would not take). */
+    if (c->fault == FAULT_NONE) {
+        int64_t step = c->steps + 1;
+        int64_t bad = 0;
+        int order_ok = 1;
+        DMUON_TRY_GOTO(rc, dmuon_publish_begin(p, step), done);
+        for (int i = 0; i < n; i++) {
+            if (ps[i].owner == t->rank) {
+                int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
+                for (int64_t k = 0; k < b; k++)
+                    copy[ps[i].offset + k] = pattern(step, i, k);
+                DMUON_TRY_GOTO(rc, dmuon_publish_post(p, i, step), done);
+            }
+            if (leads && ps[i].owner % K == t->local && ps[i].owner != t->rank) {
+                DMUON_TRY_GOTO(rc, dmuon_publish_wait(p, i, step), done);
+                int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
+                for (int64_t k = 0; k < b; k++)
+                    bad += copy[ps[i].offset + k] != pattern(step, i, k);
+            }
+            for (int j = i + 1; j < n; j++)
+                if (leads && ps[j].owner % K == t->local && ps[j].owner != t->rank)
+                    order_ok &= dmuon_publish_flag(p, j) == step - 1;
+            MPI_Barrier(t->world);
+        }
+        DMUON_TRY_GOTO(rc, dmuon_publish_end(p, step), done);
+        char what[200];
+        snprintf(what, sizeof what, "posted one at a time: each parameter arrives whole before "
+                 "the next is posted (%lld wrong here)", (long long)bad);
+        vctx_check(c, bad == 0, label, what);
+        vctx_check(c, order_ok, label, "posted one at a time: parameters not yet posted keep "
+                   "the previous step's flag");
+    }
+done:
+    if (rc == DMUON_OK)
+        dmuon_publish_free(p);
+    free(ps);
+    return rc;
+}
+
+const verify_op verify_op_publish = {"publish", publish_run};
