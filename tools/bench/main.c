@@ -9,15 +9,26 @@
  *
  * This file only dispatches; each family lives in its own file here.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "bench.h"
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && !strcmp(argv[1], "ns"))
+    /* argv[0] of a family names the tool and the family in its messages */
+    if (argc > 1 && !strcmp(argv[1], "ns")) {
+        argv[1] = "dmuon-bench ns";
         return bench_ns_main(argc - 1, argv + 1);
-    if (argc > 1 && !strcmp(argv[1], "plan"))
+    }
+    if (argc > 1 && !strcmp(argv[1], "plan")) {
+        argv[1] = "dmuon-bench plan";
         return bench_plan_main(argc - 1, argv + 1);
+    }
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
+        printf("dmuon-bench: benchmarks measured side by side in one run.\n\n"
+               "  dmuon-bench [options]             the communication operators (below)\n"
+               "  dmuon-bench ns [options]          Gram vs direct Newton-Schulz, sgemm rate\n"
+               "  dmuon-bench plan [options]        planner speed (real and synthetic models)\n\n");
     return bench_ops_main(argc, argv);
 }
