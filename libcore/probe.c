@@ -191,12 +191,10 @@ dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes
     int nranks = 1;
     char device[128] = "", variant[32], host[64] = "", libs[128];
 
+    if (n > 0)
+        memset(rows_out, 0, n * sizeof *rows_out);   /* m == 0: not measured */
     DMUON_TRY(check_opts(opts));
-    for (size_t i = 0; i < n; i++)
-        if (shapes[i][0] < 1 || shapes[i][1] < 1)
-            return DMUON_FAIL(DMUON_EINVAL, "probe: shape %zu is %lld x %lld (expected positive "
-                              "dimensions)", i + 1, (long long)shapes[i][0],
-                              (long long)shapes[i][1]);
+    DMUON_TRY(dmuon_probe_check_shapes(shapes, n));
     if (comm != MPI_COMM_NULL && MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
         return DMUON_FAIL(DMUON_ECOMM, "probe: MPI_Comm_size failed");
 
@@ -252,7 +250,6 @@ dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes
             memcpy(all, mine, sizeof mine);
         }
         dmuon_cost_row *row = &rows_out[i];
-        memset(row, 0, sizeof *row);
         row->min_ms = all[1];
         row->max_ms = all[2];
         for (int r = 0; r < nranks; r++) {
@@ -282,6 +279,22 @@ done:
 }
 
 /* ------------------------------------------------------------- parsing -- */
+
+dmuon_rc dmuon_probe_check_shapes(const int64_t (*shapes)[2], size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (shapes[i][0] < 1 || shapes[i][1] < 1)
+            return DMUON_FAIL(DMUON_EINVAL, "probe: shape %zu is %lld x %lld (expected positive "
+                              "dimensions)", i + 1, (long long)shapes[i][0],
+                              (long long)shapes[i][1]);
+        /* dmuon_ns_run's limit, checked before any input is allocated */
+        if (shapes[i][0] > INT_MAX / shapes[i][1])
+            return DMUON_FAIL(DMUON_EINVAL, "probe: shape %zu is %lld x %lld, more than the "
+                              "%d elements one NS call supports", i + 1,
+                              (long long)shapes[i][0], (long long)shapes[i][1], INT_MAX);
+    }
+    return DMUON_OK;
+}
 
 dmuon_rc dmuon_probe_parse_shapes(const char *text, int64_t (**shapes)[2], size_t *n)
 {

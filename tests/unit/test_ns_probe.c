@@ -2,7 +2,9 @@
  * test_ns_probe.c — the probe library without MPI (comm = MPI_COMM_NULL):
  * rows are filled with this machine's key and consistent figures, options
  * are validated, shape lists parse, and rows round-trip through the cost
- * database in one transaction.
+ * database in one transaction.  A shape that fails part-way (out of memory
+ * under an address-space limit, in a child process) leaves the rows measured
+ * before it filled and the rest zeroed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dmuon/costdb.h"
@@ -119,12 +123,92 @@ static void test_parse_shapes(void **state)
     }
 }
 
+static void test_check_shapes(void **state)
+{
+    const int64_t ok[3][2] = {{1, 1}, {46340, 46340}, {1, 2147483647}};
+    const int64_t zero[2][2] = {{4, 4}, {0, 3}};
+    const int64_t big[2][2] = {{4, 4}, {65536, 32768}};   /* 2^31 elements */
+    assert_int_equal(dmuon_probe_check_shapes(ok, 3), DMUON_OK);
+    assert_int_equal(dmuon_probe_check_shapes(zero, 2), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "shape 2 is 0 x 3"));
+    assert_int_equal(dmuon_probe_check_shapes(big, 2), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "65536 x 32768"));
+
+    /* refused before anything is timed or allocated: every row zeroed */
+    dmuon_cost_row rows[2];
+    memset(rows, 0x5a, sizeof rows);
+    dmuon_probe_opts o;
+    dmuon_probe_opts_init(&o, DMUON_DEVICE_CPU);
+    assert_int_equal(dmuon_probe_shapes(&o, big, 2, MPI_COMM_NULL, rows), DMUON_EINVAL);
+    assert_int_equal(rows[0].m, 0);
+    assert_int_equal(rows[1].m, 0);
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+/* Child of test_partial_rows: returns 0 when the rows are as documented. */
+static int partial_child(void)
+{
+    /* room for this process and small shapes, not for a 30000 x 30000
+     * input (3.6 GB) */
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long vm_kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &vm_kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (vm_kb < 0)
+        return 10;
+    const rlim_t cap = (rlim_t)(vm_kb + 1024L * 1024L) * 1024;   /* + 1 GiB */
+    struct rlimit rl = {cap, cap};
+    if (setrlimit(RLIMIT_AS, &rl) != 0)
+        return 11;
+    const int64_t shapes[3][2] = {{8, 24}, {30000, 30000}, {5, 5}};
+    dmuon_cost_row rows[3];
+    memset(rows, 0x5a, sizeof rows);
+    dmuon_probe_opts o;
+    dmuon_probe_opts_init(&o, DMUON_DEVICE_CPU);
+    o.warmup = 0;
+    o.iters = 1;
+    dmuon_rc rc = dmuon_probe_shapes(&o, shapes, 3, MPI_COMM_NULL, rows);
+    if (rc != DMUON_ENOMEM)
+        return 12;
+    if (!strstr(dmuon_errmsg(), "30000 x 30000"))
+        return 13;
+    if (rows[0].m != 8 || rows[0].n != 24 || rows[0].samples != 1 || !(rows[0].max_ms > 0.0))
+        return 14;
+    if (rows[1].m != 0 || rows[2].m != 0)
+        return 15;
+    return 0;
+}
+#endif
+
+static void test_partial_rows(void **state)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    skip();   /* ASan reserves terabytes of address space: no RLIMIT_AS here */
+#else
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(partial_child());
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe_rows),
         cmocka_unit_test(test_probe_errors),
         cmocka_unit_test(test_parse_shapes),
+        cmocka_unit_test(test_check_shapes),
+        cmocka_unit_test(test_partial_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

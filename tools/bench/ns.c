@@ -32,15 +32,17 @@
 #endif
 
 static const char *usage_text =
-    "usage: dmuon-bench ns [--model MODEL]... [--shapes MxN,...] [options]\n"
+    "usage: dmuon-bench ns [--model MODEL... | --shapes MxN,...] [options]\n"
     "\n"
     "Times Gram and direct Newton-Schulz side by side for each shape, next to the\n"
     "device's sgemm on the dominant product (s x s times s x l, s = min(m,n), l = max),\n"
     "and reports effective rates (NS operation count / time) as a fraction of sgemm's.\n"
     "\n"
-    "  --model MODEL        take the model's distinct Muon shapes (repeatable)\n"
-    "  --shapes MxN,...     these shapes (default without --model: 256x1536,1536x1536,\n"
-    "                       8960x1536,1536x8960, the Qwen2.5-1.5B Muon shapes)\n"
+    "  --model MODEL        take the model's distinct Muon shapes (repeatable; a model\n"
+    "                       without Muon matrices is an error)\n"
+    "  --shapes MxN,...     these shapes instead of a model's (default without --model:\n"
+    "                       256x1536,1536x1536,8960x1536,1536x8960, the Qwen2.5-1.5B\n"
+    "                       Muon shapes)\n"
     "  --coeffs pe5|muon5   coefficient set (default pe5)\n"
     "  --dtype fp32|bf16    precision (default fp32)\n"
     "  --device cpu|cuda    where to run (default cpu)\n"
@@ -159,6 +161,10 @@ static dmuon_rc add_model(const char *path, int64_t (**shapes)[2], size_t *n)
     dmuon_model_free(m);
     if (rc != DMUON_OK)
         return rc;
+    if (k == 0) {
+        free(sc);
+        return DMUON_FAIL(DMUON_EINVAL, "model '%s' has no Muon matrices to benchmark", path);
+    }
     int64_t(*grown)[2] = realloc(*shapes, (*n + k + 1) * sizeof **shapes);
     if (!grown) {
         free(sc);
@@ -194,7 +200,8 @@ int bench_ns_main(int argc, char **argv)
     const char *set = "pe5", *dtype = "fp32";
     int warmup = -1, iters = -1;
     long long max_el = -1;
-    bool json = false;
+    bool json = false, have_model = false, have_shapes = false;
+    static const char excl[] = "--model and --shapes exclude each other: give one";
     dmuon_device_kind dev = DMUON_DEVICE_CPU;
     char msg[512];
     int c, code = 0;
@@ -205,6 +212,11 @@ int bench_ns_main(int argc, char **argv)
         long long v;
         switch (c) {
         case 'm':
+            if (have_shapes) {
+                code = fail(DMUON_EINVAL, excl);
+                goto done;
+            }
+            have_model = true;
             if ((rc = add_model(optarg, &shapes, &n)) != DMUON_OK) {
                 code = fail(rc, dmuon_errmsg());
                 goto done;
@@ -213,6 +225,11 @@ int bench_ns_main(int argc, char **argv)
         case 's': {
             int64_t(*more)[2] = NULL;
             size_t k = 0;
+            if (have_model) {
+                code = fail(DMUON_EINVAL, excl);
+                goto done;
+            }
+            have_shapes = true;
             if ((rc = dmuon_probe_parse_shapes(optarg, &more, &k)) != DMUON_OK) {
                 code = fail(rc, dmuon_errmsg());
                 goto done;
@@ -271,6 +288,10 @@ int bench_ns_main(int argc, char **argv)
         goto done;
     }
     if (n == 0 && (rc = dmuon_probe_parse_shapes(qwen15_shapes, &shapes, &n)) != DMUON_OK) {
+        code = fail(rc, dmuon_errmsg());
+        goto done;
+    }
+    if ((rc = dmuon_probe_check_shapes((const int64_t(*)[2])shapes, n)) != DMUON_OK) {
         code = fail(rc, dmuon_errmsg());
         goto done;
     }

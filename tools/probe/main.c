@@ -2,11 +2,15 @@
  * dmuon-probe — measures Newton–Schulz time per matrix shape on this device
  * and stores the figures in the SQLite cost database that dmuon-plan reads.
  *
- * Flags, then libcore: dmuon_probe_shapes times (median across the ranks of
- * MPI_COMM_WORLD), rank 0 writes all rows of the run in one transaction
- * (dmuon_costdb_put_rows).  Progress goes to stderr on rank 0; the result
- * table (or --json) to stdout.
+ * Flags, then libcore, in this order: the device is opened on every rank
+ * (dmuon_probe_key) before any file is created; rank 0 opens and reads the
+ * database before anything is timed; dmuon_probe_shapes times (median across
+ * the ranks of MPI_COMM_WORLD); rank 0 writes all rows of the run in one
+ * transaction (dmuon_costdb_put_rows) — when a shape fails part-way, the
+ * rows measured before it, then exits 3.  Progress goes to stderr on rank 0;
+ * the result table (or --json) to stdout.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -37,13 +41,15 @@ static const char *usage_text =
     "\n"
     "  --model MODEL        a Hugging Face config.json, .safetensors / index, or dmuon YAML\n"
     "                       inventory; its distinct Muon shapes are probed\n"
-    "  --shapes MxN,...     probe these shapes (M rows x N columns) instead\n"
+    "  --shapes MxN,...     probe these shapes (M rows x N columns) instead of a model's\n"
     "  --device cpu|cuda    where NS runs (default cpu)\n"
     "  --db PATH            cost database (default $DMUON_DB or db/dmuon.sqlite)\n"
     "  --variant V          gram-pe5 (default), direct-pe5, gram-muon5, direct-muon5\n"
     "  --dtype D            fp32 (default) or bf16\n"
     "  --warmup W           untimed calls per shape (default cpu 1, cuda 5)\n"
     "  --iters I            timed calls per shape (default cpu 3, cuda 20)\n"
+    "  --max-elements N     skip shapes with more than N elements (default: none\n"
+    "                       skipped); skipped shapes are listed\n"
     "  --missing            probe only shapes the database lacks for this device,\n"
     "                       variant and dtype\n"
     "  --list               print what the database holds and exit\n"
@@ -51,6 +57,17 @@ static const char *usage_text =
     "                       (exit 1 when it reports a problem)\n"
     "  --json               machine-readable output on stdout\n"
     "  -h, --help           this text\n"
+    "\n"
+    "Rows are keyed by device name, variant, dtype and shape.  The CPU device name is\n"
+    "'cpu: <CPU model> x<threads>', the thread count being OpenBLAS's (OPENBLAS_NUM_THREADS):\n"
+    "a probe under mpirun with OPENBLAS_NUM_THREADS=1 stores 'cpu: ... x1', and dmuon-plan\n"
+    "finds those rows only when run with the same thread count or given that name\n"
+    "(--device 'cpu: ... x1').  CUDA devices are 'cuda: <GPU name>'.\n"
+    "\n"
+    "The device is checked before the database is created, and the database is opened and\n"
+    "read before timing starts.  All rows of a run are stored in one transaction; when a\n"
+    "shape fails (e.g. out of memory), the shapes measured before it are stored, the\n"
+    "failing shape is named and the exit code is 3.\n"
     "\n"
     "Exit: 0 ok, 2 bad input, 3 runtime error (device, database, MPI).\n";
 
@@ -155,8 +172,8 @@ static void progress(size_t done, size_t total, const dmuon_cost_row *r, void *c
     if (rank != 0)
         return;
     fprintf(stderr, "dmuon-probe: [%zu/%zu] %lldx%lld  median %.4f ms (min %.4f, max %.4f, "
-            "%lld ranks)\n", done, total, (long long)r->m, (long long)r->n, r->median_ms,
-            r->min_ms, r->max_ms, (long long)r->ranks);
+            "%lld rank%s)\n", done, total, (long long)r->m, (long long)r->n, r->median_ms,
+            r->min_ms, r->max_ms, (long long)r->ranks, r->ranks == 1 ? "" : "s");
 }
 
 /* ------------------------------------------------------------ shape list -- */
@@ -214,6 +231,76 @@ static void dedupe(int64_t (*s)[2], size_t *n)
     *n = k;
 }
 
+/* Moves the shapes with more than max_el elements (max_el >= 0) from
+ * s[0..*n) to skip[0..*nskip), keeping the order of both. */
+static void split_large(int64_t (*s)[2], size_t *n, int64_t (*skip)[2], size_t *nskip,
+                        long long max_el)
+{
+    size_t k = 0;
+    *nskip = 0;
+    for (size_t i = 0; i < *n; i++) {
+        if (max_el >= 0 && s[i][0] * s[i][1] > max_el) {
+            skip[*nskip][0] = s[i][0];
+            skip[*nskip][1] = s[i][1];
+            (*nskip)++;
+        } else {
+            s[k][0] = s[i][0];
+            s[k][1] = s[i][1];
+            k++;
+        }
+    }
+    *n = k;
+}
+
+static void stamp_rows(dmuon_cost_row *rows, size_t n)
+{
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    for (size_t i = 0; i < n; i++)
+        snprintf(rows[i].measured_at, sizeof rows[i].measured_at, "%s", stamp);
+}
+
+/* After dmuon_probe_shapes failed (rc): reports the failure, and when shapes
+ * were measured before it (their rows have m > 0, see dmuon/probe.h), rank 0
+ * stores those rows in one transaction and names them.  Returns the exit
+ * code: 3 when anything was measured, else rc's. */
+static int stored_before_failure(dmuon_rc rc, dmuon_costdb *db, const char *db_path,
+                                 int64_t (*shapes)[2], dmuon_cost_row *rows, size_t n)
+{
+    char first[1024], list[512] = "";
+    size_t k = 0;
+    while (k < n && rows[k].m > 0)
+        k++;
+    snprintf(first, sizeof first, "%s", dmuon_errmsg());
+    int code = error(rc, first);
+    if (k == 0) {
+        if (rank == 0)
+            fprintf(stderr, "dmuon-probe: no shape was measured; %s is unchanged\n", db_path);
+        return code;
+    }
+    if (rank != 0)
+        return 3;
+    for (size_t i = 0, len = 0; i < k && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%lldx%lld", i ? ", " : "",
+                                (long long)rows[i].m, (long long)rows[i].n);
+    stamp_rows(rows, k);
+    dmuon_rc s = dmuon_costdb_put_rows(db, rows, k);
+    if (s != DMUON_OK) {
+        error(s, dmuon_errmsg());
+        fprintf(stderr, "dmuon-probe: the %zu shape%s measured before %lldx%lld failed (%s) "
+                "could not be stored; %s is unchanged\n", k, k == 1 ? "" : "s",
+                (long long)shapes[k][0], (long long)shapes[k][1], list, db_path);
+        return 3;
+    }
+    fprintf(stderr, "dmuon-probe: %lldx%lld failed; the %zu shape%s measured before it (%s) "
+            "%s stored in %s; rerun with --missing to measure the rest\n",
+            (long long)shapes[k][0], (long long)shapes[k][1], k, k == 1 ? "" : "s", list,
+            k == 1 ? "is" : "are", db_path);
+    return 3;
+}
+
 /* ------------------------------------------------------------------ main -- */
 
 static int run(int argc, char **argv)
@@ -224,12 +311,13 @@ static int run(int argc, char **argv)
         {"variant", required_argument, NULL, 'v'}, {"dtype", required_argument, NULL, 't'},
         {"warmup", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'i'},
         {"missing", no_argument, NULL, 'M'}, {"list", no_argument, NULL, 'l'},
-        {"check", no_argument, NULL, 'C'},
+        {"check", no_argument, NULL, 'C'}, {"max-elements", required_argument, NULL, 'x'},
         {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *model = NULL, *shapes_text = NULL, *db_path = dmuon_costdb_default_path();
     const char *variant = "gram-pe5", *dtype = "fp32";
     int warmup = -1, iters = -1;
+    long long max_el = -1;
     bool list = false, json = false, missing = false, check = false;
     dmuon_device_kind dev = DMUON_DEVICE_CPU;
     char msg[512];
@@ -261,6 +349,17 @@ static int run(int argc, char **argv)
             else
                 iters = (int)v;
             break;
+        case 'x': {
+            errno = 0;
+            long long e = strtoll(optarg, &end, 10);
+            if (*end || !*optarg || *optarg == '-' || errno || e < 1) {
+                snprintf(msg, sizeof msg, "--max-elements '%s': expected an integer >= 1",
+                         optarg);
+                return error(DMUON_EINVAL, msg);
+            }
+            max_el = e;
+            break;
+        }
         case 'M': missing = true; break;
         case 'l': list = true; break;
         case 'C': check = true; break;
@@ -279,10 +378,15 @@ static int run(int argc, char **argv)
         snprintf(msg, sizeof msg, "unexpected argument '%s' (see --help)", argv[optind]);
         return error(DMUON_EINVAL, msg);
     }
+    if (list && check)
+        return error(DMUON_EINVAL, "--list and --check exclude each other: give one");
     if (check)
         return rank == 0 ? do_check(db_path) : 0;
     if (list)
         return rank == 0 ? do_list(db_path, json) : 0;
+    if (model && shapes_text)
+        return error(DMUON_EINVAL, "--model and --shapes exclude each other: give one (probe "
+                     "two sets with two runs)");
     if (!model && !shapes_text)
         return error(DMUON_EINVAL, "nothing to probe: give --model MODEL or --shapes MxN,...");
 
@@ -297,31 +401,58 @@ static int run(int argc, char **argv)
         po.iters = iters;
     po.progress = progress;
 
-    int64_t(*shapes)[2] = NULL;
-    size_t n = 0;
+    int64_t(*shapes)[2] = NULL, (*skipped)[2] = NULL;
+    size_t n = 0, nskipped = 0;
     dmuon_rc rc = shapes_text ? dmuon_probe_parse_shapes(shapes_text, &shapes, &n)
                               : model_shapes(model, &shapes, &n);
     if (rc != DMUON_OK)
         return error(rc, dmuon_errmsg());
     dedupe(shapes, &n);
+    if ((rc = dmuon_probe_check_shapes((const int64_t(*)[2])shapes, n)) != DMUON_OK) {
+        free(shapes);
+        return error(rc, dmuon_errmsg());
+    }
+    skipped = malloc((n ? n : 1) * sizeof *skipped);
+    if (!skipped) {
+        free(shapes);
+        return error(DMUON_ENOMEM, "out of memory");
+    }
+    split_large(shapes, &n, skipped, &nskipped, max_el);
 
-    /* rank 0 opens the database first, so a bad path fails before timing */
     dmuon_costdb *db = NULL;
     dmuon_cost_row *rows = NULL;
-    int code = 0;
-    if (rank == 0)
+    char device[128] = "", var[32] = "", dt[8] = "";
+    int code = 0, ok;
+
+    /* 1. the device on every rank, before any file is created: a missing
+     *    GPU leaves no empty database behind */
+    rc = dmuon_probe_key(&po, MPI_COMM_WORLD, device, var, dt);
+    ok = rc == DMUON_OK;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!ok) {
+        code = rc != DMUON_OK ? error(rc, dmuon_errmsg()) : 3;
+        goto done;
+    }
+
+    /* 2. rank 0 opens the database and reads it once, so a bad path or a
+     *    database of another schema fails before minutes of timing */
+    if (rank == 0) {
         rc = dmuon_costdb_open(db_path, true, 30000, &db);
-    int ok = rc == DMUON_OK;
+        if (rc == DMUON_OK) {
+            dmuon_cost_row probe_row;
+            dmuon_rc g = dmuon_costdb_get(db, device, var, dt, 1, 1, &probe_row);
+            rc = g == DMUON_ENOTFOUND ? DMUON_OK : g;
+        }
+    }
+    ok = rc == DMUON_OK;
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!ok) {
         code = rank == 0 ? error(rc, dmuon_errmsg()) : 3;
         goto done;
     }
     if (missing) {
-        char device[128], var[32], dt[8];
         size_t k = 0;
-        rc = dmuon_probe_key(&po, MPI_COMM_WORLD, device, var, dt);
-        if (rc == DMUON_OK && rank == 0) {
+        if (rank == 0) {
             for (size_t i = 0; i < n && rc == DMUON_OK; i++) {
                 dmuon_cost_row row;
                 dmuon_rc g = dmuon_costdb_get(db, device, var, dt, shapes[i][0], shapes[i][1],
@@ -349,25 +480,28 @@ static int run(int argc, char **argv)
             fprintf(stderr, "dmuon-probe: %zu shape%s missing for '%s' %s %s\n", n,
                     n == 1 ? "" : "s", device, var, dt);
     }
+    if (rank == 0)
+        for (size_t i = 0; i < nskipped; i++)
+            fprintf(stderr, "dmuon-probe: skipping %lldx%lld: %lld elements > --max-elements "
+                    "%lld\n", (long long)skipped[i][0], (long long)skipped[i][1],
+                    (long long)(skipped[i][0] * skipped[i][1]), max_el);
     rows = calloc(n ? n : 1, sizeof *rows);
     if (!rows) {
         code = error(DMUON_ENOMEM, "out of memory");
         goto done;
     }
+
+    /* 3. time; on a failure part-way, the shapes measured before it are
+     *    still stored (one transaction), then the run fails */
     if (n > 0) {
         rc = dmuon_probe_shapes(&po, (const int64_t(*)[2])shapes, n, MPI_COMM_WORLD, rows);
         if (rc != DMUON_OK) {
-            code = error(rc, dmuon_errmsg());
+            code = stored_before_failure(rc, db, db_path, shapes, rows, n);
             goto done;
         }
     }
     if (rank == 0) {
-        char stamp[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-        for (size_t i = 0; i < n; i++)
-            snprintf(rows[i].measured_at, sizeof rows[i].measured_at, "%s", stamp);
+        stamp_rows(rows, n);
         rc = dmuon_costdb_put_rows(db, rows, n);
         if (rc != DMUON_OK) {
             code = error(rc, dmuon_errmsg());
@@ -385,12 +519,25 @@ static int run(int argc, char **argv)
             for (size_t i = 0; i < n; i++)
                 list_row(&rows[i], &l);
             dmuon_json_end_array(&w);
+            dmuon_json_key(&w, "skipped");
+            dmuon_json_begin_array(&w);
+            for (size_t i = 0; i < nskipped; i++) {
+                dmuon_json_begin_object(&w);
+                dmuon_json_kint(&w, "m", skipped[i][0]);
+                dmuon_json_kint(&w, "n", skipped[i][1]);
+                dmuon_json_end_object(&w);
+            }
+            dmuon_json_end_array(&w);
             dmuon_json_end_object(&w);
             fputc('\n', stdout);
         } else {
             list_ctx l = {NULL, 0};
             for (size_t i = 0; i < n; i++)
                 list_row(&rows[i], &l);
+            for (size_t i = 0; i < nskipped; i++)
+                printf("# %lldx%lld skipped: %lld elements > --max-elements %lld\n",
+                       (long long)skipped[i][0], (long long)skipped[i][1],
+                       (long long)(skipped[i][0] * skipped[i][1]), max_el);
             printf("# %zu shape%s probed on %d rank%s, stored in %s\n", n, n == 1 ? "" : "s",
                    nranks, nranks == 1 ? "" : "s", db_path);
         }
@@ -399,6 +546,7 @@ done:
     dmuon_costdb_close(db);
     free(rows);
     free(shapes);
+    free(skipped);
     return code;
 }
 

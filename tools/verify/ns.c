@@ -5,9 +5,12 @@
  * Per shape and input kind it runs the chosen variant and reports the gains
  * of the input's singular directions, the Gram-vs-direct difference and the
  * scale invariance; per shape it checks that a zero input gives a zero
- * output and that NaN/Inf inputs are refused.  Exit 0 when every check
- * passes, 1 when one fails, 2 on bad usage, 3 on a runtime error.
+ * output and that NaN/Inf inputs are refused.  The SVD reference costs
+ * O(m·n·min(m,n)) on the CPU, so shapes above --max-elements are listed as
+ * skipped and every case announces itself on stderr.  Exit 0 when every
+ * check passes, 1 when one fails, 2 on bad usage, 3 on a runtime error.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,17 +32,23 @@ static const char *usage_text =
     "1e-9 and 1e+6 scaled inputs must give the same output; zero in gives zero out;\n"
     "NaN/Inf in is an error.\n"
     "\n"
+    "The float64 SVD reference runs on the CPU whatever --device says and costs\n"
+    "O(m*n*min(m,n)) per case (a 1536x8960 case takes minutes), hence --max-elements.\n"
+    "Progress goes to stderr, one line per case.\n"
+    "\n"
     "  --shapes MxN,...     shapes to check (default: 64x64,32x96,96x32,1x37,37x1,33x97,\n"
     "                       256x1536)\n"
     "  --inputs K,...       gaussian,lowrank,illcond (default: all three)\n"
     "  --variant V          gram-pe5 (default), direct-pe5, gram-muon5, direct-muon5\n"
     "  --dtype D            fp32 (default) or bf16 (products on BF16-rounded inputs)\n"
     "  --coeffs a,b,c;...   user coefficient tuples instead of the variant's\n"
-    "  --restarts K,...|none  Gram restart positions (default: 2)\n"
+    "  --restarts K,...|none  Gram restart positions (default: 2; Gram variants only)\n"
     "  --floor F            smallest sigma/||X||_F checked (default 1e-3, the Polar Express\n"
     "                       design floor; bf16: 1e-2, BF16 rounding does not resolve less)\n"
     "  --device cpu|cuda    where NS runs (default cpu)\n"
-    "  --seed S             input seed (default 1)\n"
+    "  --seed S             input seed, an integer >= 0 (default 1)\n"
+    "  --max-elements N     skip shapes with more than N elements (default 2^22 = 4194304);\n"
+    "                       skipped shapes are listed\n"
     "  --json               machine-readable output on stdout\n"
     "  -h, --help           this text\n";
 
@@ -232,11 +241,13 @@ int verify_ns_main(int argc, char **argv)
         {"coeffs", required_argument, NULL, 'c'}, {"restarts", required_argument, NULL, 'r'},
         {"floor", required_argument, NULL, 'f'}, {"device", required_argument, NULL, 'd'},
         {"seed", required_argument, NULL, 'S'}, {"json", no_argument, NULL, 'j'},
+        {"max-elements", required_argument, NULL, 'x'},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *shapes_text = default_shapes, *inputs_text = "gaussian,lowrank,illcond";
     const char *restarts = NULL, *coeffs = NULL;
     double floor = -1.0;   /* default: by precision */
     unsigned long long seed = 1;
+    long long max_el = 1LL << 22;
     bool json = false;
     dmuon_device_kind dev = DMUON_DEVICE_CPU;
     dmuon_ns_opts opts;
@@ -271,9 +282,19 @@ int verify_ns_main(int argc, char **argv)
                 return fail(dmuon_errmsg());
             break;
         case 'S':
+            errno = 0;
             seed = strtoull(optarg, &end, 10);
-            if (*end || !*optarg) {
+            if (*end || !*optarg || *optarg < '0' || *optarg > '9' || errno) {
                 snprintf(msg, sizeof msg, "--seed '%s': expected a non-negative integer", optarg);
+                return fail(msg);
+            }
+            break;
+        case 'x':
+            errno = 0;
+            max_el = strtoll(optarg, &end, 10);
+            if (*end || !*optarg || *optarg < '0' || *optarg > '9' || errno || max_el < 1) {
+                snprintf(msg, sizeof msg, "--max-elements '%s': expected an integer >= 1",
+                         optarg);
                 return fail(msg);
             }
             break;
@@ -288,6 +309,9 @@ int verify_ns_main(int argc, char **argv)
     }
     if (coeffs && dmuon_ns_opts_parse_coeffs(&opts, coeffs) != DMUON_OK)
         return fail(dmuon_errmsg());
+    if (restarts && opts.method != DMUON_NS_GRAM)
+        return fail("--restarts: restarts apply to Gram variants only (gram-pe5, gram-muon5), "
+                    "not to direct NS");
     if (restarts && dmuon_ns_opts_parse_restarts(&opts, restarts) != DMUON_OK)
         return fail(dmuon_errmsg());
 
@@ -295,6 +319,10 @@ int verify_ns_main(int argc, char **argv)
     size_t nshapes = 0;
     if (dmuon_probe_parse_shapes(shapes_text, &shapes, &nshapes) != DMUON_OK)
         return fail(dmuon_errmsg());
+    if (dmuon_probe_check_shapes((const int64_t(*)[2])shapes, nshapes) != DMUON_OK) {
+        free(shapes);
+        return fail(dmuon_errmsg());
+    }
     bool use[DMUON_NS_INPUT_COUNT] = {false};
     {
         char *dup = strdup(inputs_text), *save = NULL;
@@ -314,6 +342,16 @@ int verify_ns_main(int argc, char **argv)
         }
         free(dup);
     }
+    int ninputs = 0;
+    for (int k = 0; k < DMUON_NS_INPUT_COUNT; k++)
+        ninputs += use[k];
+    if (ninputs == 0) {
+        free(shapes);
+        return fail("--inputs: expected one or more of gaussian, lowrank, illcond");
+    }
+    size_t ncases = 0, done_cases = 0, nskipped = 0;
+    for (size_t i = 0; i < nshapes; i++)
+        ncases += shapes[i][0] * shapes[i][1] > max_el ? 0 : (size_t)ninputs;
 
     run_state st = {0};
     dmuon_ns_opts other = opts;
@@ -360,16 +398,39 @@ int verify_ns_main(int argc, char **argv)
     }
     int bad_special = 0;
     for (size_t i = 0; rc == DMUON_OK && i < nshapes; i++) {
+        const int64_t m = shapes[i][0], n = shapes[i][1];
+        if (m * n > max_el) {
+            nskipped++;
+            fprintf(stderr, "dmuon-verify: ns skipping %lldx%lld: %lld elements > "
+                    "--max-elements %lld\n", (long long)m, (long long)n, (long long)(m * n),
+                    max_el);
+            if (st.js) {
+                dmuon_json_begin_object(&w);
+                dmuon_json_kint(&w, "m", m);
+                dmuon_json_kint(&w, "n", n);
+                dmuon_json_kbool(&w, "skipped", true);
+                dmuon_json_end_object(&w);
+            } else {
+                printf("%lldx%-*lld skipped: %lld elements > --max-elements %lld\n",
+                       (long long)m, 10 - snprintf(NULL, 0, "%lld", (long long)m),
+                       (long long)n, (long long)(m * n), max_el);
+            }
+            continue;
+        }
         for (int k = 0; rc == DMUON_OK && k < DMUON_NS_INPUT_COUNT; k++)
-            if (use[k])
-                rc = check_case(&st, shapes[i][0], shapes[i][1], (dmuon_ns_input)k,
-                                seed + 7919 * i + k);
+            if (use[k]) {
+                fprintf(stderr, "dmuon-verify: ns [%zu/%zu] %lldx%lld %s\n", ++done_cases,
+                        ncases, (long long)m, (long long)n,
+                        dmuon_ns_input_name((dmuon_ns_input)k));
+                rc = check_case(&st, m, n, (dmuon_ns_input)k, seed + 7919 * i + k);
+            }
         if (rc == DMUON_OK)
             rc = check_special(&st, shapes[i][0], shapes[i][1], &bad_special);
     }
     if (st.js && rc == DMUON_OK) {
         dmuon_json_end_array(&w);
         dmuon_json_kint(&w, "special_failures", bad_special);
+        dmuon_json_kint(&w, "skipped", (int64_t)nskipped);
         dmuon_json_kint(&w, "checks", st.checks);
         dmuon_json_kint(&w, "failed", st.failed);
         dmuon_json_end_object(&w);
@@ -382,9 +443,13 @@ int verify_ns_main(int argc, char **argv)
         fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
         return dmuon_rc_exit_code(rc);
     }
-    if (!json)
+    if (!json) {
         printf("# %d checks, %d failed (zero/NaN/Inf checks: %d failed)\n", st.checks, st.failed,
                bad_special);
+        if (nskipped)
+            printf("# %zu shape%s skipped (more than --max-elements %lld elements)\n", nskipped,
+                   nskipped == 1 ? "" : "s", max_el);
+    }
     if (st.failed)
         fprintf(stderr, "dmuon-verify: ns: %d of %d checks failed\n", st.failed, st.checks);
     return st.failed ? 1 : 0;

@@ -65,13 +65,23 @@ dmuon_rc dmuon_probe_key(const dmuon_probe_opts *o, MPI_Comm comm, char device[1
  * empty (dmuon_costdb_put_rows stamps it).  Collective over comm: every rank
  * must call it with the same shapes and options; comm may be MPI_COMM_NULL
  * for a single process without MPI.  Failures are agreed across ranks after
- * each shape, so no rank is left waiting.  Errors: DMUON_EINVAL (bad
- * options, a non-positive dimension; nothing timed), DMUON_EUNSUPPORTED,
+ * each shape, so no rank is left waiting.  On failure, rows_out[0..k) hold
+ * the k shapes measured before the failing one (identical on every rank)
+ * and rows_out[k..n) are zeroed (m == 0 marks a shape not measured), so a
+ * caller can still store what was measured.  Errors: DMUON_EINVAL (bad
+ * options, a non-positive dimension, more than INT_MAX elements in one
+ * shape; nothing timed), DMUON_EUNSUPPORTED,
  * DMUON_EDEVICE, DMUON_ENOMEM, DMUON_ENUMERIC (from dmuon_ns_run),
  * DMUON_EMISMATCH (ranks measure under different device names or options),
  * DMUON_ECOMM (MPI failed, or another rank failed: the message names it). */
 dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes)[2], size_t n,
                             MPI_Comm comm, dmuon_cost_row *rows_out);
+
+/* Checks that each of the n shapes (m rows, n columns) has positive
+ * dimensions and at most INT_MAX elements (the BLAS integer range that
+ * dmuon_ns_run accepts).  Errors: DMUON_EINVAL naming the shape's position
+ * (1-based) and its dimensions. */
+dmuon_rc dmuon_probe_check_shapes(const int64_t (*shapes)[2], size_t n);
 
 /* Parses "MxN,MxN,..." (M rows, N columns, each 1..2^31-1; 'x' or 'X')
  * into a malloc'ed array *shapes of *n pairs (caller free()s).  Errors:
