@@ -123,7 +123,8 @@ COUNTS := $(CURDIR)/build/test-counts
 test: all tests
 	@mkdir -p build && rm -f $(COUNTS)
 	@DMUON_COUNTS=$(COUNTS) DMUON_BIN=$(BINDIR) DMUON_BUILD=$(BUILD) bash tests/run.sh --label plain || true
-	@$(MAKE) --no-print-directory SANITIZER=address,undefined DMUON_COUNTS=$(COUNTS) test-san || true
+	@$(MAKE) --no-print-directory SANITIZER=address,undefined DMUON_COUNTS=$(COUNTS) test-san || \
+	    grep -q '^sanitized ' $(COUNTS) || { echo "sanitized build failed"; echo "sanitized-build 0 1" >> $(COUNTS); }
 	@bash tests/run.sh --total $(COUNTS)
 
 test-fast: all tests

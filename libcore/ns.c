@@ -14,6 +14,7 @@
  * equal x); a NaN/Inf input is reported before any product runs and leaves
  * out untouched; the workspace is one allocation that only grows.
  */
+#include "dmuon/timer.h"
 #include "dmuon/ns.h"
 
 #include <cblas.h>
@@ -409,19 +410,6 @@ done:
 
 /* ------------------------------------------------------ sgemm reference -- */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 dmuon_rc dmuon_ns_time_sgemm(dmuon_ns *ns, int64_t p, int64_t q, int64_t k, int warmup,
                              int iters, double *median_ms)
 {
@@ -449,7 +437,7 @@ dmuon_rc dmuon_ns_time_sgemm(dmuon_ns *ns, int64_t p, int64_t q, int64_t k, int 
     DMUON_TRY_GOTO(rc, dmuon_ns_mem_put(ns, a, host, na), done);
     DMUON_TRY_GOTO(rc, dmuon_ns_mem_put(ns, b, host, nb), done);
     for (int i = 0; i < warmup + iters; i++) {
-        double t0 = now_ms();
+        double t0 = dmuon_now_ms();
 #ifdef DMUON_HAVE_CUDA
         if (ns->kind == DMUON_DEVICE_CUDA)
             DMUON_TRY_GOTO(rc, dmuon_ns_cuda_sgemm(ns->cuda, (int)p, (int)q, (int)k, a, b, c),
@@ -459,10 +447,9 @@ dmuon_rc dmuon_ns_time_sgemm(dmuon_ns *ns, int64_t p, int64_t q, int64_t k, int 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)k, 1.0f,
                         a, (int)k, b, (int)q, 0.0f, c, (int)q);
         if (i >= warmup)
-            t[i - warmup] = now_ms() - t0;
+            t[i - warmup] = dmuon_now_ms() - t0;
     }
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    *median_ms = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+    *median_ms = dmuon_median(t, (size_t)iters);
 done:
     dmuon_ns_mem_free(ns, a);
     dmuon_ns_mem_free(ns, b);

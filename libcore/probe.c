@@ -7,6 +7,7 @@
  * agree on after each phase), so a failing rank never leaves the others
  * waiting; rows_out is filled identically on every rank; nothing is printed.
  */
+#include "dmuon/timer.h"
 #include "dmuon/probe.h"
 
 #include <errno.h>
@@ -33,26 +34,6 @@ void dmuon_probe_opts_init(dmuon_probe_opts *o, dmuon_device_kind device)
 }
 
 /* ------------------------------------------------------------- helpers -- */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (sorts v); the mean of the middle two for even n. */
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Node-local rank of this process in comm (0 without MPI). */
 static dmuon_rc local_rank(MPI_Comm comm, int *out)
@@ -171,9 +152,9 @@ static dmuon_rc time_shape(dmuon_ns *ns, const dmuon_probe_opts *o, int64_t m, i
     for (int i = 0; i < o->warmup; i++)
         DMUON_TRY_GOTO(rc, dmuon_ns_run(ns, x, m, n, out), done);
     for (int i = 0; i < o->iters; i++) {
-        double t0 = now_ms();
+        double t0 = dmuon_now_ms();
         DMUON_TRY_GOTO(rc, dmuon_ns_run(ns, x, m, n, out), done);
-        t[i] = now_ms() - t0;
+        t[i] = dmuon_now_ms() - t0;
     }
 done:
     dmuon_ns_mem_free(ns, x);
@@ -240,7 +221,7 @@ dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes
             lo = t[j] < lo ? t[j] : lo;
             hi = t[j] > hi ? t[j] : hi;
         }
-        mine[0] = median(t, (size_t)opts->iters);
+        mine[0] = dmuon_median(t, (size_t)opts->iters);
         mine[1] = lo;
         mine[2] = hi;
         if (comm != MPI_COMM_NULL) {
@@ -257,7 +238,7 @@ dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes
             row->min_ms = all[3 * r + 1] < row->min_ms ? all[3 * r + 1] : row->min_ms;
             row->max_ms = all[3 * r + 2] > row->max_ms ? all[3 * r + 2] : row->max_ms;
         }
-        row->median_ms = median(med, (size_t)nranks);
+        row->median_ms = dmuon_median(med, (size_t)nranks);
         snprintf(row->device, sizeof row->device, "%s", device);
         snprintf(row->variant, sizeof row->variant, "%s", variant);
         snprintf(row->dtype, sizeof row->dtype, "%s", dmuon_ns_opts_dtype_name(&opts->ns));

@@ -3,15 +3,13 @@
 # (written for an H200) and the CUDA toolkit.  Not part of `make test`, which
 # must pass without a GPU.  Runs in about 4 minutes:
 #
-#   1. build (make -j16), which compiles kernels/*.cu when nvcc is found;
-#      where the libyaml / SQLite / cmocka headers are missing, only the NS
-#      sources with tests/gpu/standalone.c (probe rows are then printed,
-#      not stored);
+#   1. build (make -j16), which compiles kernels/*.cu when nvcc is found,
+#      or take binaries built elsewhere (DMUON_GPU_PREBUILT=1);
 #   2. dmuon-verify ns --device cuda: FP32 and BF16 numerics against the
 #      float64 SVD reference computed on the CPU (small shapes and the
 #      Qwen2.5-1.5B shapes);
 #   3. dmuon-probe --device cuda of Qwen2.5-1.5B's Muon shapes into a
-#      temporary database, then --list and --check;
+#      temporary database, then --list, --check, and dmuon-plan from them;
 #   4. dmuon-bench ns --device cuda: Gram vs direct NS and the cuBLAS sgemm
 #      rate on the same shapes, FP32 and BF16.
 #
@@ -49,30 +47,19 @@ command -v nvcc >> "$log" 2>&1 && nvcc --version | tail -n 2 >> "$log"
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# 1. build: the whole project, or (where libyaml / SQLite / cmocka headers
-# are missing) the NS sources with tests/gpu/standalone.c
+# 1. build: the whole project here, or binaries built with CUDA elsewhere
+# (DMUON_GPU_PREBUILT=1 with bin/ filled)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ "${DMUON_GPU_PREBUILT:-0}" = 1 ] && [ -x bin/dmuon-verify ]; then
-    # binaries built with CUDA on another machine of the same architecture
     say "using prebuilt binaries in bin/ (DMUON_GPU_PREBUILT=1)"
-    V=(bin/dmuon-verify ns); B=(bin/dmuon-bench ns); mode=full
-elif step build 150 make -j16 && grep -q 'CUDA: found' "$log"; then
-    V=(bin/dmuon-verify ns); B=(bin/dmuon-bench ns); mode=full
-else
-    say "full build unavailable: building the NS sources with tests/gpu/standalone.c"
-    failed=0
-    cu=${CUDA_HOME:-/usr/local/cuda}
-    step build-standalone 120 bash -c "nvcc -O2 -std=c++17 -arch=sm_90 -Xcompiler -fPIC \
-        -Ilibcore/include -Ilibcore -c kernels/ns_cuda.cu -o $tmp/k.o &&
-      mpicc -std=c11 -O2 -Ilibcore/include -Ilibcore -I$cu/include -DDMUON_HAVE_CUDA=1 \
-        -D_GNU_SOURCE libcore/ns.c libcore/ns_opts.c libcore/ns_check.c libcore/probe.c \
-        libcore/rc.c libcore/types.c libcore/device.c libcore/io.c tools/verify/ns.c \
-        tools/bench/ns.c tests/gpu/standalone.c $tmp/k.o -o $tmp/t -L$cu/lib64 \
-        -Wl,-rpath,$cu/lib64 -lcublas -lcudart -lstdc++ -llapacke -lopenblas -lm" ||
-        { say "standalone build failed: see $log"; exit 1; }
-    V=("$tmp/t" verify); B=("$tmp/t" bench); mode=standalone
+elif ! step build 150 make -j16 || ! grep -q 'CUDA: found' "$log"; then
+    say "the build failed or found no CUDA (see $log); build on a machine with the"
+    say "Debian packages of 'make deps' and the CUDA toolkit, copy bin/ here and rerun"
+    say "with DMUON_GPU_PREBUILT=1 (the runtime libraries must be installed)"
+    exit 1
 fi
+V=(bin/dmuon-verify ns); B=(bin/dmuon-bench ns)
 
 shapes=256x1536,1536x1536,8960x1536,1536x8960   # Qwen2.5-1.5B Muon shapes
 
@@ -84,22 +71,13 @@ step verify-direct-small 60 "${V[@]}" --device cuda --variant direct-pe5 \
 step verify-fp32-model 150 "${V[@]}" --device cuda --shapes 256x1536,1536x1536 \
     --inputs gaussian,lowrank
 
-# 3. probe: the model's distinct Muon shapes when this build reads model
-# inventories, else the same shapes spelled out
-if [ "$mode" = full ]; then
-    probe_args=(--device cuda --db "$tmp/c.sqlite" --warmup 5 --iters 20)
-    if [ -f models/qwen2.5-1.5b.yaml ] && ! grep -q 'this build has no model inventory' bin/dmuon-probe; then
-        step probe 90 bin/dmuon-probe --model models/qwen2.5-1.5b.yaml "${probe_args[@]}"
-    else
-        step probe 90 bin/dmuon-probe --shapes "$shapes" "${probe_args[@]}"
-    fi
-    step probe-list 10 bin/dmuon-probe --list --db "$tmp/c.sqlite"
-    step probe-check 10 bin/dmuon-probe --check --db "$tmp/c.sqlite"
-    step plan-from-gpu-costs 30 bin/dmuon-plan models/qwen2.5-1.5b.yaml --ranks 32 \
-        --device cuda --db "$tmp/c.sqlite"
-else
-    step probe 90 "$tmp/t" probe "$shapes"
-fi
+# 3. probe the model's distinct Muon shapes, then plan from those costs
+probe_args=(--device cuda --db "$tmp/c.sqlite" --warmup 5 --iters 20)
+step probe 90 bin/dmuon-probe --model models/qwen2.5-1.5b.yaml "${probe_args[@]}"
+step probe-list 10 bin/dmuon-probe --list --db "$tmp/c.sqlite"
+step probe-check 10 bin/dmuon-probe --check --db "$tmp/c.sqlite"
+step plan-from-gpu-costs 30 bin/dmuon-plan models/qwen2.5-1.5b.yaml --ranks 32 \
+    --device cuda --db "$tmp/c.sqlite"
 
 # 4. Gram vs direct and the sgemm rate
 step bench-fp32 90 "${B[@]}" --device cuda --shapes "$shapes,4096x4096,1024x8192" --warmup 5 --iters 20

@@ -20,16 +20,12 @@
 #include <time.h>
 
 #include "bench.h"
+#include "dmuon/timer.h"
 #include "dmuon/io.h"
 #include "dmuon/ns.h"
 #include "dmuon/probe.h"
 
-#if defined(__has_include)
-#if __has_include("dmuon/model.h")
 #include "dmuon/model.h"
-#define BENCH_HAVE_MODEL 1
-#endif
-#endif
 
 static const char *usage_text =
     "usage: dmuon-bench ns [--model MODEL... | --shapes MxN,...] [options]\n"
@@ -59,25 +55,6 @@ static int fail(dmuon_rc rc, const char *msg)
 {
     fprintf(stderr, "dmuon-bench: error: %s\n", msg);
     return dmuon_rc_exit_code(rc);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(double *t, int iters)
-{
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    return iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
 }
 
 typedef struct {
@@ -113,11 +90,11 @@ static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int 
      * machine's load during the run affects all three alike */
     const int64_t s = m < n ? m : n, l = m < n ? n : m;
     for (int i = 0; i < warmup + iters; i++) {
-        double t0 = now_ms(), one;
+        double t0 = dmuon_now_ms(), one;
         DMUON_TRY_GOTO(rc, dmuon_ns_run(g, x, m, n, o1), done);
-        double t1 = now_ms();
+        double t1 = dmuon_now_ms();
         DMUON_TRY_GOTO(rc, dmuon_ns_run(d, x, m, n, o2), done);
-        double t2 = now_ms();
+        double t2 = dmuon_now_ms();
         DMUON_TRY_GOTO(rc, dmuon_ns_time_sgemm(g, s, l, s, 0, 1, &one), done);
         if (i >= warmup) {
             t[i - warmup] = t1 - t0;
@@ -125,9 +102,9 @@ static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int 
             t[2 * iters + i - warmup] = one;
         }
     }
-    r->gram_ms = median_of(t, iters);
-    r->direct_ms = median_of(t + iters, iters);
-    r->sgemm_ms = median_of(t + 2 * iters, iters);
+    r->gram_ms = dmuon_median(t, (size_t)iters);
+    r->direct_ms = dmuon_median(t + iters, (size_t)iters);
+    r->sgemm_ms = dmuon_median(t + 2 * iters, (size_t)iters);
     r->gram_gflops = dmuon_ns_flops(dmuon_ns_get_opts(g), m, n) / (r->gram_ms * 1e6);
     r->direct_gflops = dmuon_ns_flops(dmuon_ns_get_opts(d), m, n) / (r->direct_ms * 1e6);
     r->sgemm_gflops = 2.0 * (double)s * (double)s * (double)l / (r->sgemm_ms * 1e6);
@@ -152,7 +129,6 @@ done:
 /* Appends the model's Muon shapes to *shapes. */
 static dmuon_rc add_model(const char *path, int64_t (**shapes)[2], size_t *n)
 {
-#ifdef BENCH_HAVE_MODEL
     dmuon_model *m = NULL;
     dmuon_shape_count *sc = NULL;
     size_t k = 0;
@@ -178,12 +154,6 @@ static dmuon_rc add_model(const char *path, int64_t (**shapes)[2], size_t *n)
     *n += k;
     free(sc);
     return DMUON_OK;
-#else
-    (void)shapes;
-    (void)n;
-    return DMUON_FAIL(DMUON_EUNSUPPORTED,
-                      "--model '%s': this build has no model inventory; use --shapes", path);
-#endif
 }
 
 int bench_ns_main(int argc, char **argv)

@@ -23,12 +23,7 @@
 #include "dmuon/ns.h"
 #include "dmuon/probe.h"
 
-#if defined(__has_include)
-#if __has_include("dmuon/model.h")
 #include "dmuon/model.h"
-#define PROBE_HAVE_MODEL 1
-#endif
-#endif
 
 static const char *usage_text =
     "usage: dmuon-probe (--model MODEL | --shapes MxN,...) [options]\n"
@@ -180,7 +175,6 @@ static void progress(size_t done, size_t total, const dmuon_cost_row *r, void *c
 
 static dmuon_rc model_shapes(const char *path, int64_t (**shapes)[2], size_t *n)
 {
-#ifdef PROBE_HAVE_MODEL
     dmuon_model *m = NULL;
     dmuon_shape_count *sc = NULL;
     size_t k = 0;
@@ -205,13 +199,6 @@ static dmuon_rc model_shapes(const char *path, int64_t (**shapes)[2], size_t *n)
     *n = k;
     free(sc);
     return DMUON_OK;
-#else
-    (void)shapes;
-    (void)n;
-    return DMUON_FAIL(DMUON_EUNSUPPORTED,
-                      "--model '%s': this build has no model inventory (dmuon/model.h); "
-                      "give the shapes with --shapes", path);
-#endif
 }
 
 /* Removes repeated shapes, keeping the first occurrence. */
