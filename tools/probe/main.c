@@ -425,6 +425,9 @@ static int run(int argc, char **argv)
      *    database of another schema fails before minutes of timing */
     if (rank == 0) {
         rc = dmuon_costdb_open(db_path, true, 30000, &db);
+        if (rc == DMUON_OK && dmuon_costdb_readonly(db))
+            rc = DMUON_FAIL(DMUON_EIO, "cost database '%s' is read-only (file or directory not "
+                            "writable): nothing would be stored; pass a writable --db", db_path);
         if (rc == DMUON_OK) {
             dmuon_cost_row probe_row;
             dmuon_rc g = dmuon_costdb_get(db, device, var, dt, 1, 1, &probe_row);
