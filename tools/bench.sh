@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench: every benchmark family, side by side (families join as they land).
+# make bench: every benchmark family, side by side.
 set -euo pipefail
 bin=${1:-bin}
 echo "== Newton-Schulz: Gram vs direct next to sgemm (Qwen2.5-1.5B Muon shapes)"
@@ -7,3 +7,8 @@ echo "== Newton-Schulz: Gram vs direct next to sgemm (Qwen2.5-1.5B Muon shapes)"
 echo
 echo "== planner speed (dmuon-bench plan)"
 "$bin/dmuon-bench" plan --model models/qwen1.5-moe-a2.7b.yaml
+echo
+echo "== operators: 8 ranks as 4 virtual nodes x 2, BF16, 16 KiB - 64 MiB (ours vs per-owner, coalesced, equal-length)"
+export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" --ranks-per-node 2 \
+    -b 16K -e 64M -f 4 -w 5 -n 10 --launches 3 --op all --json build/bench-ops.json
