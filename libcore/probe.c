@@ -8,6 +8,7 @@
  * waiting; rows_out is filled identically on every rank; nothing is printed.
  */
 #include "dmuon/timer.h"
+#include "dmuon/model.h"
 #include "dmuon/probe.h"
 
 #include <errno.h>
@@ -317,5 +318,35 @@ dmuon_rc dmuon_probe_parse_shapes(const char *text, int64_t (**shapes)[2], size_
     }
     *shapes = out;
     *n = count;
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_probe_model_shapes(const char *path, int64_t (**shapes)[2], size_t *n)
+{
+    dmuon_model *m = NULL;
+    dmuon_shape_count *sc = NULL;
+    size_t k = 0;
+    *shapes = NULL;
+    *n = 0;
+    DMUON_TRY(dmuon_model_load(path, NULL, &m));
+    dmuon_rc rc = dmuon_model_muon_shapes(m, &sc, &k);
+    dmuon_model_free(m);
+    if (rc != DMUON_OK)
+        return rc;
+    if (k == 0) {
+        free(sc);
+        return DMUON_FAIL(DMUON_EINVAL, "model '%s' has no Muon matrices", path);
+    }
+    *shapes = malloc(k * sizeof **shapes);
+    if (!*shapes) {
+        free(sc);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory listing the shapes of '%s'", path);
+    }
+    for (size_t i = 0; i < k; i++) {
+        (*shapes)[i][0] = sc[i].m;
+        (*shapes)[i][1] = sc[i].n;
+    }
+    *n = k;
+    free(sc);
     return DMUON_OK;
 }

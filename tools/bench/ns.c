@@ -25,7 +25,6 @@
 #include "dmuon/ns.h"
 #include "dmuon/probe.h"
 
-#include "dmuon/model.h"
 
 static const char *usage_text =
     "usage: dmuon-bench ns [--model MODEL... | --shapes MxN,...] [options]\n"
@@ -129,30 +128,18 @@ done:
 /* Appends the model's Muon shapes to *shapes. */
 static dmuon_rc add_model(const char *path, int64_t (**shapes)[2], size_t *n)
 {
-    dmuon_model *m = NULL;
-    dmuon_shape_count *sc = NULL;
+    int64_t(*more)[2] = NULL;
     size_t k = 0;
-    DMUON_TRY(dmuon_model_load(path, NULL, &m));
-    dmuon_rc rc = dmuon_model_muon_shapes(m, &sc, &k);
-    dmuon_model_free(m);
-    if (rc != DMUON_OK)
-        return rc;
-    if (k == 0) {
-        free(sc);
-        return DMUON_FAIL(DMUON_EINVAL, "model '%s' has no Muon matrices to benchmark", path);
-    }
+    DMUON_TRY(dmuon_probe_model_shapes(path, &more, &k));
     int64_t(*grown)[2] = realloc(*shapes, (*n + k + 1) * sizeof **shapes);
     if (!grown) {
-        free(sc);
+        free(more);
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
     }
+    memcpy(grown + *n, more, k * sizeof *more);
     *shapes = grown;
-    for (size_t i = 0; i < k; i++) {
-        grown[*n + i][0] = sc[i].m;
-        grown[*n + i][1] = sc[i].n;
-    }
     *n += k;
-    free(sc);
+    free(more);
     return DMUON_OK;
 }
 

@@ -23,7 +23,6 @@
 #include "dmuon/ns.h"
 #include "dmuon/probe.h"
 
-#include "dmuon/model.h"
 
 static const char *usage_text =
     "usage: dmuon-probe (--model MODEL | --shapes MxN,...) [options]\n"
@@ -172,34 +171,6 @@ static void progress(size_t done, size_t total, const dmuon_cost_row *r, void *c
 }
 
 /* ------------------------------------------------------------ shape list -- */
-
-static dmuon_rc model_shapes(const char *path, int64_t (**shapes)[2], size_t *n)
-{
-    dmuon_model *m = NULL;
-    dmuon_shape_count *sc = NULL;
-    size_t k = 0;
-    DMUON_TRY(dmuon_model_load(path, NULL, &m));
-    dmuon_rc rc = dmuon_model_muon_shapes(m, &sc, &k);
-    dmuon_model_free(m);
-    if (rc != DMUON_OK)
-        return rc;
-    if (k == 0) {
-        free(sc);
-        return DMUON_FAIL(DMUON_EINVAL, "model '%s' has no Muon matrices to probe", path);
-    }
-    *shapes = malloc(k * sizeof **shapes);
-    if (!*shapes) {
-        free(sc);
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < k; i++) {
-        (*shapes)[i][0] = sc[i].m;
-        (*shapes)[i][1] = sc[i].n;
-    }
-    *n = k;
-    free(sc);
-    return DMUON_OK;
-}
 
 /* Removes repeated shapes, keeping the first occurrence. */
 static void dedupe(int64_t (*s)[2], size_t *n)
@@ -391,7 +362,7 @@ static int run(int argc, char **argv)
     int64_t(*shapes)[2] = NULL, (*skipped)[2] = NULL;
     size_t n = 0, nskipped = 0;
     dmuon_rc rc = shapes_text ? dmuon_probe_parse_shapes(shapes_text, &shapes, &n)
-                              : model_shapes(model, &shapes, &n);
+                              : dmuon_probe_model_shapes(model, &shapes, &n);
     if (rc != DMUON_OK)
         return error(rc, dmuon_errmsg());
     dedupe(shapes, &n);

@@ -83,6 +83,13 @@ dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes
  * (1-based) and its dimensions. */
 dmuon_rc dmuon_probe_check_shapes(const int64_t (*shapes)[2], size_t n);
 
+/* The distinct Muon matrix shapes of the model at path (any input form of
+ * dmuon_model_load; m rows x n columns as stored), as a malloc'ed array
+ * *shapes of *n pairs (caller free()s).  Errors: those of dmuon_model_load,
+ * DMUON_EINVAL (the model has no Muon matrix; message names the path),
+ * DMUON_ENOMEM. */
+dmuon_rc dmuon_probe_model_shapes(const char *path, int64_t (**shapes)[2], size_t *n);
+
 /* Parses "MxN,MxN,..." (M rows, N columns, each 1..2^31-1; 'x' or 'X')
  * into a malloc'ed array *shapes of *n pairs (caller free()s).  Errors:
  * DMUON_EINVAL naming the item and what was expected, DMUON_ENOMEM. */
