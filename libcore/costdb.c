@@ -64,6 +64,21 @@ static dmuon_rc user_version(dmuon_costdb *c, int *v)
     return DMUON_OK;
 }
 
+/* Switches to WAL.  Another process opening the same new database at the
+ * same moment can make this answer SQLITE_BUSY without consulting the busy
+ * handler, so it is retried until busy_ms have passed. */
+static dmuon_rc set_wal(dmuon_costdb *c, int busy_ms)
+{
+    for (int waited = 0;; waited += 10) {
+        int r = sqlite3_exec(c->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+        if (r == SQLITE_OK)
+            return DMUON_OK;
+        if ((r != SQLITE_BUSY && r != SQLITE_LOCKED) || waited >= busy_ms)
+            return db_fail(c, "not a usable SQLite database");
+        usleep(10000);
+    }
+}
+
 /* Creates the schema in a fresh database or migrates an older one, in one
  * transaction. */
 static dmuon_rc migrate(dmuon_costdb *c)
@@ -78,6 +93,10 @@ static dmuon_rc migrate(dmuon_costdb *c)
                           "this dmuon's %d: upgrade dmuon or use another --db", c->path, v,
                           DMUON_COSTDB_VERSION);
     DMUON_TRY(exec(c, "BEGIN IMMEDIATE", "cannot start the schema transaction"));
+    /* another process may have created the schema while this one waited */
+    DMUON_TRY_GOTO(rc, user_version(c, &v), rollback);
+    if (v == DMUON_COSTDB_VERSION)
+        return exec(c, "COMMIT", "cannot commit");
     /* Version 0 -> 1: a fresh database.  Later versions add ALTERs here. */
     DMUON_TRY_GOTO(rc, exec(c, schema_sql, "cannot create the schema"), rollback);
     DMUON_TRY_GOTO(rc, exec(c, "COMMIT", "cannot commit the schema"), rollback);
@@ -185,7 +204,7 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
             goto fail;
         }
     } else {
-        DMUON_TRY_GOTO(rc, exec(c, "PRAGMA journal_mode=WAL", "not a usable SQLite database"), fail);
+        DMUON_TRY_GOTO(rc, set_wal(c, busy_ms > 0 ? busy_ms : 10000), fail);
         DMUON_TRY_GOTO(rc, exec(c, "PRAGMA synchronous=NORMAL", "cannot set synchronous"), fail);
         DMUON_TRY_GOTO(rc, migrate(c), fail);
     }
