@@ -274,6 +274,7 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
     DMUON_TRY_GOTO(rc, dmuon_table_check(segs, n, t->size, &g->buffer_bytes, &g->window_bytes),
                    fail);
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &g->deadline_ms), fail);
+    DMUON_TRY_GOTO(rc, dmuon_chunk_bytes_check(o.chunk_bytes), fail);
     g->slots = o.slots > 0 ? o.slots : 4;
     for (int i = 0; i < n; i++) {
         int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);

@@ -153,6 +153,7 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     DMUON_TRY_GOTO(rc, dmuon_table_agree(t->world, params, n), fail);
     DMUON_TRY_GOTO(rc, check_table(params, n, t->size, t->per_node, &p->copy_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);
+    DMUON_TRY_GOTO(rc, dmuon_chunk_bytes_check(o.chunk_bytes), fail);
     p->chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes : DMUON_CHUNK_BYTES;
     int tag_ub = 32767, *tub = NULL, flag = 0;
     MPI_Comm_get_attr(t->world, MPI_TAG_UB, &tub, &flag);

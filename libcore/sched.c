@@ -146,6 +146,17 @@ static int cut_queue(const dmuon_segment *segs, int n, int per_node, int q, int 
     return count;
 }
 
+dmuon_rc dmuon_chunk_bytes_check(int64_t chunk_bytes)
+{
+    if (chunk_bytes == 0)
+        return DMUON_OK;
+    if (chunk_bytes < DMUON_CHUNK_MIN_BYTES || chunk_bytes % DMUON_CHUNK_ALIGN_BYTES)
+        return DMUON_FAIL(DMUON_EINVAL, "chunk of %lld bytes: expected a multiple of %d bytes, "
+                          "at least %d", (long long)chunk_bytes, DMUON_CHUNK_ALIGN_BYTES,
+                          DMUON_CHUNK_MIN_BYTES);
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_sched_init(dmuon_sched *s, const dmuon_segment *segs, int n, int nodes,
                           int per_node, dmuon_sched_kind kind, const dmuon_sched_opts *opts)
 {

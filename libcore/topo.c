@@ -10,6 +10,7 @@
 #include "dmuon/topo.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,9 +19,12 @@ dmuon_rc dmuon_topo_parse_per_node(const char *text, int *out)
     char *end = NULL;
     errno = 0;
     long v = text ? strtol(text, &end, 10) : 0;
-    if (!text || !*text || errno || *end || v < 1 || v >= (1 << 20))
+    if (!text || !*text || *end || (!errno && v < 1) || (errno && v != LONG_MAX))
         return DMUON_FAIL(DMUON_EINVAL, "ranks per node '%s': expected a positive integer",
                           text ? text : "(null)");
+    if (errno || v >= (1 << 20))
+        return DMUON_FAIL(DMUON_EINVAL, "ranks per node '%s': too large (at most %d)", text,
+                          (1 << 20) - 1);
     *out = (int)v;
     return DMUON_OK;
 }

@@ -35,6 +35,29 @@ run "${MPIRUN[@]}" -np 2 "$B" --replay-publish x.plan
 check_rc 2 "--replay-publish without --rail"
 check_err "needs --rail S" "says what is missing"
 
+once() { n=$(grep -cE -- "$1" "$T_TMP/err"); check_eq "$n" 1 "$2: printed once"; }
+run "${MPIRUN[@]}" -np 4 "$B" --chunk-bytes 10
+check_rc 2 "a chunk below the minimum"
+once "error: --chunk-bytes '10'" "--chunk-bytes"
+run "${MPIRUN[@]}" -np 4 "$B" --plan x.plan --replay-publish x.plan --rail 0
+check_rc 2 "--plan with --replay-publish"
+once "exclude each other" "--plan with --replay-publish"
+for f in "--op publish" "-b 1K" "-e 1M" "-f 4" "--dtype f32" "--layout rank"; do
+    run "${MPIRUN[@]}" -np 4 "$B" --plan x.plan $f
+    check_rc 2 "--plan with $f"
+    once "error: ${f%% *}( publish)? does not apply to --plan" "--plan with $f"
+done
+run "${MPIRUN[@]}" -np 4 "$B" --plan "$T_TMP/missing.plan"
+check_rc 2 "a missing plan file"
+once "missing.plan: no such plan file" "a missing plan file"
+mkdir -p "$T_TMP/adir"
+for j in "$T_TMP/adir" "$T_TMP/nodir/rows.json"; do
+    run "${MPIRUN[@]}" -np 4 "$B" -b 16K -e 16K "${QUICK[@]}" --json "$j"
+    check_rc 2 "--json $j refused"
+    once "error: --json " "--json $j"
+    check_eq "$(grep -c '^agv' "$T_TMP/out")" 0 "--json $j: refused before any timing"
+done
+
 # Plan replay: a tiny model planned for 4 nodes x 2.
 cat > "$T_TMP/tiny.yaml" <<'YAML'
 - {name: model.embed_tokens.weight, shape: [1000, 64]}
@@ -53,8 +76,16 @@ if grep -q "no plan reader" "$T_TMP/err" || \
 else
     run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 --plan "$T_TMP/tiny.plan" "${QUICK[@]}"
     check_rc 0 "replay of every layer"
-    check_out '^model.layers.1 +[0-9]+ +bf16 .* 0$' "a row per layer"
-    check_out '^rsv-all ' "a total row"
+    check_out '^agv +[0-9]+ +bf16 .* 0  model.layers.1$' "a row per layer: op, then the layer name last"
+    check_out '^rsv +[0-9]+ +bf16 .* 0  \(all layers\)$' "a total row"
+    check_err 'dmuon-bench: agv layer 1/[0-9]+ ' "progress: layer i/N"
+    run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 --plan "$T_TMP/tiny.plan" --op agv --layers 1:2
+    check_rc 0 "--layers 1:2 with the replay defaults"
+    check_out '^# dmuon-bench: .*\(layers 1\.\.1 of [0-9]+\), -w 2 -n 5 --launches 1 \(replay defaults\)' "header: the window and the defaults"
+    check_eq "$(grep -c '^agv .* 0  model\.layers\.' "$T_TMP/out")" 1 "one layer row"
+    run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 --replay-publish "$T_TMP/tiny.plan" --rail 7 "${QUICK[@]}"
+    check_rc 2 "--rail out of range"
+    once "--rail 7: out of range" "--rail out of range"
     run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 --replay-publish "$T_TMP/tiny.plan" --rail 1 "${QUICK[@]}"
     check_rc 0 "publish replay of rail 1"
     check_out '^rail1 +[0-9]+ +bf16 .* 0$' "the rail's row"

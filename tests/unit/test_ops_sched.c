@@ -14,6 +14,7 @@
 #include "dmuon/bf16.h"
 #include "dmuon/layout.h"
 #include "dmuon/sched.h"
+#include "dmuon/topo.h"
 
 static uint16_t bits_to_bf16(uint32_t u)
 {
@@ -223,6 +224,44 @@ static void test_sched_auto_path(void **state)
     free(segs);
 }
 
+/* Operator chunk sizes: 0 (default) or a multiple of 8 of at least 256;
+ * the message names the size and both limits. */
+static void test_chunk_bytes_check(void **state)
+{
+    (void)state;
+    assert_int_equal(dmuon_chunk_bytes_check(0), DMUON_OK);
+    assert_int_equal(dmuon_chunk_bytes_check(256), DMUON_OK);
+    assert_int_equal(dmuon_chunk_bytes_check(1024), DMUON_OK);
+    assert_int_equal(dmuon_chunk_bytes_check(DMUON_CHUNK_BYTES), DMUON_OK);
+    int64_t bad[] = {6, 10, 248, 255, 257, 1020, 65537, -8};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(dmuon_chunk_bytes_check(bad[i]), DMUON_EINVAL);
+    assert_int_equal(dmuon_chunk_bytes_check(6), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "chunk of 6 bytes"));
+    assert_non_null(strstr(dmuon_errmsg(), "multiple of 8"));
+    assert_non_null(strstr(dmuon_errmsg(), "at least 256"));
+}
+
+/* Ranks per node: a positive integer below 2^20; too large says so. */
+static void test_parse_per_node(void **state)
+{
+    (void)state;
+    int k = 0;
+    assert_int_equal(dmuon_topo_parse_per_node("2", &k), DMUON_OK);
+    assert_int_equal(k, 2);
+    assert_int_equal(dmuon_topo_parse_per_node("1048575", &k), DMUON_OK);
+    assert_int_equal(k, 1048575);
+    assert_int_equal(dmuon_topo_parse_per_node("1048576", &k), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "too large (at most 1048575)"));
+    assert_int_equal(dmuon_topo_parse_per_node("99999999999999999999999", &k), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "too large"));
+    const char *bad[] = {"0", "-3", "two", "", "2x", "-99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(dmuon_topo_parse_per_node(bad[i], &k), DMUON_EINVAL);
+        assert_non_null(strstr(dmuon_errmsg(), "expected a positive integer"));
+    }
+}
+
 static void test_layout_node(void **state)
 {
     dmuon_segment *segs;
@@ -251,7 +290,8 @@ int main(void)
         cmocka_unit_test(test_bf16_rounding),   cmocka_unit_test(test_table_check),
         cmocka_unit_test(test_table_digest),    cmocka_unit_test(test_sched_cover),
         cmocka_unit_test(test_sched_routes),    cmocka_unit_test(test_sched_auto_path),
-        cmocka_unit_test(test_layout_node),
+        cmocka_unit_test(test_layout_node),     cmocka_unit_test(test_chunk_bytes_check),
+        cmocka_unit_test(test_parse_per_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,11 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "dmuon/bf16.h"
 #include "dmuon/io.h"
 #include "dmuon/layout.h"
+#include "dmuon/sched.h"
 #include "ops.h"
 #include "ops_driver.h"
 
@@ -160,14 +163,15 @@ void bench_print_header(const bench_opts *o, const dmuon_topo *t, const char *wh
 {
     if (t->rank)
         return;
-    printf("# dmuon-bench: %d ranks as %d nodes x %d%s, %s, -w %d -n %d --launches %d\n",
-           t->size, t->nodes, t->per_node, t->virtual_nodes ? " (virtual)" : "", what,
-           o->warmup, o->iters, o->launches);
+    printf("# dmuon-bench: %d rank%s as %d node%s x %d%s, %s, -w %d -n %d --launches %d%s\n",
+           t->size, t->size == 1 ? "" : "s", t->nodes, t->nodes == 1 ? "" : "s", t->per_node,
+           t->virtual_nodes ? " (virtual)" : "", what, o->warmup, o->iters, o->launches,
+           o->replay_defaults ? " (replay defaults)" : "");
     printf("# time: median over launches of the median over iterations of the slowest rank "
            "(us); xN = baseline time / ours\n");
-    printf("%-8s %12s %5s %11s %11s %11s %11s %8s %8s %8s %7s\n", "#op", "bytes", "dtype",
+    printf("%-8s %12s %5s %11s %11s %11s %11s %8s %8s %8s %7s%s\n", "#op", "bytes", "dtype",
            "ours", "per_owner", "coalesced", "equal_len", "x_owner", "x_coal", "x_equal",
-           "#wrong");
+           "#wrong", o->layer_col ? "  layer" : "");
 }
 
 int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, int64_t bytes,
@@ -188,9 +192,14 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
             else
                 snprintf(ratio[l], 16, "n/a");
         }
-        printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %7lld\n",
-               label ? label : op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0],
-               cell[1], cell[2], cell[3], ratio[1], ratio[2], ratio[3], wrong);
+        if (o->layer_col)
+            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %7lld  %s\n", op_names[op],
+                   (long long)bytes, dmuon_dtype_name(dt), cell[0], cell[1], cell[2], cell[3],
+                   ratio[1], ratio[2], ratio[3], wrong, label ? label : "");
+        else
+            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %7lld\n",
+                   label ? label : op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0],
+                   cell[1], cell[2], cell[3], ratio[1], ratio[2], ratio[3], wrong);
         fflush(stdout);
         for (int l = 0; l < BENCH_NLINES; l++) {
             if (!r->ran[l])
@@ -260,6 +269,33 @@ static int parse_bytes(const char *s, int64_t *out)
     return 0;
 }
 
+/* Refuses a --json path that cannot be written before any timing: a
+ * directory, a missing or unwritable parent folder, an unwritable file.  The
+ * rows are still written atomically at the end. */
+static void json_path_check(const char *path, char *bad, size_t n)
+{
+    struct stat st;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (!*path)
+        snprintf(bad, n, "--json: expected a file name");
+    else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(bad, n, "--json %.200s: is a directory, expected a file", path);
+    else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        snprintf(bad, n, "--json %.200s: folder %.200s does not exist", path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        snprintf(bad, n, "--json %.200s: folder %.200s is not writable", path, dir);
+    else if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        snprintf(bad, n, "--json %.200s: the file is not writable", path);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -283,12 +319,20 @@ static void usage(FILE *f)
 "                         rank, sparse or tiny\n"
 "      --lines LIST       lines to run: ours,per_owner,coalesced,equal_length\n"
 "      --path P           auto, chain or star for ours (default auto)\n"
-"      --chunk-bytes B    chunk size of ours (default 64K)\n"
+"      --chunk-bytes B    chunk size of ours (default 64K; a multiple of 8,\n"
+"                         at least 256)\n"
 "      --fp32-accum       ours: BF16 reduction with binary32 partials\n"
-"      --deadline-ms MS   deadline of every wait (default 60000)\n"
+"      --deadline-ms MS   deadline of one operator call (default\n"
+"                         $DMUON_DEADLINE_MS or 60000)\n"
 "      --json FILE        also write the rows as a JSON array\n"
-"      --plan PLAN        replay every layer of a plan file (agv and rsv)\n"
+"      --plan PLAN        replay every layer of a plan file (agv and rsv; not\n"
+"                         with --op publish, -b/-e/-f, --dtype or --layout)\n"
+"      --layers A:B       with --plan: only layers A..B-1 (0-based, counting\n"
+"                         layers that have segments)\n"
 "      --replay-publish PLAN --rail S   replay one rail's publish of a step\n"
+"                         (not with --plan)\n"
+"  With --plan or --replay-publish, -w/-n/--launches default to 2, 5 and 1\n"
+"  (a real plan has hundreds of layers); progress goes to stderr.\n"
 "  -h, --help             this text\n");
 }
 
@@ -310,9 +354,9 @@ int bench_ops_main(int argc, char **argv)
     o.rail = -1;
     int per_node = 0, op_mask = 7;
     dmuon_layout layout = DMUON_LAYOUT_NODE;
-    char bad[256] = "";
+    char bad[640] = "";
     enum { O_LAUNCH = 256, O_RPN, O_DTYPE, O_OP, O_LAYOUT, O_LINES, O_PATH, O_CHUNK, O_DEAD,
-           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32 };
+           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS };
     static const struct option opts[] = {
         {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
         {"stepfactor", required_argument, 0, 'f'}, {"warmup", required_argument, 0, 'w'},
@@ -323,10 +367,24 @@ int bench_ops_main(int argc, char **argv)
         {"chunk-bytes", required_argument, 0, O_CHUNK}, {"deadline-ms", required_argument, 0, O_DEAD},
         {"json", required_argument, 0, O_JSON}, {"plan", required_argument, 0, O_PLAN},
         {"replay-publish", required_argument, 0, O_REPLAY}, {"rail", required_argument, 0, O_RAIL},
-        {"fp32-accum", no_argument, 0, O_FP32},
+        {"fp32-accum", no_argument, 0, O_FP32}, {"layers", required_argument, 0, O_LAYERS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
+    /* flags given, for the --plan conflicts and the replay defaults */
+    const char *size_flag = NULL, *dtype_flag = NULL, *layout_flag = NULL;
+    int timing_given = 0, op_publish = 0;
+    opterr = wrank == 0;   /* getopt's own message once */
+    o.layer_lo = 0;
+    o.layer_hi = -1;
     while ((opt = getopt_long(argc, argv, "b:e:f:w:n:h", opts, NULL)) != -1 && !bad[0]) {
+        if ((opt == 'b' || opt == 'e' || opt == 'f') && !size_flag)
+            size_flag = opt == 'b' ? "-b" : opt == 'e' ? "-e" : "-f";
+        if (opt == 'w' || opt == 'n' || opt == O_LAUNCH)
+            timing_given = 1;
+        if (opt == O_DTYPE)
+            dtype_flag = "--dtype";
+        if (opt == O_LAYOUT)
+            layout_flag = "--layout";
         int64_t v = 0;
         switch (opt) {
         case 'b':
@@ -339,6 +397,9 @@ int bench_ops_main(int argc, char **argv)
                 o.minb = v;
             else if (opt == 'e')
                 o.maxb = v;
+            else if (dmuon_chunk_bytes_check(v) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--chunk-bytes '%s': expected a multiple of %d bytes, "
+                         "at least %d", optarg, DMUON_CHUNK_ALIGN_BYTES, DMUON_CHUNK_MIN_BYTES);
             else
                 o.chunk_bytes = v;
             break;
@@ -374,8 +435,7 @@ int bench_ops_main(int argc, char **argv)
         }
         case O_RPN:
             if (dmuon_topo_parse_per_node(optarg, &per_node) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--ranks-per-node '%s': expected a positive integer",
-                         optarg);
+                snprintf(bad, sizeof bad, "--ranks-per-node: %s", dmuon_errmsg());
             break;
         case O_DTYPE:
             if (dmuon_dtype_parse(optarg, &o.dtype) != DMUON_OK ||
@@ -387,6 +447,7 @@ int bench_ops_main(int argc, char **argv)
                     : !strcmp(optarg, "publish") ? 4 : !strcmp(optarg, "all") ? 7 : 0;
             if (!op_mask)
                 snprintf(bad, sizeof bad, "--op '%s': expected agv, rsv, publish or all", optarg);
+            op_publish = op_mask == 4;
             break;
         case O_LAYOUT:
             if (dmuon_layout_parse(optarg, &layout) != DMUON_OK)
@@ -423,12 +484,24 @@ int bench_ops_main(int argc, char **argv)
         case O_FP32: o.fp32_accum = 1; break;
         case O_PLAN: o.plan = optarg; break;
         case O_REPLAY: o.replay_publish = optarg; break;
+        case O_LAYERS: {
+            char *end = NULL, *end2 = NULL;
+            long a = strtol(optarg, &end, 10), b = -1;
+            if (end != optarg && *end == ':')
+                b = strtol(end + 1, &end2, 10);
+            if (end == optarg || *end != ':' || end2 == end + 1 || *end2 || a < 0 || b <= a ||
+                b > 1000000000L)
+                snprintf(bad, sizeof bad, "--layers '%s': expected A:B with 0 <= A < B", optarg);
+            o.layer_lo = (int)a;
+            o.layer_hi = (int)b;
+            break;
+        }
         case 'h':
             if (wrank == 0)
                 usage(stdout);
             MPI_Finalize();
             return 0;
-        default: snprintf(bad, sizeof bad, "unknown option (see --help)");
+        default: snprintf(bad, sizeof bad, "see --help for the options");
         }
     }
     if (!bad[0] && optind < argc)
@@ -436,6 +509,37 @@ int bench_ops_main(int argc, char **argv)
     if (!bad[0] && o.minb > o.maxb)
         snprintf(bad, sizeof bad, "-b %lld is larger than -e %lld", (long long)o.minb,
                  (long long)o.maxb);
+    if (!bad[0] && o.plan && o.replay_publish)
+        snprintf(bad, sizeof bad, "--plan and --replay-publish exclude each other (run one, "
+                 "then the other)");
+    if (!bad[0] && o.plan) {
+        const char *f = op_publish ? "--op publish" : size_flag ? size_flag : dtype_flag
+                      ? dtype_flag : layout_flag;
+        if (f)
+            snprintf(bad, sizeof bad, "%s does not apply to --plan (the plan fixes the layers, "
+                     "their sizes, types and layout%s)", f,
+                     op_publish ? "; use --replay-publish PLAN --rail S" : "");
+    }
+    if (!bad[0] && o.replay_publish) {
+        const char *f = size_flag ? size_flag : dtype_flag ? dtype_flag : layout_flag;
+        if (f)
+            snprintf(bad, sizeof bad, "%s does not apply to --replay-publish", f);
+    }
+    if (!bad[0] && o.layer_hi >= 0 && !o.plan)
+        snprintf(bad, sizeof bad, "--layers goes with --plan");
+    if (!bad[0] && o.deadline_ms == 0) {
+        int d = 0;
+        if (dmuon_deadline_ms(0, &d) != DMUON_OK)
+            snprintf(bad, sizeof bad, "%s", dmuon_errmsg());
+    }
+    if (!bad[0] && o.json)
+        json_path_check(o.json, bad, sizeof bad);
+    if (!bad[0] && (o.plan || o.replay_publish) && !timing_given) {
+        o.warmup = 2;
+        o.iters = 5;
+        o.launches = 1;
+        o.replay_defaults = 1;
+    }
     if (!bad[0] && o.replay_publish && o.rail < 0)
         snprintf(bad, sizeof bad, "--replay-publish needs --rail S");
     if (!bad[0] && o.rail >= 0 && !o.replay_publish)
@@ -491,11 +595,19 @@ int bench_ops_main(int argc, char **argv)
             }
         }
     }
-    if (rc != DMUON_OK) {
+    if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM) {
         fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
         fflush(stderr);
-        if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM)
-            MPI_Abort(MPI_COMM_WORLD, 3);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    /* Other errors (plan load, topology, --rail) fail on every rank alike:
+     * the lowest failing rank prints. */
+    int first_bad = rc != DMUON_OK ? t.rank : t.size;
+    MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, t.world);
+    if (rc != DMUON_OK) {
+        if (t.rank == first_bad)
+            fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
+        fflush(stderr);
     } else if (o.json && t.rank == 0) {
         dmuon_rc jr = dmuon_write_atomic(o.json, write_rows, &o);
         if (jr != DMUON_OK) {

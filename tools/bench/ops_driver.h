@@ -23,6 +23,9 @@ typedef struct {
 typedef struct {
     int64_t minb, maxb, chunk_bytes;
     int factor, warmup, iters, launches, deadline_ms, lines, rail, fp32_accum;
+    int replay_defaults;   /* -w/-n/--launches took the replay defaults */
+    int layer_col;         /* the table has a layer column (plan replay) */
+    int layer_lo, layer_hi;   /* --layers A:B (hi < 0: all) */
     dmuon_dtype dtype;
     dmuon_path path;
     const char *json, *plan, *replay_publish;

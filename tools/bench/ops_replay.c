@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ops_driver.h"
 
@@ -29,6 +30,8 @@
 static dmuon_rc load_matching(const char *path, const dmuon_topo *t, dmuon_plan **out)
 {
     dmuon_plan *p = NULL;
+    if (access(path, F_OK) != 0)
+        return DMUON_FAIL(DMUON_ENOTFOUND, "%s: no such plan file", path);
     dmuon_rc lrc = dmuon_plan_load(path, &p);
     int bad = lrc != DMUON_OK;
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->world);
@@ -69,8 +72,28 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, in
     dmuon_plan *p = NULL;
     DMUON_TRY(load_matching(o->plan, t, &p));
     dmuon_rc rc = DMUON_OK;
-    char what[512];
-    snprintf(what, sizeof what, "plan %s (%zu layers)", o->plan, dmuon_plan_layer_count(p));
+    /* Layers with segments (an empty "(root)" layer moves nothing), and the
+     * --layers window over them. */
+    int nonempty = 0;
+    for (size_t i = 0; i < dmuon_plan_layer_count(p); i++) {
+        size_t n = 0;
+        dmuon_plan_layer_segments(p, i, &n);
+        nonempty += n > 0;
+    }
+    int lo = o->layer_lo, hi = o->layer_hi < 0 || o->layer_hi > nonempty ? nonempty : o->layer_hi;
+    if (lo >= nonempty) {
+        dmuon_plan_free(p);
+        return DMUON_FAIL(DMUON_EINVAL, "--layers %d:%d: %s has %d layers with segments "
+                          "(0..%d)", o->layer_lo, o->layer_hi, o->plan, nonempty, nonempty - 1);
+    }
+    char what[600];
+    if (lo > 0 || hi < nonempty)
+        snprintf(what, sizeof what, "plan %s (layers %d..%d of %d)", o->plan, lo, hi - 1,
+                 nonempty);
+    else
+        snprintf(what, sizeof what, "plan %s (%d layer%s)", o->plan, nonempty,
+                 nonempty == 1 ? "" : "s");
+    o->layer_col = 1;
     bench_print_header(o, t, what);
     for (int op = OP_AGV; op <= OP_RSV && rc == DMUON_OK; op++) {
         if (!(op_mask & (1 << op)))
@@ -81,10 +104,14 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, in
             total.ran[l] = 1;
         int64_t total_bytes = 0;
         dmuon_dtype dt = dmuon_plan_param_dtype(p);
+        int k = -1;   /* index among the layers with segments */
         for (size_t i = 0; i < dmuon_plan_layer_count(p) && rc == DMUON_OK; i++) {
             size_t n = 0;
             const dmuon_segment *segs = dmuon_plan_layer_segments(p, i, &n);
             if (!n)
+                continue;
+            k++;
+            if (k < lo || k >= hi)
                 continue;
             bench_case c;
             case_init(&c, o, t, sum);
@@ -92,7 +119,8 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, in
             c.segs = segs;
             c.n = (int)n;
             if (t->rank == 0)
-                fprintf(stderr, "dmuon-bench: %s layer %s\n", op == OP_AGV ? "agv" : "rsv",
+                fprintf(stderr, "dmuon-bench: %s layer %d/%d (%s)\n",
+                        op == OP_AGV ? "agv" : "rsv", k - lo + 1, hi - lo,
                         dmuon_plan_layer_name(p, i));
             bench_result r;
             rc = bench_measure(o, &c, &r);
@@ -110,8 +138,7 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, in
             }
         }
         if (rc == DMUON_OK)
-            *wrong |= bench_record(o, t, op, op == OP_AGV ? "agv-all" : "rsv-all", total_bytes, dt,
-                                   &total);
+            *wrong |= bench_record(o, t, op, "(all layers)", total_bytes, dt, &total);
     }
     dmuon_plan_free(p);
     return rc;
@@ -145,8 +172,8 @@ static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, MPI_Op sum, i
         goto done;
     }
     if (o->rail >= t->per_node) {
-        rc = DMUON_FAIL(DMUON_EINVAL, "--rail %d: the plan has rails 0..%d", o->rail,
-                        t->per_node - 1);
+        rc = DMUON_FAIL(DMUON_EINVAL, "--rail %d: out of range, the plan has rails 0..%d",
+                        o->rail, t->per_node - 1);
         goto done;
     }
     for (size_t i = 0; i < nu; i++)
@@ -180,6 +207,8 @@ static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, MPI_Op sum, i
     snprintf(what, sizeof what, "publish replay of %s, rail %d (%d units, %d layers)",
              o->replay_publish, o->rail, n, layer + 1);
     bench_print_header(o, t, what);
+    if (t->rank == 0)
+        fprintf(stderr, "dmuon-bench: publish replay of rail %d: %d units\n", o->rail, n);
     bench_case c;
     case_init(&c, o, t, sum);
     c.op = OP_PUB;

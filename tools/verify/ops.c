@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dmuon/layout.h"
+#include "dmuon/sched.h"
 #include "ops.h"
 #include "verify.h"
 
@@ -102,15 +103,17 @@ static void usage(FILE *f)
 "                       $DMUON_RANKS_PER_NODE, else one node per host)\n"
 "  --op OP              agv, rsv, publish or all (default all)\n"
 "  --sizes LIST         layer sizes in bytes, e.g. 2K,96K,1M+6 (default\n"
-"                       2K,96K,1M+6)\n"
+"                       2K,96K,1M+6); a size a layout cannot hold (fewer\n"
+"                       elements than it has segments) is skipped for it\n"
 "  --layouts LIST       node, rank, sparse, tiny (default all four)\n"
 "  --dtypes LIST        bf16, f32 (default bf16,f32)\n"
 "  --paths LIST         auto, chain, star (default auto,chain)\n"
-"  --chunk-bytes B      chunk size (default 65536)\n"
+"  --chunk-bytes B      chunk size (default 65536; a multiple of 8, at least\n"
+"                       256)\n"
 "  --slots S            ring slots per incoming reduce stream (default 4)\n"
 "  --steps S            publish steps (default 3)\n"
-"  --deadline-ms MS     deadline of every wait (default $DMUON_DEADLINE_MS\n"
-"                       or 60000)\n"
+"  --deadline-ms MS     deadline of one operator call (default\n"
+"                       $DMUON_DEADLINE_MS or 60000); a run makes many calls\n"
 "  -v, --verbose        print every check, not only failures\n"
 "  -h, --help           this text\n"
 "Fault injection (for the failure tests):\n"
@@ -151,14 +154,27 @@ int verify_ops_main(int argc, char **argv)
         {"fault", required_argument, 0, O_FAULT}, {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
-    char bad[200] = "";
+    char bad[300] = "";
+    opterr = wrank == 0;   /* getopt's own message once */
     while ((opt = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         int64_t v = 0;
+        if (bad[0])
+            continue;   /* the first error is the one reported */
+        if (opt == O_SIZES || opt == O_LAYOUTS || opt == O_DTYPES || opt == O_PATHS ||
+            opt == O_OP) {
+            const char *name = opt == O_SIZES ? "--sizes" : opt == O_LAYOUTS ? "--layouts"
+                             : opt == O_DTYPES ? "--dtypes" : opt == O_PATHS ? "--paths" : "--op";
+            if (!*optarg || !strncmp(optarg, "--", 2)) {
+                snprintf(bad, sizeof bad, "%s: missing value%s%s%s", name,
+                         *optarg ? " (got the option '" : "", *optarg ? optarg : "",
+                         *optarg ? "')" : "");
+                continue;
+            }
+        }
         switch (opt) {
         case O_RPN:
             if (dmuon_topo_parse_per_node(optarg, &per_node) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--ranks-per-node '%s': expected a positive integer",
-                         optarg);
+                snprintf(bad, sizeof bad, "--ranks-per-node: %s", dmuon_errmsg());
             break;
         case O_OP: snprintf(op_s, sizeof op_s, "%s", optarg); break;
         case O_SIZES: snprintf(sizes_s, sizeof sizes_s, "%s", optarg); break;
@@ -175,7 +191,10 @@ int verify_ops_main(int argc, char **argv)
                          : opt == O_STEPS ? "--steps" : "--deadline-ms", optarg);
                 break;
             }
-            if (opt == O_CHUNK)
+            if (opt == O_CHUNK && dmuon_chunk_bytes_check(v) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--chunk-bytes '%s': expected a multiple of %d bytes, "
+                         "at least %d", optarg, DMUON_CHUNK_ALIGN_BYTES, DMUON_CHUNK_MIN_BYTES);
+            else if (opt == O_CHUNK)
                 c.gopts.chunk_bytes = v;
             else if (opt == O_SLOTS)
                 c.gopts.slots = (int)v;
@@ -209,11 +228,16 @@ int verify_ops_main(int argc, char **argv)
             MPI_Finalize();
             return 0;
         default:
-            snprintf(bad, sizeof bad, "unknown option (see --help)");
+            snprintf(bad, sizeof bad, "see --help for the options");
         }
     }
     if (!bad[0] && optind < argc)
         snprintf(bad, sizeof bad, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!bad[0] && c.gopts.deadline_ms == 0) {
+        int d = 0;
+        if (dmuon_deadline_ms(0, &d) != DMUON_OK)
+            snprintf(bad, sizeof bad, "%s", dmuon_errmsg());
+    }
 
     /* Lists. */
     char *items[32];
@@ -284,8 +308,10 @@ int verify_ops_main(int argc, char **argv)
         return 2;
     }
     if (c.topo.rank == 0)
-        fprintf(stderr, "dmuon-verify: %d ranks as %d nodes x %d%s\n", c.topo.size, c.topo.nodes,
+        fprintf(stderr, "dmuon-verify: %d rank%s as %d node%s x %d%s\n", c.topo.size,
+                c.topo.size == 1 ? "" : "s", c.topo.nodes, c.topo.nodes == 1 ? "" : "s",
                 c.topo.per_node, c.topo.virtual_nodes ? " (virtual nodes)" : "");
+    int skipped = 0, tried = 0;
 
     for (int o = 0; o < nops && rc == DMUON_OK; o++)
         for (int l = 0; l < nlayouts && rc == DMUON_OK; l++)
@@ -295,8 +321,19 @@ int verify_ops_main(int argc, char **argv)
                         continue;   /* publish moves bytes: one type, two sizes suffice */
                     dmuon_segment *segs = NULL;
                     int n = 0;
+                    tried++;
                     rc = dmuon_layout_make(layouts[l], sizes[s], dtypes[d], c.topo.nodes,
                                            c.topo.per_node, &segs, &n);
+                    if (rc == DMUON_EINVAL) {
+                        /* a size this layout cannot hold: same on every rank */
+                        if (c.topo.rank == 0)
+                            printf("skip %s layout=%s bytes=%lld dtype=%s: %s\n", ops[o]->name,
+                                   dmuon_layout_name(layouts[l]), (long long)sizes[s],
+                                   dmuon_dtype_name(dtypes[d]), dmuon_errmsg());
+                        skipped++;
+                        rc = DMUON_OK;
+                        continue;
+                    }
                     if (rc != DMUON_OK)
                         break;
                     if (c.fault == FAULT_TABLE && c.topo.rank == c.fault_rank && n > 1)
@@ -318,8 +355,16 @@ int verify_ops_main(int argc, char **argv)
                     free(segs);
                 }
 
+    if (rc == DMUON_OK && tried > 0 && skipped == tried) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "--sizes: no size fits any of the layouts (%d cases "
+                        "skipped)", skipped);
+    }
     if (rc != DMUON_OK) {
-        fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
+        /* A bad option value (EINVAL) is the same on every rank: rank 0
+         * prints it.  Everything else is each rank's own (a timeout, an MPI
+         * failure, a segment table that differs: each rank names its view). */
+        if (rc != DMUON_EINVAL || c.topo.rank == 0)
+            fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
         fflush(stderr);
         if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM) {
             /* Peers may be gone or stuck: nothing collective is safe now. */
@@ -330,9 +375,18 @@ int verify_ops_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     if (c.topo.rank == 0) {
-        printf("dmuon-verify: %d passed, %d failed (%d ranks as %d nodes x %d; worst BF16 "
-               "relative error: ours %.5f, ring order %.5f)\n", c.passed, c.failed, c.topo.size,
-               c.topo.nodes, c.topo.per_node, c.worst_ours, c.worst_ring);
+        char worst[96], skip[48] = "";
+        if (c.have_worst)
+            snprintf(worst, sizeof worst, "ours %.5f, ring order %.5f", c.worst_ours,
+                     c.worst_ring);
+        else
+            snprintf(worst, sizeof worst, "n/a");
+        if (skipped)
+            snprintf(skip, sizeof skip, ", %d skipped", skipped);
+        printf("dmuon-verify: %d passed, %d failed%s (%d rank%s as %d node%s x %d; worst BF16 "
+               "relative error: %s)\n", c.passed, c.failed, skip, c.topo.size,
+               c.topo.size == 1 ? "" : "s", c.topo.nodes, c.topo.nodes == 1 ? "" : "s",
+               c.topo.per_node, worst);
         fflush(stdout);
     }
     code = c.failed ? 1 : 0;

@@ -22,6 +22,7 @@ typedef struct {
     int verbose;
     int passed, failed;       /* checks, agreed over all ranks */
     double worst_ours, worst_ring;   /* BF16 relative error, over all runs */
+    int have_worst;                  /* worst_* measured at least once */
     int64_t steps;            /* publish steps */
 } vctx;
 

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dmuon/io.h"
 #include "dmuon/model.h"
@@ -65,6 +66,10 @@ int verify_plan_main(int argc, char **argv)
     dmuon_model *m = NULL;
     size_t violations = 0;
     char first[1024] = "";
+    if (access(plan, F_OK) != 0) {   /* as dmuon-plan: a missing input is bad input */
+        fprintf(stderr, "dmuon-verify: error: %s: no such plan file\n", plan);
+        return 2;
+    }
     dmuon_rc rc = dmuon_plan_load_ex(plan, DMUON_PLAN_LOAD_NO_DIGESTS, &p);
     if (rc == DMUON_ECHECK) {   /* owners out of range: a violation, not bad input */
         violations = 1;

@@ -36,10 +36,13 @@ typedef struct dmuon_group dmuon_group;
 
 typedef struct {
     dmuon_path path;          /* AUTO (default), CHAIN or STAR; see sched.h */
-    int64_t chunk_bytes;      /* 0 → 64 KiB */
+    int64_t chunk_bytes;      /* 0 → 64 KiB; else a multiple of 8, ≥ 256
+                                 (dmuon_chunk_bytes_check) */
     int64_t star_max_bytes;   /* AUTO picks star up to this many bytes per
                                  source node; 0 → 256 KiB */
-    int deadline_ms;          /* per call; 0 → $DMUON_DEADLINE_MS or 60000 */
+    int deadline_ms;          /* bounds one whole operator call (every wait
+                                 of it together, progress or not); 0 →
+                                 $DMUON_DEADLINE_MS or 60000 */
     int slots;                /* ring slots per incoming reduce stream; 0 → 4 */
     int fp32_accum;           /* BF16 reduce: carry binary32 partials and
                                  round once, at the owner */

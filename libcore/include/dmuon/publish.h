@@ -36,7 +36,7 @@ typedef struct dmuon_publish dmuon_publish;
 
 typedef struct {
     int deadline_ms;         /* per wait/end call; 0 → $DMUON_DEADLINE_MS or 60000 */
-    int64_t chunk_bytes;     /* 0 → 64 KiB */
+    int64_t chunk_bytes;     /* 0 → 64 KiB; else a multiple of 8, ≥ 256 */
 } dmuon_publish_opts;
 
 /* Builds the publish over t for n parameters (collective over t->world;

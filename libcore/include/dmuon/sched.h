@@ -37,6 +37,13 @@
 
 #define DMUON_CHUNK_BYTES (64 * 1024)   /* paper C.2 */
 #define DMUON_STAR_MAX_NODES 16         /* paper C.2: star path on ≤ 16 nodes */
+/* The smallest chunk the operators accept, and the multiple every chunk
+ * size must be (the largest element, binary32 partials and the publish's
+ * 8-byte step word).  Smaller chunks only multiply the per-chunk cost
+ * (one message and one flag per chunk), so a layer of megabytes would take
+ * minutes; dmuon's own choice, not from the paper. */
+#define DMUON_CHUNK_MIN_BYTES 256
+#define DMUON_CHUNK_ALIGN_BYTES 8
 
 typedef enum { DMUON_SCHED_GATHER = 0, DMUON_SCHED_REDUCE } dmuon_sched_kind;
 typedef enum { DMUON_PATH_AUTO = 0, DMUON_PATH_CHAIN, DMUON_PATH_STAR } dmuon_path;
@@ -69,6 +76,13 @@ typedef struct {
     int64_t chunk_bytes;      /* 0 → DMUON_CHUNK_BYTES */
     int64_t star_max_bytes;   /* 0 → 256 KiB */
 } dmuon_sched_opts;
+
+/* Checks an operator chunk size in bytes: 0 (the default, 64 KiB) or a
+ * multiple of DMUON_CHUNK_ALIGN_BYTES of at least DMUON_CHUNK_MIN_BYTES.
+ * The schedule itself accepts any chunk of at least one element (tests cut
+ * small tables into small chunks); the group and publish builders call this.
+ * Errors: DMUON_EINVAL naming the size and both limits. */
+dmuon_rc dmuon_chunk_bytes_check(int64_t chunk_bytes);
 
 /* Checks a segment table against N ranks: owner in [0, N), a known element
  * type, count > 0, offset aligned to the element size, segments in

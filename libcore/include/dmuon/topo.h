@@ -49,7 +49,7 @@ dmuon_rc dmuon_topo_init(dmuon_topo *t, MPI_Comm comm, int ranks_per_node);
 void dmuon_topo_release(dmuon_topo *t);
 
 /* Parses a ranks-per-node value ("2"); DMUON_EINVAL unless a positive
- * integer below 2^20. */
+ * integer below 2^20 (the message says "too large" with the limit above). */
 dmuon_rc dmuon_topo_parse_per_node(const char *text, int *out);
 
 #endif
