@@ -74,6 +74,8 @@ STATIC    := $(BUILD)/libdmuon.a
 SHARED    := $(BUILD)/libdmuon.so
 
 .PHONY: all lib tools tests test test-fast test-san demo bench clean config deps
+# keep object files (no 'rm' of intermediates after the test summary)
+.SECONDARY:
 all: config lib tools
 
 config:
