@@ -5,7 +5,7 @@
  *
  * Invariant: a dmuon_ns_opts that passes dmuon_ns_opts_check has 1..MAX
  * finite tuples, dtype F32 or BF16, and restart flags only at 1..steps-1.
- * The flop count mirrors exactly the products that ns.c and kernels/ns.cu
+ * The flop count mirrors exactly the products that ns.c and kernels/ns_cuda.cu
  * issue, so effective rates compare like with like.
  */
 #include "dmuon/ns.h"
