@@ -18,44 +18,33 @@
 #include "dmuon/io.h"
 #include "dmuon/types.h"
 
-static char tmpdir[64];
+#include "testutil.h"
 
-static int setup(void **state)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dmuon-test-XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
-}
+static int setup(void **state) { return testutil_setup("test"); }
+static int teardown(void **state) { return testutil_teardown(); }
 
 static void test_doc_json_and_errors(void **state)
 {
     dmuon_doc d;
     const char *json = "{\"a\": 3, \"b\": [1, 2], \"c\": \"x\", \"t\": true}";
     assert_int_equal(dmuon_doc_load_buffer(&d, "x.json", json, strlen(json)), DMUON_OK);
-    yaml_node_t *root = dmuon_doc_root(&d);
+    yaml_node_t *top = dmuon_doc_root(&d);
     int64_t a = 0;
     bool t = false;
     const char *c = NULL;
-    assert_int_equal(dmuon_doc_field_int(&d, root, "a", true, &a), DMUON_OK);
+    assert_int_equal(dmuon_doc_field_int(&d, top, "a", true, &a), DMUON_OK);
     assert_int_equal(a, 3);
-    assert_int_equal(dmuon_doc_field_bool(&d, root, "t", true, &t), DMUON_OK);
+    assert_int_equal(dmuon_doc_field_bool(&d, top, "t", true, &t), DMUON_OK);
     assert_true(t);
-    assert_int_equal(dmuon_doc_field_str(&d, root, "c", true, &c), DMUON_OK);
+    assert_int_equal(dmuon_doc_field_str(&d, top, "c", true, &c), DMUON_OK);
     assert_string_equal(c, "x");
-    assert_int_equal(dmuon_doc_seq_len(dmuon_doc_get(&d, root, "b")), 2);
+    assert_int_equal(dmuon_doc_seq_len(dmuon_doc_get(&d, top, "b")), 2);
     /* wrong form: names file, line and field */
-    assert_int_equal(dmuon_doc_field_int(&d, root, "c", true, &a), DMUON_EPARSE);
+    assert_int_equal(dmuon_doc_field_int(&d, top, "c", true, &a), DMUON_EPARSE);
     assert_non_null(strstr(dmuon_errmsg(), "x.json:1: field 'c': expected an integer"));
-    assert_int_equal(dmuon_doc_field_int(&d, root, "zz", true, &a), DMUON_ENOTFOUND);
+    assert_int_equal(dmuon_doc_field_int(&d, top, "zz", true, &a), DMUON_ENOTFOUND);
     assert_non_null(strstr(dmuon_errmsg(), "missing required field 'zz'"));
-    assert_int_equal(dmuon_doc_field_int(&d, root, "zz", false, &a), DMUON_OK);
+    assert_int_equal(dmuon_doc_field_int(&d, top, "zz", false, &a), DMUON_OK);
     dmuon_doc_release(&d);
 
     const char *bad = "{\"a\": [1, 2}";

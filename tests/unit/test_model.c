@@ -16,24 +16,10 @@
 
 #include "dmuon/model.h"
 
-static char tmpdir[64];
-static char root[1024];
+#include "testutil.h"
 
-static int setup(void **state)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dmuon-model-XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    const char *r = getenv("DMUON_ROOT");
-    snprintf(root, sizeof root, "%s", r ? r : ".");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
-}
+static int setup(void **state) { return testutil_setup("model"); }
+static int teardown(void **state) { return testutil_teardown(); }
 
 static void path_of(char *out, size_t cap, const char *rel)
 {

@@ -20,24 +20,10 @@
 #include "dmuon/plan.h"
 #include "plan_internal.h"
 
-static char tmpdir[64];
-static char root[1024];
+#include "testutil.h"
 
-static int setup(void **state)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/dmuon-plan-XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    const char *r = getenv("DMUON_ROOT");
-    snprintf(root, sizeof root, "%s", r ? r : ".");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
-}
+static int setup(void **state) { return testutil_setup("plan"); }
+static int teardown(void **state) { return testutil_teardown(); }
 
 static dmuon_model *load(const char *rel)
 {
