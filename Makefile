@@ -60,7 +60,7 @@ LDLIBS    += -lnccl
 endif
 
 # ---- sources --------------------------------------------------------------
-LIB_SRC   := $(sort $(wildcard libcore/*.c))
+LIB_SRC   := $(sort $(wildcard libcore/*.c libcore/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(HAVE_CUDA),1)
 CU_SRC    := $(sort $(wildcard kernels/*.cu))
@@ -94,7 +94,7 @@ $(BUILD)/gen/schema_sql.h: db/schema.sql
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 $(BUILD)/libcore/costdb.o: $(BUILD)/gen/schema_sql.h
 
-$(BUILD)/%.o: %.c $(wildcard libcore/include/dmuon/*.h libcore/*.h)
+$(BUILD)/%.o: %.c $(wildcard libcore/include/dmuon/*.h libcore/*.h libcore/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
