@@ -32,9 +32,10 @@
  * inside its file, no two overlapping).  Each requested piece is then cut
  * into the parts that saved pieces cover (a gap is DMUON_ENOTFOUND naming
  * parameter, kind and range); each file needed is checked (size, header via
- * st.c, the tensor of each saved piece used: name, dtype, shape, offset) and
- * streamed once, computing the file digest and the digests of the saved
- * pieces used while copying their bytes into one temporary buffer.  Only
+ * st.c, the tensor of every saved piece in it: name, dtype, shape, offset)
+ * and streamed once, computing the file digest and the digest of every
+ * saved piece in it (so a corrupt tensor is named by every rank that reads
+ * the file) while copying the bytes needed into one temporary buffer.  Only
  * when every rank has succeeded (agreed) are the bytes copied into the
  * callers' destinations: a failed load writes nothing anywhere.
  *
@@ -1272,9 +1273,10 @@ static int cmp_rec_ptr_off(const void *a, const void *b)
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-/* Checks one file (size, header, the tensors of the saved pieces ur[0..nu)
- * it holds) and streams it: file digest, piece digests, copies of the
- * segments s[0..ns) into buf. */
+/* Checks one file (size, header, the tensors of all saved pieces ur[0..nu)
+ * it holds, used or not, so that every rank reading a damaged file names
+ * the same tensor) and streams it: file digest, piece digests, copies of
+ * the segments s[0..ns) into buf. */
 static dmuon_rc read_file(const char *dir, const manifest *m, const ptable *t, int64_t fi,
                           const rec **ur, size_t nu, const seg *s, size_t ns, char *buf,
                           char *chunk)
@@ -1298,10 +1300,12 @@ static dmuon_rc read_file(const char *dir, const manifest *m, const ptable *t, i
     }
     qsort(ur, nu, sizeof *ur, cmp_rec_ptr_off);
     if ((int64_t)st.st_size != mf->size) {
-        const rec *lost = NULL;
-        for (size_t i = 0; i < nu && !lost; i++)
-            if (ur[i]->offset + 4 * (ur[i]->hi - ur[i]->lo) > (int64_t)st.st_size)
-                lost = ur[i];
+        const rec *lost = NULL;   /* the first piece of this file the cut removes */
+        for (size_t i = 0; i < m->nr; i++)
+            if (m->r[i].idx == fi && m->r[i].offset + 4 * (m->r[i].hi - m->r[i].lo) >
+                                         (int64_t)st.st_size &&
+                (!lost || m->r[i].offset < lost->offset))
+                lost = &m->r[i];
         if (lost) {
             piece_tensor_name(name, sizeof name, t->p[lost->param].name, kind_names[lost->kind],
                               lost->lo, lost->hi);
@@ -1405,8 +1409,8 @@ static dmuon_rc read_file(const char *dir, const manifest *m, const ptable *t, i
         dmuon_digest_hex(fdg, a);
         dmuon_digest_hex(mf->digest, b);
         rc = DMUON_FAIL(DMUON_ECHECK, "%s: file digest %s, the manifest records %s: the file is "
-                                      "corrupt (outside the %zu tensors this rank reads from it)",
-                        path, a, b, nu);
+                                      "corrupt outside its tensors' data (in the header or padding)",
+                        path, a, b);
         goto out;
     }
 out:
@@ -1510,10 +1514,13 @@ dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
     /* 4. every file needed: check and stream */
     for (size_t fi = 0; rc == DMUON_OK && fi < m.nfiles; fi++) {
         size_t nu = 0, s0 = 0, s1;
+        bool needed = false;
         for (size_t j = 0; j < m.nr; j++)
-            if (used[j] && m.r[j].idx == (int64_t)fi)
+            if (m.r[j].idx == (int64_t)fi) {
                 ur[nu++] = &m.r[j];
-        if (nu == 0)
+                needed |= used[j];
+            }
+        if (!needed)
             continue;
         while (s0 < nseg && segs[s0].file < (int64_t)fi)
             s0++;
