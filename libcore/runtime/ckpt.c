@@ -108,10 +108,10 @@ typedef struct {
     int64_t *numel;     /* per parameter */
 } ptable;
 
-static const dmuon_ckpt_param *sort_base;
-static int cmp_order(const void *a, const void *b)
+static int cmp_order(const void *a, const void *b, void *base)
 {
-    return strcmp(sort_base[*(const size_t *)a].name, sort_base[*(const size_t *)b].name);
+    const dmuon_ckpt_param *p = base;
+    return strcmp(p[*(const size_t *)a].name, p[*(const size_t *)b].name);
 }
 
 static void ptable_release(ptable *t)
@@ -158,8 +158,7 @@ static dmuon_rc ptable_init(ptable *t, const dmuon_ckpt_param *params, size_t np
         t->numel[i] = n;
         t->order[i] = i;
     }
-    sort_base = params;
-    qsort(t->order, np, sizeof *t->order, cmp_order);
+    qsort_r(t->order, np, sizeof *t->order, cmp_order, (void *)params);
     for (size_t i = 1; i < np; i++)
         if (!strcmp(params[t->order[i]].name, params[t->order[i - 1]].name)) {
             const char *dup = params[t->order[i]].name;
@@ -1267,16 +1266,17 @@ static int cmp_tensor_name(const void *a, const void *b)
                   (*(const dmuon_st_tensor *const *)b)->name);
 }
 
-static int cmp_rec_ptr_off(const void *a, const void *b)
+static int cmp_rec_ptr_file(const void *a, const void *b)
 {
     const rec *x = *(const rec *const *)a, *y = *(const rec *const *)b;
+    if (x->idx != y->idx) return x->idx < y->idx ? -1 : 1;
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-/* Checks one file (size, header, the tensors of all saved pieces ur[0..nu)
- * it holds, used or not, so that every rank reading a damaged file names
- * the same tensor) and streams it: file digest, piece digests, copies of
- * the segments s[0..ns) into buf. */
+/* Checks file fi (size, header, the tensors of all the saved pieces it holds,
+ * ur[0..nu) sorted by offset, used or not, so that every rank reading a
+ * damaged file names the same tensor) and streams it: file digest, piece
+ * digests, copies of the segments s[0..ns) into buf. */
 static dmuon_rc read_file(const char *dir, const manifest *m, const ptable *t, int64_t fi,
                           const rec **ur, size_t nu, const seg *s, size_t ns, char *buf,
                           char *chunk)
@@ -1298,14 +1298,11 @@ static dmuon_rc read_file(const char *dir, const manifest *m, const ptable *t, i
         rc = DMUON_FAIL(DMUON_EIO, "cannot stat '%s': %s", path, strerror(errno));
         goto out;
     }
-    qsort(ur, nu, sizeof *ur, cmp_rec_ptr_off);
     if ((int64_t)st.st_size != mf->size) {
         const rec *lost = NULL;   /* the first piece of this file the cut removes */
-        for (size_t i = 0; i < m->nr; i++)
-            if (m->r[i].idx == fi && m->r[i].offset + 4 * (m->r[i].hi - m->r[i].lo) >
-                                         (int64_t)st.st_size &&
-                (!lost || m->r[i].offset < lost->offset))
-                lost = &m->r[i];
+        for (size_t i = 0; i < nu && !lost; i++)
+            if (ur[i]->offset + 4 * (ur[i]->hi - ur[i]->lo) > (int64_t)st.st_size)
+                lost = ur[i];
         if (lost) {
             piece_tensor_name(name, sizeof name, t->p[lost->param].name, kind_names[lost->kind],
                               lost->lo, lost->hi);
@@ -1511,22 +1508,23 @@ dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
     if (rc == DMUON_OK)
         rc = plan_copies(&m, &t, d, q, nq, dst, used, &segs, &nseg);
 
-    /* 4. every file needed: check and stream */
-    for (size_t fi = 0; rc == DMUON_OK && fi < m.nfiles; fi++) {
-        size_t nu = 0, s0 = 0, s1;
-        bool needed = false;
+    /* 4. every file needed: check and stream (ur: saved pieces by file) */
+    if (rc == DMUON_OK) {
         for (size_t j = 0; j < m.nr; j++)
-            if (m.r[j].idx == (int64_t)fi) {
-                ur[nu++] = &m.r[j];
-                needed |= used[j];
-            }
-        if (!needed)
-            continue;
-        while (s0 < nseg && segs[s0].file < (int64_t)fi)
+            ur[j] = &m.r[j];
+        qsort(ur, m.nr, sizeof *ur, cmp_rec_ptr_file);
+    }
+    for (size_t j0 = 0, j1, s0 = 0, s1; rc == DMUON_OK && j0 < m.nr; j0 = j1) {
+        int64_t fi = ur[j0]->idx;
+        bool needed = false;
+        for (j1 = j0; j1 < m.nr && ur[j1]->idx == fi; j1++)
+            needed |= used[ur[j1] - m.r];
+        while (s0 < nseg && segs[s0].file < fi)
             s0++;
-        for (s1 = s0; s1 < nseg && segs[s1].file == (int64_t)fi; s1++)
+        for (s1 = s0; s1 < nseg && segs[s1].file == fi; s1++)
             ;
-        rc = read_file(d, &m, &t, (int64_t)fi, ur, nu, segs + s0, s1 - s0, buf, chunk);
+        if (needed)
+            rc = read_file(d, &m, &t, fi, ur + j0, j1 - j0, segs + s0, s1 - s0, buf, chunk);
     }
     DMUON_TRY_GOTO(rc, agree(comm, rc), out);
 
