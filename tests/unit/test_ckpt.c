@@ -445,6 +445,18 @@ static void test_format(void **state)
         for (size_t q = 0; q < NP; q++)
             expect_pieces += (size_t)(P[q].role == 1 ? 2 : 3) * (size_t)((numel(&P[q]) + 3) / 4);
         assert_int_equal(dmuon_doc_seq_len(pieces), expect_pieces);
+        /* the first piece (sorted: model.a.weight master [0, 4)) and its digest */
+        yaml_node_t *p0 = dmuon_doc_seq_at(&d, pieces, 0);
+        int64_t lo, hi, po;
+        assert_int_equal(dmuon_doc_field_int(&d, p0, "lo", true, &lo), DMUON_OK);
+        assert_int_equal(dmuon_doc_field_int(&d, p0, "hi", true, &hi), DMUON_OK);
+        assert_int_equal(dmuon_doc_field_int(&d, p0, "offset", true, &po), DMUON_OK);
+        assert_int_equal(lo, 0);
+        assert_int_equal(hi, 4);
+        assert_int_equal(po, off);
+        assert_int_equal(dmuon_doc_field_str(&d, p0, "digest", true, &dg), DMUON_OK);
+        dmuon_digest_hex(dmuon_digest(b + off, 16, DMUON_DIGEST_SEED), hex);
+        assert_string_equal(dg, hex);
         dmuon_doc_release(&d);
         free(b);
     }
