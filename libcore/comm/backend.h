@@ -62,6 +62,7 @@ struct dmuon_publish {
     int n;
     int deadline_ms;          /* resolved */
     int64_t chunk_bytes;      /* resolved: > 0 */
+    dmuon_pub_sched sched;    /* routes and chunks (sched.c) */
     void *impl;
 };
 

@@ -1,7 +1,8 @@
 /*
  * publish.c — the HSDP publish (dmuon/publish.h): the backend-independent
  * layer.  It checks and agrees on the table (comm/table.c), resolves the
- * options, checks the copy range against the symmetric memory and
+ * options, builds the publish schedule (sched.c: chunks and routes), checks
+ * the copy range against the symmetric memory and
  * dispatches to the memory's backend (comm/backend.h).
  *
  * Invariant: every failure at create is decided from agreed inputs (the
@@ -52,6 +53,8 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);
     DMUON_TRY_GOTO(rc, dmuon_chunk_bytes_check(o.chunk_bytes), fail);
     p->chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes : DMUON_CHUNK_BYTES;
+    DMUON_TRY_GOTO(rc, dmuon_pub_sched_init(&p->sched, params, n, t->nodes, t->per_node,
+                                            p->chunk_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "publish", &p->ops), fail);
     if (!mem || mem->topo != t || mem->backend != t->backend) {
         rc = DMUON_FAIL(DMUON_EINVAL, "publish: the symmetric memory was not allocated over "
@@ -83,12 +86,14 @@ void dmuon_publish_free(dmuon_publish *p)
         return;
     if (p->ops && p->impl)
         p->ops->publish_free(p);
+    dmuon_pub_sched_release(&p->sched);
     free(p->params);
     free(p);
 }
 
 void *dmuon_publish_copy(const dmuon_publish *p) { return p->copy; }
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p) { return p->copy_bytes; }
+const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p) { return &p->sched; }
 
 dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step)
 {

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "dmuon/rc.h"
+#include "dmuon/sched.h"
 #include "dmuon/symm.h"
 #include "dmuon/table.h"
 #include "dmuon/topo.h"
@@ -75,6 +76,10 @@ void dmuon_publish_free(dmuon_publish *p);
  * parameters at their offsets) and its size in bytes. */
 void *dmuon_publish_copy(const dmuon_publish *p);
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p);
+
+/* The schedule the publish runs (chunks and routes, dmuon/sched.h), valid
+ * until dmuon_publish_free. */
+const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p);
 
 /* Arms the receives of step `step` (> the previous step).  Errors:
  * DMUON_EINVAL (step not increasing, or the previous step not ended),
