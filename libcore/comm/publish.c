@@ -17,6 +17,36 @@
 #include "dmuon/collv.h"
 #include "backend.h"
 
+dmuon_rc dmuon_publish_layout(int per_node, const dmuon_segment *segs, int n, dmuon_segment *out,
+                              int64_t *copy_bytes)
+{
+    if (per_node < 1 || n < 0 || (n > 0 && (!segs || !out)))
+        return DMUON_FAIL(DMUON_EINVAL, "publish layout: %d ranks per node, %d parameters: "
+                          "expected K >= 1 and a table", per_node, n);
+    int64_t *end = calloc((size_t)per_node, sizeof *end);
+    if (!end)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory laying out %d parameters", n);
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t es = (int64_t)dmuon_dtype_size(segs[i].dtype);
+        if (segs[i].owner < 0 || !es) {
+            free(end);
+            return DMUON_FAIL(DMUON_EINVAL, "publish layout: parameter %d: %s", i,
+                              segs[i].owner < 0 ? "negative owner" : "unknown element type");
+        }
+        int64_t *e = &end[segs[i].owner % per_node];
+        int64_t off = (*e + es - 1) / es * es;
+        out[i] = segs[i];
+        out[i].offset = off;
+        out[i].window_offset = 0;
+        *e = off + segs[i].count * es;
+        most = *e > most ? *e : most;
+    }
+    free(end);
+    *copy_bytes = most;
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segment *params, int n,
                                          int64_t *bytes)
 {

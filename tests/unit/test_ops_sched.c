@@ -1,7 +1,7 @@
 /*
  * test_ops_sched.c — the operators' pure parts: BF16 rounding, segment table
  * checks and digests, slicing by rail into chunks, chain and star routes,
- * the publish schedule, generated layouts.  No MPI.
+ * the publish schedule and copy layout, generated layouts.  No MPI.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 
 #include "dmuon/bf16.h"
 #include "dmuon/layout.h"
+#include "dmuon/publish.h"
 #include "dmuon/sched.h"
 #include "dmuon/topo.h"
 
@@ -337,6 +338,37 @@ static void test_pub_sched(void **state)
     assert_int_equal(dmuon_pub_sched_init(&s, one, 1, 0, 4, 0), DMUON_EINVAL);
 }
 
+/* The publish copy layout: each rail's parameters back to back, aligned to
+ * their element size, from 0 on every rail. */
+static void test_publish_layout(void **state)
+{
+    dmuon_segment in[] = {
+        {0, DMUON_BF16, 100, 3, 7},   /* rail 0 at 0, 6 bytes */
+        {1, DMUON_F32, 0, 5, 0},      /* rail 1 at 0, 20 bytes */
+        {2, DMUON_F32, 0, 2, 0},      /* rail 0: 6 rounds up to 8, ends at 16 */
+        {3, DMUON_BF16, 0, 1, 0},     /* rail 1 at 20, ends at 22 */
+    };
+    dmuon_segment out[4];
+    int64_t bytes = -1;
+    assert_int_equal(dmuon_publish_layout(2, in, 4, out, &bytes), DMUON_OK);
+    int64_t want[] = {0, 0, 8, 20};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(out[i].offset, want[i]);
+        assert_int_equal(out[i].window_offset, 0);
+        assert_int_equal(out[i].owner, in[i].owner);
+        assert_int_equal(out[i].count, in[i].count);
+    }
+    assert_int_equal(bytes, 22);
+    assert_int_equal(dmuon_table_check_publish(out, 4, 4, 2, &bytes), DMUON_OK);
+    assert_int_equal(bytes, 22);
+    /* in place gives the same */
+    assert_int_equal(dmuon_publish_layout(2, in, 4, in, &bytes), DMUON_OK);
+    assert_memory_equal(in, out, sizeof out);
+    assert_int_equal(dmuon_publish_layout(0, in, 4, out, &bytes), DMUON_EINVAL);
+    assert_int_equal(dmuon_publish_layout(2, in, 0, out, &bytes), DMUON_OK);
+    assert_int_equal(bytes, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_sched_routes),    cmocka_unit_test(test_sched_auto_path),
         cmocka_unit_test(test_layout_node),     cmocka_unit_test(test_chunk_bytes_check),
         cmocka_unit_test(test_parse_per_node),  cmocka_unit_test(test_pub_sched),
+        cmocka_unit_test(test_publish_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,6 +45,18 @@ typedef struct {
     int64_t chunk_bytes;     /* 0 → 64 KiB; else a multiple of 8, ≥ 256 */
 } dmuon_publish_opts;
 
+/* The publish copy layout: the parameters of each rail back to back in
+ * table order, each at the next multiple of its element size, starting at
+ * 0 on every rail (the same layout on every node).  Writes into out[i] the
+ * segment segs[i] with offset = its bytes into the copy and window_offset =
+ * 0 (out may be segs: done in place), and the heaviest rail's extent into
+ * *copy_bytes (0 for no parameters; what dmuon_publish_copy_bytes_needed
+ * then returns).  Pure: per_node is K.  Errors: DMUON_EINVAL (per_node < 1,
+ * n < 0, an owner < 0, an unknown element type; naming the parameter),
+ * DMUON_ENOMEM. */
+dmuon_rc dmuon_publish_layout(int per_node, const dmuon_segment *segs, int n, dmuon_segment *out,
+                              int64_t *copy_bytes);
+
 /* Bytes of copy buffer a publish of this table needs on every rank: the
  * largest end offset of any parameter (0 for no parameters).  Not
  * collective.  Errors: DMUON_EINVAL (see dmuon_table_check_publish),
