@@ -16,3 +16,7 @@ echo
 echo "== runtime optimizer step: 8 ranks as 4 virtual nodes x 2, synthetic Qwen2.5-1.5B-shaped blocks (width / 4), lines D, C, B, A"
 mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step --ranks-per-node 2 \
     --line all --json build/bench-step.json
+echo
+echo "== prefetch overlap: line D forward passes, 2 ranks (one per core) and 8 ranks"
+mpirun -np 2 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step --ranks-per-node 1 --overlap --tokens 512
+mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step --ranks-per-node 2 --overlap --tokens 512
