@@ -445,8 +445,10 @@ int bench_step_main(int argc, char **argv)
             dmuon_json_kint(&jw, "ranks_per_node", rpn);
             dmuon_json_kstr(&jw, "sharding", sharding);
             dmuon_json_kdouble(&jw, "plan_busiest_ns_over_mean", rep->busiest_ns_over_mean);
-            dmuon_json_key(&jw, "lines");
-            dmuon_json_begin_array(&jw);
+            if (!overlap) {
+                dmuon_json_key(&jw, "lines");
+                dmuon_json_begin_array(&jw);
+            }
         }
     }
     if (overlap) {
@@ -555,7 +557,8 @@ int bench_step_main(int argc, char **argv)
         }
     }
     if (jf) {
-        dmuon_json_end_array(&jw);
+        if (!overlap)
+            dmuon_json_end_array(&jw);
         dmuon_json_end_object(&jw);
         fputc('\n', jf);
         fclose(jf);
