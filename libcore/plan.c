@@ -663,6 +663,22 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
         return DMUON_FAIL(DMUON_EINVAL, "model '%s' has no Muon matrix to assign (every "
                                         "parameter has role adamw; check the --muon/--adamw "
                                         "patterns)", dmuon_model_source(m));
+    /* plans address contiguous matrices only (dmuon/model.h, "Muon matrices") */
+    for (size_t i = 0; i < dmuon_model_param_count(m); i++) {
+        const dmuon_param *q = dmuon_model_param(m, i);
+        if (q->role == DMUON_ROLE_MUON && q->layout != DMUON_MAT_CONTIGUOUS)
+            return DMUON_FAIL(DMUON_EINVAL,
+                              "model '%s': tensor '%s' [%lld, %lld, %lld] stores each expert's "
+                              "gate and up matrices %s of its last dimension, so they are not "
+                              "contiguous in storage and a plan cannot address them; keep it "
+                              "out of Muon (--adamw '%s') or use a checkpoint with per-expert "
+                              "tensors",
+                              dmuon_model_source(m), q->name, (long long)q->shape[0],
+                              (long long)q->shape[1], (long long)q->shape[2],
+                              q->layout == DMUON_MAT_HALVES ? "as the two halves"
+                                                            : "interleaved (even/odd columns)",
+                              q->name);
+    }
     dmuon_plan *p = calloc(1, sizeof *p);
     if (!p)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");

@@ -166,7 +166,10 @@ typedef struct {
  * DMUON_COST_DB, via dmuon_cost_table_load, whose errors it returns).
  * Errors: DMUON_EINVAL (nodes or gpus_per_node < 1, world size above
  * DMUON_PLAN_MAX_RANKS, epsilon < 0 or not finite, small_unit_bytes outside
- * 0..DMUON_PLAN_MAX_SMALL_UNIT_BYTES, a model with no Muon matrix),
+ * 0..DMUON_PLAN_MAX_SMALL_UNIT_BYTES, a model with no Muon matrix, a Muon
+ * tensor whose matrices are not contiguous in storage: layout
+ * DMUON_MAT_HALVES or DMUON_MAT_INTERLEAVED of dmuon/model.h, the message
+ * names the tensor and the --adamw pattern that keeps it out of Muon),
  * DMUON_ENOTFOUND,
  * DMUON_EDB, DMUON_ENOMEM. */
 dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmuon_plan **out);
