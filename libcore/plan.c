@@ -671,13 +671,13 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
                               "model '%s': tensor '%s' [%lld, %lld, %lld] stores each expert's "
                               "gate and up matrices %s of its last dimension, so they are not "
                               "contiguous in storage and a plan cannot address them; keep it "
-                              "out of Muon (--adamw '%s') or use a checkpoint with per-expert "
+                              "out of Muon (--adamw '*%s') or use a checkpoint with per-expert "
                               "tensors",
                               dmuon_model_source(m), q->name, (long long)q->shape[0],
                               (long long)q->shape[1], (long long)q->shape[2],
                               q->layout == DMUON_MAT_HALVES ? "as the two halves"
                                                             : "interleaved (even/odd columns)",
-                              q->name);
+                              strrchr(q->name, '.') ? strrchr(q->name, '.') : q->name);
     }
     dmuon_plan *p = calloc(1, sizeof *p);
     if (!p)
