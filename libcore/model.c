@@ -634,8 +634,7 @@ dmuon_rc dmuon_model_resolve(const char *path, char *out, size_t cap)
         return DMUON_OK;
     }
     /* a snapshot folder: the index, else the only .safetensors, else config.json */
-    static const char *const first[] = {"model.safetensors.index.json"};
-    if ((size_t)snprintf(out, cap, "%s%s%s", path, sep, first[0]) >= cap)
+    if ((size_t)snprintf(out, cap, "%s%smodel.safetensors.index.json", path, sep) >= cap)
         return DMUON_FAIL(DMUON_EINVAL, "model path '%s' is too long", path);
     if (access(out, F_OK) == 0)
         return DMUON_OK;

@@ -165,13 +165,15 @@ typedef struct {
  * field; a shard the index names is missing: the message names the index
  * and the shard), DMUON_EIO (cannot read a file), DMUON_EPARSE (malformed
  * JSON/YAML, truncated or oversized safetensors header, header length beyond
- * the file, non-positive dimension, duplicate tensor name, a field of the
- * wrong form, a model_type not supported: that message lists the supported
- * types and points at the safetensors route; the message names the file, the
- * line or tensor/field and what was expected), DMUON_EINVAL (path is a
- * directory: the message suggests DIR/config.json when it exists; a role
- * pattern that is invalid, see dmuon_model_pattern_check, or cannot apply),
- * DMUON_ENOMEM.  A directory is read as dmuon_model_resolve says. */
+ * the file, a negative dimension (a zero one outside safetensors), a
+ * safetensors dtype the format does not define, data_offsets that do not
+ * hold the tensor, duplicate tensor name, a field of the wrong form, a
+ * model_type not supported: that message lists the supported types and
+ * points at the safetensors route; the message names the file, the line or
+ * tensor/field and what was expected), DMUON_EINVAL (a role pattern that is
+ * invalid, see dmuon_model_pattern_check, or cannot apply), DMUON_ENOMEM, and
+ * for a directory the errors of dmuon_model_resolve (then the file it names
+ * is read). */
 dmuon_rc dmuon_model_load(const char *path, const dmuon_model_opts *opts, dmuon_model **out);
 
 /* The file dmuon_model_load reads for path: path itself unless it is a
