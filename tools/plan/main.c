@@ -144,11 +144,6 @@ static void warn_unmatched(const cli *c, const dmuon_model *m)
 static int model_file(const cli *c, const char *path, char *buf, size_t cap, const char **file)
 {
     dmuon_rc rc = dmuon_model_resolve(path, buf, cap);
-    if (rc == DMUON_ENOTFOUND && !strstr(dmuon_errmsg(), "directory")) {
-        dmuon_err_clear();   /* a missing path: dmuon_model_load says so */
-        *file = path;
-        return 0;
-    }
     if (rc)
         return fail(c, rc);
     if (strcmp(buf, path))
@@ -203,11 +198,27 @@ static void print_tensors(const dmuon_model *m, const dmuon_plan *p, const char 
     size_t nu = 0, nm = 0;
     const dmuon_plan_unit *units = p ? dmuon_plan_units(p, &nu) : NULL;
     const dmuon_plan_member *mem = p ? dmuon_plan_members(p, &nm) : NULL;
-    /* member -> unit */
+    /* member -> unit, and the members of each parameter (counting sort) */
+    size_t np = dmuon_model_param_count(m);
     size_t *unit_of = calloc(nm ? nm : 1, sizeof *unit_of);
-    for (size_t u = 0; unit_of && u < nu; u++)
+    size_t *pstart = calloc(np + 1, sizeof *pstart), *byp = calloc(nm ? nm : 1, sizeof *byp);
+    if (!unit_of || !pstart || !byp)
+        nm = 0;   /* out of memory: list the tensors without their units */
+    for (size_t u = 0; nm && u < nu; u++)
         for (size_t k = 0; k < units[u].n_members; k++)
             unit_of[units[u].first_member + k] = u;
+    for (size_t k = 0; k < nm; k++)
+        pstart[mem[k].param + 1]++;
+    for (size_t i = 0; nm && i < np; i++)
+        pstart[i + 1] += pstart[i];
+    size_t *fill = calloc(np ? np : 1, sizeof *fill);
+    if (!fill)
+        nm = 0;
+    for (size_t k = 0; k < nm; k++) {
+        size_t q = (size_t)mem[k].param;
+        byp[pstart[q] + fill[q]++] = k;
+    }
+    free(fill);
     if (w) {
         dmuon_json_key(w, "tensors");
         dmuon_json_begin_array(w);
@@ -226,14 +237,8 @@ static void print_tensors(const dmuon_model *m, const dmuon_plan *p, const char 
                      (long long)q->mat_m, (long long)q->mat_n, q->transposed ? " T" : "",
                      q->layout != DMUON_MAT_CONTIGUOUS ? " " : "",
                      q->layout != DMUON_MAT_CONTIGUOUS ? dmuon_mat_layout_name(q->layout) : "");
-        const char *first = NULL;
-        size_t nunits = 0;
-        for (size_t k = 0; unit_of && k < nm; k++)
-            if (mem[k].param == (int32_t)i) {
-                if (!first)
-                    first = units[unit_of[k]].name;
-                nunits++;
-            }
+        size_t nunits = nm ? pstart[i + 1] - pstart[i] : 0;
+        const char *first = nunits ? units[unit_of[byp[pstart[i]]]].name : NULL;
         const char *role = q->role == DMUON_ROLE_MUON ? "muon" : "adamw";
         const char *layer = dmuon_model_layer_name(m, (size_t)q->layer);
         if (w) {
@@ -255,9 +260,8 @@ static void print_tensors(const dmuon_model *m, const dmuon_plan *p, const char 
             dmuon_json_kbool(w, "expert", q->expert);
             dmuon_json_key(w, "units");
             dmuon_json_begin_array(w);
-            for (size_t k = 0; unit_of && k < nm; k++)
-                if (mem[k].param == (int32_t)i)
-                    dmuon_json_str(w, units[unit_of[k]].name);
+            for (size_t k = 0; k < nunits; k++)
+                dmuon_json_str(w, units[unit_of[byp[pstart[i] + k]]].name);
             dmuon_json_end_array(w);
             dmuon_json_end_object(w);
         } else {
@@ -277,6 +281,8 @@ static void print_tensors(const dmuon_model *m, const dmuon_plan *p, const char 
     if (w)
         dmuon_json_end_array(w);
     free(unit_of);
+    free(pstart);
+    free(byp);
 }
 
 /* ------------------------------------------------------------- inspect -- */
