@@ -9,9 +9,9 @@
  * config.json transformers wrote, model.safetensors and sharded/ with the
  * index and its shards, all cut to their headers) and files/CASE.json (the
  * files' tensors as the safetensors library lists them).  Checked here:
- *   - config route, module layout (fused experts) == params, names, shapes
- *     and dtypes (dtype skipped for configs without a dtype field: dmuon
- *     then assumes BF16, transformers builds FP32);
+ *   - config route, module layout (fused experts) == params, names in the
+ *     same order, shapes and dtypes (dtype skipped for configs without a
+ *     dtype field: dmuon then assumes BF16, transformers builds FP32);
  *   - config route, checkpoint layout == the file save_pretrained wrote;
  *   - the transformers-written config.json == the file;
  *   - safetensors route, single file and sharded index, and the snapshot
@@ -165,13 +165,22 @@ static int diff_lists(const char *what, ref_list *want, ref_list *got, bool dtyp
 
 static ref_list want, got;
 
-/* Checks model m (loaded from rel) against list key of reference file ref. */
+/* Checks model m against list key of reference file ref; with ordered, the
+ * names must also come in the reference's order. */
 static int check_against(const char *ref, const char *key, const dmuon_model *m, const char *what,
-                         bool dtypes)
+                         bool dtypes, bool ordered)
 {
+    int bad = 0;
     read_ref(ref, key, &want);
     list_of(m, &got);
-    return diff_lists(what, &want, &got, dtypes);
+    for (size_t i = 0; ordered && i < want.n && i < got.n; i++)
+        if (strcmp(want.t[i].name, got.t[i].name)) {
+            fprintf(stderr, "%s: tensor %zu is %s, expected %s (named_parameters() order)\n",
+                    what, i, got.t[i].name, want.t[i].name);
+            bad++;
+            break;
+        }
+    return bad + diff_lists(what, &want, &got, dtypes);
 }
 
 static bool config_has_dtype(const char *rel)
@@ -255,7 +264,7 @@ static void test_every_family_both_routes(void **state)
         /* config route, module layout == named_parameters() */
         dmuon_model *mod = load_rel(cfg, true);
         snprintf(what, sizeof what, "%s: config (module layout) vs named_parameters", k);
-        bad += check_against(ref, "params", mod, what, config_has_dtype(cfg));
+        bad += check_against(ref, "params", mod, what, config_has_dtype(cfg), true);
         checked++;
         snprintf(ref, sizeof ref, REF "/files/%s.json", k);
         if (!file_exists(ref)) {
@@ -265,7 +274,7 @@ static void test_every_family_both_routes(void **state)
         /* config route, checkpoint layout == the file save_pretrained wrote */
         dmuon_model *ck = load_rel(cfg, false);
         snprintf(what, sizeof what, "%s: config (checkpoint layout) vs model.safetensors", k);
-        bad += check_against(ref, "single", ck, what, true);
+        bad += check_against(ref, "single", ck, what, true, false);
         snprintf(what, sizeof what, "%s: config layouts", k);
         bad += same_matrices(what, mod, ck);
         /* the config.json transformers wrote */
@@ -273,18 +282,18 @@ static void test_every_family_both_routes(void **state)
         snprintf(rel, sizeof rel, REF "/st/%s/config.json", k);
         dmuon_model *written = load_rel(rel, false);
         snprintf(what, sizeof what, "%s: written config.json vs model.safetensors", k);
-        bad += check_against(ref, "single", written, what, true);
+        bad += check_against(ref, "single", written, what, true, false);
         /* safetensors: single file, sharded index, and the snapshot folders */
         snprintf(rel, sizeof rel, REF "/st/%s/model.safetensors", k);
         dmuon_model *st = load_rel(rel, false);
         snprintf(what, sizeof what, "%s: model.safetensors", k);
-        bad += check_against(ref, "single", st, what, true);
+        bad += check_against(ref, "single", st, what, true, false);
         snprintf(what, sizeof what, "%s: safetensors vs config (checkpoint layout)", k);
         bad += same_matrices(what, st, ck);
         snprintf(rel, sizeof rel, REF "/st/%s/sharded/model.safetensors.index.json", k);
         dmuon_model *ix = load_rel(rel, false);
         snprintf(what, sizeof what, "%s: sharded index", k);
-        bad += check_against(ref, "sharded", ix, what, true);
+        bad += check_against(ref, "sharded", ix, what, true, false);
         snprintf(rel, sizeof rel, REF "/st/%s", k);
         dmuon_model *dir = load_rel(rel, false);
         assert_string_equal(dmuon_model_format(dir), "safetensors");
