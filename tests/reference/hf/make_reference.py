@@ -81,6 +81,10 @@ CASES = {
     # mistral: its modeling code has no attention biases even when the field is set
     "mistral": ("mistral", tiny(attention_bias=True, head_dim=32), True),
     "mistral_defaults": ("mistral", minimal(num_attention_heads=16), False),
+    # null fields take the __post_init__ fallbacks
+    "llama_nulls": ("llama", tiny(num_key_value_heads=None, head_dim=None), False),
+    # a head_dim the config class does not declare is still used by the module
+    "qwen2_head_dim": ("qwen2", tiny(head_dim=8), False),
     # qwen2: the older torch_dtype field, tied embeddings
     "qwen2": ("qwen2", tiny(dtype=DROP, torch_dtype="float32", tie_word_embeddings=True), True),
     "qwen2_defaults": ("qwen2", minimal(num_attention_heads=64), False),
@@ -99,6 +103,10 @@ CASES = {
                                     num_experts_per_tok=2, moe_intermediate_size=32,
                                     mlp_only_layers=[1]), True),
     "qwen3_moe_defaults": ("qwen3_moe", minimal(num_attention_heads=8), False),
+    # the attribute name instead of the num_experts alias; every other layer sparse
+    "qwen3_moe_local": ("qwen3_moe", tiny(num_hidden_layers=4, num_local_experts=4,
+                                          num_experts_per_tok=2, moe_intermediate_size=32,
+                                          decoder_sparse_step=2), False),
     "mixtral": ("mixtral", tiny(num_local_experts=4, num_experts_per_tok=2, head_dim=None), True),
     "mixtral_defaults": ("mixtral", minimal(num_attention_heads=16), False),
     "phi3": ("phi3", tiny(), True),
@@ -118,6 +126,13 @@ CASES = {
                                                 v_head_dim=16, attention_bias=True), True),
     "deepseek_v3_defaults": ("deepseek_v3", minimal(num_hidden_layers=4, num_attention_heads=8),
                              False),
+    # query compression with attention biases (q_a_proj, kv_a_proj_with_mqa, o_proj)
+    "deepseek_v3_bias": ("deepseek_v3", tiny(num_hidden_layers=2, first_k_dense_replace=0,
+                                             n_routed_experts=4, num_experts_per_tok=2,
+                                             n_group=2, topk_group=1, moe_intermediate_size=32,
+                                             kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
+                                             qk_nope_head_dim=16, v_head_dim=16,
+                                             attention_bias=True), False),
     "olmo2": ("olmo2", tiny(), True),
     "olmo2_defaults": ("olmo2", minimal(), False),
     "gemma3_text": ("gemma3_text", tiny(head_dim=16), True),
@@ -126,8 +141,13 @@ CASES = {
                                         num_experts_per_tok=1, intermediate_size_mlp=80,
                                         interleave_moe_layer_step=2), True),
     "llama4_text_defaults": ("llama4_text", minimal(num_attention_heads=16), False),
+    "llama4_text_moe_layers": ("llama4_text", tiny(num_hidden_layers=3, num_local_experts=2,
+                                                   num_experts_per_tok=1, moe_layers=[0, 2],
+                                                   intermediate_size_mlp=80), False),
     "gpt_oss": ("gpt_oss", tiny(head_dim=16, num_local_experts=4, num_experts_per_tok=2), True),
     "gpt_oss_defaults": ("gpt_oss", minimal(num_attention_heads=16), False),
+    "gpt_oss_nobias": ("gpt_oss", tiny(head_dim=16, num_local_experts=2, num_experts_per_tok=1,
+                                       attention_bias=False), False),
 }
 
 DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
