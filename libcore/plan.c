@@ -236,10 +236,16 @@ static dmuon_rc make_units(dmuon_plan *p, const dmuon_model *m, const dmuon_cost
             int64_t mat_bytes = mat_el * (int64_t)dsz;
             const char *gname = NULL;
             if (q->expert && !p->opts.fuse_experts) {
-                /* each expert matrix its own unit (paper C.5) */
-                for (int64_t j = 0; j < q->matrices; j++) {
+                /* each expert matrix its own unit (paper C.5); in a strided
+                 * layout (dmuon/model.h) an expert's gate and up share one
+                 * unit: the contiguous block that holds both */
+                int64_t step = q->layout != DMUON_MAT_CONTIGUOUS ? 2 : 1;
+                for (int64_t j = 0; j < q->matrices; j += step) {
                     size_t u;
-                    if (q->matrices > 1 || q->ndim == 3)
+                    if (step == 2)
+                        snprintf(name, sizeof name, "%s[%lld,%lld]", q->name, (long long)j,
+                                 (long long)j + 1);
+                    else if (q->matrices > 1 || q->ndim == 3)
                         snprintf(name, sizeof name, "%s[%lld]", q->name, (long long)j);
                     else
                         snprintf(name, sizeof name, "%s", q->name);
@@ -253,7 +259,8 @@ static dmuon_rc make_units(dmuon_plan *p, const dmuon_model *m, const dmuon_cost
                         }
                         pend = np2;
                     }
-                    pend[npend++] = (pending){(int32_t)u, (int32_t)pi, j, 1, off + j * mat_bytes};
+                    pend[npend++] = (pending){(int32_t)u, (int32_t)pi, j, step,
+                                              off + j * mat_bytes};
                 }
                 off += q->numel * (int64_t)dsz;
                 continue;
@@ -663,22 +670,6 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
         return DMUON_FAIL(DMUON_EINVAL, "model '%s' has no Muon matrix to assign (every "
                                         "parameter has role adamw; check the --muon/--adamw "
                                         "patterns)", dmuon_model_source(m));
-    /* plans address contiguous matrices only (dmuon/model.h, "Muon matrices") */
-    for (size_t i = 0; i < dmuon_model_param_count(m); i++) {
-        const dmuon_param *q = dmuon_model_param(m, i);
-        if (q->role == DMUON_ROLE_MUON && q->layout != DMUON_MAT_CONTIGUOUS)
-            return DMUON_FAIL(DMUON_EINVAL,
-                              "model '%s': tensor '%s' [%lld, %lld, %lld] stores each expert's "
-                              "gate and up matrices %s of its last dimension, so they are not "
-                              "contiguous in storage and a plan cannot address them; keep it "
-                              "out of Muon (--adamw '*%s') or use a checkpoint with per-expert "
-                              "tensors",
-                              dmuon_model_source(m), q->name, (long long)q->shape[0],
-                              (long long)q->shape[1], (long long)q->shape[2],
-                              q->layout == DMUON_MAT_HALVES ? "as the two halves"
-                                                            : "interleaved (even/odd columns)",
-                              strrchr(q->name, '.') ? strrchr(q->name, '.') : q->name);
-    }
     dmuon_plan *p = calloc(1, sizeof *p);
     if (!p)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");

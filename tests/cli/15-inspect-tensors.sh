@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dmuon-plan inspect --tensors (table and --json) on the reference checkpoints
 # of tests/reference/hf, snapshot folders as MODEL, quantized checkpoints, and
-# the refusal to plan expert matrices that are not contiguous in storage.
+# plans of expert matrices that are not contiguous in storage.
 source "$(dirname "$0")/lib.sh"
 P="$DMUON_BIN/dmuon-plan"
 R="$DMUON_ROOT/tests/reference/hf"
@@ -27,14 +27,20 @@ run "$P" inspect --tensors "$R/st/llama4_text/model.safetensors"
 check_rc 0 "inspect --tensors (table)"
 check_out "^  model.layers.1.feed_forward.experts.gate_up_proj +4x64x192 +BF16 +muon +2 +8 x 96x64 T halves" "llama4_text gate_up_proj: halves, 8 matrices of 96 x 64"
 check_out "^  model.layers.1.feed_forward.experts.down_proj +4x96x64 +BF16 +muon +2 +4 x 64x96 T " "llama4_text down_proj: 4 matrices of 64 x 96, transposed"
-check_out "none: .*not contiguous in storage" "says why there are no units"
+check_out "^  model.layers.1.feed_forward.experts.gate_up_proj .*model.layers.1.feed_forward.experts.gate_up_proj\[0,1\] \.\.\. \(4 units\)" "llama4_text gate_up_proj: 4 units, one per expert"
 
-# planning non-contiguous expert matrices is refused, with the way out
-run "$P" "$R/st/gpt_oss/model.safetensors" --cost flops
-check_rc 2 "plan of interleaved gate_up_proj"
-check_err "^dmuon-plan: error: .*gate_up_proj.* interleaved \(even/odd columns\) .*--adamw '\*.gate_up_proj'" "refusal names the tensor and the pattern"
-run "$P" "$R/st/gpt_oss/model.safetensors" --cost flops --adamw '*.gate_up_proj' --json
-check_rc 0 "planned with the gate_up_proj kept out of Muon"
+# strided gate/up matrices: each expert's pair is one unit, its contiguous
+# block: expert e of the [4, 64, 192] BF16 tensor at 2 x 96 x 64 x 2 bytes x e
+run "$P" inspect --tensors --json "$R/st/gpt_oss/model.safetensors"
+check_rc 0 "inspect --tensors of gpt_oss"
+check_out '"name":"model.layers.0.mlp.experts.gate_up_proj","shape":\[4,64,192\],"dtype":"BF16","role":"muon","layer":"model.layers.0","matrices":8,"m":96,"n":64,"transposed":true,"layout":"interleaved","expert":true,"units":\["model.layers.0.mlp.experts.gate_up_proj\[0,1\]","model.layers.0.mlp.experts.gate_up_proj\[2,3\]","model.layers.0.mlp.experts.gate_up_proj\[4,5\]","model.layers.0.mlp.experts.gate_up_proj\[6,7\]"\]' "gpt_oss gate_up_proj: one unit per expert's gate and up"
+run "$P" "$R/st/gpt_oss/model.safetensors" --cost flops -N 8 -o "$T_TMP/oss.yaml"
+check_rc 0 "plan of interleaved gate_up_proj"
+off0=$(grep -o 'name: "model.layers.0.mlp.experts.gate_up_proj\[0,1\]".*members: \[\[[0-9]*, 0, 2, [0-9]*\]\]' "$T_TMP/oss.yaml" | grep -o '[0-9]*\]\]$' | tr -d ']')
+off3=$(grep -o 'name: "model.layers.0.mlp.experts.gate_up_proj\[6,7\]".*members: \[\[[0-9]*, 6, 2, [0-9]*\]\]' "$T_TMP/oss.yaml" | grep -o '[0-9]*\]\]$' | tr -d ']')
+check_eq "$((off3 - off0))" "$((3 * 2 * 96 * 64 * 2))" "expert 3's block starts 3 blocks after expert 0's"
+run "$DMUON_BIN/dmuon-verify" --plan "$T_TMP/oss.yaml" --model "$R/st/gpt_oss/model.safetensors"
+check_rc 0 "dmuon-verify accepts the plan"
 
 # a quantized checkpoint: a note on what is kept out of Muon
 h='{"m.layers.0.q_proj.weight": {"dtype": "F8_E4M3", "shape": [4, 4], "data_offsets": [0, 16]}, "m.layers.0.q_proj.weight_scale_inv": {"dtype": "F32", "shape": [1, 1], "data_offsets": [16, 20]}, "m.layers.0.o_proj.weight": {"dtype": "BF16", "shape": [4, 4], "data_offsets": [20, 52]}}' 

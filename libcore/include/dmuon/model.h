@@ -82,11 +82,14 @@
  *   - DMUON_MAT_INTERLEAVED: gate_up_proj [E, H, 2I] (gpt_oss, told apart by
  *     its sibling gate_up_proj_bias): gate is the even columns, up the odd
  *     ones; I x H matrices, transposed, column stride 2.
- * HALVES and INTERLEAVED matrices are not contiguous in storage.  Plans
- * address contiguous matrices only, so dmuon_plan_build refuses a Muon
- * tensor of those layouts with a message naming it (keep it out of Muon with
- * an adamw pattern, or convert the checkpoint to per-expert tensors); they
- * are never split into wrong "matrices" along another dimension.
+ * HALVES and INTERLEAVED matrices are not contiguous in storage, but each
+ * expert's gate and up together are: the block [e*in*2I, (e+1)*in*2I).
+ * Plans therefore never split such a pair: dmuon_plan_build gives the two
+ * matrices of an expert one unit (one contiguous segment), and the owner
+ * reads the real I x in gate and up from that block with the strides above
+ * (gate: row stride 2I, columns [0, I) or the even columns; up: columns
+ * [I, 2I) or the odd columns).  They are never cut into wrong "matrices"
+ * along another dimension.
  */
 #ifndef DMUON_MODEL_H
 #define DMUON_MODEL_H
