@@ -160,7 +160,7 @@ dmuon_rc dmuon_model_load_yaml(const char *path, const dmuon_model_opts *opts, d
         DMUON_TRY_GOTO(rc, dmuon_spec_add(&l, name, dt, (int)nd, shape), out);
     }
     DMUON_TRY_GOTO(rc, check_duplicates(&d, list, path), out);
-    DMUON_TRY_GOTO(rc, dmuon_model_new(path, "yaml", l.t, l.n, &o, out), out);
+    DMUON_TRY_GOTO(rc, dmuon_model_new(path, "yaml", l.t, l.stored, l.n, &o, out), out);
 out:
     free(muon);
     free(adamw);

@@ -24,8 +24,11 @@ check_out "not with -o" "--help says --compare refuses -o"
 usage "--compare writes no plan file" "--compare with -o" -- "$Y" --cost flops --compare -o "$T_TMP/c.yaml"
 check_no_file "$T_TMP/c.yaml" "--compare -o: no file"
 # exit codes of bad input
-usage "model '.*qwen2.5-1.5b' is a directory; did you mean .*qwen2.5-1.5b/config.json?" "a directory as MODEL" -- "$M/qwen2.5-1.5b" --cost flops
-usage "model '.*models' is a directory; expected a config.json" "a directory without config.json" -- "$M" --cost flops
+# a snapshot folder as MODEL: the file used is named
+run "$P" "$M/qwen2.5-1.5b" --cost flops --json
+check_rc 0 "a directory as MODEL"
+check_err "^dmuon-plan: model directory .*qwen2.5-1.5b: using .*qwen2.5-1.5b/config.json$" "a directory as MODEL: names the file used"
+usage "model directory '.*models' holds no model.safetensors.index.json, no .safetensors file and no config.json" "a directory without model files" -- "$M" --cost flops
 usage "cannot open model '.*absent.json'" "missing model file" -- "$T_TMP/absent.json" --cost flops
 usage "no Muon matrix" "--adamw '*' leaves no Muon matrix" -- "$Y" --cost flops --adamw '*'
 usage "-o/--out '': expected a plan file path" "-o ''" -- "$Y" --cost flops -o ''

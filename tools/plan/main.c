@@ -28,7 +28,7 @@
 
 static const char usage[] =
     "usage: dmuon-plan [plan] MODEL [options]\n"
-    "       dmuon-plan inspect MODEL [--json] [--muon PAT] [--adamw PAT]\n"
+    "       dmuon-plan inspect MODEL [--tensors] [--json] [--muon PAT] [--adamw PAT]\n"
     "       dmuon-plan show PLAN [--json]\n"
     "       dmuon-plan --version\n"
     "\n"
@@ -36,9 +36,10 @@ static const char usage[] =
     "byte cap and layer spreading; HSDP balances columns (rails) first), prints the\n"
     "balance report, and with -o writes the plan file that libdmuon loads.\n"
     "\n"
-    "MODEL: a Hugging Face config.json (llama, mistral, qwen2, qwen2_moe, gemma, gemma2),\n"
-    "a .safetensors file, a model.safetensors.index.json, or a dmuon YAML inventory\n"
-    "(models/*.yaml).\n"
+    "MODEL: a Hugging Face config.json (llama, mistral, qwen2, qwen2_moe, gemma, gemma2,\n"
+    "qwen3, qwen3_moe, mixtral, phi3, deepseek_v3, olmo2, gemma3_text, llama4_text, gpt_oss),\n"
+    "a .safetensors file, a model.safetensors.index.json, a snapshot folder holding them\n"
+    "(the file used is printed), or a dmuon YAML inventory (models/*.yaml).\n"
     "\n"
     "cluster:\n"
     "  -n, --nodes R             nodes (default 1)\n"
@@ -82,15 +83,16 @@ static const char usage[] =
     "  -h, --help\n"
     "      --version             print the dmuon version\n"
     "\n"
-    "inspect takes --json, --muon, --adamw, --fused-layout; show takes --json; other flags\n"
-    "are refused there.\n"
+    "inspect takes --tensors (every tensor: shape, dtype, role, layer, matrices, unit),\n"
+    "--json, --muon, --adamw, --fused-layout; show takes --json; other flags are refused\n"
+    "there.\n"
     "\n"
     "exit: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime error\n";
 
 typedef struct {
     const char *muon[MAX_PATTERNS], *adamw[MAX_PATTERNS];
     size_t n_muon, n_adamw;
-    bool fused_layout, json, compare, verbose, probe_missing;
+    bool fused_layout, json, compare, verbose, probe_missing, tensors;
     dmuon_device_kind device_kind;
     const char *out;
 } cli;
@@ -137,6 +139,152 @@ static void warn_unmatched(const cli *c, const dmuon_model *m)
     }
 }
 
+/* The file to read for MODEL: a directory (a snapshot folder) is resolved,
+ * and the file used is named on stderr.  Returns 0 or an exit code. */
+static int model_file(const cli *c, const char *path, char *buf, size_t cap, const char **file)
+{
+    dmuon_rc rc = dmuon_model_resolve(path, buf, cap);
+    if (rc)
+        return fail(c, rc);
+    if (strcmp(buf, path))
+        fprintf(stderr, "dmuon-plan: model directory %s: using %s\n", path, buf);
+    *file = buf;
+    return 0;
+}
+
+/* Notes (stderr) on what the inventory keeps out of the plan. */
+static void note_inventory(const dmuon_model *m)
+{
+    dmuon_model_stats s;
+    dmuon_model_get_stats(m, &s);
+    if (s.quantized)
+        fprintf(stderr, "dmuon-plan: note: %zu tensor%s of %s %s stored quantized (integer, BOOL "
+                        "or FP8 types): kept out of Muon, which orthogonalises dequantized "
+                        "matrices; plan the BF16 checkpoint (or its config.json) to give them "
+                        "Muon matrices\n",
+                s.quantized, s.quantized == 1 ? "" : "s", dmuon_model_source(m),
+                s.quantized == 1 ? "is" : "are");
+}
+
+/* The plan units of each parameter, for inspect --tensors: a plan with
+ * analytic costs on one rank (units do not depend on the cluster).  NULL
+ * when the model cannot be planned (*why says so). */
+static dmuon_plan *units_plan(const dmuon_model *m, char *why, size_t cap)
+{
+    dmuon_plan_opts o;
+    dmuon_plan_opts_init(&o);
+    o.cost = DMUON_COST_ELEMENTS;
+    o.nodes = o.gpus_per_node = 1;
+    dmuon_plan *p = NULL;
+    if (dmuon_plan_build(m, &o, &p) != DMUON_OK) {
+        snprintf(why, cap, "%s", dmuon_errmsg());
+        dmuon_err_clear();
+        return NULL;
+    }
+    return p;
+}
+
+static void shape_str(const dmuon_param *q, char *out, size_t cap)
+{
+    size_t w = 0;
+    out[0] = '\0';
+    for (int d = 0; d < q->ndim && w < cap; d++)
+        w += (size_t)snprintf(out + w, cap - w, "%s%lld", d ? "x" : "", (long long)q->shape[d]);
+}
+
+static void print_tensors(const dmuon_model *m, const dmuon_plan *p, const char *why,
+                          dmuon_json *w)
+{
+    size_t nu = 0, nm = 0;
+    const dmuon_plan_unit *units = p ? dmuon_plan_units(p, &nu) : NULL;
+    const dmuon_plan_member *mem = p ? dmuon_plan_members(p, &nm) : NULL;
+    /* member -> unit, and the members of each parameter (counting sort) */
+    size_t np = dmuon_model_param_count(m);
+    size_t *unit_of = calloc(nm ? nm : 1, sizeof *unit_of);
+    size_t *pstart = calloc(np + 1, sizeof *pstart), *byp = calloc(nm ? nm : 1, sizeof *byp);
+    if (!unit_of || !pstart || !byp)
+        nm = 0;   /* out of memory: list the tensors without their units */
+    for (size_t u = 0; nm && u < nu; u++)
+        for (size_t k = 0; k < units[u].n_members; k++)
+            unit_of[units[u].first_member + k] = u;
+    for (size_t k = 0; k < nm; k++)
+        pstart[mem[k].param + 1]++;
+    for (size_t i = 0; nm && i < np; i++)
+        pstart[i + 1] += pstart[i];
+    size_t *fill = calloc(np ? np : 1, sizeof *fill);
+    if (!fill)
+        nm = 0;
+    for (size_t k = 0; k < nm; k++) {
+        size_t q = (size_t)mem[k].param;
+        byp[pstart[q] + fill[q]++] = k;
+    }
+    free(fill);
+    if (w) {
+        dmuon_json_key(w, "tensors");
+        dmuon_json_begin_array(w);
+    } else {
+        printf("tensors (matrices: count x out x in; units from a one-rank plan%s%s):\n",
+               p ? "" : "; none: ", p ? "" : why);
+        printf("  %-56s %-14s %-7s %-5s %-5s %-22s %s\n", "name", "shape", "dtype", "role",
+               "layer", "matrices", "unit");
+    }
+    for (size_t i = 0; i < dmuon_model_param_count(m); i++) {
+        const dmuon_param *q = dmuon_model_param(m, i);
+        char shp[128], mats[96] = "-";
+        shape_str(q, shp, sizeof shp);
+        if (q->role == DMUON_ROLE_MUON)
+            snprintf(mats, sizeof mats, "%lld x %lldx%lld%s%s%s", (long long)q->matrices,
+                     (long long)q->mat_m, (long long)q->mat_n, q->transposed ? " T" : "",
+                     q->layout != DMUON_MAT_CONTIGUOUS ? " " : "",
+                     q->layout != DMUON_MAT_CONTIGUOUS ? dmuon_mat_layout_name(q->layout) : "");
+        size_t nunits = nm ? pstart[i + 1] - pstart[i] : 0;
+        const char *first = nunits ? units[unit_of[byp[pstart[i]]]].name : NULL;
+        const char *role = q->role == DMUON_ROLE_MUON ? "muon" : "adamw";
+        const char *layer = dmuon_model_layer_name(m, (size_t)q->layer);
+        if (w) {
+            dmuon_json_begin_object(w);
+            dmuon_json_kstr(w, "name", q->name);
+            dmuon_json_key(w, "shape");
+            dmuon_json_begin_array(w);
+            for (int d = 0; d < q->ndim; d++)
+                dmuon_json_int(w, q->shape[d]);
+            dmuon_json_end_array(w);
+            dmuon_json_kstr(w, "dtype", q->stored);
+            dmuon_json_kstr(w, "role", role);
+            dmuon_json_kstr(w, "layer", layer);
+            dmuon_json_kint(w, "matrices", q->matrices);
+            dmuon_json_kint(w, "m", q->mat_m);
+            dmuon_json_kint(w, "n", q->mat_n);
+            dmuon_json_kbool(w, "transposed", q->transposed);
+            dmuon_json_kstr(w, "layout", dmuon_mat_layout_name(q->layout));
+            dmuon_json_kbool(w, "expert", q->expert);
+            dmuon_json_key(w, "units");
+            dmuon_json_begin_array(w);
+            for (size_t k = 0; k < nunits; k++)
+                dmuon_json_str(w, units[unit_of[byp[pstart[i] + k]]].name);
+            dmuon_json_end_array(w);
+            dmuon_json_end_object(w);
+        } else {
+            char un[600];
+            if (q->role != DMUON_ROLE_MUON)
+                snprintf(un, sizeof un, "(adamw: even shards)");
+            else if (!first)
+                snprintf(un, sizeof un, "-");
+            else if (nunits == 1)
+                snprintf(un, sizeof un, "%s", first);
+            else
+                snprintf(un, sizeof un, "%s ... (%zu units)", first, nunits);
+            printf("  %-56s %-14s %-7s %-5s %-5d %-22s %s\n", q->name, shp, q->stored, role,
+                   q->layer, mats, un);
+        }
+    }
+    if (w)
+        dmuon_json_end_array(w);
+    free(unit_of);
+    free(pstart);
+    free(byp);
+}
+
 /* ------------------------------------------------------------- inspect -- */
 
 static int cmd_inspect(const cli *c, const char *path)
@@ -145,9 +293,15 @@ static int cmd_inspect(const cli *c, const char *path)
     dmuon_model *m;
     dmuon_shape_count *sh = NULL;
     size_t nsh = 0;
+    char fbuf[4096], why[1024] = "";
+    int ec = model_file(c, path, fbuf, sizeof fbuf, &path);
+    if (ec)
+        return ec;
     dmuon_rc rc = dmuon_model_load(path, &mo, &m);
     if (rc)
         return fail(c, rc);
+    note_inventory(m);
+    dmuon_plan *up = c->tensors ? units_plan(m, why, sizeof why) : NULL;
     if ((rc = dmuon_model_muon_shapes(m, &sh, &nsh))) {
         dmuon_model_free(m);
         return fail(c, rc);
@@ -188,6 +342,11 @@ static int cmd_inspect(const cli *c, const char *path)
             dmuon_json_end_object(&w);
         }
         dmuon_json_end_array(&w);
+        dmuon_json_kint(&w, "quantized_tensors", (int64_t)s.quantized);
+        if (c->tensors) {
+            dmuon_json_kstr(&w, "units_note", up ? "" : why);
+            print_tensors(m, up, why, &w);
+        }
         dmuon_json_end_object(&w);
     } else {
         printf("model: %s (%s)\n", path, dmuon_model_format(m));
@@ -205,7 +364,10 @@ static int cmd_inspect(const cli *c, const char *path)
         for (size_t i = 0; i < nsh; i++)
             printf("  %7lld x %-7lld %6lld\n", (long long)sh[i].m, (long long)sh[i].n,
                    (long long)sh[i].count);
+        if (c->tensors)
+            print_tensors(m, up, why, NULL);
     }
+    dmuon_plan_free(up);
     free(sh);
     dmuon_model_free(m);
     return 0;
@@ -324,10 +486,15 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
     dmuon_model_opts mo = {c->muon, c->n_muon, c->adamw, c->n_adamw, c->fused_layout};
     dmuon_model *m;
     dmuon_plan *p = NULL;
+    static char fbuf[4096];
+    int fec = model_file(c, path, fbuf, sizeof fbuf, &path);
+    if (fec)
+        return fec;
     dmuon_rc rc = dmuon_model_load(path, &mo, &m);
     if (rc)
         return fail(c, rc);
     warn_unmatched(c, m);
+    note_inventory(m);
     o->model_path = path;
     if (c->probe_missing && o->cost == DMUON_COST_DB) {
         static char device[128];
@@ -377,7 +544,7 @@ out:
 enum {
     O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
-    O_COMPARE, O_JSON, O_VERSION
+    O_COMPARE, O_JSON, O_VERSION, O_TENSORS
 };
 
 /* The long name of the option getopt_long just returned. */
@@ -395,12 +562,12 @@ static const char *opt_name(const struct option *opts, int li, int ch)
 static bool applies_to(const char *cmd, const char *name)
 {
     static const char *const common[] = {"json", "verbose", "help", "version"};
-    static const char *const model[] = {"muon", "adamw", "fused-layout"};
+    static const char *const model[] = {"muon", "adamw", "fused-layout", "tensors"};
     for (size_t i = 0; i < 4; i++)
         if (!strcmp(name, common[i]))
             return true;
     if (!strcmp(cmd, "inspect"))
-        for (size_t i = 0; i < 3; i++)
+        for (size_t i = 0; i < 4; i++)
             if (!strcmp(name, model[i]))
                 return true;
     return false;
@@ -435,6 +602,7 @@ int main(int argc, char **argv)
         {"out", required_argument, 0, 'o'},
         {"compare", no_argument, 0, O_COMPARE},
         {"json", no_argument, 0, O_JSON},
+        {"tensors", no_argument, 0, O_TENSORS},
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},
@@ -575,6 +743,9 @@ int main(int argc, char **argv)
         case O_JSON:
             c.json = true;
             break;
+        case O_TENSORS:
+            c.tensors = true;
+            break;
         case 'v':
             c.verbose = true;
             break;
@@ -616,7 +787,7 @@ int main(int argc, char **argv)
             if (!applies_to(cmd, flags_seen[i])) {
                 fprintf(stderr, "dmuon-plan: error: --%s does not apply to %s (%s takes %s)\n"
                                 "(see dmuon-plan --help)\n", flags_seen[i], cmd, cmd,
-                        is_show ? "--json" : "--json, --muon, --adamw, --fused-layout");
+                        is_show ? "--json" : "--tensors, --json, --muon, --adamw, --fused-layout");
                 return 2;
             }
     if (c.compare && c.out)

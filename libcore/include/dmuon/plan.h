@@ -11,7 +11,12 @@
  *   - each expert matrix (MoE) is its own unit, whatever its size; with
  *     fuse_experts, all matrices of one expert tensor (fused [E,...] storage,
  *     or the per-expert tensors experts.*.P of one layer and projection P)
- *     form one unit instead.
+ *     form one unit instead.  A fused tensor whose gate and up matrices are
+ *     strided (layout DMUON_MAT_HALVES or DMUON_MAT_INTERLEAVED of
+ *     dmuon/model.h: [E, in, 2I]) gives each expert one unit "NAME[2e,2e+1]"
+ *     holding its gate and up: the contiguous block [e*in*2I, (e+1)*in*2I)
+ *     of the storage, so segments stay contiguous and the owner reads the
+ *     two I x in matrices inside it with the layout's strides.
  * Bytes of a unit = its elements * dtype size of the communication dtype
  * (param_dtype, BF16 by default: the parameters the operators gather and
  * publish), whatever the stored dtype.
@@ -105,7 +110,9 @@ void dmuon_plan_opts_init(dmuon_plan_opts *o);
 typedef struct {
     int32_t id;               /* index in dmuon_plan_units, = position in the plan file */
     const char *name;         /* first parameter's name; "NAME[j]" for one expert
-                                 matrix j; "LAYER.(small)" for a merged unit */
+                                 matrix j; "NAME[j,j+1]" for an expert's gate and
+                                 up of a strided layout; "LAYER.(small)" for a
+                                 merged unit */
     int32_t layer;            /* layer index */
     int32_t owner;            /* global rank in [0, ranks) */
     int32_t node;             /* owner / gpus_per_node */
