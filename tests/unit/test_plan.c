@@ -588,9 +588,18 @@ static void test_plan_load_recomputes(void **state)
     assert_non_null(strstr(dmuon_errmsg(), "outside [0, 8)"));
     assert_int_equal(dmuon_plan_load_ex(b, DMUON_PLAN_LOAD_NO_DIGESTS, &q), DMUON_ECHECK);
     /* a missing section names no line 0 */
-    assert_int_equal(load_edited(b, x, "digests: {", "digestz: {", &q), DMUON_ENOTFOUND);
+    assert_int_equal(load_edited(b, x, "digests: {", NULL, &q), DMUON_ENOTFOUND);
     assert_non_null(strstr(dmuon_errmsg(), "missing required field 'digests'"));
     assert_null(strstr(dmuon_errmsg(), ":0:"));
+    /* an unknown key is refused, naming it, wherever it is */
+    assert_int_equal(load_edited(b, x, "digests: {", "digestz: {", &q), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "unknown key 'digestz' in the plan"));
+    assert_int_equal(load_edited(b, x, "cluster: {", "cluster: {rank: 3, ", &q), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "unknown key 'rank' in 'cluster'"));
+    /* a repeated key is refused, naming both lines */
+    assert_int_equal(load_edited(b, x, "digests: {", "units: []\ndigests: {", &q), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "duplicate key 'units'"));
+    assert_non_null(strstr(dmuon_errmsg(), "(first at line"));
     free(x);
     dmuon_plan_free(p);
     dmuon_model_free(m);
