@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ------------------------------------------------------------------ load -- */
 
@@ -152,19 +153,25 @@ out:
 
 dmuon_rc dmuon_doc_load_file(dmuon_doc *doc, const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    bool std_in = !strcmp(path, "-");
+    struct stat st;
     char *buf = NULL;
     size_t len = 0, cap = 0;
     dmuon_rc rc;
     memset(doc, 0, sizeof *doc);
+    if (!std_in && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return DMUON_FAIL(DMUON_EINVAL, "'%s' is a directory, expected a file", path);
+    FILE *f = std_in ? stdin : fopen(path, "rb");
     if (!f)
-        return DMUON_FAIL(DMUON_EIO, "cannot open '%s': %s", path, strerror(errno));
+        return DMUON_FAIL(errno == ENOENT ? DMUON_ENOTFOUND : DMUON_EIO, "cannot open '%s': %s",
+                          path, strerror(errno));
     for (;;) {
         if (len == cap) {
             size_t ncap = cap ? cap * 2 : 65536;
             char *nbuf = realloc(buf, ncap);
             if (!nbuf) {
-                fclose(f);
+                if (!std_in)
+                    fclose(f);
                 free(buf);
                 return DMUON_FAIL(DMUON_ENOMEM, "out of memory reading '%s'", path);
             }
@@ -177,12 +184,14 @@ dmuon_rc dmuon_doc_load_file(dmuon_doc *doc, const char *path)
             break;
     }
     if (ferror(f)) {
-        fclose(f);
+        if (!std_in)
+            fclose(f);
         free(buf);
         return DMUON_FAIL(DMUON_EIO, "cannot read '%s': %s", path, strerror(errno));
     }
-    fclose(f);
-    rc = dmuon_doc_load_buffer(doc, path, buf, len);
+    if (!std_in)
+        fclose(f);
+    rc = dmuon_doc_load_buffer(doc, std_in ? "(stdin)" : path, buf, len);
     free(buf);
     return rc;
 }
