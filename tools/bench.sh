@@ -11,4 +11,4 @@ echo
 echo "== operators: 8 ranks as 4 virtual nodes x 2, BF16, 16 KiB - 64 MiB (ours vs per-owner, coalesced, equal-length)"
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" --ranks-per-node 2 \
-    -b 16K -e 64M -f 4 -w 5 -n 10 --launches 3 --op all --json build/bench-ops.json
+    -b 16K -e 64M -f 4 -w 5 -n 10 --launches 3 --op all --json-file build/bench-ops.json

@@ -139,6 +139,33 @@ int64_t tool_mem_available(void)
     return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
+int tool_check_host_memory(MPI_Comm world, int64_t bytes, int factor, const char *flag,
+                           char *err, size_t n)
+{
+    MPI_Comm local;
+    int here = 1, bad = 0;
+    if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(local, &here);
+        MPI_Comm_free(&local);
+    }
+    int64_t avail = tool_mem_available(), need = 0;
+    if (__builtin_mul_overflow(bytes, (int64_t)factor * here, &need))
+        need = -1;
+    if (avail > 0 && (need < 0 || need > avail))
+        bad = 1;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world);
+    if (!bad)
+        return 0;
+    char a[48], b[48], c[48];
+    snprintf(err, n, "%s %s needs at least %s on this host (%d x the size for each of its %d "
+             "rank%s), which has %s available: give a smaller size or fewer ranks per host",
+             flag, tool_format_size(bytes, a, sizeof a),
+             need > 0 ? tool_format_size(need, b, sizeof b) : "more than 8 EiB", factor, here,
+             here == 1 ? "" : "s", avail > 0 ? tool_format_size(avail, c, sizeof c) : "less");
+    return -1;
+}
+
 static void on_signal(int sig)
 {
     dmuon_write_abandon();

@@ -18,6 +18,7 @@
 #ifndef DMUON_TOOL_OPT_H
 #define DMUON_TOOL_OPT_H
 
+#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,15 @@ void tool_print_version(const char *tool);
 /* Bytes of memory this host can still give (MemAvailable of /proc/meminfo),
  * or -1 when unknown. */
 int64_t tool_mem_available(void);
+
+/* Refuses, before any allocation, a per-rank size the host cannot hold:
+ * when factor x bytes x (ranks of world on this host) exceeds MemAvailable,
+ * writes "FLAG SIZE needs at least ... on this host, which has ... available"
+ * to err and returns -1 (on every rank: the answer is agreed over world).
+ * factor is a lower bound of the buffers per byte of layer (a layer buffer
+ * and a receive buffer: 2), so no size that fits is refused.  Collective. */
+int tool_check_host_memory(MPI_Comm world, int64_t bytes, int factor, const char *flag,
+                           char *err, size_t n);
 
 /* Installs SIGINT/SIGTERM/SIGHUP handlers that remove the temporary file of
  * an atomic write in progress (dmuon_write_abandon in dmuon/io.h), then

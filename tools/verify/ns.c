@@ -352,6 +352,17 @@ int verify_ns_main(int argc, char **argv)
     size_t ncases = 0, done_cases = 0, nskipped = 0;
     for (size_t i = 0; i < nshapes; i++)
         ncases += shapes[i][0] * shapes[i][1] > max_el ? 0 : (size_t)ninputs;
+    if (ncases == 0) {
+        long long smallest = -1;
+        for (size_t i = 0; i < nshapes; i++)
+            if (smallest < 0 || shapes[i][0] * shapes[i][1] < smallest)
+                smallest = (long long)(shapes[i][0] * shapes[i][1]);
+        free(shapes);
+        snprintf(msg, sizeof msg, "every shape has more than --max-elements %lld elements (the "
+                 "smallest has %lld): nothing would be checked; raise --max-elements (the "
+                 "float64 SVD reference costs O(m n min(m, n)))", max_el, smallest);
+        return fail(msg);
+    }
 
     run_state st = {0};
     dmuon_ns_opts other = opts;
