@@ -168,7 +168,7 @@ out:
 
 void bench_print_header(const bench_opts *o, const dmuon_topo *t, const char *what)
 {
-    if (t->rank)
+    if (t->rank || o->json_stdout)
         return;
     printf("# dmuon-bench: %d rank%s as %d node%s x %d%s, %s, -w %d -n %d --launches %d%s\n",
            t->size, t->size == 1 ? "" : "s", t->nodes, t->nodes == 1 ? "" : "s", t->per_node,
@@ -176,8 +176,6 @@ void bench_print_header(const bench_opts *o, const dmuon_topo *t, const char *wh
            o->replay_defaults ? " (replay defaults)" : "");
     printf("# time: median over launches of the median over iterations of the slowest rank "
            "(us); xN = baseline time / ours\n");
-    if (o->json_stdout)
-        return;
     printf("# algbw = bytes / time of ours, busbw = algbw x (N-1)/N (agv, rsv; N ranks) or "
            "x (R-1)/R (publish; R nodes), GB/s\n");
     printf("%-8s %12s %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7s%s\n", "#op", "bytes",
