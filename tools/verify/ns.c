@@ -20,6 +20,7 @@
 #include "dmuon/io.h"
 #include "dmuon/ns.h"
 #include "dmuon/probe.h"
+#include "common/opt.h"
 #include "verify.h"
 
 static const char *usage_text =
@@ -289,15 +290,13 @@ int verify_ns_main(int argc, char **argv)
                 return fail(msg);
             }
             break;
-        case 'x':
-            errno = 0;
-            max_el = strtoll(optarg, &end, 10);
-            if (*end || !*optarg || *optarg < '0' || *optarg > '9' || errno || max_el < 1) {
-                snprintf(msg, sizeof msg, "--max-elements '%s': expected an integer >= 1",
-                         optarg);
+        case 'x': {
+            int64_t v;
+            if (tool_parse_int("--max-elements", optarg, 1, INT64_MAX, &v, msg, sizeof msg))
                 return fail(msg);
-            }
+            max_el = v;
             break;
+        }
         case 'j': json = true; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return 2;
