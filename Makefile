@@ -122,9 +122,10 @@ $(BINDIR)/dmuon-$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
-$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(STATIC)
+$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(TOOL_COMMON) $(STATIC)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(STATIC) -lcmocka $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOL_COMMON) $(STATIC) -lcmocka $(LDLIBS)
+$(BUILD)/tests/unit/test_opt.o: CPPFLAGS += -Itools
 
 # ---- install --------------------------------------------------------------
 # make install PREFIX=DIR [DESTDIR=STAGE]: bin/dmuon-*, lib/libdmuon.{a,so},
