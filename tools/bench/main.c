@@ -6,6 +6,7 @@
  *                                       equal-length baselines (MPI)
  *   dmuon-bench ns [options]            Gram vs direct Newton–Schulz, sgemm rate
  *   dmuon-bench plan [options]          planner speed on real and synthetic models
+ *   dmuon-bench predict [options]       the network model, fitted and checked
  *
  * This file only dispatches; each family lives in its own file here.
  */
@@ -25,10 +26,15 @@ int main(int argc, char **argv)
         argv[1] = "dmuon-bench plan";
         return bench_plan_main(argc - 1, argv + 1);
     }
+    if (argc > 1 && !strcmp(argv[1], "predict")) {
+        argv[1] = "dmuon-bench predict";
+        return bench_predict_main(argc - 1, argv + 1);
+    }
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
         printf("dmuon-bench: benchmarks measured side by side in one run.\n\n"
                "  dmuon-bench [options]             the communication operators (below)\n"
                "  dmuon-bench ns [options]          Gram vs direct Newton-Schulz, sgemm rate\n"
-               "  dmuon-bench plan [options]        planner speed (real and synthetic models)\n\n");
+               "  dmuon-bench plan [options]        planner speed (real and synthetic models)\n"
+               "  dmuon-bench predict [options]     the network model, fitted and checked\n\n");
     return bench_ops_main(argc, argv);
 }
