@@ -72,6 +72,8 @@ TOOLS     := probe plan bench verify
 TOOL_BINS := $(TOOLS:%=$(BINDIR)/dmuon-%)
 UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+MPI_TSRC  := $(sort $(wildcard tests/mpi/*.c))
+MPI_TBINS := $(MPI_TSRC:tests/mpi/%.c=$(BUILD)/tests/mpi/%)
 STATIC    := $(BUILD)/libdmuon.a
 SHARED    := $(BUILD)/libdmuon.so
 
@@ -89,7 +91,7 @@ config:
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOL_BINS)
-tests: $(UNIT_BINS)
+tests: $(UNIT_BINS) $(MPI_TBINS)
 
 # db/schema.sql is compiled into libcore as a C string.
 $(BUILD)/gen/schema_sql.h: db/schema.sql
@@ -108,6 +110,7 @@ $(BUILD)/kernels/%.o: kernels/%.cu $(wildcard libcore/include/dmuon/*.h)
 $(STATIC): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+	@echo '$(LDFLAGS) $(LDLIBS)' > $(BUILD)/link-flags
 
 $(SHARED): $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -122,6 +125,11 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 $(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(STATIC) -lcmocka $(LDLIBS)
+
+# MPI test programs, run by the scripts in tests/mpi/
+$(BUILD)/tests/mpi/%: $(BUILD)/tests/mpi/%.o $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS)
 
 # ---- tests ----------------------------------------------------------------
 COUNTS := $(CURDIR)/build/test-counts

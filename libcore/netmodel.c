@@ -8,10 +8,13 @@
  * first served, which keeps every queue in order because the chunks of one
  * queue become ready in increasing order at every node (they arrive over
  * one path whose ports serve one message at a time); ports are reserved in
- * the order sends are issued.  The schedule comes from dmuon_sched_init and
- * its routes from dmuon_sched_route: nothing here knows a route of its own.
+ * the order sends are issued.  The schedules come from dmuon_sched_init and
+ * dmuon_pub_sched_init, their routes from dmuon_sched_route and
+ * dmuon_pub_sched_hop: nothing here knows a route of its own.
  */
 #include "dmuon/netmodel.h"
+
+#include "dmuon/publish.h"
 
 #include <assert.h>
 #include <math.h>
@@ -111,15 +114,21 @@ static event heap_pop(heap *h)
 
 /* ------------------------------------------------------------ replay ---- */
 
-/* State of one replay.  Job j = node·nc + c, c the chunk's index in the
- * concatenation of the schedules' chunk arrays; it runs on rank node·K +
- * rail of the chunk. */
+/* State of one replay.  The schedule is seen as streams: a stream is one
+ * queue (q, s) of dmuon_sched or one parameter of dmuon_pub_sched, with its
+ * chunks in order and, per node, the nodes it receives from and sends to.
+ * Job j = node·nc + c for chunk c (chunks numbered stream by stream); it runs
+ * on rank node·K + the stream's rail. */
 typedef struct {
     const dmuon_net_params *p;
     int R, K, kind;             /* kind: 0 gather, 1 reduce, 2 publish */
-    int64_t nc;                 /* chunks of all schedules */
-    const dmuon_chunk **chunk;  /* per chunk */
-    int *q_of, *rail_of;        /* per chunk */
+    int64_t nc;                 /* chunks */
+    int ns;                     /* streams */
+    double *bytes;              /* per chunk */
+    int *stream_of;             /* per chunk */
+    int64_t *sfirst;            /* per stream: its chunks [sfirst[i], sfirst[i+1]) */
+    int *srail;                 /* per stream: its rail */
+    int *route;                 /* per (stream, node): in[R], out[R], nin, nout */
     int *need;                  /* per job: inputs still to arrive */
     double *ready;              /* per job: latest input arrival */
     int64_t *fifo_next;         /* per job: next job in its rank's FIFO */
@@ -128,14 +137,13 @@ typedef struct {
     double *rail_tx, *rail_rx;  /* per rank */
     double *node_tx, *node_rx;  /* per node */
     double *node_in;            /* per node: its intra port (multicast stores, loads) */
-    int *route;                 /* per (queue, node): in[R], out[R], nin, nout */
     heap h;
     double end;
 } replay;
 
-static int *route_of(const replay *r, int q, int node)
+static int *route_of(const replay *r, int st, int node)
 {
-    return r->route + ((size_t)q * r->R + node) * (2 * (size_t)r->R + 2);
+    return r->route + ((size_t)st * r->R + node) * (2 * (size_t)r->R + 2);
 }
 
 /* A message of b bytes from node a to node z on rail s, issued at t:
@@ -153,8 +161,8 @@ static double message(replay *r, int a, int z, int s, double b, double t)
     r->node_tx[a] = st + tn;
     double sent = st + dmax(tr, tn);
     double in = dmax(sent, dmax(r->rail_rx[rz] + tr, r->node_rx[z] + tn));
-    r->rail_rx[rz] = dmax(r->rail_rx[rz] + tr, in - dmax(tr, tn) + tr);
-    r->node_rx[z] = dmax(r->node_rx[z] + tn, in - dmax(tr, tn) + tn);
+    r->rail_rx[rz] = in - dmax(tr, tn) + tr;
+    r->node_rx[z] = in - dmax(tr, tn) + tn;
     return in + v[DMUON_NP_HOP_LAT];
 }
 
@@ -171,16 +179,16 @@ static double intra(replay *r, int node, double t, double b, int copies)
     return st + b / bw;
 }
 
-/* Runs job j on its rank, starting at t; returns the time the worker is free. */
+/* Runs job j on its rank, starting at t; stores when the worker is free. */
 static int run_job(replay *r, int64_t j, double t, double *free_at)
 {
     const double *v = r->p->v;
     int node = (int)(j / r->nc);
     int64_t c = j % r->nc;
-    int q = r->q_of[c], s = r->rail_of[c], K = r->K;
-    double b = (double)r->chunk[c]->bytes;
-    int *rt = route_of(r, q, node);
-    int R = r->R, nin = rt[2 * R], nout = rt[2 * R + 1];
+    int st = r->stream_of[c], s = r->srail[st], K = r->K, R = r->R;
+    double b = r->bytes[c];
+    int *rt = route_of(r, st, node);
+    int nin = rt[2 * R], nout = rt[2 * R + 1];
     int *out = rt + R;
     double x = t + v[DMUON_NP_CHUNK_OH];
     if (r->kind == 0) {
@@ -214,9 +222,11 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
 
 static void replay_free(replay *r)
 {
-    free(r->chunk);
-    free(r->q_of);
-    free(r->rail_of);
+    free(r->bytes);
+    free(r->stream_of);
+    free(r->sfirst);
+    free(r->srail);
+    free(r->route);
     free(r->need);
     free(r->ready);
     free(r->fifo_next);
@@ -228,139 +238,170 @@ static void replay_free(replay *r)
     free(r->node_tx);
     free(r->node_rx);
     free(r->node_in);
-    free(r->route);
     free(r->h.v);
 }
 
-/* Replays the schedules ss[0..ns) together (kind 0 gather, 1 reduce, 2
- * publish) and stores the time of the last event.  ns == 1: one schedule of
- * R × K whose rails are its columns; ns == K > 1: one schedule of R × 1 per
- * rail (the publish), rail i = ss[i].  All share R, kind and path, hence
- * their routes. */
-static dmuon_rc replay_scheds(const dmuon_net_params *p, const dmuon_sched *ss, int ns, int K,
-                              int kind, double *seconds)
+/* Allocates a replay of ns streams and nc chunks on R × K. */
+static dmuon_rc replay_alloc(replay *r, const dmuon_net_params *p, int R, int K, int kind,
+                             int ns, int64_t nc)
 {
-    replay r;
-    memset(&r, 0, sizeof r);
-    r.p = p;
-    r.R = ss[0].nodes;
-    r.K = K;
-    r.kind = kind;
-    assert(ns == 1 ? ss[0].per_node == K : ns == K);
-    for (int i = 0; i < ns; i++) {
-        assert(ss[i].nodes == r.R && ss[i].path == ss[0].path && ss[i].kind == ss[0].kind);
-        r.nc += ss[i].nchunks;
-    }
-    int R = r.R, N = R * K;
-    int64_t nj = (int64_t)R * r.nc;
-    r.chunk = malloc((size_t)(r.nc ? r.nc : 1) * sizeof *r.chunk);
-    r.q_of = malloc((size_t)(r.nc ? r.nc : 1) * sizeof(int));
-    r.rail_of = malloc((size_t)(r.nc ? r.nc : 1) * sizeof(int));
-    r.need = malloc((size_t)(nj ? nj : 1) * sizeof(int));
-    r.ready = calloc((size_t)(nj ? nj : 1), sizeof(double));
-    r.fifo_next = malloc((size_t)(nj ? nj : 1) * sizeof(int64_t));
-    r.head = malloc((size_t)N * sizeof(int64_t));
-    r.tail = malloc((size_t)N * sizeof(int64_t));
-    r.worker = calloc((size_t)N, sizeof(double));
-    r.rail_tx = calloc((size_t)N, sizeof(double));
-    r.rail_rx = calloc((size_t)N, sizeof(double));
-    r.node_tx = calloc((size_t)R, sizeof(double));
-    r.node_rx = calloc((size_t)R, sizeof(double));
-    r.node_in = calloc((size_t)R, sizeof(double));
-    r.route = malloc((size_t)R * R * (2 * (size_t)R + 2) * sizeof(int));
-    if (!r.chunk || !r.q_of || !r.rail_of || !r.need || !r.ready || !r.fifo_next || !r.head ||
-        !r.tail || !r.worker || !r.rail_tx || !r.rail_rx || !r.node_tx || !r.node_rx || !r.node_in || !r.route) {
-        replay_free(&r);
+    memset(r, 0, sizeof *r);
+    r->p = p;
+    r->R = R;
+    r->K = K;
+    r->kind = kind;
+    r->ns = ns;
+    r->nc = nc;
+    size_t N = (size_t)R * K, nj = (size_t)R * (size_t)(nc ? nc : 1), c1 = nc ? (size_t)nc : 1;
+    r->bytes = malloc(c1 * sizeof *r->bytes);
+    r->stream_of = malloc(c1 * sizeof *r->stream_of);
+    r->sfirst = malloc(((size_t)ns + 1) * sizeof *r->sfirst);
+    r->srail = malloc(((size_t)ns + 1) * sizeof *r->srail);
+    r->route = malloc(((size_t)ns ? (size_t)ns : 1) * R * (2 * (size_t)R + 2) * sizeof(int));
+    r->need = malloc(nj * sizeof *r->need);
+    r->ready = calloc(nj, sizeof *r->ready);
+    r->fifo_next = malloc(nj * sizeof *r->fifo_next);
+    r->head = malloc(N * sizeof *r->head);
+    r->tail = malloc(N * sizeof *r->tail);
+    r->worker = calloc(N, sizeof *r->worker);
+    r->rail_tx = calloc(N, sizeof *r->rail_tx);
+    r->rail_rx = calloc(N, sizeof *r->rail_rx);
+    r->node_tx = calloc((size_t)R, sizeof *r->node_tx);
+    r->node_rx = calloc((size_t)R, sizeof *r->node_rx);
+    r->node_in = calloc((size_t)R, sizeof *r->node_in);
+    if (!r->bytes || !r->stream_of || !r->sfirst || !r->srail || !r->route || !r->need ||
+        !r->ready || !r->fifo_next || !r->head || !r->tail || !r->worker || !r->rail_tx ||
+        !r->rail_rx || !r->node_tx || !r->node_rx || !r->node_in) {
+        replay_free(r);
         return DMUON_FAIL(DMUON_ENOMEM, "network model: out of memory replaying %lld chunks",
-                          (long long)r.nc);
+                          (long long)nc);
     }
-    for (int q = 0; q < R; q++)
-        for (int node = 0; node < R; node++) {
-            int *rt = route_of(&r, q, node), nout = 0;
-            rt[2 * R] = dmuon_sched_route(&ss[0], q, node, rt, rt + R, &nout);
-            rt[2 * R + 1] = nout;
+    for (size_t i = 0; i < N; i++)
+        r->head[i] = r->tail[i] = -1;
+    return DMUON_OK;
+}
+
+/* Runs the filled replay: every job's input count from its route, the jobs
+ * ready at once (by_stream: stream after stream, as a publish posts its
+ * parameters; else chunk k of every stream in turn, as the executors sweep
+ * their queues), then the events in time order.  Stores the time of the
+ * last event plus the call overhead; releases r. */
+static dmuon_rc replay_run(replay *r, int by_stream, double *seconds)
+{
+    int R = r->R, K = r->K;
+    int64_t maxn = 0;
+    for (int st = 0; st < r->ns; st++) {
+        for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++) {
+            r->stream_of[c] = st;
+            for (int node = 0; node < R; node++)
+                r->need[node * r->nc + c] = route_of(r, st, node)[2 * R];
         }
-    for (int i = 0; i < N; i++)
-        r.head[i] = r.tail[i] = -1;
-    /* Queue (q, rail): its chunks, from the rail's schedule.  Chunk →
-     * queue and rail; every job's input count. */
-    int64_t *qfirst = malloc(((size_t)R * K + 1) * sizeof *qfirst);
-    if (!qfirst) {
-        replay_free(&r);
-        return DMUON_FAIL(DMUON_ENOMEM, "network model: out of memory");
+        maxn = dmax((double)maxn, (double)(r->sfirst[st + 1] - r->sfirst[st]));
     }
+    dmuon_rc rc = DMUON_OK;
+    int64_t outer = by_stream ? r->ns : maxn, inner = by_stream ? maxn : r->ns;
+    for (int64_t a = 0; a < outer && rc == DMUON_OK; a++)
+        for (int64_t b = 0; b < inner && rc == DMUON_OK; b++) {
+            int st = (int)(by_stream ? a : b);
+            int64_t c = r->sfirst[st] + (by_stream ? b : a);
+            if (c >= r->sfirst[st + 1])
+                continue;
+            for (int node = 0; node < R; node++)
+                if (r->need[node * r->nc + c] == 0 &&
+                    heap_push(&r->h, 0.0, EV_READY, node * K + r->srail[st], node * r->nc + c))
+                    rc = DMUON_ENOMEM;
+        }
+    while (rc == DMUON_OK && r->h.n) {
+        event e = heap_pop(&r->h);
+        int rk = e.rank;
+        int64_t j = -1;
+        if (e.kind == EV_READY) {
+            if (r->worker[rk] <= e.t && r->head[rk] < 0) {
+                j = e.job;
+            } else {
+                r->fifo_next[e.job] = -1;
+                if (r->tail[rk] < 0)
+                    r->head[rk] = e.job;
+                else
+                    r->fifo_next[r->tail[rk]] = e.job;
+                r->tail[rk] = e.job;
+            }
+        } else if (r->head[rk] >= 0) {
+            j = r->head[rk];
+            r->head[rk] = r->fifo_next[j];
+            if (r->head[rk] < 0)
+                r->tail[rk] = -1;
+        }
+        if (j >= 0) {
+            double fr = 0;
+            if (run_job(r, j, e.t, &fr) || heap_push(&r->h, fr, EV_DONE, rk, -1))
+                rc = DMUON_ENOMEM;
+            r->worker[rk] = fr;
+        }
+    }
+    double end = r->end;
+    replay_free(r);
+    if (rc != DMUON_OK)
+        return DMUON_FAIL(rc, "network model: out of memory in the event queue");
+    *seconds = end + r->p->v[DMUON_NP_CALL_OH];
+    return DMUON_OK;
+}
+
+/* Replays a gather or reduce schedule: one stream per queue (q, s). */
+static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, int kind,
+                             double *seconds)
+{
+    int R = s->nodes, K = s->per_node;
+    replay r;
+    DMUON_TRY(replay_alloc(&r, p, R, K, kind, R * K, s->nchunks));
     int64_t c = 0;
-    int maxn = 0;
     for (int q = 0; q < R; q++)
         for (int sl = 0; sl < K; sl++) {
-            int n = 0;
-            const dmuon_chunk *c0 = ns == 1 ? dmuon_sched_queue(&ss[0], q, sl, &n)
-                                            : dmuon_sched_queue(&ss[sl], q, 0, &n);
-            qfirst[q * K + sl] = c;
-            for (int k = 0; k < n; k++, c++) {
-                r.chunk[c] = c0 + k;
-                r.q_of[c] = q;
-                r.rail_of[c] = sl;
-                for (int node = 0; node < R; node++)
-                    r.need[node * r.nc + c] = route_of(&r, q, node)[2 * R];
+            int st = q * K + sl, n = 0;
+            const dmuon_chunk *c0 = dmuon_sched_queue(s, q, sl, &n);
+            r.sfirst[st] = c;
+            r.srail[st] = sl;
+            for (int k = 0; k < n; k++)
+                r.bytes[c++] = (double)c0[k].bytes;
+            for (int node = 0; node < R; node++) {
+                int *rt = route_of(&r, st, node), nout = 0;
+                rt[2 * R] = dmuon_sched_route(s, q, node, rt, rt + R, &nout);
+                rt[2 * R + 1] = nout;
             }
-            if (n > maxn)
-                maxn = n;
         }
-    qfirst[R * K] = c;
+    r.sfirst[R * K] = c;
     assert(c == r.nc);
-    /* The jobs ready at once, queue by queue in turn (the executors sweep
-     * their queues). */
-    dmuon_rc rc = DMUON_OK;
-    for (int k = 0; k < maxn && rc == DMUON_OK; k++)
-        for (int q = 0; q < R && rc == DMUON_OK; q++)
-            for (int sl = 0; sl < K; sl++) {
-                int64_t ci = qfirst[q * K + sl] + k;
-                if (ci >= qfirst[q * K + sl + 1])
-                    continue;
-                for (int node = 0; node < R; node++)
-                    if (r.need[node * r.nc + ci] == 0 &&
-                        heap_push(&r.h, 0.0, EV_READY, node * K + sl, node * r.nc + ci)) {
-                        rc = DMUON_ENOMEM;
-                        break;
-                    }
-            }
-    free(qfirst);
-    while (rc == DMUON_OK && r.h.n) {
-        event e = heap_pop(&r.h);
-        int rk = e.rank;
-        if (e.kind == EV_READY) {
-            if (r.worker[rk] <= e.t && r.head[rk] < 0) {
-                double fr;
-                if (run_job(&r, e.job, e.t, &fr) || heap_push(&r.h, fr, EV_DONE, rk, -1))
-                    rc = DMUON_ENOMEM;
-                r.worker[rk] = fr;
-            } else {
-                r.fifo_next[e.job] = -1;
-                if (r.tail[rk] < 0)
-                    r.head[rk] = e.job;
-                else
-                    r.fifo_next[r.tail[rk]] = e.job;
-                r.tail[rk] = e.job;
-            }
-        } else if (r.head[rk] >= 0) {
-            int64_t j = r.head[rk];
-            r.head[rk] = r.fifo_next[j];
-            if (r.head[rk] < 0)
-                r.tail[rk] = -1;
-            double fr;
-            if (run_job(&r, j, e.t, &fr) || heap_push(&r.h, fr, EV_DONE, rk, -1))
-                rc = DMUON_ENOMEM;
-            r.worker[rk] = fr;
+    return replay_run(&r, 0, seconds);
+}
+
+/* Replays a publish schedule: one stream per parameter, on its rail,
+ * along its route (dmuon_pub_sched_hop). */
+static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched *s,
+                               double *seconds)
+{
+    int R = s->nodes, K = s->per_node;
+    replay r;
+    DMUON_TRY(replay_alloc(&r, p, R, K, 2, s->nparams, s->nchunks));
+    int64_t c = 0;
+    for (int i = 0; i < s->nparams; i++) {
+        const dmuon_pub_param *pp = &s->params[i];
+        r.sfirst[i] = c;
+        r.srail[i] = pp->rail;
+        for (int k = 0; k < pp->nchunks; k++)
+            r.bytes[c++] = (double)s->chunks[pp->first + k].bytes;
+        for (int node = 0; node < R; node++) {
+            int *rt = route_of(&r, i, node), prev = -1, next = -1;
+            dmuon_pub_sched_hop(s, i, node, &prev, &next);
+            rt[2 * R] = rt[2 * R + 1] = 0;
+            if (prev >= 0)
+                rt[rt[2 * R]++] = prev;
+            if (next >= 0)
+                rt[R + rt[2 * R + 1]++] = next;
         }
     }
-    if (rc != DMUON_OK) {
-        replay_free(&r);
-        return DMUON_FAIL(rc, "network model: out of memory in the event queue");
-    }
-    *seconds = r.end + p->v[DMUON_NP_CALL_OH];
-    replay_free(&r);
-    return DMUON_OK;
+    r.sfirst[s->nparams] = c;
+    assert(c == r.nc);
+    return replay_run(&r, 1, seconds);
 }
 
 /* --------------------------------------------------------- baselines ---- */
@@ -496,43 +537,23 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
         p1.v[DMUON_NP_NODE_BW] = dmin(v[DMUON_NP_NODE_BW] / active, v[DMUON_NP_RAIL_BW]);
         dmuon_rc rc = DMUON_OK;
         if (l == DMUON_NET_OURS) {
-            /* Each rail's chain: a gather schedule over R nodes × 1 of that
-             * rail's parameters in post order, owners as node ids; the
-             * rails replayed together on the real node link. */
-            dmuon_sched *ss = calloc((size_t)K, sizeof *ss);
+            /* The publish schedule of sched.c over the copy layout of
+             * publish.c, every rail replayed together on the node links. */
             dmuon_segment *t = malloc((size_t)c->n * sizeof *t);
-            if (!ss || !t) {
-                free(ss);
-                free(t);
+            if (!t) {
                 free(nrail);
                 return DMUON_FAIL(DMUON_ENOMEM, "network model: out of memory");
             }
-            dmuon_sched_opts so = {0};
-            if (c->sched_opts)
-                so = *c->sched_opts;
-            so.path = DMUON_PATH_CHAIN;
-            int built = 0;
-            for (int s = 0; s < K && rc == DMUON_OK; s++) {
-                int m = 0;
-                int64_t off = 0;
-                for (int i = 0; i < c->n; i++)
-                    if (c->segs[i].owner % K == s) {
-                        t[m] = c->segs[i];
-                        t[m].owner = c->segs[i].owner / K;
-                        t[m].offset = t[m].window_offset = off;
-                        off += (int64_t)seg_bytes(&c->segs[i]);
-                        m++;
-                    }
-                /* a rail without parameters: an empty schedule */
-                rc = dmuon_sched_init(&ss[s], t, m, R, 1, DMUON_SCHED_GATHER, &so);
-                built += rc == DMUON_OK;
-            }
-            dmuon_net_params p2 = *p;
+            int64_t copy = 0;
+            rc = dmuon_publish_layout(K, c->segs, c->n, t, &copy);
+            dmuon_pub_sched ps;
+            memset(&ps, 0, sizeof ps);
             if (rc == DMUON_OK)
-                rc = replay_scheds(&p2, ss, K, K, 2, seconds);
-            for (int s = 0; s < built; s++)
-                dmuon_sched_release(&ss[s]);
-            free(ss);
+                rc = dmuon_pub_sched_init(&ps, t, c->n, R, K,
+                                          c->sched_opts ? c->sched_opts->chunk_bytes : 0);
+            if (rc == DMUON_OK)
+                rc = replay_publish(p, &ps, seconds);
+            dmuon_pub_sched_release(&ps);
             free(t);
             free(nrail);
             return rc;
@@ -575,7 +596,7 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
         dmuon_sched s;
         DMUON_TRY(dmuon_sched_init(&s, c->segs, c->n, R, K,
                                    red ? DMUON_SCHED_REDUCE : DMUON_SCHED_GATHER, c->sched_opts));
-        dmuon_rc rc = replay_scheds(p, &s, 1, K, red, seconds);
+        dmuon_rc rc = replay_collv(p, &s, red, seconds);
         dmuon_sched_release(&s);
         return rc;
     }

@@ -9,8 +9,10 @@
  * rank is one worker serving whichever of its queues has a chunk ready
  * (earliest ready first, each queue strictly in order), every rank has a
  * rail port and every node a network port, each busy for one message at a
- * time.  The publish of one rail is the gather chain over R nodes × 1 of
- * that rail's parameters in post order (whole parameters, not sliced).
+ * time.  The publish replays the publish schedule of sched.c
+ * (dmuon_pub_sched_init over the copy layout of dmuon_publish_layout, routes
+ * from dmuon_pub_sched_hop): each parameter a stream of chunks along its
+ * rail, every rail at once; the owners post in table order.
  *
  * Per chunk of b bytes handled by a rank (times in seconds):
  *   worker      chunk_oh; gather: + b / intra_bw to read a local owner's
@@ -103,9 +105,9 @@ const char *dmuon_net_line_name(dmuon_net_line l);
 dmuon_rc dmuon_net_line_parse(const char *s, dmuon_net_line *out);
 
 /* One operator call to predict.  segs: AGV/RSV: a segment table for
- * nodes × per_node ranks (as dmuon_group_create takes it); publish: one
- * rail's parameters in post order (owners are global ranks of that rail;
- * offset and window_offset are not used), with layer_of[i] the layer of
+ * nodes × per_node ranks (as dmuon_group_create takes it); publish: a
+ * publish table in post order (owner, dtype, count; offsets are not used,
+ * the copy layout is dmuon_publish_layout's), with layer_of[i] the layer of
  * parameter i (non-decreasing; NULL: one layer) for the coalesced line.
  * sched_opts: the schedule options of ours (NULL: defaults). */
 typedef struct {

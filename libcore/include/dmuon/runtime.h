@@ -1,0 +1,221 @@
+/*
+ * dmuon/runtime.h — the training runtime a trainer links against (paper §3,
+ * §4, §6, C.1, C.4, C.5, D.2).
+ *
+ * Life of a runtime, on every rank (SPMD: every rank makes the same calls in
+ * the same order):
+ *   dmuon_rt_create(plan, comm, opts)     world size and ranks per node must
+ *                                          match the plan
+ *   dmuon_rt_register(name, shape, init)  once per parameter of the plan
+ *   dmuon_rt_open()                       lays out the symmetric pool, builds
+ *                                          the operators, places the initial
+ *                                          values with their owners
+ *   per step, per micro-batch:
+ *     for layer l in forward order:  pre_forward(l)  … compute … post_forward(l)
+ *     for layer l in reverse order:  pre_backward(l) … write gradients …
+ *                                    post_backward(l)
+ *   dmuon_rt_step(lrs)                    owner-only updates (+ HSDP publish)
+ * Between pre_forward(l) and post_forward(l), and between pre_backward(l)
+ * and post_backward(l), dmuon_rt_weights gives the full parameters of layer
+ * l; between pre_backward(l) and post_backward(l) dmuon_rt_grad gives a
+ * zeroed FP32 gradient buffer for each parameter of l, to which the trainer
+ * adds (never written means zero).  Layer indices are the plan's layers
+ * (dmuon_plan_layer_name; "(root)" holds the tensors outside numbered blocks,
+ * e.g. embeddings, final norm, head: the trainer brackets their use like any
+ * other layer).
+ *
+ * Lines (paper §7.1): the same runtime runs the paper's four systems, so a
+ * trainer compares them by one option.
+ *   DMUON_LINE_D  owners from the plan, dmuon's AllGatherV / ReduceScatterV /
+ *                 publish over the symmetric pool (the product);
+ *   DMUON_LINE_C  owners from the plan, one MPI_Bcast / MPI_Reduce per
+ *                 owner segment (standard per-owner collectives);
+ *   DMUON_LINE_B  Muon by gather-then-replicate: even shards of everything,
+ *                 equal-length MPI_Allgather / MPI_Reduce_scatter_block;
+ *                 before the step every rank gathers each matrix's full
+ *                 Nesterov direction and runs Newton–Schulz itself;
+ *   DMUON_LINE_A  AdamW on every parameter, even shards, equal-length
+ *                 collectives (FSDP with AdamW).
+ * Parameters of role AdamW use FSDP's even sharding in every line (HSDP:
+ * sharded inside the node, replicated across nodes).
+ *
+ * Errors.  Every call returns a dmuon_rc; the message names the rank, the
+ * layer or parameter and, for communication, the peer.  Calls out of order
+ * (pre_forward twice, a layer out of range, step before every micro-batch
+ * ended) are DMUON_EINVAL on the calling rank before any communication.  A
+ * stalled or dead peer gives DMUON_ETIMEOUT within the deadline.  After a
+ * communication error the runtime is unusable (free it).  Not thread-safe.
+ */
+#ifndef DMUON_RUNTIME_H
+#define DMUON_RUNTIME_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dmuon/optim.h"
+#include "dmuon/plan.h"
+#include "dmuon/rc.h"
+#include "dmuon/types.h"
+
+typedef struct dmuon_rt dmuon_rt;
+
+typedef enum { DMUON_LINE_D = 0, DMUON_LINE_C, DMUON_LINE_B, DMUON_LINE_A } dmuon_line;
+
+/* "D", "C", "B", "A"; the parser also accepts lower case (DMUON_EINVAL). */
+const char *dmuon_line_name(dmuon_line l);
+dmuon_rc dmuon_line_parse(const char *s, dmuon_line *out);
+
+typedef struct {
+    dmuon_line line;          /* default DMUON_LINE_D */
+    int zero_stage;           /* 2 or 3; 0 → the plan's */
+    int ranks_per_node;       /* virtual nodes (tests); 0 → $DMUON_RANKS_PER_NODE or
+                                 MPI_COMM_TYPE_SHARED; must equal the plan's
+                                 gpus_per_node */
+    dmuon_optim_opts optim;   /* hyperparameters (dmuon_optim_opts_init) */
+    int deadline_ms;          /* per operator call; 0 → $DMUON_DEADLINE_MS or 60000 */
+    int prefetch;             /* 1 (default): pre_forward(l) starts layer l+1's
+                                 gather; 0: none.  Use dmuon_rt_opts_init. */
+} dmuon_rt_opts;
+
+void dmuon_rt_opts_init(dmuon_rt_opts *o);
+
+/* Creates a runtime for plan on comm (collective over comm).  The plan is
+ * borrowed and must outlive the runtime; comm is duplicated.  Errors, on
+ * every rank: DMUON_EMISMATCH (world size or ranks per node differ from the
+ * plan: the message gives both), DMUON_EINVAL (bad opts), DMUON_ENOMEM,
+ * DMUON_ECOMM.  On failure *out is NULL. */
+dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
+                         dmuon_rt **out);
+
+/* Registers parameter `name` (a name of the plan) with its shape and its
+ * initial values init (numel FP32 values, row-major; identical on every rank
+ * — only what this rank owns is kept; copied, the caller keeps init).  Local
+ * (no communication); problems are collected and reported by open.  Errors
+ * now: DMUON_EINVAL (after open, or init NULL). */
+dmuon_rc dmuon_rt_register(dmuon_rt *rt, const char *name, int ndim, const int64_t *shape,
+                           const float *init);
+
+/* Checks the registrations against the plan — unknown names, names of the
+ * plan never registered, shapes differing from the plan's element count —
+ * and reports all of them in one DMUON_EINVAL (on every rank); then lays
+ * out and opens the symmetric pool (exchanging its offset-table digest:
+ * DMUON_EMISMATCH naming the first differing entry), builds the operators,
+ * and places the initial values with their owners.  Collective.  Errors:
+ * DMUON_EINVAL, DMUON_EMISMATCH, DMUON_ENOMEM, DMUON_ECOMM. */
+dmuon_rc dmuon_rt_open(dmuon_rt *rt);
+
+/* ----------------------------------------------------------- layer hooks -- */
+
+/* Forward of layer l begins: its parameters are gathered (FSDP: AllGatherV
+ * over the world; HSDP: waits for this step's publish of l's parameters,
+ * then gathers inside the node) — or waited for if a prefetch started them —
+ * and, with prefetch, layer l+1's gather starts.  Inside a recomputation
+ * (between dmuon_rt_recompute_begin/end) nothing is prefetched, recorded or
+ * released.  Collective.  Errors: DMUON_EINVAL (out of order), DMUON_ETIMEOUT,
+ * DMUON_ECOMM. */
+dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t layer);
+
+/* Forward of layer l ended: under ZeRO-3 its parameter range is released
+ * (may be reused by a later layer); under ZeRO-2 it stays.  Local. */
+dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t layer);
+
+/* Backward of layer l begins: ZeRO-3 gathers the parameters again (with
+ * prefetch of layer l−1); the gradient buffers of l are zeroed.  Collective
+ * under ZeRO-3.  Errors: as pre_forward. */
+dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t layer);
+
+/* Backward of layer l ended: its gradients go to their owners
+ * (ReduceScatterV; even shards: equal-length reduce-scatter) and are added
+ * to the owners' accumulated gradients (gradient accumulation over
+ * micro-batches); the parameter range is released under ZeRO-3.
+ * Collective.  Errors: DMUON_EINVAL, DMUON_ETIMEOUT, DMUON_ECOMM. */
+dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t layer);
+
+/* Activation recomputation: a forward of a layer inside backward.  Between
+ * begin and end, pre_forward/post_forward neither prefetch, record order,
+ * nor release.  Local. */
+dmuon_rc dmuon_rt_recompute_begin(dmuon_rt *rt);
+dmuon_rc dmuon_rt_recompute_end(dmuon_rt *rt);
+
+/* ------------------------------------------------------------ parameters -- */
+
+/* Index of parameter `name` (the plan's parameter table), or -1. */
+int dmuon_rt_param_index(const dmuon_rt *rt, const char *name);
+
+/* Full FP32 values of parameter p (row-major, numel elements), valid while
+ * its layer is gathered (see the life above); NULL otherwise.  Values are
+ * the plan's param_dtype (BF16 by default) widened to FP32. */
+const float *dmuon_rt_weights(dmuon_rt *rt, int p);
+
+/* Gradient buffer of parameter p (numel FP32, zeroed at pre_backward), valid
+ * between pre_backward and post_backward of its layer; NULL otherwise. */
+float *dmuon_rt_grad(dmuon_rt *rt, int p);
+
+/* ------------------------------------------------------------------ step -- */
+
+/* Learning rates of one step (schedules stay in the trainer). */
+typedef struct {
+    double muon_lr;           /* Muon parameters (lines B, C, D) */
+    double adamw_lr;          /* AdamW parameters (every parameter in line A) */
+} dmuon_rt_lrs;
+
+/* The optimizer step after the last micro-batch: global-norm clipping (if
+ * opts.optim.clip_norm > 0), then on each owner the Muon update of every
+ * matrix it owns and AdamW on its shards; HSDP: each updated parameter is
+ * published to its leaders as soon as it is done.  A non-finite gradient
+ * anywhere fails the step on every rank with DMUON_ENUMERIC naming the
+ * parameter, and changes no state.  Collective.  Errors: DMUON_EINVAL (a
+ * micro-batch not ended), DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM. */
+dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
+
+/* Steps taken (0 after open; restored by load). */
+int64_t dmuon_rt_steps(const dmuon_rt *rt);
+
+/* Global gradient norm of the last step (before clipping). */
+double dmuon_rt_grad_norm(const dmuon_rt *rt);
+
+/* -------------------------------------------------------------- reports -- */
+
+/* Per-rank figures (this rank), for benchmarks and the trainer's log. */
+typedef struct {
+    int64_t pool_bytes;          /* the symmetric pool */
+    int64_t param_space_bytes;   /* gathered parameters (ZeRO-3: after reuse) */
+    int64_t grad_space_bytes;    /* gradient buffers */
+    int64_t window_bytes;        /* owner windows (+ HSDP publish copy) */
+    int64_t state_bytes;         /* optimizer state held by this rank
+                                    (masters, momenta, moments) */
+    double optim_s;              /* last step: owner updates (s, wall) */
+    double ns_s;                 /* of which Newton–Schulz */
+    double comm_wait_s;          /* since the last reset: time blocked in
+                                    gathers, reductions and publish waits
+                                    (exposed communication) */
+    double publish_wait_s;       /* of which publish waits (HSDP) */
+    double gather_s, reduce_s;   /* wall time inside gather / reduce calls */
+    int64_t ns_matrices;         /* matrices orthogonalised by this rank, last step */
+} dmuon_rt_stats;
+
+void dmuon_rt_get_stats(const dmuon_rt *rt, dmuon_rt_stats *out);
+void dmuon_rt_reset_stats(dmuon_rt *rt);
+
+/* --------------------------------------------------------- checkpoints -- */
+
+/* Saves the optimizer state this rank owns into dir (dmuon/ckpt.h),
+ * collective.  Errors: those of dmuon_ckpt_save. */
+dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir);
+
+/* Loads the state this rank owns under this runtime's plan from dir (saved
+ * under any plan of the same model), then places the parameters as open
+ * does.  Collective; call after open, before the first step.  Errors: those
+ * of dmuon_ckpt_load. */
+dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir);
+
+/* Writes the full FP32 master weights as one safetensors file with the
+ * model's names (dmuon_ckpt_export).  Collective. */
+dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path);
+
+/* Frees the runtime (collective over the node: frees the pool).  Accepts
+ * NULL. */
+void dmuon_rt_free(dmuon_rt *rt);
+
+#endif
