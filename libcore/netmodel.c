@@ -407,31 +407,35 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
 /* --------------------------------------------------------- baselines ---- */
 
 /* Pipeline fill of a ring over R nodes × K ranks in steps of min(b, ring_chunk). */
-static double fill(const double *v, int R, int K, double b)
+static double fill(const dmuon_net_params *p, int R, int K, double b)
 {
+    const double *v = p->v;
     double c = b < v[DMUON_NP_RING_CHUNK] ? b : v[DMUON_NP_RING_CHUNK];
     double rank = dmin(v[DMUON_NP_RAIL_BW], v[DMUON_NP_NODE_BW] / K);
+    if (p->tree && R > 1)
+        return ceil(log2((double)R * K)) * (v[DMUON_NP_HOP_LAT] + c / rank);
     return (R - 1) * (v[DMUON_NP_HOP_LAT] + c / rank) +
            (double)(R * K - R) * (v[DMUON_NP_INTRA_LAT] + c / v[DMUON_NP_INTRA_BW]);
 }
 
 /* One broadcast (red = 0) or reduce (red = 1) of b bytes. */
-static double rooted(const double *v, int R, int K, double b, int red)
+static double rooted(const dmuon_net_params *p, int R, int K, double b, int red)
 {
+    const double *v = p->v;
     double net = dmin(K * v[DMUON_NP_RAIL_BW], v[DMUON_NP_NODE_BW]);
     double t = R > 1 ? b / net : 0;
     if (K > 1)
         t = dmax(t, b / v[DMUON_NP_INTRA_BW]);
     if (red && v[DMUON_NP_RED_BW] > 0)
         t = dmax(t, b / v[DMUON_NP_RED_BW]);
-    return v[DMUON_NP_CALL_OH] + fill(v, R, K, b) + t / v[DMUON_NP_RING_EFF];
+    return v[DMUON_NP_CALL_OH] + fill(p, R, K, b) + t / v[DMUON_NP_RING_EFF];
 }
 
 /* Per-owner calls over segs on R nodes × K ranks (with rail ≥ 0 only the
  * segments whose owner sits on that rail of a topology of kreal ranks per
  * node): one rooted call per segment, one after the other; successive calls
  * pipeline on the ring, so its fill is paid once, for the largest. */
-static double per_owner(const double *v, int R, int K, const dmuon_segment *segs, int n,
+static double per_owner(const dmuon_net_params *p, int R, int K, const dmuon_segment *segs, int n,
                         int rail, int kreal, int red)
 {
     double t = 0, big = 0;
@@ -440,33 +444,35 @@ static double per_owner(const double *v, int R, int K, const dmuon_segment *segs
         if (rail >= 0 && segs[i].owner % kreal != rail)
             continue;
         double b = (double)segs[i].count * (double)dmuon_dtype_size(segs[i].dtype);
-        t += rooted(v, R, K, b, red) - fill(v, R, K, b);
+        t += rooted(p, R, K, b, red) - fill(p, R, K, b);
         big = dmax(big, b);
         any = 1;
     }
-    return any ? t + fill(v, R, K, big) : 0;
+    return any ? t + fill(p, R, K, big) : 0;
 }
 
 /* All-gather (red = 0) or reduce-scatter of T bytes in total. */
-static double ring_all(const double *v, int R, int K, double T, int red)
+static double ring_all(const dmuon_net_params *p, int R, int K, double T, int red)
 {
+    const double *v = p->v;
     int N = R * K;
     double net = dmin(K * v[DMUON_NP_RAIL_BW], v[DMUON_NP_NODE_BW]);
     double t = R > 1 ? T * (R - 1) / R / net : 0;
     t = dmax(t, T * (N - 1) / N / v[DMUON_NP_INTRA_BW]);
     if (red && v[DMUON_NP_RED_BW] > 0)
         t = dmax(t, T * (N - 1) / N / v[DMUON_NP_RED_BW]);
-    return v[DMUON_NP_CALL_OH] + fill(v, R, K, T / N) + t / v[DMUON_NP_RING_EFF];
+    return v[DMUON_NP_CALL_OH] + fill(p, R, K, T / N) + t / v[DMUON_NP_RING_EFF];
 }
 
 /* One variable-length call: N−1 ring steps as long as the largest block. */
-static double ring_var(const double *v, int R, int K, double max_block)
+static double ring_var(const dmuon_net_params *p, int R, int K, double max_block)
 {
+    const double *v = p->v;
     int N = R * K;
     double bw = dmin(v[DMUON_NP_RAIL_BW], v[DMUON_NP_NODE_BW] / K);
     if (K > 1)
         bw = dmin(bw, v[DMUON_NP_INTRA_BW]);
-    return v[DMUON_NP_CALL_OH] + fill(v, R, K, max_block) +
+    return v[DMUON_NP_CALL_OH] + fill(p, R, K, max_block) +
            (N - 1) * max_block / (bw * v[DMUON_NP_RING_EFF]);
 }
 
@@ -567,7 +573,7 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
                 if (c->segs[i].owner % K != s)
                     continue;
                 if (l == DMUON_NET_PER_OWNER) {
-                    ts = per_owner(p1.v, R, 1, c->segs, c->n, s, K, 0);
+                    ts = per_owner(&p1, R, 1, c->segs, c->n, s, K, 0);
                     break;
                 }
                 /* coalesced: one call per layer of this rail */
@@ -581,7 +587,7 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
                         m = dmax(m, seg_bytes(&c->segs[j]));
                         lb += seg_bytes(&c->segs[j]);
                     }
-                ts += p1.v[DMUON_NP_CALL_OH] + fill(p1.v, R, 1, m) +
+                ts += p1.v[DMUON_NP_CALL_OH] + fill(&p1, R, 1, m) +
                       lb / (p1.v[DMUON_NP_NODE_BW] * p1.v[DMUON_NP_RING_EFF]);
             }
             worst = dmax(worst, ts);
@@ -601,19 +607,19 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
         return rc;
     }
     case DMUON_NET_PER_OWNER:
-        *seconds = per_owner(v, R, K, c->segs, c->n, -1, K, red);
+        *seconds = per_owner(p, R, K, c->segs, c->n, -1, K, red);
         return DMUON_OK;
     case DMUON_NET_COALESCED: {
         double m = 0;
         DMUON_TRY(max_block(c, 0, c->n, R * K, 1, &m));
-        *seconds = ring_var(v, R, K, m);
+        *seconds = ring_var(p, R, K, m);
         return DMUON_OK;
     }
     case DMUON_NET_EQUAL:
-        *seconds = ring_all(v, R, K, total, red);
+        *seconds = ring_all(p, R, K, total, red);
         return DMUON_OK;
     case DMUON_NET_ROOT:
-        *seconds = rooted(v, R, K, total, red);
+        *seconds = rooted(p, R, K, total, red);
         return DMUON_OK;
     default:
         return DMUON_FAIL(DMUON_EINVAL, "network model: unknown line %d", (int)l);
@@ -786,6 +792,7 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
         p->v[DMUON_NP_RING_EFF] = 0.5;
         p->v[DMUON_NP_RING_CHUNK] = 64 * 1024;
         p->mcast = 0;
+        p->tree = 1;
         *free_mask = (1u << DMUON_NP_COUNT) - 1;
         return DMUON_OK;
     }

@@ -110,6 +110,14 @@ static void test_baselines(void **state)
     dmuon_segment two[2] = {{0, DMUON_BF16, 0, 500, 0}, {1, DMUON_BF16, 1000, 500, 0}};
     double po = predict(&p, DMUON_NET_AGV, 2, 1, two, 2, 0, DMUON_PATH_AUTO, DMUON_NET_PER_OWNER);
     assert_true(fabs(po - (2 * 13e-6 + 15e-6)) < 1e-12);
+    /* on 4 × 1 a ring fills over 3 hops, a tree (Open MPI) over log2 4 = 2:
+     * 3 + 3·15 + 10 = 58 us against 3 + 2·15 + 10 = 43 us */
+    t = predict(&p, DMUON_NET_AGV, 4, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(fabs(t - 58e-6) < 1e-12);
+    p.tree = 1;
+    t = predict(&p, DMUON_NET_AGV, 4, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(fabs(t - 43e-6) < 1e-12);
+    p.tree = 0;
     /* the publish has no equal-length line */
     dmuon_sched_opts so = {0};
     dmuon_net_case c = {DMUON_NET_PUBLISH, 2, 1, &s, 1, NULL, &so};
@@ -185,6 +193,9 @@ static void test_names(void **state)
     unsigned m;
     assert_int_equal(dmuon_net_preset("h100", &p, &m), DMUON_OK);
     assert_true(p.mcast == 1 && p.v[DMUON_NP_RAIL_BW] == 50e9 && !(m & (1u << DMUON_NP_RAIL_BW)));
+    assert_int_equal(p.tree, 0);
+    assert_int_equal(dmuon_net_preset("namespace", &p, &m), DMUON_OK);
+    assert_true(p.tree == 1 && p.mcast == 0);
     assert_int_equal(dmuon_net_preset("a100", &p, &m), DMUON_EINVAL);
 }
 

@@ -35,8 +35,10 @@
  * pipelined in steps of c = min(b, ring_chunk) bytes; net = min(K·rail_bw,
  * node_bw) the bandwidth into one node, rank = min(rail_bw, node_bw / K) one
  * rank's share of it; fill F(b) = (R−1)·(hop_lat + c / rank) + (N−R)·
- * (intra_lat + c / intra_bw); ring_eff scales the baselines' bandwidths
- * (NCCL's kernels reach another fraction of the links than ours):
+ * (intra_lat + c / intra_bw), or with `tree` set (Open MPI's tuned
+ * collectives: binomial and recursive-doubling trees) ceil(log2 N)·(hop_lat
+ * + c / rank) on more than one node; ring_eff scales the baselines'
+ * bandwidths (their kernels reach another fraction of the links than ours):
  *   broadcast / reduce of b bytes (one root):
  *       call_oh + F(b) + max(b / net, b / intra_bw [, b / red_bw]) / ring_eff
  *   all-gather / reduce-scatter of T bytes in total (b = T / N per step):
@@ -82,6 +84,8 @@ typedef struct {
     double v[DMUON_NP_COUNT];
     int mcast;             /* 1: one store / reduction-load reaches a whole node
                               (NVLink SHARP multimem); 0: one per rank */
+    int tree;              /* baselines' latency: 0 rings (NCCL), 1 trees of
+                              ceil(log2 N) steps (Open MPI's tuned collectives) */
 } dmuon_net_params;
 
 /* Name of parameter i ("intra_bw", ...); NULL out of range. */
