@@ -6,6 +6,8 @@
 #   make test-fast    the suite once, no sanitizer build
 #   make demo         plan the bundled models (measured costs on this machine)
 #   make bench        side-by-side benchmarks (planner speed, NS, operators)
+#   make cluster-test dmuon-verify across 2 and 4 namespace hosts (root; also in make test)
+#   make cluster-bench the operator benchmarks across namespace hosts (root)
 #   make SANITIZER=address,undefined   a sanitizer build (goes to build/san)
 #   make WERROR=1     strict warnings as errors (CI sets this)
 #
@@ -78,6 +80,7 @@ STATIC    := $(BUILD)/libdmuon.a
 SHARED    := $(BUILD)/libdmuon.so
 
 .PHONY: all lib tools tests test test-fast test-san demo bench clean config deps install fuzz
+.PHONY: cluster-test cluster-bench
 # keep object files (no 'rm' of intermediates after the test summary)
 .SECONDARY:
 all: config lib tools
@@ -198,6 +201,15 @@ test-fast: all tests
 
 test-san: all tests
 	@DMUON_BIN=$(BINDIR) DMUON_BUILD=$(BUILD) DMUON_SANITIZED=1 bash tests/run.sh --label sanitized
+
+# Multi-host runs on one machine (network namespaces; root only).  make test
+# runs the same scripts through tests/run.sh and skips them without root.
+cluster-test: all tests
+	@bash tests/cluster/cluster.sh --check
+	@DMUON_BIN=$(BINDIR) DMUON_BUILD=$(BUILD) DMUON_TEST_FILTER=cluster/ bash tests/run.sh --label cluster
+
+cluster-bench: all
+	bash tests/cluster/bench.sh $(BINDIR)
 
 demo: all
 	bash tools/demo.sh $(BINDIR)
