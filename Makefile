@@ -94,13 +94,19 @@ $(BUILD)/gen/schema_sql.h: db/schema.sql
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 $(BUILD)/libcore/costdb.o: $(BUILD)/gen/schema_sql.h
 
-$(BUILD)/%.o: %.c $(wildcard libcore/include/dmuon/*.h libcore/*.h libcore/*/*.h)
+# header dependencies: each object's .d file, written by the compiler (-MMD;
+# -MP adds an empty rule per header so a deleted header does not stop make)
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/kernels/%.o: kernels/%.cu $(wildcard libcore/include/dmuon/*.h)
+$(BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+ALL_OBJ   := $(LIB_OBJ) $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*/*.c)) \
+             $(UNIT_SRC:%.c=$(BUILD)/%.o)
+-include $(ALL_OBJ:.o=.d)
 
 $(STATIC): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
