@@ -232,18 +232,22 @@ extern "C" dmuon_rc dmuon_ns_cuda_alloc(dmuon_ns_cuda *c, size_t count, float **
 
 extern "C" void dmuon_ns_cuda_mem_free(dmuon_ns_cuda *c, float *p)
 {
-    if (p)
+    if (p) {
+        cudaSetDevice(c->device);
         cudaFree(p);
+    }
 }
 
 extern "C" dmuon_rc dmuon_ns_cuda_put(dmuon_ns_cuda *c, float *dst, const float *src, size_t count)
 {
+    CU(cudaSetDevice(c->device), "cudaSetDevice");
     CU(cudaMemcpy(dst, src, count * sizeof(float), cudaMemcpyHostToDevice), "copy to device");
     return DMUON_OK;
 }
 
 extern "C" dmuon_rc dmuon_ns_cuda_get(dmuon_ns_cuda *c, float *dst, const float *src, size_t count)
 {
+    CU(cudaSetDevice(c->device), "cudaSetDevice");
     CU(cudaMemcpy(dst, src, count * sizeof(float), cudaMemcpyDeviceToHost), "copy to host");
     return DMUON_OK;
 }
