@@ -5,14 +5,15 @@
  * Layout: cuBLAS is column-major.  The working matrix A is the short-side-
  * first copy of the input, s x l column-major (ld s), produced from the
  * caller's row-major m x n buffer (which is column-major n x m) by one
- * cublasSgeam that scales by 1/‖X‖_F and transposes when m <= n.  s x s
+ * kernel that scales by 1/‖X‖_F (in double) and transposes when m <= n.  s x s
  * matrices are full; symmetric products run as cublasSsyrk into the lower
  * triangle (FP32) or cublasGemmEx on BF16 operands (BF16), then a kernel
  * mirrors the lower triangle.
  *
  * Normalisation without a host round trip: a kernel sums squares in double
- * (atomicAdd), a one-thread kernel turns the sum into the device-side scale
- * (0 for a zero or non-finite sum, so a zero input flows through to a zero
+ * (atomicAdd), a one-thread kernel turns the sum into the device-side scale,
+ * kept in double like the CPU path's, so ‖X‖_F = 1e-39 and 1e38 work (0 for
+ * a zero or non-finite sum, so a zero input flows through to a zero
  * output), and the sum plus a finiteness flag of the output are read back
  * once at the end, where NaN/Inf input becomes DMUON_ENUMERIC.
  *
@@ -47,7 +48,7 @@ struct dmuon_ns_cuda {
     float *a, *a2, *r, *r2, *p, *q, *qn, *t;
     __nv_bfloat16 *b1, *b2;
     double *sumsq;            /* device: sum of squares of the input */
-    float *scale, *zero;      /* device: 1/‖X‖_F (or 0), and 0.0f */
+    double *scale;            /* device: 1/‖X‖_F (or 0) */
     int *bad;                 /* device: count of non-finite outputs */
 };
 
@@ -91,10 +92,43 @@ __global__ void k_sumsq(const float *x, size_t count, double *out)
     }
 }
 
-__global__ void k_scale(const double *sumsq, float *scale)
+/* The scale 1/‖X‖_F stays in double: in FP32 it overflows for ‖X‖_F below
+ * about 3e-39 and loses precision near FLT_MAX; 0 for a zero or non-finite
+ * sum (a zero input flows through to a zero output). */
+__global__ void k_scale(const double *sumsq, double *scale)
 {
     double v = *sumsq;
-    *scale = (v > 0.0 && isfinite(v)) ? (float)(1.0 / sqrt(v)) : 0.0f;
+    *scale = (v > 0.0 && isfinite(v)) ? 1.0 / sqrt(v) : 0.0;
+}
+
+/* A = scale·src, or its transpose, with the product in double and one
+ * rounding to FP32 (as the CPU path).  src is column-major rows x cols
+ * (ld rows); trans: A is cols x rows (ld cols), else rows x cols (ld rows).
+ * 32 x 32 tiles through shared memory so reads and writes coalesce. */
+__global__ void k_normalise(const float *src, int rows, int cols, const double *scale, bool trans,
+                            float *A)
+{
+    __shared__ float tile[32][33];
+    const double sc = *scale;
+    const int r0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+    for (int j = threadIdx.y; j < 32; j += blockDim.y) {
+        int r = r0 + threadIdx.x, c = c0 + j;
+        if (r < rows && c < cols) {
+            float v = (float)((double)src[(size_t)c * rows + r] * sc);
+            if (trans)
+                tile[j][threadIdx.x] = v;
+            else
+                A[(size_t)c * rows + r] = v;
+        }
+    }
+    if (!trans)
+        return;
+    __syncthreads();
+    for (int j = threadIdx.y; j < 32; j += blockDim.y) {
+        int c = c0 + threadIdx.x, r = r0 + j;   /* A(c, r), ld cols */
+        if (r < rows && c < cols)
+            A[(size_t)r * cols + c] = tile[threadIdx.x][j];
+    }
 }
 
 __global__ void k_count_bad(const float *x, size_t count, int *bad)
@@ -189,8 +223,7 @@ extern "C" dmuon_rc dmuon_ns_cuda_create(int device_index, dmuon_ns_cuda **out)
     void *small = NULL;
     CU(cudaMalloc(&small, 256), "cudaMalloc (scalars)");
     c->sumsq = (double *)small;
-    c->scale = (float *)((char *)small + 64);
-    c->zero = (float *)((char *)small + 128);
+    c->scale = (double *)((char *)small + 64);
     c->bad = (int *)((char *)small + 192);
     CU(cudaMemset(small, 0, 256), "cudaMemset");
     return DMUON_OK;
@@ -363,16 +396,10 @@ extern "C" dmuon_rc dmuon_ns_cuda_run(dmuon_ns_cuda *c, const dmuon_ns_opts *o, 
     CU(cudaMemsetAsync(c->bad, 0, sizeof(int), c->stream), "memset");
     k_sumsq<<<grid_for(count), 256, 0, c->stream>>>(x, count, c->sumsq);
     k_scale<<<1, 1, 0, c->stream>>>(c->sumsq, c->scale);
-    CU(cudaGetLastError(), "norm kernels");
-    /* geam's B operand is A itself with beta = 0: clear it so no stale NaN
-     * from an earlier call can leak through 0·NaN */
-    CU(cudaMemsetAsync(A, 0, (size_t)s * l * sizeof(float), c->stream), "memset");
-    CB(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
     /* x as stored is column-major n x m (ld n); wide: A = (that)ᵀ */
-    cublasStatus_t st = cublasSgeam(c->blas, wide ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, s, l,
-                                    c->scale, x, (int)n, c->zero, A, s, A, s);
-    cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST);
-    CB(st, "sgeam (normalise)");
+    k_normalise<<<dim3((unsigned)((n + 31) / 32), (unsigned)((m + 31) / 32)), dim3(32, 8), 0,
+                  c->stream>>>(x, (int)n, (int)m, c->scale, wide, A);
+    CU(cudaGetLastError(), "norm kernels");
 
     if (o->method == DMUON_NS_DIRECT) {
         for (int k = 0; k < o->steps; k++) {
