@@ -118,6 +118,8 @@ TOOLS     := probe plan bench verify
 TOOL_BINS := $(TOOLS:%=$(BINDIR)/dmuon-%)
 UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+MPI_TSRC  := $(sort $(wildcard tests/mpi/*.c))
+MPI_TBINS := $(MPI_TSRC:tests/mpi/%.c=$(BUILD)/tests/mpi/%)
 STATIC    := $(BUILD)/libdmuon.a
 SHARED    := $(BUILD)/libdmuon.so
 
@@ -149,7 +151,7 @@ nccl-wheel:
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOL_BINS)
-tests: $(UNIT_BINS)
+tests: $(UNIT_BINS) $(MPI_TBINS)
 
 # db/schema.sql is compiled into libcore as a C string.
 $(BUILD)/gen/schema_sql.h: db/schema.sql
@@ -188,6 +190,11 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 $(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(STATIC) -lcmocka $(LDLIBS)
+
+# MPI test programs, run by the scripts in tests/mpi/
+$(BUILD)/tests/mpi/%: $(BUILD)/tests/mpi/%.o $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS)
 
 # ---- tests ----------------------------------------------------------------
 COUNTS := $(CURDIR)/build/test-counts
