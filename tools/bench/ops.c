@@ -313,6 +313,10 @@ static void usage(FILE *f)
 "  -n, --iters N          timed iterations per launch (default 30)\n"
 "      --launches N       launches, median taken (default 5)\n"
 "      --ranks-per-node K virtual nodes of K consecutive ranks\n"
+"      --backend B        ours on mpi (default), nccl (NCCL host API, GPU) or\n"
+"                         nccl-dev (NCCL device API, GPU, one node); on a GPU\n"
+"                         backend only ours runs unless --lines says otherwise\n"
+"                         (the other lines are MPI calls on host memory)\n"
 "      --dtype T          bf16 or f32 (default bf16)\n"
 "      --op OP            agv, rsv, publish or all (default all)\n"
 "      --layout L         node (one owner per node, lengths 1:2:3; default),\n"
@@ -356,7 +360,9 @@ int bench_ops_main(int argc, char **argv)
     dmuon_layout layout = DMUON_LAYOUT_NODE;
     char bad[640] = "";
     enum { O_LAUNCH = 256, O_RPN, O_DTYPE, O_OP, O_LAYOUT, O_LINES, O_PATH, O_CHUNK, O_DEAD,
-           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS };
+           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS, O_BACKEND };
+    dmuon_backend backend = DMUON_BACKEND_MPI;
+    int lines_given = 0;
     static const struct option opts[] = {
         {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
         {"stepfactor", required_argument, 0, 'f'}, {"warmup", required_argument, 0, 'w'},
@@ -368,6 +374,7 @@ int bench_ops_main(int argc, char **argv)
         {"json", required_argument, 0, O_JSON}, {"plan", required_argument, 0, O_PLAN},
         {"replay-publish", required_argument, 0, O_REPLAY}, {"rail", required_argument, 0, O_RAIL},
         {"fp32-accum", no_argument, 0, O_FP32}, {"layers", required_argument, 0, O_LAYERS},
+        {"backend", required_argument, 0, O_BACKEND},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     /* flags given, for the --plan conflicts and the replay defaults */
@@ -437,6 +444,10 @@ int bench_ops_main(int argc, char **argv)
             if (dmuon_topo_parse_per_node(optarg, &per_node) != DMUON_OK)
                 snprintf(bad, sizeof bad, "--ranks-per-node: %s", dmuon_errmsg());
             break;
+        case O_BACKEND:
+            if (dmuon_backend_parse(optarg, &backend) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--backend: %s", dmuon_errmsg());
+            break;
         case O_DTYPE:
             if (dmuon_dtype_parse(optarg, &o.dtype) != DMUON_OK ||
                 (o.dtype != DMUON_BF16 && o.dtype != DMUON_F32))
@@ -455,6 +466,7 @@ int bench_ops_main(int argc, char **argv)
             break;
         case O_LINES: {
             o.lines = 0;
+            lines_given = 1;
             char buf[128];
             snprintf(buf, sizeof buf, "%s", optarg);
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -560,6 +572,16 @@ int bench_ops_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     dmuon_err_set_rank(t.rank);
+    t.backend = backend;
+    if ((rc = dmuon_backend_check(backend)) != DMUON_OK) {   /* the same on every rank */
+        if (wrank == 0)
+            fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
+        dmuon_topo_release(&t);
+        MPI_Finalize();
+        return dmuon_rc_exit_code(rc);
+    }
+    if (backend != DMUON_BACKEND_MPI && !lines_given)
+        o.lines = 1;   /* ours only */
     MPI_Op bf16_sum;
     MPI_Op_create(bf16_sum_fn, 1, &bf16_sum);
     int wrong = 0;
