@@ -33,6 +33,7 @@ if [ -z "$whl" ]; then
     python3 -m pip --version >> "$log" 2>&1 || fail "pip not found (python3 -m pip): cannot download $pkg"
     echo "nccl-wheel: downloading $pkg from PyPI (about 300 MB) into $dir"
     timeout 900 python3 -m pip download --no-deps --only-binary=:all: --disable-pip-version-check \
+        --retries 1 --timeout 20 \
         -d "$dir" "$pkg" >> "$log" 2>&1 || fail "pip download $pkg failed (no network?)"
     whl=$(ls "$dir"/nvidia_nccl_cu13-"$version"-*.whl 2>/dev/null | head -n1)
     [ -n "$whl" ] || fail "pip reported success but left no wheel in $dir"

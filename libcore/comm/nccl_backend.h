@@ -14,8 +14,8 @@
  *             copied to the device as arrays (nccl_dev.c, the kernels in
  *             kernels/nccl_dev.cu behind comm/nccl_dev.h).
  *
- * One NCCL communicator per symmetric memory, over t->world, created at
- * allocation; each rank uses GPU t->local modulo the visible count (several
+ * One NCCL communicator per set of ranks (t->world), created at the first
+ * allocation over it and kept by the process; each rank uses GPU t->local modulo the visible count (several
  * ranks on one GPU need NCCL_MULTI_RANK_GPU_ENABLE=1 and NCCL >= 2.30.3).
  * Publish is not built on either (DMUON_EUNSUPPORTED).
  */
@@ -44,7 +44,10 @@ typedef struct {
  * <backend> backend: no GPU found (...)".  Not collective. */
 dmuon_rc dmuon_nccl_gpu_check(const char *backend);
 
-/* Shared by both backends (nccl_symm.c). */
+/* Shared by both backends (nccl_symm.c).  The communicator of a memory is
+ * shared by every memory over the same ranks (cached per process); a
+ * backend that aborts it calls dmuon_nccl_comm_forget first. */
+void dmuon_nccl_comm_forget(ncclComm_t comm);
 dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s);
 void dmuon_nccl_symm_free(dmuon_symm *s);
 dmuon_rc dmuon_nccl_symm_put(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);

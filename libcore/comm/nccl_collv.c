@@ -48,11 +48,13 @@ dmuon_rc dmuon_nccl_wait(nccl_symm *m, int deadline_ms, const char *what)
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(m->comm, &async);
         if (async != ncclSuccess && async != ncclInProgress) {
+            dmuon_nccl_comm_forget(m->comm);
             ncclCommAbort(m->comm);
             m->comm = NULL;
             return DMUON_FAIL(DMUON_ECOMM, "%s: NCCL: %s", what, ncclGetErrorString(async));
         }
         if (now_ms() > end) {
+            dmuon_nccl_comm_forget(m->comm);
             ncclCommAbort(m->comm);
             m->comm = NULL;
             return DMUON_FAIL(DMUON_ETIMEOUT, "%s: not done after the deadline of %d ms (NCCL "

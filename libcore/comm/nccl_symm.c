@@ -19,6 +19,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "dmuon/types.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,18 +46,93 @@ dmuon_rc dmuon_nccl_agree(const dmuon_topo *t, int failed_here, dmuon_rc rc_kind
     return DMUON_FAIL(rc_kind, "%s: rank %d failed", what, first);
 }
 
+/* ---------------------------------------------------- communicators -- */
+
+/* NCCL communicators are costly to create (seconds with many ranks), and a
+ * tool allocates symmetric memory many times over one topology, so each
+ * process keeps one communicator per set of ranks: the key is this rank and
+ * the MPI_COMM_WORLD ranks of the topology's world in order (a digest of
+ * them), so a freed and reused MPI handle never picks up the wrong
+ * communicator.  Entries are kept to process exit (no collective teardown
+ * at exit) unless one failed, which removes it.  One thread. */
+#define NCCL_COMMS 8
+static struct {
+    int used, size, rank;
+    uint64_t members;
+    ncclComm_t comm;
+} comms[NCCL_COMMS];
+
+static uint64_t members_digest(const dmuon_topo *t)
+{
+    MPI_Group g, wg;
+    int *in = malloc((size_t)t->size * sizeof *in), *out = malloc((size_t)t->size * sizeof *out);
+    uint64_t h = DMUON_DIGEST_SEED;
+    if (in && out) {
+        MPI_Comm_group(t->world, &g);
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        for (int i = 0; i < t->size; i++)
+            in[i] = i;
+        MPI_Group_translate_ranks(g, t->size, in, wg, out);
+        MPI_Group_free(&g);
+        MPI_Group_free(&wg);
+        h = dmuon_digest(out, (size_t)t->size * sizeof *out, h);
+    }
+    free(in);
+    free(out);
+    return h;
+}
+
+/* The cached communicator of t, or NULL. */
+static ncclComm_t comm_find(const dmuon_topo *t, uint64_t members)
+{
+    for (int i = 0; i < NCCL_COMMS; i++)
+        if (comms[i].used && comms[i].size == t->size && comms[i].rank == t->rank &&
+            comms[i].members == members)
+            return comms[i].comm;
+    return NULL;
+}
+
+static void comm_keep(const dmuon_topo *t, uint64_t members, ncclComm_t c)
+{
+    for (int i = 0; i < NCCL_COMMS; i++)
+        if (!comms[i].used) {
+            comms[i].used = 1;
+            comms[i].size = t->size;
+            comms[i].rank = t->rank;
+            comms[i].members = members;
+            comms[i].comm = c;
+            return;
+        }
+    /* full: not cached; the memory owns it (m->own_comm) */
+}
+
+static int comm_cached(ncclComm_t c)
+{
+    for (int i = 0; i < NCCL_COMMS; i++)
+        if (comms[i].used && comms[i].comm == c)
+            return 1;
+    return 0;
+}
+
+void dmuon_nccl_comm_forget(ncclComm_t c)
+{
+    for (int i = 0; i < NCCL_COMMS; i++)
+        if (comms[i].used && comms[i].comm == c)
+            memset(&comms[i], 0, sizeof comms[i]);
+}
+
 static void release(nccl_symm *m)
 {
     if (!m)
         return;
     cudaSetDevice(m->device);
-    if (m->registered)
+    if (m->registered && m->comm)
         ncclCommWindowDeregister(m->comm, m->win);
     if (m->ptr)
         ncclMemFree(m->ptr);
     if (m->stream)
         cudaStreamDestroy(m->stream);
-    if (m->comm)
+    if (m->comm && !comm_cached(m->comm))
         ncclCommDestroy(m->comm);
     free(m);
 }
@@ -84,29 +161,42 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
                    cudaGetErrorString(ce));
     DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_EDEVICE, "symmetric memory"), fail);
 
-    /* the communicator: rank 0's unique id over MPI, then ncclCommInitRank */
-    ncclUniqueId id;
-    memset(&id, 0, sizeof id);
-    ncclResult_t nr = t->rank == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
-    int idfail = nr != ncclSuccess;
-    MPI_Bcast(&idfail, 1, MPI_INT, 0, t->world);
-    if (idfail) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "%s: ncclGetUniqueId failed on rank 0%s%s", name,
-                        t->rank == 0 ? ": " : "", t->rank == 0 ? ncclGetErrorString(nr) : "");
-        goto fail;
+    /* the communicator: cached per set of ranks, else rank 0's unique id
+     * over MPI and ncclCommInitRank */
+    const uint64_t members = members_digest(t);
+    m->comm = comm_find(t, members);
+    int have = m->comm != NULL, all_have = have;
+    MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, t->world);
+    if (!all_have) {
+        if (have) {   /* some rank lost its entry: all make a new one */
+            dmuon_nccl_comm_forget(m->comm);
+            m->comm = NULL;
+        }
+        ncclUniqueId id;
+        memset(&id, 0, sizeof id);
+        ncclResult_t nr = t->rank == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
+        int idfail = nr != ncclSuccess;
+        MPI_Bcast(&idfail, 1, MPI_INT, 0, t->world);
+        if (idfail) {
+            rc = DMUON_FAIL(DMUON_ECOMM, "%s: ncclGetUniqueId failed on rank 0%s%s", name,
+                            t->rank == 0 ? ": " : "", t->rank == 0 ? ncclGetErrorString(nr) : "");
+            goto fail;
+        }
+        MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, t->world);
+        nr = ncclCommInitRank(&m->comm, t->size, id, t->rank);
+        bad = nr != ncclSuccess;
+        if (bad) {
+            m->comm = NULL;
+            DMUON_FAIL(DMUON_ECOMM, "%s: ncclCommInitRank (rank %d of %d, GPU %d): %s%s", name,
+                       t->rank, t->size, m->device, ncclGetErrorString(nr),
+                       count < t->per_node ? " (several ranks per GPU need "
+                                             "NCCL_MULTI_RANK_GPU_ENABLE=1 and NCCL >= 2.30.3)"
+                                           : "");
+        }
+        DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_ECOMM, "symmetric memory"), fail);
+        comm_keep(t, members, m->comm);
     }
-    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, t->world);
-    nr = ncclCommInitRank(&m->comm, t->size, id, t->rank);
-    bad = nr != ncclSuccess;
-    if (bad) {
-        m->comm = NULL;
-        DMUON_FAIL(DMUON_ECOMM, "%s: ncclCommInitRank (rank %d of %d, GPU %d): %s%s", name,
-                   t->rank, t->size, m->device, ncclGetErrorString(nr),
-                   count < t->per_node ? " (several ranks per GPU need "
-                                         "NCCL_MULTI_RANK_GPU_ENABLE=1 and NCCL >= 2.30.3)"
-                                       : "");
-    }
-    DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_ECOMM, "symmetric memory"), fail);
+    ncclResult_t nr;
 
     /* the part: ncclMemAlloc, zeroed, 4 KiB aligned, registered symmetric */
     m->bytes = (size_t)((s->bytes + DMUON_SYMM_ALIGN - 1) / DMUON_SYMM_ALIGN * DMUON_SYMM_ALIGN);
