@@ -21,13 +21,13 @@
  */
 #include "nccl_backend.h"
 
+#include "dmuon/collv.h"
+
 #ifdef DMUON_HAVE_NCCL
 
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "dmuon/collv.h"
 
 static double now_ms(void)
 {
@@ -223,6 +223,35 @@ const dmuon_comm_ops dmuon_nccl_ops = {
     .publish_flag = no_flag,
 };
 
-#else
-typedef int dmuon_nccl_collv_unused;   /* built without NCCL */
 #endif
+
+/* ------------------------------------------- public baseline wrappers -- */
+
+dmuon_rc dmuon_allgather_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
+                               int64_t bytes_per_rank, int deadline_ms)
+{
+#ifdef DMUON_HAVE_NCCL
+    if (mem->backend == DMUON_BACKEND_NCCL || mem->backend == DMUON_BACKEND_NCCL_DEV) {
+        int d;
+        DMUON_TRY(dmuon_deadline_ms(deadline_ms, &d));
+        return dmuon_nccl_allgather_equal(mem, send_offset, recv_offset, bytes_per_rank, d);
+    }
+#endif
+    return DMUON_FAIL(DMUON_EUNSUPPORTED, "allgather baseline: not offered on the %s backend",
+                      dmuon_backend_name(mem->backend));
+}
+
+dmuon_rc dmuon_reduce_scatter_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
+                                    int64_t count_per_rank, dmuon_dtype dtype, int deadline_ms)
+{
+#ifdef DMUON_HAVE_NCCL
+    if (mem->backend == DMUON_BACKEND_NCCL || mem->backend == DMUON_BACKEND_NCCL_DEV) {
+        int d;
+        DMUON_TRY(dmuon_deadline_ms(deadline_ms, &d));
+        return dmuon_nccl_reduce_scatter_equal(mem, send_offset, recv_offset, count_per_rank,
+                                               dtype, d);
+    }
+#endif
+    return DMUON_FAIL(DMUON_EUNSUPPORTED, "reduce-scatter baseline: not offered on the %s "
+                      "backend", dmuon_backend_name(mem->backend));
+}

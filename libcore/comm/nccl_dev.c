@@ -4,10 +4,11 @@
  * schedules are copied to the device, and the ops table.  The kernels are
  * kernels/nccl_dev.cu (comm/nccl_dev.h).
  *
- * Scope of this build: one node (R = 1), loads and stores through LSA
- * pointers.  A group over several nodes is refused at create with
- * DMUON_EUNSUPPORTED on every rank (GIN puts along the rails and multimem are
- * not built); publish is not built.
+ * Scope of this build: inside a node, loads and stores through LSA pointers
+ * (both operators); across nodes AllGatherV with GIN puts along the rails
+ * (compiled, never run: it needs several nodes with GIN-capable NICs),
+ * ReduceScatterV across nodes DMUON_EUNSUPPORTED at the call; no multimem;
+ * publish is not built.
  *
  * Invariants: every decision that can fail is agreed over t->world; a group
  * owns its device queue arrays and frees them; the device communicator is
@@ -30,7 +31,8 @@ static dmuon_rc ncclx_symm_alloc(dmuon_symm *s)
     DMUON_TRY(dmuon_nccl_symm_alloc(s));
     nccl_symm *m = s->impl;
     dmuon_ncclx_comm *d = NULL;
-    dmuon_rc rc = dmuon_ncclx_comm_create(m->comm, s->topo->per_node, s->topo->local, &d);
+    const dmuon_topo *t = s->topo;
+    dmuon_rc rc = dmuon_ncclx_comm_create(m->comm, t->nodes, t->node_id, t->per_node, t->local, &d);
     dmuon_rc agreed = dmuon_nccl_agree(s->topo, rc != DMUON_OK,
                                        rc != DMUON_OK ? rc : DMUON_ECOMM, "nccl-dev memory");
     if (agreed != DMUON_OK) {
@@ -55,10 +57,6 @@ static void ncclx_symm_free(dmuon_symm *s)
 static dmuon_rc ncclx_group_create(dmuon_group *g)
 {
     const dmuon_topo *t = g->topo;
-    if (t->nodes > 1)
-        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: the nccl-dev backend runs one node (LSA "
-                          "loads and stores) in this build; %d nodes need GIN, not built",
-                          t->nodes);
     ncclx_group *x = calloc(1, sizeof *x);
     int bad = !x;
     dmuon_rc rc = bad ? DMUON_FAIL(DMUON_ENOMEM, "group: out of memory") : DMUON_OK;
@@ -68,7 +66,7 @@ static dmuon_rc ncclx_group_create(dmuon_group *g)
         rc = DMUON_FAIL(DMUON_EDEVICE, "group: cannot select GPU %d", m->device);
     }
     for (int k = 0; k < 2 && !bad; k++) {
-        rc = dmuon_ncclx_queues_upload(&g->sched[k], &x->q[k]);
+        rc = dmuon_ncclx_queues_upload(&g->sched[k], t->node_id, &x->q[k]);
         bad = rc != DMUON_OK;
     }
     rc = dmuon_nccl_agree(t, bad, bad ? rc : DMUON_EDEVICE, "nccl-dev group");
@@ -101,9 +99,9 @@ static dmuon_rc ncclx_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t 
     ncclx_group *x = g->impl;
     if (cudaSetDevice(m->device) != cudaSuccess)
         return DMUON_FAIL(DMUON_EDEVICE, "allgatherv: cannot select GPU %d", m->device);
-    return dmuon_ncclx_allgatherv(m->dev, m->win, &x->q[DMUON_SCHED_GATHER], g->topo->per_node,
-                                  g->topo->local, buffer_offset, window_offset,
-                                  g->opts.deadline_ms, m->stream);
+    return dmuon_ncclx_allgatherv(m->dev, m->win, &x->q[DMUON_SCHED_GATHER], g->topo->node_id,
+                                  g->topo->per_node, g->topo->local, buffer_offset,
+                                  window_offset, g->opts.deadline_ms, m->stream);
 }
 
 static dmuon_rc ncclx_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,

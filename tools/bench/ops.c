@@ -315,8 +315,9 @@ static void usage(FILE *f)
 "      --ranks-per-node K virtual nodes of K consecutive ranks\n"
 "      --backend B        ours on mpi (default), nccl (NCCL host API, GPU) or\n"
 "                         nccl-dev (NCCL device API, GPU, one node); on a GPU\n"
-"                         backend only ours runs unless --lines says otherwise\n"
-"                         (the other lines are MPI calls on host memory)\n"
+"                         backend ours and equal_length (ncclAllGather /\n"
+"                         ncclReduceScatter) run unless --lines says otherwise\n"
+"                         (per_owner and coalesced are MPI on host memory)\n"
 "      --dtype T          bf16 or f32 (default bf16)\n"
 "      --op OP            agv, rsv, publish or all (default all)\n"
 "      --layout L         node (one owner per node, lengths 1:2:3; default),\n"
@@ -581,7 +582,7 @@ int bench_ops_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     if (backend != DMUON_BACKEND_MPI && !lines_given)
-        o.lines = 1;   /* ours only */
+        o.lines = 1 | 8;   /* ours and equal_length (NCCL's primitives on the GPU) */
     MPI_Op bf16_sum;
     MPI_Op_create(bf16_sum_fn, 1, &bf16_sum);
     int wrong = 0;
