@@ -12,7 +12,7 @@
  *             memory plus a device communicator; AllGatherV / ReduceScatterV
  *             are one kernel each that executes the queues of dmuon/sched.h,
  *             copied to the device as arrays (nccl_dev.c, the kernels in
- *             kernels/nccl_dev.cu behind comm/nccl_dev.h).
+ *             kernels/nccl_dev.cu behind comm/nccl_dev.h; scope there).
  *
  * One NCCL communicator per set of ranks (t->world), created at the first
  * allocation over it and kept by the process; each rank uses GPU t->local modulo the visible count (several
