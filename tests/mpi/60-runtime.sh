@@ -42,6 +42,11 @@ case_ok 8 "D, recomputation, F32 parameters, 8 ranks" --line D --recompute --dty
 case_ok 4 "D, merged small units" --line D --small-unit-bytes 16777216
 case_ok 4 "D, error paths (registration, hook order, NaN gradient)" --line D --errors
 
+case_ok 4 "D, global-norm clipping (1e-5 relative: the norm's summation order differs)" \
+    --line D --clip 0.05 --dtype f32
+case_ok 4 "B, global-norm clipping" --line B --clip 0.05 --dtype f32
+case_ok 4 "D, all-zero gradients: only weight decay moves the weights" --line D --zero-grads
+
 # a plan for other nodes than the run's
 run "${MPIRUN[@]}" -np 4 "$R" --mismatch
 check_rc 0 "ranks per node differing from the plan's: a clear error on every rank"

@@ -149,7 +149,7 @@ static void test_migration(void **state)
     }
     assert_int_equal(chmod(path, 0644), 0);
 
-    assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_OK);
+    assert_int_equal(dmuon_costdb_open(path, true, 1000, &db), DMUON_OK);
     assert_false(dmuon_costdb_readonly(db));
     assert_int_equal(dmuon_costdb_get(db, "cpu: t", "gram-pe5", "fp32", 4, 8, &cr), DMUON_OK);
     assert_true(cr.median_ms == 1.0);
