@@ -62,6 +62,7 @@ struct dmuon_publish {
     int n;
     int deadline_ms;          /* resolved */
     int64_t chunk_bytes;      /* resolved: > 0 */
+    dmuon_pub_sched sched;    /* routes and chunks (sched.c) */
     void *impl;
 };
 
@@ -85,6 +86,10 @@ struct dmuon_comm_ops {
     /* Blocking operators over checked ranges. */
     dmuon_rc (*allgatherv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
     dmuon_rc (*reduce_scatterv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+    /* Split phase (collv.h): kind is DMUON_SCHED_GATHER or _REDUCE. */
+    dmuon_rc (*start)(dmuon_group *g, int kind, int64_t buffer_offset, int64_t window_offset);
+    dmuon_rc (*test)(dmuon_group *g, int kind, int *done);
+    dmuon_rc (*wait)(dmuon_group *g, int kind);
 
     /* Publish: create over the filled-in p; the rest as in publish.h with
      * arguments already checked where the public layer can. */

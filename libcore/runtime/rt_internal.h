@@ -74,6 +74,8 @@ typedef struct {
     int64_t pbytes, gbytes;   /* block sizes */
     int64_t poff, goff;       /* current offsets in the spaces (when live) */
     bool p_live, g_live, gathered, in_fwd, in_bwd, bwd_done;
+    bool inflight;            /* a prefetch started, not yet waited for */
+    MPI_Request even_req;     /* its even-region MPI_Iallgather */
     float *w;                 /* F32 view of the gathered block (private) */
 } rt_layer;
 
@@ -156,6 +158,10 @@ dmuon_rc rt_groups_size(dmuon_rt *rt);   /* sets ctrl_per_group */
 dmuon_rc rt_groups_create(dmuon_rt *rt);
 void rt_groups_free(dmuon_rt *rt);
 dmuon_rc rt_gather(dmuon_rt *rt, size_t l);
+/* Split phase (line D, FSDP; other paths gather at start): */
+dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l);
+dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l);
+dmuon_rc rt_gather_test(dmuon_rt *rt, size_t l);
 dmuon_rc rt_reduce(dmuon_rt *rt, size_t l);
 dmuon_rc rt_pub_round(dmuon_rt *rt);   /* HSDP: begin a round, publish every owned segment */
 dmuon_rc rt_pub_begin(dmuon_rt *rt);
@@ -163,6 +169,9 @@ dmuon_rc rt_pub_post(dmuon_rt *rt, size_t l, size_t s);
 dmuon_rc rt_pub_finish(dmuon_rt *rt); /* line C: the rail broadcasts of the round */
 dmuon_rc rt_pub_end(dmuon_rt *rt);
 dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc);
+/* Waits for a non-blocking MPI call (err: what starting it returned) within
+ * the deadline; l names the layer (or ≥ nlayers for none). */
+dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, size_t l);
 
 /* rt_step.c */
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "common/opt.h"
 #include "dmuon/timer.h"
 #include "dmuon/costdb.h"
 #include "dmuon/io.h"
@@ -185,13 +186,12 @@ int bench_ns_main(int argc, char **argv)
     bool json = false, have_model = false, have_shapes = false;
     static const char excl[] = "--model and --shapes exclude each other: give one";
     dmuon_device_kind dev = DMUON_DEVICE_CPU;
-    char msg[512];
+    char msg[512], *end = NULL;
     int c, code = 0;
     dmuon_rc rc = DMUON_OK;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char *end;
-        long long v;
+        int64_t v;
         switch (c) {
         case 'm':
             if (have_shapes) {
@@ -239,11 +239,9 @@ int bench_ns_main(int argc, char **argv)
         case 'w':
         case 'i':
         case 'x':
-            v = strtoll(optarg, &end, 10);
-            if (*end || !*optarg || v < (c == 'i' ? 1 : 0) || (c != 'x' && v > 1000000)) {
-                snprintf(msg, sizeof msg, "--%s '%s': expected an integer >= %d",
-                         c == 'w' ? "warmup" : c == 'i' ? "iters" : "max-elements", optarg,
-                         c == 'i' ? 1 : 0);
+            if (tool_parse_int(c == 'w' ? "--warmup" : c == 'i' ? "--iters" : "--max-elements",
+                               optarg, c == 'w' ? 0 : 1, c == 'x' ? INT64_MAX : 1000000, &v, msg,
+                               sizeof msg)) {
                 code = fail(DMUON_EINVAL, msg);
                 goto done;
             }

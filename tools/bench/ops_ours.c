@@ -48,23 +48,15 @@ static dmuon_rc ours_setup(const bench_case *c, void **out)
     s->c = c;
     dmuon_rc rc = DMUON_OK;
     if (c->op == OP_PUB) {
-        int K = t->per_node;
         s->params = malloc((size_t)c->n * sizeof *s->params);
-        int64_t *end = calloc((size_t)K, sizeof *end);
-        if (!s->params || !end) {
-            free(end);
+        if (!s->params) {
             rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
             goto fail;
         }
-        for (int i = 0; i < c->n; i++) {
-            s->params[i] = c->segs[i];
-            s->params[i].offset = end[c->segs[i].owner % K];
-            end[c->segs[i].owner % K] += bench_seg_bytes(&c->segs[i]);
-        }
-        free(end);
-        dmuon_publish_opts po = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
         int64_t copy_bytes = 0;
-        DMUON_TRY_GOTO(rc, dmuon_publish_copy_bytes_needed(t, s->params, c->n, &copy_bytes), fail);
+        DMUON_TRY_GOTO(rc, dmuon_publish_layout(t->per_node, c->segs, c->n, s->params,
+                                                &copy_bytes), fail);
+        dmuon_publish_opts po = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
         DMUON_TRY_GOTO(rc, dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, &s->mem), fail);
         DMUON_TRY_GOTO(rc, dmuon_publish_create(t, s->params, c->n, &po, s->mem, 0, &s->p), fail);
         unsigned char *copy = dmuon_publish_copy(s->p);
