@@ -151,8 +151,8 @@ $(NCCL_STAMP):
 
 nccl-wheel:
 	@mkdir -p $(dir $(NCCL_STAMP))
-	bash tools/nccl-wheel.sh $(NCCL_PIN) $(NCCL_WHEEL_DIR)
 	@echo "# make nccl-wheel ran at $$(date -u +%FT%TZ)" > $(NCCL_STAMP)
+	bash tools/nccl-wheel.sh $(NCCL_PIN) $(NCCL_WHEEL_DIR)
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOL_BINS)
