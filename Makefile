@@ -6,6 +6,8 @@
 #   make test-fast    the suite once, no sanitizer build
 #   make demo         plan the bundled models (measured costs on this machine)
 #   make bench        side-by-side benchmarks (planner speed, NS, operators)
+#   make install PREFIX=DIR   tools, libdmuon.{a,so}, headers, schema, dmuon.pc
+#   make fuzz [FUZZ_SECONDS=60]   libFuzzer on each input parser (clang)
 #   make SANITIZER=address,undefined   a sanitizer build (goes to build/san)
 #   make WERROR=1     strict warnings as errors (CI sets this)
 #
