@@ -8,7 +8,8 @@ source "$(dirname "$0")/lib.sh"
 EX=${DMUON_INSTALL_EXAMPLE:-$DMUON_ROOT/tests/install/plan_summary.c}
 PFX="$T_TMP/prefix"
 # the plain build, whatever make invoked this test with
-run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$DMUON_ROOT" install PREFIX="$PFX"
+run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$DMUON_ROOT" install \
+    PREFIX="$PFX" SANITIZER= BUILD=build BINDIR=bin
 check_rc 0 "make install PREFIX=$PFX"
 for f in bin/dmuon-plan bin/dmuon-probe bin/dmuon-bench bin/dmuon-verify lib/libdmuon.a \
          lib/libdmuon.so include/dmuon/plan.h include/dmuon/rc.h share/dmuon/schema.sql \
