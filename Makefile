@@ -120,6 +120,14 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(STATIC) -lcmocka $(LDLIBS)
 
+# The trainer's model test also links the model sources of tools/train.
+TRAIN_MODEL_OBJ := $(patsubst %,$(BUILD)/tools/train/%.o,model config data)
+$(BUILD)/tests/unit/test_train_model.o: CPPFLAGS += -Itools/train
+$(BUILD)/tests/unit/test_train_model.o: $(wildcard tools/train/*.h)
+$(BUILD)/tests/test_train_model: $(BUILD)/tests/unit/test_train_model.o $(TRAIN_MODEL_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) -lcmocka $(LDLIBS)
+
 # ---- tests ----------------------------------------------------------------
 COUNTS := $(CURDIR)/build/test-counts
 test: all tests
