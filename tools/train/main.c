@@ -52,7 +52,8 @@ static const char usage[] =
     "training:\n"
     "      --batch B             sequences per micro-batch over all ranks (default 16)\n"
     "      --micro-batches M     micro-batches per step (default 1)\n"
-    "      --steps S             optimizer steps (default 300)\n"
+    "      --steps S             optimizer steps (default 300), the schedule's length\n"
+    "      --stop-at N           stop after N steps (then --save: a run to --resume)\n"
     "      --lr LR               Muon learning rate (default 0.02)\n"
     "      --adamw-lr LR         AdamW learning rate (every parameter in line A; default 0.01)\n"
     "      --schedule cosine|constant   after warmup (default cosine, to --min-lr x LR)\n"
@@ -102,7 +103,7 @@ enum {
     O_LAYERS = 256, O_DIM, O_HEADS, O_KV, O_FFN, O_TIE, O_SEQ, O_INIT_STD, O_WCONF, O_WYAML,
     O_BATCH, O_MICRO, O_STEPS, O_LR, O_ALR, O_SCHED, O_WARMUP, O_MINLR, O_CLIP, O_WD, O_SEED,
     O_DSEED, O_RECOMP, O_DATA, O_VAL_EVERY, O_VAL_WIN, O_EVAL, O_LINE, O_SHARD, O_ZERO, O_RPN,
-    O_PLAN, O_SUB, O_PDT, O_SAVE, O_RESUME, O_EXPORT, O_LOG, O_MINDROP, O_PROG, O_VERSION
+    O_PLAN, O_SUB, O_PDT, O_STOP, O_SAVE, O_RESUME, O_EXPORT, O_LOG, O_MINDROP, O_PROG, O_VERSION
 };
 
 static const struct option longopts[] = {
@@ -119,6 +120,7 @@ static const struct option longopts[] = {
     {"batch", required_argument, 0, O_BATCH},
     {"micro-batches", required_argument, 0, O_MICRO},
     {"steps", required_argument, 0, O_STEPS},
+    {"stop-at", required_argument, 0, O_STOP},
     {"lr", required_argument, 0, O_LR},
     {"adamw-lr", required_argument, 0, O_ALR},
     {"schedule", required_argument, 0, O_SCHED},
@@ -237,6 +239,7 @@ static int parse(cli *c, int argc, char **argv)
             INT_OPT(O_BATCH, 1, 1048576, c->t.batch, "batch")
             INT_OPT(O_MICRO, 1, 65536, c->t.micro, "micro-batches")
             INT_OPT(O_STEPS, 1, 1000000000, c->t.steps, "steps")
+            INT_OPT(O_STOP, 1, 1000000000, c->t.stop_at, "stop-at")
             NUM_OPT(O_LR, 0, 1000, c->t.lr, "lr")
             NUM_OPT(O_ALR, 0, 1000, c->t.adamw_lr, "adamw-lr")
             INT_OPT(O_WARMUP, 0, 1000000000, c->t.warmup, "warmup")

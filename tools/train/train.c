@@ -304,8 +304,8 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
     if (o->resume_dir)
         DMUON_TRY_GOTO(rc, dmuon_rt_load(t.rt, o->resume_dir), out);
     int64_t start = dmuon_rt_steps(t.rt);
-    if (start > o->steps) {
-        rc = DMUON_FAIL(DMUON_EINVAL, "checkpoint '%s' is at step %lld, past --steps %lld",
+    if (start > o->steps || (o->stop_at > 0 && start > o->stop_at)) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "checkpoint '%s' is at step %lld, past --steps %lld or --stop-at",
                         o->resume_dir, (long long)start, (long long)o->steps);
         goto out;
     }
@@ -331,7 +331,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
     double t_loop = dmuon_now_ms();
     for (int64_t s = start; s <= o->steps; s++) {
         double val = NAN;
-        bool last = s == o->steps;
+        bool last = s == o->steps || (o->stop_at > 0 && s == o->stop_at);
         if (s == start || last || (o->eval_every > 0 && s % o->eval_every == 0)) {
             DMUON_TRY_GOTO(rc, validate(&t, &val), out);
             if (s == start)
@@ -340,7 +340,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
         }
         if (last) {
             if (log) {
-                fprintf(log, "%lld,,%.9g", (long long)s, val);
+                fprintf(log, "%lld,,%.17g", (long long)s, val);
                 for (int k = 0; k < 6 + 2 * F_COUNT; k++)
                     fputc(',', log);
                 fputc('\n', log);
@@ -414,9 +414,9 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
         res->steps_run++;
         double tps = tokens_step / maxs[0];
         if (log) {
-            fprintf(log, "%lld,%.9g,", (long long)s, mean_loss);
+            fprintf(log, "%lld,%.17g,", (long long)s, mean_loss);
             if (!isnan(val))
-                fprintf(log, "%.9g", val);
+                fprintf(log, "%.17g", val);
             fprintf(log, ",%.6g,%.6g,%.6g,%.1f,%.6f", lrs.muon_lr, lrs.adamw_lr,
                     dmuon_rt_grad_norm(t.rt), tps, maxs[0]);
             for (int k = 0; k < F_COUNT; k++)

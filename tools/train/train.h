@@ -44,7 +44,9 @@ typedef struct {
     tm_config model;
     int batch;                /* global sequences per micro-batch (divisible by ranks) */
     int micro;                /* micro-batches per step */
-    int64_t steps;            /* total optimizer steps (a resumed run continues to it) */
+    int64_t steps;            /* total optimizer steps (a resumed run continues to it);
+                                 the schedule's length */
+    int64_t stop_at;          /* > 0: stop (evaluate, save, export) after this many steps */
     double lr, adamw_lr;      /* peak Muon / AdamW rates */
     int64_t warmup;           /* warmup steps */
     tt_schedule schedule;
