@@ -66,10 +66,12 @@ ifeq ($(HAVE_CUDA),1)
 CU_SRC    := $(sort $(wildcard kernels/*.cu))
 LIB_OBJ   += $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
-TOOLS     := probe plan bench verify
+TOOLS     := probe plan bench verify train
 TOOL_BINS := $(TOOLS:%=$(BINDIR)/dmuon-%)
 UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+MPI_TSRC  := $(sort $(wildcard tests/mpi/*.c))
+MPI_TBINS := $(MPI_TSRC:tests/mpi/%.c=$(BUILD)/tests/mpi/%)
 STATIC    := $(BUILD)/libdmuon.a
 SHARED    := $(BUILD)/libdmuon.so
 
@@ -86,7 +88,7 @@ config:
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOL_BINS)
-tests: $(UNIT_BINS)
+tests: $(UNIT_BINS) $(MPI_TBINS)
 
 # db/schema.sql is compiled into libcore as a C string.
 $(BUILD)/gen/schema_sql.h: db/schema.sql
@@ -127,6 +129,11 @@ $(BUILD)/tests/unit/test_train_model.o: $(wildcard tools/train/*.h)
 $(BUILD)/tests/test_train_model: $(BUILD)/tests/unit/test_train_model.o $(TRAIN_MODEL_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) -lcmocka $(LDLIBS)
+
+# MPI test programs, run by the scripts in tests/mpi/
+$(BUILD)/tests/mpi/%: $(BUILD)/tests/mpi/%.o $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(STATIC) $(LDLIBS)
 
 # ---- tests ----------------------------------------------------------------
 COUNTS := $(CURDIR)/build/test-counts

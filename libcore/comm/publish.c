@@ -1,140 +1,31 @@
 /*
- * publish.c — the HSDP cross-node publish on the MPI backend
- * (dmuon/publish.h).
+ * publish.c — the HSDP publish (dmuon/publish.h): the backend-independent
+ * layer.  It checks and agrees on the table (comm/table.c), resolves the
+ * options, checks the copy range against the symmetric memory and
+ * dispatches to the memory's backend (comm/backend.h).
  *
- * Wire format, per parameter p of rail s, on the publish's own duplicate of
- * the rail communicator with tag p: the chunks of p in increasing offset;
- * the last chunk travels with the step number appended (8 bytes), so a
- * parameter of one chunk costs one message per hop.  Each hop receives the
- * chunks straight into its copy, the last one into a small per-parameter
- * tail buffer (receives armed by begin), and forwards every chunk the moment
- * it has arrived; MPI's non-overtaking order matches the i-th message to the
- * i-th receive, so the step can only complete a round after every chunk of
- * that round.
- * The arrival flag is set from the flag message only when the whole round
- * is in, and a wait compares it with the step it wants: equal is accepted,
- * anything else is not (an older flag keeps it waiting; a completed round
- * carrying another step is reported as stale).
- *
- * Invariant: between begin(t) and end(t) every parameter this rank leads
- * has exactly one armed round; end(t) leaves no request outstanding.
+ * Invariant: every failure at create is decided from agreed inputs (the
+ * table after dmuon_table_agree, the memory that every rank allocated
+ * together), so all ranks return the same rc.
  */
 #include "dmuon/publish.h"
 
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dmuon/collv.h"
-#include "dmuon/sched.h"
-#include "wait.h"
+#include "backend.h"
 
-#define ALIGN_UP(x) ((x) < 64 ? 64 : (((x) + 63) & ~(int64_t)63))
-
-typedef struct {
-    int idx;                 /* parameter index in the table */
-    int owner_node;
-    int lead;                /* 1: this rank receives it; 0: this rank owns it */
-    int prev, next;          /* rail ranks (= node ids); next −1 when last */
-    int nchunks;
-    int64_t chunk_elems;
-    /* per-step state */
-    int got;                 /* chunks received (lead) */
-    int round_done;
-    int64_t flag;            /* arrival flag: step of the last complete round */
-    int64_t in_step;
-    unsigned char *tail;     /* last chunk + 8-byte step */
-    int tail_bytes;          /* data bytes of the last chunk */
-    MPI_Request *rreq;       /* nchunks + 1 (lead) */
-    MPI_Request *sreq;       /* nchunks + 1 (if next ≥ 0) */
-} param_state;
-
-struct dmuon_publish {
-    const dmuon_topo *topo;
-    MPI_Comm rail;
-    dmuon_segment *params;
-    int n;
-    param_state *mine;       /* parameters of this rank's rail: owned or led */
-    int nmine;
-    int *slot_of;            /* param index → index in mine, or −1 */
-    unsigned char *copy;
-    int64_t copy_bytes, chunk_bytes;
-    int deadline_ms;
-    int64_t step;            /* current step (0 before the first) */
-    int open;                /* between begin and end */
-    int broken;
-    MPI_Request *req_mem;
-};
-
-static int64_t param_bytes(const dmuon_segment *s)
+dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segment *params, int n,
+                                         int64_t *bytes)
 {
-    return s->count * (int64_t)dmuon_dtype_size(s->dtype);
-}
-
-typedef struct {
-    int64_t lo, hi;
-    int rail, idx;
-} span;
-
-static int span_cmp(const void *a, const void *b)
-{
-    const span *x = a, *y = b;
-    if (x->rail != y->rail)
-        return x->rail - y->rail;
-    if (x->lo != y->lo)
-        return x->lo < y->lo ? -1 : 1;
-    return x->idx - y->idx;
-}
-
-/* Checks a publish table for K ranks per node and N ranks; stores the
- * largest copy extent over rails. */
-static dmuon_rc check_table(const dmuon_segment *ps, int n, int nranks, int K, int64_t *bytes)
-{
-    int64_t ext = 0;
-    span *sp = malloc((n ? (size_t)n : 1) * sizeof *sp);
-    if (!sp)
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory checking %d parameters", n);
-    for (int i = 0; i < n; i++) {
-        size_t es = dmuon_dtype_size(ps[i].dtype);
-        dmuon_rc rc = DMUON_OK;
-        if (ps[i].owner < 0 || ps[i].owner >= nranks)
-            rc = DMUON_FAIL(DMUON_EINVAL, "parameter %d: owner %d is not a rank of 0..%d", i,
-                            (int)ps[i].owner, nranks - 1);
-        else if (!es)
-            rc = DMUON_FAIL(DMUON_EINVAL, "parameter %d: unknown element type", i);
-        else if (ps[i].count <= 0 || ps[i].count > (INT64_C(1) << 40))
-            rc = DMUON_FAIL(DMUON_EINVAL, "parameter %d: count %lld: expected a positive "
-                            "element count", i, (long long)ps[i].count);
-        else if (ps[i].offset < 0 || ps[i].offset % (int64_t)es)
-            rc = DMUON_FAIL(DMUON_EINVAL, "parameter %d: offset %lld: expected a non-negative "
-                            "multiple of %zu", i, (long long)ps[i].offset, es);
-        if (rc != DMUON_OK) {
-            free(sp);
-            return rc;
-        }
-        sp[i].lo = ps[i].offset;
-        sp[i].hi = ps[i].offset + param_bytes(&ps[i]);
-        sp[i].rail = ps[i].owner % K;
-        sp[i].idx = i;
-        if (sp[i].hi > ext)
-            ext = sp[i].hi;
-    }
-    qsort(sp, (size_t)n, sizeof *sp, span_cmp);
-    for (int i = 1; i < n; i++)
-        if (sp[i].rail == sp[i - 1].rail && sp[i].lo < sp[i - 1].hi) {
-            int a = sp[i - 1].idx, b = sp[i].idx, r = sp[i].rail;
-            free(sp);
-            return DMUON_FAIL(DMUON_EINVAL, "parameters %d and %d overlap in the copy of rail %d",
-                              a < b ? a : b, a < b ? b : a, r);
-        }
-    free(sp);
-    *bytes = ext;
+    DMUON_TRY(dmuon_table_check_publish(params, n, t->size, t->per_node, bytes));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, int n,
-                              const dmuon_publish_opts *opts, dmuon_publish **out)
+                              const dmuon_publish_opts *opts, dmuon_symm *mem,
+                              int64_t copy_offset, dmuon_publish **out)
 {
     dmuon_rc rc = DMUON_OK;
     *out = NULL;
@@ -142,87 +33,43 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     if (opts)
         o = *opts;
     dmuon_publish *p = calloc(1, sizeof *p);
-    int fail = !p;
+    if (p)
+        p->params = malloc((n > 0 ? (size_t)n : 1) * sizeof *p->params);
+    int fail = !p || !p->params;
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
     if (fail) {
+        if (p)
+            free(p->params);
         free(p);
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
     }
     p->topo = t;
-    p->rail = MPI_COMM_NULL;
+    p->mem = mem;
+    p->copy_offset = copy_offset;
     DMUON_TRY_GOTO(rc, dmuon_table_agree(t->world, params, n), fail);
-    DMUON_TRY_GOTO(rc, check_table(params, n, t->size, t->per_node, &p->copy_bytes), fail);
+    DMUON_TRY_GOTO(rc, dmuon_table_check_publish(params, n, t->size, t->per_node,
+                                                 &p->copy_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);
     DMUON_TRY_GOTO(rc, dmuon_chunk_bytes_check(o.chunk_bytes), fail);
     p->chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes : DMUON_CHUNK_BYTES;
-    int tag_ub = 32767, *tub = NULL, flag = 0;
-    MPI_Comm_get_attr(t->world, MPI_TAG_UB, &tub, &flag);
-    if (flag && tub)
-        tag_ub = *tub;
-    if (n > tag_ub) {
-        rc = DMUON_FAIL(DMUON_EINVAL, "%d parameters exceed this MPI's %d message tags", n, tag_ub);
+    DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "publish", &p->ops), fail);
+    if (!mem || mem->topo != t || mem->backend != t->backend) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "publish: the symmetric memory was not allocated over "
+                        "this topology and its backend");
         goto fail;
     }
-
-    int R = t->nodes, K = t->per_node, s = t->local, r = t->node_id;
+    if (copy_offset < 0 || copy_offset % 8 || copy_offset > mem->bytes ||
+        p->copy_bytes > mem->bytes - copy_offset) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "publish: copy buffer at offset %lld (%lld bytes): "
+                        "expected a multiple of 8 inside the %lld bytes of symmetric memory",
+                        (long long)copy_offset, (long long)p->copy_bytes,
+                        (long long)mem->bytes);
+        goto fail;
+    }
+    memcpy(p->params, params, (size_t)n * sizeof *params);
     p->n = n;
-    p->params = malloc((n ? (size_t)n : 1) * sizeof *p->params);
-    p->slot_of = malloc((n ? (size_t)n : 1) * sizeof *p->slot_of);
-    p->mine = calloc(n ? (size_t)n : 1, sizeof *p->mine);
-    p->copy = aligned_alloc(64, (size_t)ALIGN_UP(p->copy_bytes));
-    fail = !p->params || !p->slot_of || !p->mine || !p->copy;
-    size_t nreq = 0;
-    if (!fail) {
-        memcpy(p->params, params, (size_t)n * sizeof *params);
-        memset(p->copy, 0, (size_t)ALIGN_UP(p->copy_bytes));
-        for (int i = 0; i < n; i++) {
-            p->slot_of[i] = -1;
-            if (params[i].owner % K != s || R == 1)
-                continue;
-            param_state *ps = &p->mine[p->nmine];
-            ps->idx = i;
-            ps->owner_node = params[i].owner / K;
-            ps->lead = ps->owner_node != r;
-            ps->prev = (r - 1 + R) % R;
-            ps->next = (r + 1) % R == ps->owner_node ? -1 : (r + 1) % R;
-            size_t es = dmuon_dtype_size(params[i].dtype);
-            ps->chunk_elems = p->chunk_bytes / (int64_t)es;
-            if (ps->chunk_elems < 1)
-                ps->chunk_elems = 1;
-            ps->nchunks = (int)((params[i].count + ps->chunk_elems - 1) / ps->chunk_elems);
-            nreq += (size_t)(ps->nchunks + 1) * 2;
-            p->slot_of[i] = p->nmine++;
-        }
-        p->req_mem = malloc((nreq ? nreq : 1) * sizeof(MPI_Request));
-        fail = !p->req_mem;
-        for (int i = 0; i < p->nmine && !fail; i++) {
-            param_state *ps = &p->mine[i];
-            int64_t es = (int64_t)dmuon_dtype_size(params[ps->idx].dtype);
-            ps->tail_bytes = (int)((params[ps->idx].count - (int64_t)(ps->nchunks - 1) *
-                                    ps->chunk_elems) * es);
-            ps->tail = malloc((size_t)ps->tail_bytes + 8);
-            fail = !ps->tail;
-        }
-    }
-    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
-    if (fail) {
-        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish of %d parameters "
-                        "(%lld copy bytes)", n, (long long)p->copy_bytes);
-        goto fail;
-    }
-    MPI_Request *rq = p->req_mem;
-    for (size_t i = 0; i < nreq; i++)
-        rq[i] = MPI_REQUEST_NULL;
-    for (int i = 0; i < p->nmine; i++) {
-        p->mine[i].rreq = rq;
-        rq += p->mine[i].nchunks + 1;
-        p->mine[i].sreq = rq;
-        rq += p->mine[i].nchunks + 1;
-    }
-    if (MPI_Comm_dup(t->rail, &p->rail) != MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "MPI_Comm_dup of the rail communicator failed");
-        goto fail;
-    }
+    p->copy = mem->base + copy_offset;
+    DMUON_TRY_GOTO(rc, p->ops->publish_create(p), fail);
     *out = p;
     return DMUON_OK;
 fail:
@@ -234,271 +81,46 @@ void dmuon_publish_free(dmuon_publish *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->nmine; i++) {
-        param_state *ps = &p->mine[i];
-        for (int k = 0; k <= ps->nchunks; k++) {
-            if (ps->rreq && ps->rreq[k] != MPI_REQUEST_NULL) {
-                MPI_Cancel(&ps->rreq[k]);
-                MPI_Request_free(&ps->rreq[k]);
-            }
-            if (ps->sreq && ps->sreq[k] != MPI_REQUEST_NULL)
-                MPI_Request_free(&ps->sreq[k]);
-        }
-    }
-    if (p->rail != MPI_COMM_NULL)
-        MPI_Comm_free(&p->rail);
-    for (int i = 0; p->mine && i < p->n; i++)
-        free(p->mine[i].tail);
+    if (p->ops && p->impl)
+        p->ops->publish_free(p);
     free(p->params);
-    free(p->slot_of);
-    free(p->mine);
-    free(p->copy);
-    free(p->req_mem);
     free(p);
 }
 
 void *dmuon_publish_copy(const dmuon_publish *p) { return p->copy; }
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p) { return p->copy_bytes; }
 
-int64_t dmuon_publish_flag(const dmuon_publish *p, int param)
-{
-    if (param < 0 || param >= p->n || p->slot_of[param] < 0)
-        return 0;
-    return p->mine[p->slot_of[param]].flag;
-}
-
-static void chunk_span(const dmuon_publish *p, const param_state *ps, int k, unsigned char **ptr,
-                       int *bytes)
-{
-    const dmuon_segment *s = &p->params[ps->idx];
-    int64_t es = (int64_t)dmuon_dtype_size(s->dtype);
-    int64_t e0 = k * ps->chunk_elems;
-    int64_t c = s->count - e0 < ps->chunk_elems ? s->count - e0 : ps->chunk_elems;
-    *ptr = p->copy + s->offset + e0 * es;
-    *bytes = (int)(c * es);
-}
-
 dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step)
 {
-    if (p->broken)
-        return DMUON_FAIL(DMUON_ECOMM, "publish: failed in an earlier call and cannot be used");
-    if (p->open)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: step %lld began before step %lld ended",
-                          (long long)step, (long long)p->step);
-    if (step <= p->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: step %lld does not follow step %lld",
-                          (long long)step, (long long)p->step);
-    p->step = step;
-    p->open = 1;
-    for (int i = 0; i < p->nmine; i++) {
-        param_state *ps = &p->mine[i];
-        ps->got = 0;
-        ps->round_done = 0;
-        if (!ps->lead)
-            continue;
-        for (int k = 0; k < ps->nchunks - 1; k++) {
-            unsigned char *ptr;
-            int bytes;
-            chunk_span(p, ps, k, &ptr, &bytes);
-            if (MPI_Irecv(ptr, bytes, MPI_BYTE, ps->prev, ps->idx, p->rail, &ps->rreq[k]) !=
-                MPI_SUCCESS)
-                goto comm;
-        }
-        if (MPI_Irecv(ps->tail, ps->tail_bytes + 8, MPI_BYTE, ps->prev, ps->idx, p->rail,
-                      &ps->rreq[ps->nchunks - 1]) != MPI_SUCCESS)
-            goto comm;
-    }
+    DMUON_TRY(p->ops->publish_begin(p, step));
     return DMUON_OK;
-comm:
-    p->broken = 1;
-    return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Irecv failed");
 }
 
 dmuon_rc dmuon_publish_post(dmuon_publish *p, int param, int64_t step)
 {
-    if (param < 0 || param >= p->n)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: parameter %d is not in the table of %d", param,
-                          p->n);
-    if (p->params[param].owner != p->topo->rank)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: parameter %d belongs to rank %d, not to this "
-                          "rank", param, (int)p->params[param].owner);
-    if (!p->open || step > p->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: parameter %d posted for step %lld outside "
-                          "step %lld", param, (long long)step, (long long)p->step);
-    if (p->slot_of[param] < 0)
-        return DMUON_OK; /* one node: nobody to publish to */
-    param_state *ps = &p->mine[p->slot_of[param]];
-    if (ps->round_done)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: parameter %d posted twice in step %lld", param,
-                          (long long)p->step);
-    unsigned char *ptr;
-    int bytes;
-    for (int k = 0; k < ps->nchunks - 1; k++) {
-        chunk_span(p, ps, k, &ptr, &bytes);
-        if (MPI_Isend(ptr, bytes, MPI_BYTE, ps->next, ps->idx, p->rail, &ps->sreq[k]) !=
-            MPI_SUCCESS)
-            goto comm;
-    }
-    chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
-    memcpy(ps->tail, ptr, (size_t)bytes);
-    memcpy(ps->tail + bytes, &step, 8);
-    if (MPI_Isend(ps->tail, bytes + 8, MPI_BYTE, ps->next, ps->idx, p->rail,
-                  &ps->sreq[ps->nchunks - 1]) != MPI_SUCCESS)
-        goto comm;
-    ps->round_done = 1;
-    ps->flag = step;
-    return dmuon_publish_progress(p);
-comm:
-    p->broken = 1;
-    return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend failed");
-}
-
-/* Advances one led parameter as far as its arrivals allow; *moved is set
- * when anything happened. */
-static dmuon_rc advance(dmuon_publish *p, param_state *ps, int *moved)
-{
-    while (ps->got < ps->nchunks) {
-        int done = 0;
-        if (MPI_Test(&ps->rreq[ps->got], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Test failed");
-        if (!done)
-            return DMUON_OK;
-        *moved = 1;
-        if (ps->got < ps->nchunks - 1) {
-            if (ps->next >= 0) {
-                unsigned char *ptr;
-                int bytes;
-                chunk_span(p, ps, ps->got, &ptr, &bytes);
-                if (MPI_Isend(ptr, bytes, MPI_BYTE, ps->next, ps->idx, p->rail,
-                              &ps->sreq[ps->got]) != MPI_SUCCESS)
-                    return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend failed");
-            }
-        } else {
-            unsigned char *ptr;
-            int bytes;
-            chunk_span(p, ps, ps->got, &ptr, &bytes);
-            memcpy(ptr, ps->tail, (size_t)bytes);
-            memcpy(&ps->in_step, ps->tail + bytes, 8);
-            if (ps->next >= 0 &&
-                MPI_Isend(ps->tail, bytes + 8, MPI_BYTE, ps->next, ps->idx, p->rail,
-                          &ps->sreq[ps->got]) != MPI_SUCCESS)
-                return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend failed");
-            ps->flag = ps->in_step;
-            ps->round_done = 1;
-        }
-        ps->got++;
-    }
+    DMUON_TRY(p->ops->publish_post(p, param, step));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_progress(dmuon_publish *p)
 {
-    if (!p->open)
-        return DMUON_OK;
-    for (int i = 0; i < p->nmine; i++) {
-        int moved = 0;
-        if (p->mine[i].lead) {
-            dmuon_rc rc = advance(p, &p->mine[i], &moved);
-            if (rc != DMUON_OK) {
-                p->broken = 1;
-                return rc;
-            }
-        }
-    }
+    DMUON_TRY(p->ops->publish_progress(p));
     return DMUON_OK;
-}
-
-static dmuon_rc stale(const dmuon_publish *p, const param_state *ps, int64_t step)
-{
-    return DMUON_FAIL(DMUON_ECHECK, "publish: parameter %d (rail %d, owner rank %d) arrived "
-                      "with step %lld, expected step %lld: stale arrival flag not accepted",
-                      ps->idx, p->topo->local, (int)p->params[ps->idx].owner,
-                      (long long)ps->flag, (long long)step);
-}
-
-static dmuon_rc late(const dmuon_publish *p, const param_state *ps, int64_t step)
-{
-    const dmuon_topo *t = p->topo;
-    return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d, owner rank %d) of step "
-                      "%lld: %d of %d chunks arrived from rank %d (node %d) within the %d ms "
-                      "deadline; the arrival flag holds step %lld", ps->idx, t->local,
-                      (int)p->params[ps->idx].owner, (long long)step,
-                      ps->got < ps->nchunks ? ps->got : ps->nchunks, ps->nchunks,
-                      dmuon_topo_rank_of(t->per_node, ps->prev, t->local), ps->prev,
-                      p->deadline_ms, (long long)ps->flag);
 }
 
 dmuon_rc dmuon_publish_wait(dmuon_publish *p, int param, int64_t step)
 {
-    if (param < 0 || param >= p->n)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: parameter %d is not in the table of %d", param,
-                          p->n);
-    if (p->slot_of[param] < 0 || !p->mine[p->slot_of[param]].lead)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: this rank does not lead parameter %d", param);
-    param_state *ps = &p->mine[p->slot_of[param]];
-    dmuon_waiter w;
-    dmuon_waiter_start(&w, p->deadline_ms);
-    for (;;) {
-        if (ps->flag == step)
-            return DMUON_OK;
-        if (ps->round_done && p->open && step == p->step)
-            return stale(p, ps, step);
-        DMUON_TRY(dmuon_publish_progress(p));
-        if (ps->flag == step)
-            return DMUON_OK;
-        if (dmuon_waiter_expired(&w)) {
-            p->broken = 1;
-            return late(p, ps, step);
-        }
-        dmuon_waiter_idle(&w);
-    }
+    DMUON_TRY(p->ops->publish_wait(p, param, step));
+    return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step)
 {
-    if (!p->open || step != p->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: end of step %lld, but step %lld is open",
-                          (long long)step, (long long)p->step);
-    dmuon_waiter w;
-    dmuon_waiter_start(&w, p->deadline_ms);
-    for (int i = 0; i < p->nmine; i++) {
-        param_state *ps = &p->mine[i];
-        for (;;) {
-            DMUON_TRY(dmuon_publish_progress(p));
-            int done = ps->lead ? ps->round_done : 1;
-            if (done && ps->next >= 0 && (ps->lead || ps->round_done)) {
-                int all = 0;
-                if (MPI_Testall(ps->nchunks + 1, ps->sreq, &all, MPI_STATUSES_IGNORE) !=
-                    MPI_SUCCESS) {
-                    p->broken = 1;
-                    return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Testall failed");
-                }
-                done = all;
-            }
-            if (!ps->lead && !ps->round_done) {
-                p->broken = 1;
-                return DMUON_FAIL(DMUON_EINVAL, "publish: step %lld ended before this rank "
-                                  "posted its parameter %d", (long long)step, ps->idx);
-            }
-            if (done)
-                break;
-            if (dmuon_waiter_expired(&w)) {
-                p->broken = 1;
-                if (ps->lead && !ps->round_done)
-                    return late(p, ps, step);
-                const dmuon_topo *t = p->topo;
-                return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d) could not be "
-                                  "forwarded to rank %d (node %d) within the %d ms deadline",
-                                  ps->idx, t->local,
-                                  dmuon_topo_rank_of(t->per_node, ps->next, t->local), ps->next,
-                                  p->deadline_ms);
-            }
-            dmuon_waiter_idle(&w);
-        }
-    }
-    p->open = 0;
-    for (int i = 0; i < p->nmine; i++)
-        if (p->mine[i].lead && p->mine[i].flag != step)
-            return stale(p, &p->mine[i], step);
+    DMUON_TRY(p->ops->publish_end(p, step));
     return DMUON_OK;
+}
+
+int64_t dmuon_publish_flag(const dmuon_publish *p, int param)
+{
+    return p->ops->publish_flag(p, param);
 }

@@ -1,8 +1,8 @@
 /*
- * sched.c — the operators' schedule (dmuon/sched.h): table checks, slicing
- * by rail, 64 KiB chunks, one queue per source node per rail, chain and star
- * routes.  Pure functions; the only resources are the two arrays of a
- * dmuon_sched.
+ * sched.c — the operators' schedule (dmuon/sched.h): slicing by rail,
+ * 64 KiB chunks, one queue per source node per rail, chain and star routes.
+ * Pure functions; the only resources are the two arrays of a dmuon_sched.
+ * (Table checks and digests live in table.c.)
  *
  * Invariant: for every queue (q, s) the chunks are in table order and, inside
  * a segment, in increasing offset, so both ends of a rail walk a queue in
@@ -13,107 +13,6 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------ table ---- */
-
-typedef struct {
-    int32_t owner;
-    int64_t lo, hi;
-    int idx;
-} win_span;
-
-static int win_span_cmp(const void *a, const void *b)
-{
-    const win_span *x = a, *y = b;
-    if (x->owner != y->owner)
-        return x->owner < y->owner ? -1 : 1;
-    if (x->lo != y->lo)
-        return x->lo < y->lo ? -1 : 1;
-    return x->idx - y->idx;
-}
-
-dmuon_rc dmuon_table_check(const dmuon_segment *segs, int n, int nranks,
-                           int64_t *layer_bytes, int64_t *window_bytes)
-{
-    if (n < 0 || (n > 0 && !segs))
-        return DMUON_FAIL(DMUON_EINVAL, "segment table: no segments given");
-    int64_t end = 0, wmax = 0;
-    for (int i = 0; i < n; i++) {
-        const dmuon_segment *g = &segs[i];
-        size_t es = dmuon_dtype_size(g->dtype);
-        if (g->owner < 0 || g->owner >= nranks)
-            return DMUON_FAIL(DMUON_EINVAL, "segment %d: owner %d is not a rank of 0..%d",
-                              i, (int)g->owner, nranks - 1);
-        if (es == 0)
-            return DMUON_FAIL(DMUON_EINVAL, "segment %d: unknown element type %d", i,
-                              (int)g->dtype);
-        if (g->count <= 0 || g->count > (INT64_C(1) << 40))
-            return DMUON_FAIL(DMUON_EINVAL, "segment %d: count %lld: expected a positive "
-                              "element count", i, (long long)g->count);
-        if (g->offset < 0 || g->offset % (int64_t)es)
-            return DMUON_FAIL(DMUON_EINVAL, "segment %d: offset %lld: expected a non-negative "
-                              "multiple of the element size %zu", i, (long long)g->offset, es);
-        if (g->window_offset < 0 || g->window_offset % (int64_t)es)
-            return DMUON_FAIL(DMUON_EINVAL, "segment %d: window_offset %lld: expected a "
-                              "non-negative multiple of the element size %zu", i,
-                              (long long)g->window_offset, es);
-        if (g->offset < end)
-            return DMUON_FAIL(DMUON_EINVAL, "segment %d: offset %lld overlaps the previous "
-                              "segment (which ends at %lld); segments must be in layer order",
-                              i, (long long)g->offset, (long long)end);
-        end = g->offset + g->count * (int64_t)es;
-        int64_t wend = g->window_offset + g->count * (int64_t)es;
-        if (wend > wmax)
-            wmax = wend;
-    }
-    if (n > 1) {
-        win_span *sp = malloc((size_t)n * sizeof *sp);
-        if (!sp)
-            return DMUON_FAIL(DMUON_ENOMEM, "out of memory checking %d segments", n);
-        for (int i = 0; i < n; i++) {
-            sp[i].owner = segs[i].owner;
-            sp[i].lo = segs[i].window_offset;
-            sp[i].hi = segs[i].window_offset + segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
-            sp[i].idx = i;
-        }
-        qsort(sp, (size_t)n, sizeof *sp, win_span_cmp);
-        for (int i = 1; i < n; i++)
-            if (sp[i].owner == sp[i - 1].owner && sp[i].lo < sp[i - 1].hi) {
-                int a = sp[i - 1].idx, b = sp[i].idx;
-                free(sp);
-                return DMUON_FAIL(DMUON_EINVAL, "segments %d and %d: windows overlap in owner "
-                                  "%d's window", a < b ? a : b, a < b ? b : a,
-                                  (int)segs[a].owner);
-            }
-        free(sp);
-    }
-    if (layer_bytes)
-        *layer_bytes = end;
-    if (window_bytes)
-        *window_bytes = wmax;
-    return DMUON_OK;
-}
-
-static uint64_t digest_i64(uint64_t h, int64_t v)
-{
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (unsigned char)((uint64_t)v >> (8 * i));
-    return dmuon_digest(b, 8, h);
-}
-
-uint64_t dmuon_table_digest(const dmuon_segment *segs, int n)
-{
-    uint64_t h = digest_i64(DMUON_DIGEST_SEED, n);
-    for (int i = 0; i < n; i++) {
-        h = digest_i64(h, segs[i].owner);
-        h = digest_i64(h, segs[i].dtype);
-        h = digest_i64(h, segs[i].offset);
-        h = digest_i64(h, segs[i].count);
-        h = digest_i64(h, segs[i].window_offset);
-    }
-    return h;
-}
 
 /* --------------------------------------------------------- schedule ---- */
 

@@ -43,6 +43,7 @@ dmuon_rc dmuon_topo_init(dmuon_topo *t, MPI_Comm comm, int ranks_per_node)
     dmuon_rc rc = DMUON_OK;
     memset(t, 0, sizeof *t);
     t->world = t->node = t->rail = MPI_COMM_NULL;
+    t->backend = DMUON_BACKEND_MPI;
     if (MPI_Comm_dup(comm, &t->world) != MPI_SUCCESS)
         return DMUON_FAIL(DMUON_ECOMM, "MPI_Comm_dup failed");
     MPI_Comm_rank(t->world, &t->rank);

@@ -11,7 +11,10 @@
 
 typedef struct {
     const bench_case *c;
+    dmuon_symm *mem;          /* the group's or the publish's memory */
     dmuon_group *g;
+    dmuon_group_span sp;
+    unsigned char *buf, *win; /* this rank's layer buffer and owner window */
     dmuon_publish *p;
     dmuon_segment *params;
     int64_t step;
@@ -43,15 +46,23 @@ static dmuon_rc ours_setup(const bench_case *c, void **out)
         }
         free(end);
         dmuon_publish_opts po = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
-        DMUON_TRY_GOTO(rc, dmuon_publish_create(t, s->params, c->n, &po, &s->p), fail);
+        int64_t copy_bytes = 0;
+        DMUON_TRY_GOTO(rc, dmuon_publish_copy_bytes_needed(t, s->params, c->n, &copy_bytes), fail);
+        DMUON_TRY_GOTO(rc, dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, &s->mem), fail);
+        DMUON_TRY_GOTO(rc, dmuon_publish_create(t, s->params, c->n, &po, s->mem, 0, &s->p), fail);
         unsigned char *copy = dmuon_publish_copy(s->p);
         for (int i = 0; i < c->n; i++)
             if (s->params[i].owner == t->rank)
                 for (int64_t k = 0; k < bench_seg_bytes(&s->params[i]); k++)
                     copy[s->params[i].offset + k] = bench_agv_byte(i, k);
     } else {
-        DMUON_TRY_GOTO(rc, dmuon_group_create(t, c->segs, c->n, &c->gopts, &s->g), fail);
-        unsigned char *buf = dmuon_group_buffer(s->g), *win = dmuon_group_window(s->g);
+        DMUON_TRY_GOTO(rc, dmuon_group_span_of(t, c->segs, c->n, &c->gopts, &s->sp), fail);
+        DMUON_TRY_GOTO(rc, dmuon_symm_alloc(t, s->sp.bytes, &s->mem), fail);
+        DMUON_TRY_GOTO(rc, dmuon_group_create(t, c->segs, c->n, &c->gopts, s->mem,
+                                              s->sp.ctrl_offset, &s->g), fail);
+        unsigned char *base = dmuon_symm_base(s->mem);
+        unsigned char *buf = s->buf = base + s->sp.buffer_offset;
+        unsigned char *win = s->win = base + s->sp.window_offset;
         for (int i = 0; i < c->n; i++) {
             const dmuon_segment *g = &c->segs[i];
             if (c->op == OP_AGV) {
@@ -67,6 +78,7 @@ static dmuon_rc ours_setup(const bench_case *c, void **out)
     *out = s;
     return DMUON_OK;
 fail:
+    dmuon_symm_free(s->mem);
     free(s->params);
     free(s);
     return rc;
@@ -77,9 +89,9 @@ static dmuon_rc ours_run(void *st)
     ours_state *s = st;
     const bench_case *c = s->c;
     if (c->op == OP_AGV)
-        return dmuon_allgatherv(s->g);
+        return dmuon_allgatherv(s->g, s->sp.buffer_offset, s->sp.window_offset);
     if (c->op == OP_RSV)
-        return dmuon_reduce_scatterv(s->g);
+        return dmuon_reduce_scatterv(s->g, s->sp.buffer_offset, s->sp.window_offset);
     const dmuon_topo *t = c->topo;
     s->step++;
     DMUON_TRY(dmuon_publish_begin(s->p, s->step));
@@ -111,7 +123,7 @@ static int64_t ours_check(void *st)
                     bad += copy[s->params[i].offset + k] != bench_agv_byte(i, k);
         return bad;
     }
-    const unsigned char *buf = dmuon_group_buffer(s->g), *win = dmuon_group_window(s->g);
+    const unsigned char *buf = s->buf, *win = s->win;
     for (int i = 0; i < c->n; i++) {
         const dmuon_segment *g = &c->segs[i];
         if (c->op == OP_AGV) {
@@ -133,6 +145,7 @@ static void ours_teardown(void *st)
         return;
     dmuon_group_free(s->g);
     dmuon_publish_free(s->p);
+    dmuon_symm_free(s->mem);
     free(s->params);
     free(s);
 }

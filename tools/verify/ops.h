@@ -44,6 +44,20 @@ void vctx_check(vctx *c, int ok_here, const char *label, const char *what);
  * (stall: sleep well past the deadline; kill: SIGKILL itself). */
 void vctx_fault_point(vctx *c);
 
+/* A group in memory of its own (dmuon_group_span_of): the table is agreed
+ * first, so a rank with another table gets the table's mismatch message
+ * rather than a size mismatch.  Collective.  vgroup_close frees both
+ * (collective; only when every rank is still alive). */
+typedef struct {
+    dmuon_symm *mem;
+    dmuon_group *g;
+    dmuon_group_span sp;
+    unsigned char *buf, *win;   /* this rank's layer buffer and owner window */
+} vgroup;
+dmuon_rc vgroup_open(vctx *c, const dmuon_segment *segs, int n, const dmuon_group_opts *o,
+                     vgroup *v);
+void vgroup_close(vgroup *v);
+
 /* Deterministic 64-bit mix of (seed, a, b): splitmix64 finalizer. */
 uint64_t vhash(uint64_t seed, uint64_t a, uint64_t b);
 

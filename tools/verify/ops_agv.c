@@ -17,12 +17,12 @@ static unsigned char pattern(int rep, int seg, int64_t i)
 
 static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *label)
 {
-    dmuon_group *g = NULL;
-    DMUON_TRY(dmuon_group_create(&c->topo, segs, n, &c->gopts, &g));
+    vgroup v;
+    DMUON_TRY(vgroup_open(c, segs, n, &c->gopts, &v));
     dmuon_rc rc = DMUON_OK;
-    unsigned char *buf = dmuon_group_buffer(g), *win = dmuon_group_window(g);
+    unsigned char *buf = v.buf, *win = v.win;
     for (int rep = 0; rep < 2; rep++) {
-        memset(buf, 0xee, (size_t)dmuon_group_buffer_bytes(g));
+        memset(buf, 0xee, (size_t)dmuon_group_buffer_bytes(v.g));
         for (int i = 0; i < n; i++)
             if (segs[i].owner == c->topo.rank) {
                 int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
@@ -30,7 +30,7 @@ static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *l
                     win[segs[i].window_offset + k] = pattern(rep, i, k);
             }
         vctx_fault_point(c);
-        DMUON_TRY_GOTO(rc, dmuon_allgatherv(g), done);
+        DMUON_TRY_GOTO(rc, dmuon_allgatherv(v.g, v.sp.buffer_offset, v.sp.window_offset), done);
         int64_t bad = 0, bad_win = 0;
         for (int i = 0; i < n; i++) {
             int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
@@ -49,7 +49,7 @@ static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *l
     }
 done:
     if (rc == DMUON_OK)       /* freeing is collective: not after a failure */
-        dmuon_group_free(g);
+        vgroup_close(&v);
     return rc;
 }
 

@@ -43,7 +43,18 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
     free(rail_end);
     dmuon_publish_opts o = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
     dmuon_publish *p = NULL;
-    dmuon_rc rc = dmuon_publish_create(t, ps, n, &o, &p);
+    dmuon_symm *mem = NULL;
+    int64_t copy_bytes = 0;
+    dmuon_rc rc = dmuon_table_agree(t->world, ps, n);
+    if (rc == DMUON_OK)
+        rc = dmuon_publish_copy_bytes_needed(t, ps, n, &copy_bytes);
+    if (rc == DMUON_OK)
+        rc = dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, &mem);
+    if (rc == DMUON_OK) {
+        rc = dmuon_publish_create(t, ps, n, &o, mem, 0, &p);
+        if (rc != DMUON_OK)
+            dmuon_symm_free(mem);
+    }
     if (rc != DMUON_OK) {
         free(ps);
         return rc;
@@ -141,8 +152,10 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
                    "the previous step's flag");
     }
 done:
-    if (rc == DMUON_OK)
+    if (rc == DMUON_OK) {
         dmuon_publish_free(p);
+        dmuon_symm_free(mem);
+    }
     free(ps);
     return rc;
 }

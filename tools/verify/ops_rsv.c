@@ -101,19 +101,20 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
     const dmuon_topo *t = &c->topo;
     dmuon_group_opts o = c->gopts;
     o.fp32_accum = fp32acc;
-    dmuon_group *g = NULL;
-    DMUON_TRY(dmuon_group_create(t, segs, n, &o, &g));
+    vgroup v;
+    DMUON_TRY(vgroup_open(c, segs, n, &o, &v));
     dmuon_rc rc = DMUON_OK;
-    unsigned char *buf = dmuon_group_buffer(g), *win = dmuon_group_window(g);
+    unsigned char *buf = v.buf, *win = v.win;
     for (int i = 0; i < n; i++) {
         int64_t e0 = segs[i].offset / (int64_t)dmuon_dtype_size(segs[i].dtype);
         for (int64_t k = 0; k < segs[i].count; k++)
             store(segs[i].dtype, buf + segs[i].offset, k,
                   input(kind, segs[i].dtype, t->rank, e0 + k));
     }
-    memset(win, 0xcd, (size_t)dmuon_group_window_bytes(g));
+    memset(win, 0xcd, (size_t)dmuon_group_window_bytes(v.g));
     vctx_fault_point(c);
-    DMUON_TRY_GOTO(rc, dmuon_reduce_scatterv(g), done);
+    DMUON_TRY_GOTO(rc, dmuon_reduce_scatterv(v.g, v.sp.buffer_offset, v.sp.window_offset),
+                   done);
 
     int64_t bad = 0, bad_in = 0;
     double worst = 0, worst_ring = 0;
@@ -188,7 +189,7 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
     }
 done:
     if (rc == DMUON_OK)
-        dmuon_group_free(g);
+        vgroup_close(&v);
     return rc;
 }
 

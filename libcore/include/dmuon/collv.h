@@ -1,24 +1,31 @@
 /*
  * dmuon/collv.h — groups and the variable-length operators AllGatherV and
- * ReduceScatterV on the MPI backend (paper §5, C.2).
+ * ReduceScatterV (paper §5, C.2), over symmetric memory the caller gives
+ * them (dmuon/symm.h).
  *
  * A group is built once per layer from a frozen segment table
  * (dmuon/types.h); building it is collective over the topology's world and
  * exchanges a digest of the table, so ranks that disagree all fail, naming
- * the first differing segment.  The group owns one node-shared memory window
- * per rank (MPI_Win_allocate_shared on the node communicator) holding, at
- * identical offsets on every rank:
- *   the layer buffer  (buffer_bytes: the table's segments at their offsets)
- *   the owner window  (window_bytes: owned segments at their window_offset)
- * Ranks of one node read and write each other's windows directly (the CPU
- * stand-in for NVLink loads/stores and multimem); across nodes chunks move
- * along rails with MPI point-to-point messages, following dmuon/sched.h.
+ * the first differing segment.  A group allocates no shared memory: it keeps
+ * its control words (and, on MPI, the staging slots of its reduce streams)
+ * in a control area of dmuon_group_ctrl_bytes bytes at ctrl_offset of the
+ * symmetric memory, and each call names where in that memory its layer
+ * buffer and owner window are:
+ *   layer buffer  [buffer_offset, + B)  the table's segments at their offsets
+ *   owner window  [window_offset, + W)  owned segments at their window_offset
+ * (B = end of the last segment, W = the largest window extent of any owner,
+ * both from dmuon_table_check).  Offsets are bytes, the same on every rank of
+ * a call; different calls of one group may use different ranges (a ZeRO-3
+ * parameter range reused between layers).  Ranks of one node read and write
+ * each other's memory directly; across nodes chunks move along rails
+ * (MPI backend: point-to-point messages), following dmuon/sched.h.
  *
  * Each call is collective over the group (every rank, same order).  Every
  * wait has a deadline; a call that passes it returns DMUON_ETIMEOUT with a
  * message naming this rank, the peer and the queue, and the group is then
  * unusable (later calls return DMUON_ECOMM).  Not thread-safe: one thread
- * per group.
+ * per group; groups over one symmetric memory may run one after another
+ * with overlapping buffer ranges, but not at the same time.
  */
 #ifndef DMUON_COLLV_H
 #define DMUON_COLLV_H
@@ -27,10 +34,17 @@
 
 #include "dmuon/rc.h"
 #include "dmuon/sched.h"
+#include "dmuon/symm.h"
+#include "dmuon/table.h"
 #include "dmuon/topo.h"
 #include "dmuon/types.h"
 
 #define DMUON_DEADLINE_MS_DEFAULT 60000
+/* Required alignment of a group's control area offset, in bytes. */
+#define DMUON_GROUP_CTRL_ALIGN 64
+/* Required alignment of the per-call buffer and window offsets, in bytes
+ * (the largest element and binary32 partials). */
+#define DMUON_GROUP_RANGE_ALIGN 8
 
 typedef struct dmuon_group dmuon_group;
 
@@ -52,49 +66,83 @@ typedef struct {
  * the default.  DMUON_EINVAL if the variable is not a positive integer. */
 dmuon_rc dmuon_deadline_ms(int opt_ms, int *out);
 
-/* Exchanges the digest of a table over comm (collective).  DMUON_OK when
- * every rank holds the same table; otherwise DMUON_EMISMATCH on every rank,
- * the message naming the first segment that differs from rank 0's table and
- * the lowest rank where it differs; DMUON_ENOMEM on any rank's failure. */
-dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n);
+/* Bytes of control area one group over this table needs on t's backend
+ * (the same on every rank for the same table, opts and topology; a multiple
+ * of DMUON_GROUP_CTRL_ALIGN).  Not collective.  MPI: 384 bytes of control
+ * words plus slots × (streams in + 1) staging slots of 2 × chunk bytes per
+ * reduce queue, maximised over the nodes.  Errors: DMUON_EINVAL (a bad table,
+ * see dmuon_table_check, or bad opts: chunk size, path), DMUON_EUNSUPPORTED
+ * (t->backend not built), DMUON_ENOMEM. */
+dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                const dmuon_group_opts *opts, int64_t *bytes);
 
 /* Builds a group over t for the n segments of segs (copied; the caller keeps
- * segs).  Collective over t->world.  Errors, identical on every rank:
- * DMUON_EMISMATCH (tables differ: the message names the first differing
- * segment and the rank that differs from rank 0), DMUON_EINVAL (a bad table,
- * see dmuon_table_check, or bad opts), DMUON_ENOMEM (on any rank),
- * DMUON_ECOMM.  On failure *out is NULL. */
+ * segs), with its control area at [ctrl_offset, ctrl_offset +
+ * dmuon_group_ctrl_bytes) of mem.  Collective over t->world; zeroes the
+ * control area on every rank.  The group keeps the pointers t and mem, which
+ * must outlive it; the control area belongs to the group until
+ * dmuon_group_free (callers must not touch it, and two live groups must not
+ * share one).  Errors, identical on every rank: DMUON_EMISMATCH (tables
+ * differ: the message names the first differing segment and the rank that
+ * differs from rank 0), DMUON_EINVAL (a bad table, see dmuon_table_check;
+ * bad opts; mem allocated over another topology or backend; ctrl_offset
+ * negative, not a multiple of DMUON_GROUP_CTRL_ALIGN, or the area not inside
+ * mem), DMUON_EUNSUPPORTED (t->backend not built), DMUON_ENOMEM (on any
+ * rank), DMUON_ECOMM.  On failure *out is NULL. */
 dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int n,
-                            const dmuon_group_opts *opts, dmuon_group **out);
+                            const dmuon_group_opts *opts, dmuon_symm *mem, int64_t ctrl_offset,
+                            dmuon_group **out);
 
-/* Frees the group (collective over the node: frees the shared window), so
- * after a failed call free it only if every rank is still alive; a tool that
- * gives up after a timeout may leave it to process exit.  Accepts NULL. */
+/* Where one group's ranges sit when a caller gives it memory of its own
+ * (tools and tests; the runtime lays out its pool itself): the control
+ * area, the layer buffer and the owner window back to back, each starting
+ * at a multiple of DMUON_SYMM_ALIGN; bytes is the symmetric memory to
+ * allocate. */
+typedef struct {
+    int64_t ctrl_offset, buffer_offset, window_offset, bytes;
+} dmuon_group_span;
+
+/* Fills *out for this table (not collective; the same on every rank for
+ * the same inputs).  Errors: as dmuon_group_ctrl_bytes. */
+dmuon_rc dmuon_group_span_of(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                             const dmuon_group_opts *opts, dmuon_group_span *out);
+
+/* Frees the group (collective over t->world: releases its rail
+ * communicator); the control area is the caller's again.  After a failed
+ * call free it only if every rank is still alive; a tool that gives up after
+ * a timeout may leave it to process exit.  Accepts NULL. */
 void dmuon_group_free(dmuon_group *g);
 
-/* This rank's layer buffer / owner window inside the shared window, 64-byte
- * aligned, zeroed at creation; valid until dmuon_group_free. */
-void *dmuon_group_buffer(const dmuon_group *g);
+/* Bytes of the layer buffer (B) and of the owner window (W) of one call,
+ * from the table. */
 int64_t dmuon_group_buffer_bytes(const dmuon_group *g);
-void *dmuon_group_window(const dmuon_group *g);
 int64_t dmuon_group_window_bytes(const dmuon_group *g);
 
 /* The schedule a kind of call runs (for reports and tests). */
 const dmuon_sched *dmuon_group_sched(const dmuon_group *g, dmuon_sched_kind kind);
 
-/* AllGatherV: segment i's bytes in its owner's window at window_offset land
- * at offset in the layer buffer of every rank (the owner's own buffer
+/* AllGatherV over the layer buffer at buffer_offset and the owner windows at
+ * window_offset (bytes into the group's symmetric memory, the same on every
+ * rank): segment i's bytes in its owner's window at window_offset land at
+ * offset in the layer buffer of every rank (the owner's own buffer
  * included), bit for bit.  Owners must have written their windows before the
- * call.  Errors: DMUON_ETIMEOUT (deadline; message names rank, peer, queue),
- * DMUON_ECOMM (an MPI call failed, or the group failed before). */
-dmuon_rc dmuon_allgatherv(dmuon_group *g);
+ * call.  The two ranges must lie inside the memory, be multiples of
+ * DMUON_GROUP_RANGE_ALIGN and overlap neither each other nor the group's
+ * control area.  Errors: DMUON_EINVAL (a range breaking those rules,
+ * returned before any communication and leaving the group usable; when only
+ * some ranks pass bad offsets the others time out), DMUON_ETIMEOUT
+ * (deadline; message names rank, peer, queue), DMUON_ECOMM (an MPI call
+ * failed, or the group failed before). */
+dmuon_rc dmuon_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
 
-/* ReduceScatterV: for every segment, the sum over all ranks of the layer
- * buffers' bytes at offset lands in the owner's window at window_offset, in
- * the order documented in dmuon/sched.h (BF16 rounds at every level unless
- * fp32_accum).  Element types BF16 and F32 only.  Layer buffers are read,
- * not changed.  Errors: DMUON_EUNSUPPORTED (another element type, returned
- * by every rank before any communication), DMUON_ETIMEOUT, DMUON_ECOMM. */
-dmuon_rc dmuon_reduce_scatterv(dmuon_group *g);
+/* ReduceScatterV over the same two ranges: for every segment, the sum over
+ * all ranks of the layer buffers' bytes at offset lands in the owner's
+ * window at window_offset, in the order documented in dmuon/sched.h (BF16
+ * rounds at every level unless fp32_accum).  Element types BF16 and F32
+ * only.  Layer buffers are read, not changed.  Errors: DMUON_EUNSUPPORTED
+ * (another element type, returned by every rank before any communication),
+ * DMUON_EINVAL (ranges, as for dmuon_allgatherv), DMUON_ETIMEOUT,
+ * DMUON_ECOMM. */
+dmuon_rc dmuon_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
 
 #endif

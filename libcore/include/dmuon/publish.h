@@ -1,12 +1,15 @@
 /*
  * dmuon/publish.h — the cross-node publish of HSDP (paper §4.2, §5.3, C.2)
- * on the MPI backend.
+ * over symmetric memory.
  *
  * Each parameter has a global owner (r, s); the rank of column s on every
  * other node is the parameter's leader there and keeps a copy of it.  The
  * parameters of rail s sit at fixed offsets of a per-rank copy buffer (the
  * same layout on every node; sized by the heaviest rail, so identical on
- * every rank).  When the owner has written the new values of a parameter
+ * every rank).  The copy buffer is a range of symmetric memory the caller
+ * gives at create (dmuon/symm.h), [copy_offset, copy_offset +
+ * dmuon_publish_copy_bytes_needed), at the same offset on every rank; the
+ * publish allocates no copy of its own.  When the owner has written the new values of a parameter
  * into its own copy it posts it; the parameter travels along rail s, node by
  * node from the owner's node (q → q+1 → … → q+R−1), in chunks, and every
  * leader forwards each chunk as it arrives.  Posts do not wait for each
@@ -29,6 +32,8 @@
 #include <stdint.h>
 
 #include "dmuon/rc.h"
+#include "dmuon/symm.h"
+#include "dmuon/table.h"
 #include "dmuon/topo.h"
 #include "dmuon/types.h"
 
@@ -39,27 +44,41 @@ typedef struct {
     int64_t chunk_bytes;     /* 0 → 64 KiB; else a multiple of 8, ≥ 256 */
 } dmuon_publish_opts;
 
-/* Builds the publish over t for n parameters (collective over t->world;
- * exchanges the table digest).  Errors, identical on every rank:
- * DMUON_EMISMATCH (tables differ; names the first differing parameter),
- * DMUON_EINVAL (owner out of range, count ≤ 0, unknown dtype, misaligned
- * offset, two parameters of one rail overlapping in the copy), DMUON_ENOMEM,
- * DMUON_ECOMM.  On failure *out is NULL. */
-dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, int n,
-                              const dmuon_publish_opts *opts, dmuon_publish **out);
+/* Bytes of copy buffer a publish of this table needs on every rank: the
+ * largest end offset of any parameter (0 for no parameters).  Not
+ * collective.  Errors: DMUON_EINVAL (see dmuon_table_check_publish),
+ * DMUON_ENOMEM. */
+dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segment *params, int n,
+                                         int64_t *bytes);
 
-/* Frees it: cancels armed receives and releases the rail communicator.
- * Accepts NULL. */
+/* Builds the publish over t for n parameters (copied), its copy buffer at
+ * copy_offset of mem (collective over t->world; exchanges the table
+ * digest).  The publish keeps the pointers t and mem, which must outlive it;
+ * it neither clears nor reads the copy range at creation (owners write their
+ * parameters there before posting them; leaders' copies are overwritten by
+ * arrivals).  Errors, identical on every rank: DMUON_EMISMATCH (tables
+ * differ; names the first differing parameter), DMUON_EINVAL (owner out of
+ * range, count ≤ 0, unknown dtype, misaligned offset, two parameters of one
+ * rail overlapping in the copy, more parameters than MPI tags, mem over
+ * another topology or backend, copy_offset negative, not a multiple of 8, or
+ * the copy not inside mem), DMUON_EUNSUPPORTED (t->backend not built),
+ * DMUON_ENOMEM, DMUON_ECOMM.  On failure *out is NULL. */
+dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, int n,
+                              const dmuon_publish_opts *opts, dmuon_symm *mem,
+                              int64_t copy_offset, dmuon_publish **out);
+
+/* Frees it: cancels armed receives and releases the rail communicator; the
+ * copy range is the caller's again.  Accepts NULL. */
 void dmuon_publish_free(dmuon_publish *p);
 
-/* This rank's copy buffer (its rail's parameters at their offsets), 64-byte
- * aligned, zeroed at creation; and its size in bytes. */
+/* This rank's copy buffer (dmuon_symm_base(mem) + copy_offset: its rail's
+ * parameters at their offsets) and its size in bytes. */
 void *dmuon_publish_copy(const dmuon_publish *p);
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p);
 
 /* Arms the receives of step `step` (> the previous step).  Errors:
  * DMUON_EINVAL (step not increasing, or the previous step not ended),
- * DMUON_ECOMM. */
+ * DMUON_ECOMM (an MPI call failed, or the publish failed before). */
 dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step);
 
 /* Posts parameter `param` of this step: the owner's copy holds its new

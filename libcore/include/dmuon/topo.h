@@ -17,6 +17,20 @@
 
 #include "dmuon/rc.h"
 
+/* The communication backend that symmetric memory, groups and publishes
+ * built over a topology use (comm/backend.h).  Only MPI is built today; the
+ * NCCL values are reserved for the GPU backends, and anything built over a
+ * topology that selects them fails with DMUON_EUNSUPPORTED. */
+typedef enum {
+    DMUON_BACKEND_MPI = 0,     /* node-shared MPI windows + point-to-point on rails */
+    DMUON_BACKEND_NCCL,        /* NCCL host API (not in this build) */
+    DMUON_BACKEND_NCCL_DEV,    /* NCCL device API kernels (not in this build) */
+    DMUON_BACKEND_COUNT
+} dmuon_backend;
+
+/* "mpi", "nccl", "nccl-dev"; "?" for another value. */
+const char *dmuon_backend_name(dmuon_backend b);
+
 typedef struct {
     MPI_Comm world;   /* duplicate of the communicator given to init */
     MPI_Comm node;    /* the K ranks of this node, ordered by local index */
@@ -27,6 +41,8 @@ typedef struct {
     int node_id;      /* r = rank / K */
     int local;        /* s = rank % K, also the rail index */
     int virtual_nodes;/* 1 when K came from an argument or the environment */
+    dmuon_backend backend; /* DMUON_BACKEND_MPI after init; a caller may set
+                              another before building memory over t */
 } dmuon_topo;
 
 /* Global rank of (node, local) in a topology of per_node ranks per node. */

@@ -1,0 +1,35 @@
+/*
+ * mpi_backend.h — libcore-internal: the functions of the MPI backend
+ * (mpi_symm.c, mpi_collv.c, mpi_publish.c) that backend.c puts into
+ * dmuon_mpi_ops, and what its files share.
+ */
+#ifndef DMUON_COMM_MPI_BACKEND_H
+#define DMUON_COMM_MPI_BACKEND_H
+
+#include <mpi.h>
+
+#include "backend.h"
+
+dmuon_rc dmuon_mpi_symm_alloc(dmuon_symm *s);
+void dmuon_mpi_symm_free(dmuon_symm *s);
+/* The node-shared window of an MPI symmetric memory (locked for all ranks
+ * with MPI_Win_lock_all, so MPI_Win_sync may be called on it at any time). */
+MPI_Win dmuon_mpi_symm_win(const dmuon_symm *s);
+
+dmuon_rc dmuon_mpi_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                    const dmuon_group_opts *opts, int64_t *bytes);
+dmuon_rc dmuon_mpi_group_create(dmuon_group *g);
+void dmuon_mpi_group_free(dmuon_group *g);
+dmuon_rc dmuon_mpi_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+dmuon_rc dmuon_mpi_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+
+dmuon_rc dmuon_mpi_publish_create(dmuon_publish *p);
+void dmuon_mpi_publish_free(dmuon_publish *p);
+dmuon_rc dmuon_mpi_publish_begin(dmuon_publish *p, int64_t step);
+dmuon_rc dmuon_mpi_publish_post(dmuon_publish *p, int param, int64_t step);
+dmuon_rc dmuon_mpi_publish_progress(dmuon_publish *p);
+dmuon_rc dmuon_mpi_publish_wait(dmuon_publish *p, int param, int64_t step);
+dmuon_rc dmuon_mpi_publish_end(dmuon_publish *p, int64_t step);
+int64_t dmuon_mpi_publish_flag(const dmuon_publish *p, int param);
+
+#endif

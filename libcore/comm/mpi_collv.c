@@ -1,0 +1,737 @@
+/*
+ * mpi_collv.c — groups and the AllGatherV / ReduceScatterV executors of the
+ * MPI backend (dmuon/collv.h, comm/backend.h), running the schedule of
+ * dmuon/sched.h over symmetric memory (mpi_symm.c: one node-shared window).
+ *
+ * Layout of each rank's control area (at the group's ctrl_offset of the
+ * symmetric memory, the same on every rank; zeroed at creation):
+ *   [0, 64)              arrive: sequence number of the last call entered
+ *   [64, 128)            (reserved)
+ *   [128, 192)           landed: bytes gathered into this rank's buffer
+ *   [192, 256)           read:   bytes read from this rank's owner window
+ *   [256, 320)           grad_read: bytes of this rank's buffer reduced
+ *   [320, 384)           summed: bytes of final sums written into its window
+ *   [384, …)             this rank's reduce staging slots (only it uses them)
+ * Each call's layer buffer and owner window sit at the offsets the call is
+ * given.  Sequence numbers increase by one per call on every rank and are
+ * never reset.  A call stores arrive = seq (release); it reads a peer's
+ * input only after that peer shows arrive ≥ seq (acquire), and writes into
+ * the node's buffers only once every rank of the node does (ReduceScatterV
+ * waits for the whole node first; AllGatherV starts with the owners it needs
+ * and catches up on the stores).  Neither waits for the whole node at the
+ * end; they count bytes instead.  AllGatherV: whoever stores a chunk into a
+ * rank's buffer adds its bytes to that rank's `landed`, whoever copies a
+ * chunk out of an owner's window adds to the owner's `read`.
+ * ReduceScatterV: whoever sums a chunk adds its bytes to the `grad_read` of
+ * every rank it read, whoever writes a final sum adds to the owner's
+ * `summed`.  A rank returns when its own sends are done and its counters
+ * have grown by this call's known totals: everything meant for its memory
+ * has landed and nobody still reads it; the other ranks' sends are not
+ * waited for.  So a rank may reuse its buffer and window ranges (for this
+ * or another group) as soon as its call returns.
+ *
+ * Across nodes the rank of rail s serves one queue per source node (the
+ * group's own duplicate of the rail communicator, tag = kind·R + queue).  A
+ * queue is walked strictly in order (MPI's non-overtaking order matches the
+ * i-th message of a queue to the i-th receive), queues in whichever order
+ * they become ready: local chunks at once, upstream chunks on arrival.
+ * Gather receives land directly in the layer buffer; reduce partials land in
+ * `slots` staging buffers per incoming stream, re-posted as they are
+ * consumed (the ring buffer of paper C.2).
+ */
+#include "dmuon/collv.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmuon/bf16.h"
+#include "mpi_backend.h"
+#include "wait.h"
+
+#define CTRL_BYTES 384
+/* control words, 64 bytes apart */
+enum { W_ARRIVE = 0, W_RESERVED, W_LANDED, W_READ, W_GRAD_READ, W_SUMMED };
+#define ALIGN64(x) (((x) + 63) & ~(int64_t)63)
+
+/* One queue as seen by this rank. */
+typedef struct {
+    int q;                      /* source node (gather) / owner node (reduce) */
+    const dmuon_chunk *chunks;
+    int n;
+    int nin, nout;
+    int *in, *out;              /* node ids, R entries each */
+    /* per-call state */
+    int next;                   /* chunks done */
+    int stored;                 /* gather: chunks stored into the node's buffers */
+    MPI_Request *rreq;          /* gather: n; reduce: nin × slots */
+    unsigned char *rbuf;        /* reduce: nin × slots × slot_bytes */
+    MPI_Request *sreq;          /* gather: n × nout; reduce: slots */
+    unsigned char *sbuf;        /* reduce: slots × slot_bytes */
+} queue_state;
+
+typedef struct {
+    const dmuon_topo *topo;
+    MPI_Comm rail;              /* duplicate of topo->rail */
+    const dmuon_segment *segs;  /* the public group's table */
+    dmuon_sched *sched;         /* the public group's two schedules */
+    queue_state *qs[2];         /* R queues per kind */
+    int *route_mem;
+    MPI_Win win;                /* the symmetric memory's window */
+    unsigned char **peer;       /* K node peers' symmetric memory */
+    int64_t ctrl;               /* control area offset */
+    int64_t buf, winoff;        /* this call's layer buffer / owner window offsets */
+    int deadline_ms, slots, fp32_accum;
+    int64_t slot_bytes;
+    float *tmp;                 /* chunk-sized binary32 scratch */
+    uint64_t seq;
+    uint64_t gathers;           /* AllGatherV calls so far */
+    uint64_t reduces;           /* ReduceScatterV calls so far */
+    int64_t layer_seg_bytes;    /* bytes of all segments */
+    int64_t owned_bytes;        /* bytes of this rank's segments */
+    int broken;
+    MPI_Request *req_mem;
+} mpi_group;
+
+/* ---------------------------------------------------------- waiting ---- */
+
+static volatile uint64_t *ctrl_word(const mpi_group *g, int local, int which)
+{
+    return (volatile uint64_t *)(g->peer[local] + g->ctrl + 64 * which);
+}
+
+/* Waits until every rank of the node has entered this call. */
+static dmuon_rc node_wait(mpi_group *g, const char *op, dmuon_waiter *w)
+{
+    const dmuon_topo *t = g->topo;
+    for (int j = 0; j < t->per_node; j++) {
+        while (__atomic_load_n(ctrl_word(g, j, W_ARRIVE), __ATOMIC_ACQUIRE) < g->seq) {
+            if (dmuon_waiter_expired(w))
+                return DMUON_FAIL(DMUON_ETIMEOUT, "%s: rank %d of this node (node %d) did not "
+                                  "enter call %llu within the %d ms deadline", op,
+                                  dmuon_topo_rank_of(t->per_node, t->node_id, j), t->node_id,
+                                  (unsigned long long)g->seq, g->deadline_ms);
+            dmuon_waiter_idle(w);
+        }
+    }
+    MPI_Win_sync(g->win);
+    return DMUON_OK;
+}
+
+/* Announces that this rank entered the call (its inputs are in place). */
+static void node_post(mpi_group *g)
+{
+    MPI_Win_sync(g->win);
+    __atomic_store_n(ctrl_word(g, g->topo->local, W_ARRIVE), g->seq, __ATOMIC_RELEASE);
+}
+
+/* ------------------------------------------------------------ group ---- */
+
+static unsigned char *peer_buffer(const mpi_group *g, int local)
+{
+    return g->peer[local] + g->buf;
+}
+
+static unsigned char *peer_window(const mpi_group *g, int local)
+{
+    return g->peer[local] + g->winoff;
+}
+
+/* Staging slots of the reduce queues of node `node`: slots × (nin + 1) per
+ * queue. */
+static int64_t stage_slots(const dmuon_sched *red, int R, int node, int slots, int *scratch)
+{
+    int64_t n = 0;
+    for (int q = 0; q < R; q++) {
+        int nout;
+        int nin = dmuon_sched_route(red, q, node, scratch, scratch + R, &nout);
+        n += (int64_t)slots * (nin + 1);
+    }
+    return n;
+}
+
+static int64_t ctrl_bytes_of(const dmuon_sched *red, int R, int slots, int *scratch)
+{
+    int64_t most = 0;
+    for (int r = 0; r < R; r++) {
+        int64_t n = stage_slots(red, R, r, slots, scratch);
+        if (n > most)
+            most = n;
+    }
+    return ALIGN64(CTRL_BYTES + most * red->chunk_bytes * 2);
+}
+
+dmuon_rc dmuon_mpi_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                    const dmuon_group_opts *opts, int64_t *bytes)
+{
+    dmuon_sched red = {0};
+    dmuon_sched_opts so = {opts->path, opts->chunk_bytes, opts->star_max_bytes};
+    DMUON_TRY(dmuon_sched_init(&red, segs, n, t->nodes, t->per_node, DMUON_SCHED_REDUCE, &so));
+    int *scratch = malloc((size_t)2 * t->nodes * sizeof *scratch);
+    if (!scratch) {
+        dmuon_sched_release(&red);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory sizing a group's control area");
+    }
+    *bytes = ctrl_bytes_of(&red, t->nodes, opts->slots > 0 ? opts->slots : 4, scratch);
+    free(scratch);
+    dmuon_sched_release(&red);
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_mpi_group_create(dmuon_group *pub)
+{
+    dmuon_rc rc = DMUON_OK;
+    const dmuon_topo *t = pub->topo;
+    const dmuon_segment *segs = pub->segs;
+    int n = pub->nseg;
+    mpi_group *g = calloc(1, sizeof *g);
+    int fail = !g;
+    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
+    if (fail) {
+        free(g);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a group");
+    }
+    pub->impl = g;
+    g->topo = t;
+    g->rail = MPI_COMM_NULL;
+    g->segs = segs;
+    g->sched = pub->sched;
+    g->win = dmuon_mpi_symm_win(pub->mem);
+    g->peer = pub->mem->peer;
+    g->ctrl = pub->ctrl_offset;
+    g->deadline_ms = pub->opts.deadline_ms;
+    g->slots = pub->opts.slots;
+    g->fp32_accum = pub->opts.fp32_accum != 0;
+    for (int i = 0; i < n; i++) {
+        int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
+        g->layer_seg_bytes += b;
+        if (segs[i].owner == t->rank)
+            g->owned_bytes += b;
+    }
+
+    /* Local allocations; agreed below so a failure on one rank fails all. */
+    int R = t->nodes;
+    g->qs[0] = calloc((size_t)R, sizeof(queue_state));
+    g->qs[1] = calloc((size_t)R, sizeof(queue_state));
+    g->route_mem = malloc((size_t)4 * R * R * sizeof(int));
+    g->slot_bytes = g->sched[0].chunk_bytes * 2;   /* bf16 chunk carried as binary32 */
+    g->tmp = malloc((size_t)g->slot_bytes * 2);
+    fail = !g->qs[0] || !g->qs[1] || !g->route_mem || !g->tmp;
+    size_t nreq = 0, nstage = 0;
+    if (!fail) {
+        for (int kind = 0; kind < 2; kind++)
+            for (int q = 0; q < R; q++) {
+                queue_state *qs = &g->qs[kind][q];
+                qs->q = q;
+                qs->chunks = dmuon_sched_queue(&g->sched[kind], q, t->local, &qs->n);
+                qs->in = g->route_mem + (size_t)((kind * R + q) * 2) * R;
+                qs->out = qs->in + R;
+                qs->nin = dmuon_sched_route(&g->sched[kind], q, t->node_id, qs->in, qs->out,
+                                            &qs->nout);
+                if (kind == 0) {
+                    nreq += (size_t)qs->n * (1 + qs->nout);
+                } else {
+                    nreq += (size_t)g->slots * (qs->nin + 1);
+                    nstage += (size_t)g->slots * (qs->nin + 1);
+                }
+            }
+        g->req_mem = malloc((nreq ? nreq : 1) * sizeof(MPI_Request));
+        fail = !g->req_mem;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
+    if (fail) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a group of %d segments", n);
+        goto fail;
+    }
+    /* the public layer sized the area with the same schedule */
+    assert(CTRL_BYTES + (int64_t)nstage * g->slot_bytes <= pub->ctrl_bytes);
+    for (size_t i = 0; i < nreq; i++)
+        g->req_mem[i] = MPI_REQUEST_NULL;
+    {
+        MPI_Request *r = g->req_mem;
+        unsigned char *st = pub->mem->base + g->ctrl + CTRL_BYTES;
+        for (int kind = 0; kind < 2; kind++)
+            for (int q = 0; q < R; q++) {
+                queue_state *qs = &g->qs[kind][q];
+                if (kind == 0) {
+                    qs->rreq = r;
+                    r += qs->n;
+                    qs->sreq = r;
+                    r += (size_t)qs->n * qs->nout;
+                } else {
+                    qs->rreq = r;
+                    r += (size_t)g->slots * qs->nin;
+                    qs->sreq = r;
+                    r += g->slots;
+                    qs->rbuf = st;
+                    st += (size_t)g->slots * qs->nin * g->slot_bytes;
+                    qs->sbuf = st;
+                    st += (size_t)g->slots * g->slot_bytes;
+                }
+            }
+    }
+    fail = MPI_Comm_dup(t->rail, &g->rail) != MPI_SUCCESS;
+    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
+    if (fail) {
+        rc = DMUON_FAIL(DMUON_ECOMM, "MPI_Comm_dup of the rail communicator failed");
+        goto fail;
+    }
+    /* Zero this rank's control area; nobody touches a peer's before the
+     * barrier. */
+    memset(pub->mem->base + g->ctrl, 0, (size_t)pub->ctrl_bytes);
+    MPI_Win_sync(g->win);
+    MPI_Barrier(t->world);
+    return DMUON_OK;
+fail:
+    dmuon_mpi_group_free(pub);
+    return rc;
+}
+
+void dmuon_mpi_group_free(dmuon_group *pub)
+{
+    mpi_group *g = pub->impl;
+    if (!g)
+        return;
+    if (g->rail != MPI_COMM_NULL)
+        MPI_Comm_free(&g->rail);
+    free(g->qs[0]);
+    free(g->qs[1]);
+    free(g->route_mem);
+    free(g->tmp);
+    free(g->req_mem);
+    free(g);
+    pub->impl = NULL;
+}
+
+/* Drops every outstanding request after a failure: receives are cancelled,
+ * sends released (MPI completes them in the background or at finalize). */
+static void drop_requests(mpi_group *g)
+{
+    for (int kind = 0; kind < 2; kind++)
+        for (int q = 0; q < g->topo->nodes; q++) {
+            queue_state *qs = &g->qs[kind][q];
+            int nr = kind == 0 ? qs->n : g->slots * qs->nin;
+            int ns = kind == 0 ? qs->n * qs->nout : g->slots;
+            for (int i = 0; i < nr; i++)
+                if (qs->rreq && qs->rreq[i] != MPI_REQUEST_NULL) {
+                    MPI_Cancel(&qs->rreq[i]);
+                    MPI_Request_free(&qs->rreq[i]);
+                }
+            for (int i = 0; i < ns; i++)
+                if (qs->sreq && qs->sreq[i] != MPI_REQUEST_NULL)
+                    MPI_Request_free(&qs->sreq[i]);
+        }
+}
+
+
+/* Waits for every send of every queue of kind to complete. */
+static dmuon_rc wait_sends(mpi_group *g, int kind, const char *op, dmuon_waiter *w)
+{
+    const dmuon_topo *t = g->topo;
+    for (int q = 0; q < t->nodes; q++) {
+        queue_state *qs = &g->qs[kind][q];
+        int ns = kind == 0 ? qs->n * qs->nout : g->slots;
+        for (int i = 0; i < ns; i++) {
+            for (;;) {
+                int done = 0;
+                if (MPI_Test(&qs->sreq[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                    return DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Test on a send failed", op);
+                if (done)
+                    break;
+                if (dmuon_waiter_expired(w))
+                    return DMUON_FAIL(DMUON_ETIMEOUT, "%s: a send of the queue of node %d (rail "
+                                      "%d) to node %d was not taken within the %d ms deadline",
+                                      op, q, t->local, qs->nout ? qs->out[0] : -1,
+                                      g->deadline_ms);
+                dmuon_waiter_idle(w);
+            }
+        }
+    }
+    return DMUON_OK;
+}
+
+/* -------------------------------------------------------- AllGatherV ---- */
+
+/* Non-blocking: 1 when rank `local` of this node has entered the call. */
+static int peer_arrived(const mpi_group *g, int local)
+{
+    return __atomic_load_n(ctrl_word(g, local, W_ARRIVE), __ATOMIC_ACQUIRE) >= g->seq;
+}
+
+/* Stores chunks [stored, next) of a gather queue into the node's other
+ * buffers (they sit in this rank's buffer already). */
+static void gather_flush(mpi_group *g, queue_state *qs)
+{
+    int K = g->topo->per_node, me = g->topo->local;
+    const unsigned char *mybuf = peer_buffer(g, me);
+    for (; qs->stored < qs->next; qs->stored++) {
+        const dmuon_chunk *c = &qs->chunks[qs->stored];
+        for (int j = 0; j < K; j++)
+            if (j != me) {
+                memcpy(peer_buffer(g, j) + c->offset, mybuf + c->offset, (size_t)c->bytes);
+                __atomic_fetch_add(ctrl_word(g, j, W_LANDED), (uint64_t)c->bytes,
+                                   __ATOMIC_RELEASE);
+            }
+    }
+}
+
+/* Waits until this rank's control word `which` reaches target (bytes); per
+ * is what one call adds, for the message. */
+static dmuon_rc wait_count(mpi_group *g, int which, uint64_t target, int64_t per,
+                           const char *op, dmuon_waiter *w)
+{
+    const dmuon_topo *t = g->topo;
+    volatile uint64_t *word = ctrl_word(g, t->local, which);
+    uint64_t v;
+    while ((v = __atomic_load_n(word, __ATOMIC_ACQUIRE)) < target) {
+        if (dmuon_waiter_expired(w))
+            return DMUON_FAIL(DMUON_ETIMEOUT, "%s: only %lld of %lld bytes %s within the %d ms "
+                              "deadline (the rail ranks of node %d did not finish)", op,
+                              (long long)(per - (int64_t)(target - v)), (long long)per,
+                              which == W_LANDED ? "of the layer reached this rank's buffer"
+                              : which == W_READ ? "of this rank's window were read"
+                              : which == W_GRAD_READ ? "of this rank's buffer were reduced"
+                                                     : "of sums reached this rank's window",
+                              g->deadline_ms, t->node_id);
+        dmuon_waiter_idle(w);
+    }
+    return DMUON_OK;
+}
+
+/* AllGatherV.  A rank does not wait for its whole node before it starts:
+ * it needs only the owner's arrival to read a local chunk, and sends every
+ * chunk on along its rail at once; the stores into the other ranks' buffers
+ * wait until every rank of the node has entered (their buffers are free),
+ * and are then caught up. */
+dmuon_rc dmuon_mpi_allgatherv(dmuon_group *pub, int64_t buffer_offset, int64_t window_offset)
+{
+    mpi_group *g = pub->impl;
+    g->buf = buffer_offset;
+    g->winoff = window_offset;
+    const char *op = "allgatherv";
+    const dmuon_topo *t = g->topo;
+    int R = t->nodes, K = t->per_node, me = t->local;
+    unsigned char *mybuf = peer_buffer(g, me);
+    dmuon_waiter w;
+    dmuon_rc rc;
+    if (g->broken)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
+                          "be used", op);
+    g->seq++;
+    g->gathers++;
+    dmuon_waiter_start(&w, g->deadline_ms);
+    node_post(g);
+    int node_in = 0;   /* every rank of the node has entered */
+    int active = 0;
+    for (int q = 0; q < R; q++) {
+        queue_state *qs = &g->qs[0][q];
+        qs->next = qs->stored = 0;
+        for (int k = 0; k < qs->n && qs->nin; k++) {
+            const dmuon_chunk *c = &qs->chunks[k];
+            if (MPI_Irecv(mybuf + c->offset, (int)c->bytes, MPI_BYTE, qs->in[0], q, g->rail,
+                          &qs->rreq[k]) != MPI_SUCCESS) {
+                rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Irecv failed", op);
+                goto fail;
+            }
+        }
+        active += qs->n > 0;
+    }
+    for (;;) {
+        int progressed = 0;
+        if (!node_in) {
+            node_in = 1;
+            for (int j = 0; j < K && node_in; j++)
+                node_in = peer_arrived(g, j);
+            if (node_in) {
+                MPI_Win_sync(g->win);
+                for (int q = 0; q < R; q++)
+                    gather_flush(g, &g->qs[0][q]);
+                progressed = 1;
+            }
+        }
+        if (!active && node_in)
+            break;
+        for (int q = 0; q < R; q++) {
+            queue_state *qs = &g->qs[0][q];
+            if (qs->next == qs->n)
+                continue;
+            int k = qs->next;
+            const dmuon_chunk *c = &qs->chunks[k];
+            if (qs->nin) {
+                int done = 0;
+                if (MPI_Test(&qs->rreq[k], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+                    rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Test on a receive failed", op);
+                    goto fail;
+                }
+                if (!done)
+                    continue;
+            } else {
+                int owner = c->owner % K;
+                if (owner != me && !node_in && !peer_arrived(g, owner))
+                    continue;
+                memcpy(mybuf + c->offset, peer_window(g, owner) + c->win_offset,
+                       (size_t)c->bytes);
+                __atomic_fetch_add(ctrl_word(g, owner, W_READ), (uint64_t)c->bytes,
+                                   __ATOMIC_RELEASE);
+            }
+            __atomic_fetch_add(ctrl_word(g, me, W_LANDED), (uint64_t)c->bytes, __ATOMIC_RELEASE);
+            for (int o = 0; o < qs->nout; o++)
+                if (MPI_Isend(mybuf + c->offset, (int)c->bytes, MPI_BYTE, qs->out[o], q, g->rail,
+                              &qs->sreq[k * qs->nout + o]) != MPI_SUCCESS) {
+                    rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Isend failed", op);
+                    goto fail;
+                }
+            qs->next++;
+            if (node_in)
+                gather_flush(g, qs);
+            active -= qs->next == qs->n;
+            progressed = 1;
+        }
+        if (progressed) {
+            w.idle = 0;
+            continue;
+        }
+        if (dmuon_waiter_expired(&w)) {
+            for (int j = 0; j < K && !node_in; j++)
+                if (!peer_arrived(g, j)) {
+                    rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: rank %d of this node (node %d) did not "
+                                    "enter call %llu within the %d ms deadline", op,
+                                    dmuon_topo_rank_of(K, t->node_id, j), t->node_id,
+                                    (unsigned long long)g->seq, g->deadline_ms);
+                    goto fail;
+                }
+            for (int q = 0; q < R; q++) {
+                queue_state *qs = &g->qs[0][q];
+                if (qs->next < qs->n && qs->nin) {
+                    rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: chunk %d of %d of the queue of source "
+                                    "node %d (rail %d) did not arrive from rank %d (node %d) "
+                                    "within the %d ms deadline", op, qs->next + 1, qs->n, q, me,
+                                    dmuon_topo_rank_of(K, qs->in[0], me), qs->in[0],
+                                    g->deadline_ms);
+                    goto fail;
+                }
+            }
+            rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: no progress within the %d ms deadline", op,
+                            g->deadline_ms);
+            goto fail;
+        }
+        dmuon_waiter_idle(&w);
+    }
+    DMUON_TRY_GOTO(rc, wait_sends(g, 0, op, &w), fail);
+    DMUON_TRY_GOTO(rc, wait_count(g, W_LANDED, g->gathers * (uint64_t)g->layer_seg_bytes,
+                                  g->layer_seg_bytes, op, &w), fail);
+    DMUON_TRY_GOTO(rc, wait_count(g, W_READ, g->gathers * (uint64_t)g->owned_bytes,
+                                  g->owned_bytes, op, &w), fail);
+    MPI_Win_sync(g->win);
+    return DMUON_OK;
+fail:
+    g->broken = 1;
+    drop_requests(g);
+    return rc;
+}
+
+/* ---------------------------------------------------- ReduceScatterV ---- */
+
+/* Computes one chunk: dst = the documented sum of the node's K inputs and
+ * the nin incoming partials (binary32 partials when f32p). */
+static void reduce_chunk(mpi_group *g, const dmuon_chunk *c, dmuon_dtype dt, int f32p,
+                         unsigned char *const *in, int nin, void *dst, int dst_f32)
+{
+    int K = g->topo->per_node;
+    int64_t n = c->count;
+    float *l = g->tmp;
+    /* L = Σ_j x_j in binary32, local-rank order */
+    if (dt == DMUON_F32) {
+        memcpy(l, peer_buffer(g, 0) + c->offset, (size_t)n * 4);
+        for (int j = 1; j < K; j++)
+            dmuon_f32_add(l, l, (const float *)(peer_buffer(g, j) + c->offset), (size_t)n);
+    } else {
+        dmuon_bf16_to_f32_n(l, (const uint16_t *)(peer_buffer(g, 0) + c->offset), (size_t)n);
+        for (int j = 1; j < K; j++)
+            dmuon_bf16_accum(l, (const uint16_t *)(peer_buffer(g, j) + c->offset), (size_t)n);
+    }
+    if (f32p) {
+        if (nin) {
+            /* a = ((in_0 + in_1) + …) + L, all binary32 */
+            float *a = l + n;
+            memcpy(a, in[0], (size_t)n * 4);
+            for (int i = 1; i < nin; i++)
+                dmuon_f32_add(a, a, (const float *)in[i], (size_t)n);
+            dmuon_f32_add(l, a, l, (size_t)n);
+        }
+        if (dst_f32)
+            memcpy(dst, l, (size_t)n * 4);
+        else
+            dmuon_bf16_from_f32(dst, l, (size_t)n);
+        return;
+    }
+    /* BF16 at every level: L = rnd(Σ); a = in_0; a = rnd(a + in_i); rnd(a + L) */
+    uint16_t *o = dst;
+    if (!nin) {
+        dmuon_bf16_from_f32(o, l, (size_t)n);
+        return;
+    }
+    const uint16_t *i0 = (const uint16_t *)in[0];
+    if (nin == 1) {
+        dmuon_bf16_add_rounded(o, i0, l, (size_t)n);
+        return;
+    }
+    uint16_t *a = (uint16_t *)(l + n);
+    memcpy(a, i0, (size_t)n * 2);
+    for (int i = 1; i < nin; i++)
+        dmuon_bf16_add(a, a, (const uint16_t *)in[i], (size_t)n);
+    dmuon_bf16_add_rounded(o, a, l, (size_t)n);
+}
+
+static int partial_size(const mpi_group *g, dmuon_dtype dt, int *f32p)
+{
+    *f32p = dt == DMUON_F32 || g->fp32_accum;
+    return *f32p ? 4 : 2;
+}
+
+static dmuon_rc post_partial_recv(mpi_group *g, queue_state *qs, int i, int k)
+{
+    const dmuon_chunk *c = &qs->chunks[k];
+    int f32p, ps = partial_size(g, g->segs[c->seg].dtype, &f32p);
+    int slot = k % g->slots;
+    unsigned char *buf = qs->rbuf + ((size_t)i * g->slots + slot) * g->slot_bytes;
+    if (MPI_Irecv(buf, (int)(c->count * ps), MPI_BYTE, qs->in[i], g->topo->nodes + qs->q,
+                  g->rail, &qs->rreq[i * g->slots + slot]) != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "reducescatterv: MPI_Irecv failed");
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_mpi_reduce_scatterv(dmuon_group *pub, int64_t buffer_offset,
+                                   int64_t window_offset)
+{
+    mpi_group *g = pub->impl;
+    g->buf = buffer_offset;
+    g->winoff = window_offset;
+    const char *op = "reducescatterv";
+    const dmuon_topo *t = g->topo;
+    int R = t->nodes, K = t->per_node, me = t->local, S = g->slots;
+    dmuon_waiter w;
+    dmuon_rc rc;
+    if (g->broken)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
+                          "be used", op);
+    g->seq++;
+    g->reduces++;
+    dmuon_waiter_start(&w, g->deadline_ms);
+    node_post(g);
+    /* Receives land in private staging: arm them before waiting for the node. */
+    int active = 0;
+    for (int q = 0; q < R; q++) {
+        queue_state *qs = &g->qs[1][q];
+        qs->next = 0;
+        for (int i = 0; i < qs->nin; i++)
+            for (int k = 0; k < qs->n && k < S; k++)
+                DMUON_TRY_GOTO(rc, post_partial_recv(g, qs, i, k), fail);
+        active += qs->n > 0;
+    }
+    DMUON_TRY_GOTO(rc, node_wait(g, op, &w), fail);
+    unsigned char *inp[DMUON_STAR_MAX_NODES > 64 ? DMUON_STAR_MAX_NODES : 64];
+    while (active) {
+        int progressed = 0;
+        for (int q = 0; q < R; q++) {
+            queue_state *qs = &g->qs[1][q];
+            if (qs->next == qs->n)
+                continue;
+            int k = qs->next, slot = k % S, ready = 1;
+            const dmuon_chunk *c = &qs->chunks[k];
+            for (int i = 0; i < qs->nin && ready; i++) {
+                int done = 0;
+                if (MPI_Test(&qs->rreq[i * S + slot], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+                    rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Test on a receive failed", op);
+                    goto fail;
+                }
+                ready = done;
+            }
+            if (ready && qs->nout) {
+                int done = 0;
+                MPI_Test(&qs->sreq[slot], &done, MPI_STATUS_IGNORE);
+                ready = done;
+            }
+            if (!ready)
+                continue;
+            dmuon_dtype dt = g->segs[c->seg].dtype;
+            int f32p, ps = partial_size(g, dt, &f32p);
+            for (int i = 0; i < qs->nin; i++)
+                inp[i] = qs->rbuf + ((size_t)i * S + slot) * g->slot_bytes;
+            void *dst;
+            int dst_f32;
+            if (qs->nout) {
+                dst = qs->sbuf + (size_t)slot * g->slot_bytes;
+                dst_f32 = f32p;
+            } else {
+                dst = peer_window(g, c->owner % K) + c->win_offset;
+                dst_f32 = dt == DMUON_F32;
+            }
+            reduce_chunk(g, c, dt, f32p, inp, qs->nin, dst, dst_f32);
+            for (int j = 0; j < K; j++)
+                __atomic_fetch_add(ctrl_word(g, j, W_GRAD_READ), (uint64_t)c->bytes,
+                                   __ATOMIC_RELEASE);
+            if (!qs->nout)
+                __atomic_fetch_add(ctrl_word(g, c->owner % K, W_SUMMED), (uint64_t)c->bytes,
+                                   __ATOMIC_RELEASE);
+            if (qs->nout &&
+                MPI_Isend(dst, (int)(c->count * ps), MPI_BYTE, qs->out[0], R + q, g->rail,
+                          &qs->sreq[slot]) != MPI_SUCCESS) {
+                rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Isend failed", op);
+                goto fail;
+            }
+            if (k + S < qs->n)
+                for (int i = 0; i < qs->nin; i++)
+                    DMUON_TRY_GOTO(rc, post_partial_recv(g, qs, i, k + S), fail);
+            qs->next++;
+            active -= qs->next == qs->n;
+            progressed = 1;
+        }
+        if (progressed) {
+            w.idle = 0;
+            continue;
+        }
+        if (dmuon_waiter_expired(&w)) {
+            for (int q = 0; q < R; q++) {
+                queue_state *qs = &g->qs[1][q];
+                if (qs->next == qs->n)
+                    continue;
+                int slot = qs->next % S;
+                for (int i = 0; i < qs->nin; i++) {
+                    int done = 0;
+                    MPI_Test(&qs->rreq[i * S + slot], &done, MPI_STATUS_IGNORE);
+                    if (!done) {
+                        rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: the partial sum of chunk %d of %d "
+                                        "of the queue of owner node %d (rail %d) did not arrive "
+                                        "from rank %d (node %d) within the %d ms deadline", op,
+                                        qs->next + 1, qs->n, q, me,
+                                        dmuon_topo_rank_of(K, qs->in[i], me), qs->in[i],
+                                        g->deadline_ms);
+                        goto fail;
+                    }
+                }
+                rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: chunk %d of %d of the queue of owner node "
+                                "%d (rail %d) could not be sent to rank %d (node %d) within the "
+                                "%d ms deadline", op, qs->next + 1, qs->n, q, me,
+                                dmuon_topo_rank_of(K, qs->out[0], me), qs->out[0],
+                                g->deadline_ms);
+                goto fail;
+            }
+        }
+        dmuon_waiter_idle(&w);
+    }
+    DMUON_TRY_GOTO(rc, wait_sends(g, 1, op, &w), fail);
+    DMUON_TRY_GOTO(rc, wait_count(g, W_GRAD_READ, g->reduces * (uint64_t)g->layer_seg_bytes,
+                                  g->layer_seg_bytes, op, &w), fail);
+    DMUON_TRY_GOTO(rc, wait_count(g, W_SUMMED, g->reduces * (uint64_t)g->owned_bytes,
+                                  g->owned_bytes, op, &w), fail);
+    MPI_Win_sync(g->win);
+    return DMUON_OK;
+fail:
+    g->broken = 1;
+    drop_requests(g);
+    return rc;
+}

@@ -1,0 +1,70 @@
+/*
+ * symm.c — symmetric memory (dmuon/symm.h): agreement on the size, then the
+ * backend's allocation.
+ *
+ * Invariant: every failure is agreed over t->world before returning, so all
+ * ranks return the same rc and none is left inside a collective.
+ */
+#include "dmuon/symm.h"
+
+#include <stdlib.h>
+
+#include "backend.h"
+
+#define SYMM_MAX_BYTES (INT64_C(1) << 46)
+
+dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out)
+{
+    dmuon_rc rc = DMUON_OK;
+    *out = NULL;
+    int64_t mm[2] = {-bytes, bytes};
+    MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT64_T, MPI_MAX, t->world);
+    if (-mm[0] != mm[1])
+        return DMUON_FAIL(DMUON_EMISMATCH, "symmetric memory: ranks asked for different sizes "
+                          "(%lld to %lld bytes; this rank %lld)", (long long)-mm[0],
+                          (long long)mm[1], (long long)bytes);
+    if (bytes <= 0 || bytes > SYMM_MAX_BYTES)
+        return DMUON_FAIL(DMUON_EINVAL, "symmetric memory: %lld bytes: expected 1 to 2^46",
+                          (long long)bytes);
+    const dmuon_comm_ops *ops;
+    DMUON_TRY(dmuon_comm_backend_get(t->backend, "symmetric memory", &ops));
+    dmuon_symm *s = calloc(1, sizeof *s);
+    int fail = !s;
+    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
+    if (fail) {
+        free(s);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory creating symmetric memory");
+    }
+    s->ops = ops;
+    s->backend = t->backend;
+    s->topo = t;
+    s->bytes = bytes;
+    rc = ops->symm_alloc(s);
+    if (rc != DMUON_OK) {
+        free(s);
+        return dmuon_err_trace_add(rc, __FILE__, __LINE__);
+    }
+    *out = s;
+    return DMUON_OK;
+}
+
+void dmuon_symm_free(dmuon_symm *s)
+{
+    if (!s)
+        return;
+    s->ops->symm_free(s);
+    free(s);
+}
+
+void *dmuon_symm_base(const dmuon_symm *s) { return s->base; }
+
+void *dmuon_symm_peer(const dmuon_symm *s, int local)
+{
+    if (local < 0 || local >= s->topo->per_node || !s->peer)
+        return NULL;
+    return s->peer[local];
+}
+
+int64_t dmuon_symm_bytes(const dmuon_symm *s) { return s->bytes; }
+
+dmuon_backend dmuon_symm_backend(const dmuon_symm *s) { return s->backend; }

@@ -1,0 +1,263 @@
+/*
+ * table.c — segment tables (dmuon/table.h): the checks of a group's table
+ * and of a publish table, the digest, and the agreement of all ranks on one
+ * table.  Groups and the publish of every backend call these; nothing here
+ * depends on a backend.
+ *
+ * Invariant: the agreement is collective and every path through it makes
+ * the same MPI calls on every rank, so a rank with another table (or no
+ * memory) makes all ranks fail alike instead of leaving some waiting.
+ */
+#include "dmuon/table.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ table ---- */
+
+typedef struct {
+    int32_t owner;
+    int64_t lo, hi;
+    int idx;
+} win_span;
+
+static int win_span_cmp(const void *a, const void *b)
+{
+    const win_span *x = a, *y = b;
+    if (x->owner != y->owner)
+        return x->owner < y->owner ? -1 : 1;
+    if (x->lo != y->lo)
+        return x->lo < y->lo ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+dmuon_rc dmuon_table_check(const dmuon_segment *segs, int n, int nranks,
+                           int64_t *layer_bytes, int64_t *window_bytes)
+{
+    if (n < 0 || (n > 0 && !segs))
+        return DMUON_FAIL(DMUON_EINVAL, "segment table: no segments given");
+    int64_t end = 0, wmax = 0;
+    for (int i = 0; i < n; i++) {
+        const dmuon_segment *g = &segs[i];
+        size_t es = dmuon_dtype_size(g->dtype);
+        if (g->owner < 0 || g->owner >= nranks)
+            return DMUON_FAIL(DMUON_EINVAL, "segment %d: owner %d is not a rank of 0..%d",
+                              i, (int)g->owner, nranks - 1);
+        if (es == 0)
+            return DMUON_FAIL(DMUON_EINVAL, "segment %d: unknown element type %d", i,
+                              (int)g->dtype);
+        if (g->count <= 0 || g->count > (INT64_C(1) << 40))
+            return DMUON_FAIL(DMUON_EINVAL, "segment %d: count %lld: expected a positive "
+                              "element count", i, (long long)g->count);
+        if (g->offset < 0 || g->offset % (int64_t)es)
+            return DMUON_FAIL(DMUON_EINVAL, "segment %d: offset %lld: expected a non-negative "
+                              "multiple of the element size %zu", i, (long long)g->offset, es);
+        if (g->window_offset < 0 || g->window_offset % (int64_t)es)
+            return DMUON_FAIL(DMUON_EINVAL, "segment %d: window_offset %lld: expected a "
+                              "non-negative multiple of the element size %zu", i,
+                              (long long)g->window_offset, es);
+        if (g->offset < end)
+            return DMUON_FAIL(DMUON_EINVAL, "segment %d: offset %lld overlaps the previous "
+                              "segment (which ends at %lld); segments must be in layer order",
+                              i, (long long)g->offset, (long long)end);
+        end = g->offset + g->count * (int64_t)es;
+        int64_t wend = g->window_offset + g->count * (int64_t)es;
+        if (wend > wmax)
+            wmax = wend;
+    }
+    if (n > 1) {
+        win_span *sp = malloc((size_t)n * sizeof *sp);
+        if (!sp)
+            return DMUON_FAIL(DMUON_ENOMEM, "out of memory checking %d segments", n);
+        for (int i = 0; i < n; i++) {
+            sp[i].owner = segs[i].owner;
+            sp[i].lo = segs[i].window_offset;
+            sp[i].hi = segs[i].window_offset + segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
+            sp[i].idx = i;
+        }
+        qsort(sp, (size_t)n, sizeof *sp, win_span_cmp);
+        for (int i = 1; i < n; i++)
+            if (sp[i].owner == sp[i - 1].owner && sp[i].lo < sp[i - 1].hi) {
+                int a = sp[i - 1].idx, b = sp[i].idx;
+                free(sp);
+                return DMUON_FAIL(DMUON_EINVAL, "segments %d and %d: windows overlap in owner "
+                                  "%d's window", a < b ? a : b, a < b ? b : a,
+                                  (int)segs[a].owner);
+            }
+        free(sp);
+    }
+    if (layer_bytes)
+        *layer_bytes = end;
+    if (window_bytes)
+        *window_bytes = wmax;
+    return DMUON_OK;
+}
+
+static uint64_t digest_i64(uint64_t h, int64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)v >> (8 * i));
+    return dmuon_digest(b, 8, h);
+}
+
+uint64_t dmuon_table_digest(const dmuon_segment *segs, int n)
+{
+    uint64_t h = digest_i64(DMUON_DIGEST_SEED, n);
+    for (int i = 0; i < n; i++) {
+        h = digest_i64(h, segs[i].owner);
+        h = digest_i64(h, segs[i].dtype);
+        h = digest_i64(h, segs[i].offset);
+        h = digest_i64(h, segs[i].count);
+        h = digest_i64(h, segs[i].window_offset);
+    }
+    return h;
+}
+
+/* ---------------------------------------------------- publish table ---- */
+
+typedef struct {
+    int64_t lo, hi;
+    int rail, idx;
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    if (x->rail != y->rail)
+        return x->rail - y->rail;
+    if (x->lo != y->lo)
+        return x->lo < y->lo ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+dmuon_rc dmuon_table_check_publish(const dmuon_segment *ps, int n, int nranks, int K,
+                                   int64_t *bytes)
+{
+    if (n < 0 || (n > 0 && !ps))
+        return DMUON_FAIL(DMUON_EINVAL, "publish table: no parameters given");
+    int64_t ext = 0;
+    span *sp = malloc((n ? (size_t)n : 1) * sizeof *sp);
+    if (!sp)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory checking %d parameters", n);
+    for (int i = 0; i < n; i++) {
+        size_t es = dmuon_dtype_size(ps[i].dtype);
+        dmuon_rc rc = DMUON_OK;
+        if (ps[i].owner < 0 || ps[i].owner >= nranks)
+            rc = DMUON_FAIL(DMUON_EINVAL, "parameter %d: owner %d is not a rank of 0..%d", i,
+                            (int)ps[i].owner, nranks - 1);
+        else if (!es)
+            rc = DMUON_FAIL(DMUON_EINVAL, "parameter %d: unknown element type", i);
+        else if (ps[i].count <= 0 || ps[i].count > (INT64_C(1) << 40))
+            rc = DMUON_FAIL(DMUON_EINVAL, "parameter %d: count %lld: expected a positive "
+                            "element count", i, (long long)ps[i].count);
+        else if (ps[i].offset < 0 || ps[i].offset % (int64_t)es)
+            rc = DMUON_FAIL(DMUON_EINVAL, "parameter %d: offset %lld: expected a non-negative "
+                            "multiple of %zu", i, (long long)ps[i].offset, es);
+        if (rc != DMUON_OK) {
+            free(sp);
+            return rc;
+        }
+        sp[i].lo = ps[i].offset;
+        sp[i].hi = ps[i].offset + ps[i].count * (int64_t)es;
+        sp[i].rail = ps[i].owner % K;
+        sp[i].idx = i;
+        if (sp[i].hi > ext)
+            ext = sp[i].hi;
+    }
+    qsort(sp, (size_t)n, sizeof *sp, span_cmp);
+    for (int i = 1; i < n; i++)
+        if (sp[i].rail == sp[i - 1].rail && sp[i].lo < sp[i - 1].hi) {
+            int a = sp[i - 1].idx, b = sp[i].idx, r = sp[i].rail;
+            free(sp);
+            return DMUON_FAIL(DMUON_EINVAL, "parameters %d and %d overlap in the copy of rail %d",
+                              a < b ? a : b, a < b ? b : a, r);
+        }
+    free(sp);
+    *bytes = ext;
+    return DMUON_OK;
+}
+
+/* -------------------------------------------------------- agreement ---- */
+
+static void seg_encode(const dmuon_segment *s, int64_t v[5])
+{
+    v[0] = s->owner;
+    v[1] = s->dtype;
+    v[2] = s->offset;
+    v[3] = s->count;
+    v[4] = s->window_offset;
+}
+
+/* Exchanges table digests; on disagreement finds the first segment that
+ * differs from rank 0's table and fails on every rank. */
+dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    uint64_t mine = dmuon_table_digest(segs, n);
+    uint64_t *all = malloc((size_t)size * sizeof *all);
+    int bad_alloc = !all, any = 0;
+    MPI_Allreduce(MPI_IN_PLACE, &bad_alloc, 1, MPI_INT, MPI_MAX, comm);
+    if (bad_alloc) {
+        free(all);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory exchanging table digests");
+    }
+    MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, comm);
+    for (int i = 1; i < size; i++)
+        any |= all[i] != all[0];
+    free(all);
+    if (!any)
+        return DMUON_OK;
+
+    int n0 = n;
+    MPI_Bcast(&n0, 1, MPI_INT, 0, comm);
+    int64_t *ref = malloc(((size_t)n0 * 5 + 1) * sizeof *ref);
+    bad_alloc = !ref;
+    MPI_Allreduce(MPI_IN_PLACE, &bad_alloc, 1, MPI_INT, MPI_MAX, comm);
+    if (bad_alloc) {
+        free(ref);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory comparing segment tables");
+    }
+    if (rank == 0)
+        for (int i = 0; i < n0; i++)
+            seg_encode(&segs[i], ref + 5 * i);
+    MPI_Bcast(ref, n0 * 5, MPI_INT64_T, 0, comm);
+    int first = INT_MAX;
+    int lim = n < n0 ? n : n0;
+    for (int i = 0; i < lim && first == INT_MAX; i++) {
+        int64_t v[5];
+        seg_encode(&segs[i], v);
+        if (memcmp(v, ref + 5 * i, sizeof v))
+            first = i;
+    }
+    if (first == INT_MAX && n != n0)
+        first = lim;
+    struct { int idx, rank; } loc = {first, rank}, glob;
+    MPI_Allreduce(&loc, &glob, 1, MPI_2INT, MPI_MINLOC, comm);
+    char what[256] = "";
+    if (glob.idx < n && glob.idx < INT_MAX) {
+        const dmuon_segment *s = &segs[glob.idx];
+        snprintf(what, sizeof what, "; here segment %d is {owner %d, %s, offset %lld, count "
+                 "%lld, window_offset %lld}", glob.idx, (int)s->owner, dmuon_dtype_name(s->dtype),
+                 (long long)s->offset, (long long)s->count, (long long)s->window_offset);
+    } else if (glob.idx >= n) {
+        snprintf(what, sizeof what, "; this table has only %d segments", n);
+    }
+    if (glob.idx < n0) {
+        const int64_t *v = ref + 5 * glob.idx;
+        size_t l = strlen(what);
+        snprintf(what + l, sizeof what - l, ", rank 0's is {owner %lld, %s, offset %lld, "
+                 "count %lld, window_offset %lld}", (long long)v[0],
+                 dmuon_dtype_name((dmuon_dtype)v[1]), (long long)v[2], (long long)v[3],
+                 (long long)v[4]);
+    }
+    free(ref);
+    return DMUON_FAIL(DMUON_EMISMATCH, "segment tables differ across ranks: first difference "
+                      "at segment %d (rank %d against rank 0; %d and %d segments)%s",
+                      glob.idx, glob.rank, n, n0, what);
+}
+

@@ -1,0 +1,63 @@
+/*
+ * dmuon/symm.h — symmetric memory: one allocation per rank, the same size on
+ * every rank, that the operators of dmuon/collv.h and dmuon/publish.h work
+ * in (paper §6, C.1, C.2).  Callers lay out their ranges (layer buffers,
+ * owner windows, operator control areas, publish copies) at byte offsets
+ * that are the same on every rank, and pass those offsets to the operators.
+ *
+ * Backends (dmuon_topo.backend): MPI allocates one node-shared window per
+ * node (MPI_Win_allocate_shared over t->node), so every rank can load and
+ * store its node peers' memory directly (dmuon_symm_peer).  A GPU backend
+ * will allocate the same thing with ncclMemAlloc and register it as a
+ * symmetric window; the type is opaque for that reason.
+ */
+#ifndef DMUON_SYMM_H
+#define DMUON_SYMM_H
+
+#include <stdint.h>
+
+#include "dmuon/rc.h"
+#include "dmuon/topo.h"
+
+/* Alignment of every rank's base, in bytes (each part is allocated rounded up to a
+ * multiple of it too): 4 KiB, the page size and NCCL's window granule. */
+#define DMUON_SYMM_ALIGN 4096
+
+typedef struct dmuon_symm dmuon_symm;
+
+/* Allocates `bytes` bytes of symmetric memory on every rank of t
+ * (collective over t->world; bytes must be the same on every rank).  Each
+ * rank's part starts DMUON_SYMM_ALIGN-aligned and is zeroed; when the call
+ * returns every rank has zeroed its part (so peers may write at once).  The
+ * memory keeps the pointer t, which must outlive it.  Errors, identical on
+ * every rank: DMUON_EMISMATCH (ranks gave different sizes; the message gives
+ * the smallest and largest), DMUON_EINVAL (bytes ≤ 0 or above 2^46),
+ * DMUON_EUNSUPPORTED (t->backend is not built), DMUON_ENOMEM (the shared
+ * window or bookkeeping could not be allocated on some rank), DMUON_ECOMM.
+ * On failure *out is NULL. */
+dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out);
+
+/* Frees the memory (collective over t->node; every group and publish built
+ * over it must be freed first).  After a failed operator call free it only
+ * if every rank is still alive; a tool that gives up after a timeout may
+ * leave it to process exit.  Accepts NULL. */
+void dmuon_symm_free(dmuon_symm *s);
+
+/* This rank's part: DMUON_SYMM_ALIGN-aligned, dmuon_symm_bytes(s) bytes,
+ * valid until dmuon_symm_free. */
+void *dmuon_symm_base(const dmuon_symm *s);
+
+/* The part of node peer `local` (0 ≤ local < t->per_node; this rank's own
+ * local index gives dmuon_symm_base) as mapped into this process, for loads
+ * and stores inside the node; NULL for an index out of range.  Writes into a
+ * peer's part are visible to it after a synchronisation (the operators'
+ * release/acquire counters, or a barrier). */
+void *dmuon_symm_peer(const dmuon_symm *s, int local);
+
+/* Bytes of each rank's part (as given to dmuon_symm_alloc). */
+int64_t dmuon_symm_bytes(const dmuon_symm *s);
+
+/* The backend that allocated it. */
+dmuon_backend dmuon_symm_backend(const dmuon_symm *s);
+
+#endif

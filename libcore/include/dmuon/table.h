@@ -1,0 +1,37 @@
+/*
+ * dmuon/table.h — the segment-table module (dmuon/types.h): checks, digest
+ * and agreement across ranks, used by groups (dmuon/collv.h) and the publish
+ * (dmuon/publish.h) alike.  The pure functions dmuon_table_check and
+ * dmuon_table_digest are declared in dmuon/sched.h (the schedule module
+ * needs them without MPI); all of them are implemented in comm/table.c.
+ */
+#ifndef DMUON_TABLE_H
+#define DMUON_TABLE_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "dmuon/rc.h"
+#include "dmuon/sched.h"
+#include "dmuon/types.h"
+
+/* Checks a publish table (dmuon/publish.h: owner, dtype, count as usual;
+ * offset = bytes into the copy of the owner's rail; window_offset ignored)
+ * for N = nranks ranks of K = per_node ranks per node.  On success stores in
+ * *copy_bytes the largest end offset of any parameter (the copy size every
+ * rank needs; 0 for an empty table).  Errors: DMUON_EINVAL (owner out of
+ * range, unknown dtype, count ≤ 0 or > 2^40, offset negative or not a
+ * multiple of the element size, two parameters of one rail overlapping in
+ * the copy; the message names the parameter index), DMUON_ENOMEM. */
+dmuon_rc dmuon_table_check_publish(const dmuon_segment *params, int n, int nranks,
+                                   int per_node, int64_t *copy_bytes);
+
+/* Exchanges the digest (dmuon_table_digest) of a table over comm
+ * (collective).  DMUON_OK when every rank holds the same table; otherwise
+ * DMUON_EMISMATCH on every rank, the message naming the first segment that
+ * differs from rank 0's table, the lowest rank where it differs and both
+ * versions of the segment; DMUON_ENOMEM on every rank when any rank ran out
+ * of memory.  The table is only read. */
+dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n);
+
+#endif

@@ -1,0 +1,171 @@
+/*
+ * rt_internal.h — the runtime's state, shared by runtime.c (life, hooks,
+ * layout), rt_comm.c (the lines' transports), rt_step.c (the optimizer step,
+ * checkpoints).  Not installed.
+ *
+ * Memory of one rank:
+ *   pool (symmetric, identical layout on every rank; dmuon/pool.h)
+ *     control | parameter space | gradient space | windows
+ *     windows = pwin (owner window, param_dtype: AllGatherV source)
+ *             | gwin (owner window, F32: ReduceScatterV destination)
+ *             | ewin (even shards of every layer, param_dtype)
+ *             | egwin (even shards, F32: reduce-scatter destination)
+ *             | copy (HSDP: the publish copy of this rank's rail)
+ *   private optimizer state, by element:
+ *     own_*[w]   element w of this rank's owner window (whole matrices)
+ *     even_*[e]  element e of this rank's even shards (layer by layer)
+ * A layer's gathered block (parameter space) is its owned region (the plan's
+ * layer buffer, param_dtype) followed by its even region (even_pad elements);
+ * its gradient block is the same two regions in F32.  Elements of a
+ * parameter sit at rt_param.off in the layer's F32 view (owned region first).
+ */
+#ifndef DMUON_RT_INTERNAL_H
+#define DMUON_RT_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "dmuon/collv.h"
+#include "dmuon/ns.h"
+#include "dmuon/pool.h"
+#include "dmuon/publish.h"
+#include "dmuon/runtime.h"
+#include "dmuon/symm.h"
+#include "dmuon/topo.h"
+
+typedef struct {
+    const char *name;
+    int32_t layer;
+    dmuon_role role;          /* effective role in this line (A: all AdamW) */
+    int64_t numel, matrices, m, n;
+    bool owned;               /* in the layer's owned region (Muon, lines C/D) */
+    int64_t off;              /* element offset in the layer's F32 view */
+    bool registered;
+    int ndim;
+    int64_t shape[8];         /* as registered */
+    int64_t reg_numel;        /* elements of the shape given at registration */
+    float *init;              /* numel values until open */
+} rt_param;
+
+/* A range of one parameter's elements whose state this rank holds. */
+typedef struct {
+    int32_t param;
+    int64_t lo, hi;           /* parameter elements */
+    bool owned;               /* owner window (whole matrices) or even shard */
+    int64_t pos;              /* element in own_* or even_* arrays */
+    int32_t layer;
+    int32_t seg;              /* owned: segment index in the layer's table */
+} rt_piece;
+
+typedef struct {
+    int *params;              /* indices, forward order */
+    int np;
+    /* owned region */
+    const dmuon_segment *segs;/* the plan's table (param_dtype) */
+    size_t nseg;
+    dmuon_segment *gsegs;     /* the same table in F32 (gradients) */
+    int64_t own_elems;
+    int64_t *seg_copy;        /* HSDP: per segment, bytes into its rail's copy */
+    int *seg_pub;             /* HSDP: per segment, index in the publish table */
+    dmuon_group *pgrp, *ggrp; /* line D */
+    /* even region */
+    int64_t even_elems, even_pad, shard;
+    int64_t even_pos;         /* first element of this layer's shard in even_* */
+    /* blocks */
+    int64_t pbytes, gbytes;   /* block sizes */
+    int64_t poff, goff;       /* current offsets in the spaces (when live) */
+    bool p_live, g_live, gathered, in_fwd, in_bwd, bwd_done;
+    float *w;                 /* F32 view of the gathered block (private) */
+} rt_layer;
+
+typedef struct {
+    dmuon_pool_event *ev;
+    size_t nev, cap;
+    int64_t *offsets;         /* per acquisition, after packing */
+    int32_t *acq_block;       /* per acquisition: the block recorded */
+    size_t nacq;
+    int64_t total;
+} rt_space_rec;
+
+struct dmuon_rt {
+    const dmuon_plan *plan;
+    dmuon_rt_opts opts;
+    dmuon_topo topo;
+    bool topo_ok;
+    MPI_Comm shard_comm;      /* even shards: world (FSDP) or node (HSDP) */
+    int shard_rank, shard_size;
+    bool hsdp, owners;        /* owners: lines C/D */
+    int zero;
+    dmuon_dtype pdt;
+    size_t dsize;
+    dmuon_ns *ns;
+
+    rt_param *params;
+    size_t nparams;
+    rt_layer *layers;
+    size_t nlayers;
+    rt_piece *pieces;
+    size_t npieces;
+    char **unknown;           /* names registered that the plan lacks */
+    size_t nunknown;
+
+    /* pool */
+    dmuon_symm *symm;
+    unsigned char *base;
+    int64_t space_off[DMUON_SPACE_COUNT], space_bytes[DMUON_SPACE_COUNT];
+    int64_t pwin_off, gwin_off, ewin_off, egwin_off, copy_off;
+    int64_t win_elems, max_win_elems, even_total, copy_bytes;
+    int64_t ctrl_per_group;
+    bool packed;              /* spaces laid out from the recorded micro-batch */
+
+    /* publish (HSDP) */
+    dmuon_publish *pub;
+    dmuon_segment *pub_table;
+    int npub;
+    int64_t pub_round;        /* last round begun */
+    bool pub_open;
+
+    /* optimizer state */
+    float *own_w, *own_m, *own_g;           /* win_elems each */
+    float *even_w, *even_m, *even_v, *even_g; /* even_total each */
+    float *scratch;
+    int64_t scratch_elems;
+
+    /* progress */
+    bool opened, failed, recompute;
+    int64_t steps;
+    int64_t micro;            /* micro-batches since the last step */
+    size_t bwd_count;         /* layers whose backward ended this micro-batch */
+    bool in_micro;
+    rt_space_rec rec[2];      /* parameter, gradient */
+    bool recording;
+    size_t acq_index[2];      /* acquisitions so far in this micro-batch */
+    double grad_norm;
+    dmuon_rt_stats stats;
+};
+
+/* runtime.c */
+dmuon_rc rt_fail_comm(dmuon_rt *rt, dmuon_rc rc);
+unsigned char *rt_pblock(const dmuon_rt *rt, const rt_layer *L);
+float *rt_gblock(const dmuon_rt *rt, const rt_layer *L);
+dmuon_rc rt_pool_build(dmuon_rt *rt);
+void rt_pool_drop(dmuon_rt *rt);
+dmuon_rc rt_write_windows(dmuon_rt *rt);
+
+/* rt_comm.c */
+dmuon_rc rt_groups_size(dmuon_rt *rt);   /* sets ctrl_per_group */
+dmuon_rc rt_groups_create(dmuon_rt *rt);
+void rt_groups_free(dmuon_rt *rt);
+dmuon_rc rt_gather(dmuon_rt *rt, size_t l);
+dmuon_rc rt_reduce(dmuon_rt *rt, size_t l);
+dmuon_rc rt_pub_round(dmuon_rt *rt);   /* HSDP: begin a round, publish every owned segment */
+dmuon_rc rt_pub_begin(dmuon_rt *rt);
+dmuon_rc rt_pub_post(dmuon_rt *rt, size_t l, size_t s);
+dmuon_rc rt_pub_finish(dmuon_rt *rt); /* line C: the rail broadcasts of the round */
+dmuon_rc rt_pub_end(dmuon_rt *rt);
+dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc);
+
+/* rt_step.c */
+dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
+void rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *dst_base);
+
+#endif

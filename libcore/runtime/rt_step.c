@@ -1,0 +1,371 @@
+/*
+ * rt_step.c — the optimizer step on the owners (dmuon_rt_step after its
+ * checks) and the checkpoint glue (dmuon_rt_save / load / export).
+ *
+ * Step order, identical on every rank:
+ *   1. gradient check: every accumulated gradient this rank holds is
+ *      finite (the lowest bad parameter index is agreed over the world),
+ *      and its squares summed (HSDP even shards are replicated across
+ *      nodes: node 0's copy counts); a bad gradient fails the step before
+ *      any state changes, on every rank, naming the parameter;
+ *   2. clipping by the global norm;
+ *   3. owned matrices in layer order (Muon), each segment published as soon
+ *      as its matrices are done (HSDP, line D);
+ *   4. even shards: AdamW; line B: the Nesterov direction of each Muon
+ *      matrix is gathered whole and every rank runs Newton–Schulz on it;
+ *   5. the new parameters written where the next gathers read them.
+ * The accumulated gradients are cleared after the step (also after a
+ * failed one: that step's gradients are dropped, no optimizer state moved).
+ */
+#include "rt_internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmuon/ckpt.h"
+#include "dmuon/timer.h"
+#include "plan_internal.h"
+
+static float *piece_grad(dmuon_rt *rt, const rt_piece *pc)
+{
+    return (pc->owned ? rt->own_g : rt->even_g) + pc->pos;
+}
+
+static dmuon_rc grow_scratch(dmuon_rt *rt, int64_t n)
+{
+    if (n <= rt->scratch_elems)
+        return DMUON_OK;
+    float *s = realloc(rt->scratch, (size_t)n * sizeof *s);
+    if (!s)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld scratch elements",
+                          (long long)n);
+    rt->scratch = s;
+    rt->scratch_elems = n;
+    return DMUON_OK;
+}
+
+static void clear_grads(dmuon_rt *rt)
+{
+    memset(rt->own_g, 0, (size_t)rt->win_elems * sizeof(float));
+    memset(rt->even_g, 0, (size_t)rt->even_total * sizeof(float));
+}
+
+/* Step 1 and 2. */
+static dmuon_rc check_and_clip(dmuon_rt *rt)
+{
+    double sumsq = 0;
+    int bad = INT_MAX;
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        const float *g = piece_grad(rt, pc);
+        bool count = pc->owned || !rt->hsdp || rt->topo.node_id == 0;
+        double s = 0;
+        for (int64_t k = 0; k < pc->hi - pc->lo; k++) {
+            if (!isfinite(g[k])) {
+                if (pc->param < bad)
+                    bad = pc->param;
+                break;
+            }
+            s += (double)g[k] * g[k];
+        }
+        if (count)
+            sumsq += s;
+    }
+    int gbad = INT_MAX;
+    double gsum = 0;
+    if (MPI_Allreduce(&bad, &gbad, 1, MPI_INT, MPI_MIN, rt->topo.world) != MPI_SUCCESS ||
+        MPI_Allreduce(&sumsq, &gsum, 1, MPI_DOUBLE, MPI_SUM, rt->topo.world) != MPI_SUCCESS)
+        return rt_fail_comm(rt, DMUON_FAIL(DMUON_ECOMM, "runtime: step: MPI_Allreduce failed"));
+    if (gbad != INT_MAX) {
+        clear_grads(rt);
+        return DMUON_FAIL(DMUON_ENUMERIC, "runtime: step %lld: non-finite gradient in '%s'; "
+                          "no parameter or optimizer state was changed",
+                          (long long)rt->steps + 1, rt->params[gbad].name);
+    }
+    rt->grad_norm = sqrt(gsum);
+    double clip = rt->opts.optim.clip_norm;
+    if (clip > 0 && rt->grad_norm > clip) {
+        float c = (float)(clip / (rt->grad_norm + 1e-6));
+        for (int64_t k = 0; k < rt->win_elems; k++)
+            rt->own_g[k] *= c;
+        for (int64_t k = 0; k < rt->even_total; k++)
+            rt->even_g[k] *= c;
+    }
+    return DMUON_OK;
+}
+
+/* Step 3: the owned matrices, in layer order (pieces are sorted so). */
+static dmuon_rc step_owned(dmuon_rt *rt, double lr)
+{
+    const dmuon_optim_opts *o = &rt->opts.optim;
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        if (!pc->owned)
+            continue;
+        const rt_param *p = &rt->params[pc->param];
+        int64_t mn = p->m * p->n;
+        DMUON_TRY(grow_scratch(rt, mn));
+        for (int64_t a = 0; a < pc->hi - pc->lo; a += mn) {
+            int64_t w = pc->pos + a;
+            double t0 = dmuon_now_ms();
+            DMUON_TRY(dmuon_muon_update(rt->ns, o, lr, p->m, p->n, rt->own_w + w, rt->own_m + w,
+                                        rt->own_g + w, rt->scratch));
+            rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
+            rt->stats.ns_matrices++;
+            if (rt->pub)
+                DMUON_TRY(rt_fail_comm(rt, dmuon_publish_progress(rt->pub)));
+        }
+        rt_store_param(rt, pc, rt->base);
+        bool seg_end = i + 1 == rt->npieces || !rt->pieces[i + 1].owned ||
+                       rt->pieces[i + 1].layer != pc->layer || rt->pieces[i + 1].seg != pc->seg;
+        if (seg_end && rt->hsdp)
+            DMUON_TRY(rt_pub_post(rt, (size_t)pc->layer, (size_t)pc->seg));
+    }
+    return DMUON_OK;
+}
+
+/* Line B for layer l: Nesterov directions of the shard, gathered whole,
+ * Newton–Schulz of every Muon matrix on every rank, applied to the shard. */
+static dmuon_rc step_replicated(dmuon_rt *rt, size_t l, double lr)
+{
+    const dmuon_optim_opts *o = &rt->opts.optim;
+    const rt_layer *L = &rt->layers[l];
+    bool any = false;
+    for (int j = 0; j < L->np; j++)
+        any |= rt->params[L->params[j]].role == DMUON_ROLE_MUON;
+    if (!any || !L->shard)
+        return DMUON_OK;
+    int64_t big = L->even_pad + L->shard;
+    for (int j = 0; j < L->np; j++) {
+        const rt_param *p = &rt->params[L->params[j]];
+        if (p->role == DMUON_ROLE_MUON && big < L->even_pad + L->shard + p->m * p->n)
+            big = L->even_pad + L->shard + p->m * p->n;
+    }
+    DMUON_TRY(grow_scratch(rt, big));
+    float *full = rt->scratch, *mine = full + L->even_pad, *odir = mine + L->shard;
+    memset(mine, 0, (size_t)L->shard * sizeof(float));
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        if (pc->owned || (size_t)pc->layer != l || rt->params[pc->param].role != DMUON_ROLE_MUON)
+            continue;
+        dmuon_muon_momentum(o, pc->hi - pc->lo, rt->even_m + pc->pos, rt->even_g + pc->pos,
+                            mine + (pc->pos - L->even_pos));
+    }
+    if (MPI_Allgather(mine, (int)L->shard, MPI_FLOAT, full, (int)L->shard, MPI_FLOAT,
+                      rt->shard_comm) != MPI_SUCCESS)
+        return rt_fail_comm(rt, DMUON_FAIL(DMUON_ECOMM, "runtime: step: MPI_Allgather failed"));
+    for (int j = 0; j < L->np; j++) {
+        const rt_param *p = &rt->params[L->params[j]];
+        if (p->role != DMUON_ROLE_MUON)
+            continue;
+        int64_t mn = p->m * p->n, base = p->off - L->own_elems;
+        double scale = dmuon_muon_scale_of(o, p->m, p->n);
+        for (int64_t a = 0; a < p->matrices; a++) {
+            double t0 = dmuon_now_ms();
+            DMUON_TRY(dmuon_ns_run_host(rt->ns, full + base + a * mn, p->m, p->n, odir));
+            rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
+            rt->stats.ns_matrices++;
+            for (size_t i = 0; i < rt->npieces; i++) {
+                const rt_piece *pc = &rt->pieces[i];
+                if (pc->owned || pc->param != L->params[j])
+                    continue;
+                int64_t lo = pc->lo > a * mn ? pc->lo : a * mn;
+                int64_t hi = pc->hi < (a + 1) * mn ? pc->hi : (a + 1) * mn;
+                if (lo < hi)
+                    dmuon_muon_apply(o, lr, scale, hi - lo, rt->even_w + pc->pos + (lo - pc->lo),
+                                     odir + (lo - a * mn));
+            }
+        }
+    }
+    return DMUON_OK;
+}
+
+dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
+{
+    double t0 = dmuon_now_ms();
+    rt->stats.ns_s = 0;
+    rt->stats.ns_matrices = 0;
+    dmuon_rc rc = check_and_clip(rt);
+    if (rc != DMUON_OK)
+        return rc;
+    DMUON_TRY(rt_pub_end(rt));
+    DMUON_TRY(rt_pub_begin(rt));
+    const dmuon_optim_opts *o = &rt->opts.optim;
+    int64_t t = rt->steps + 1;
+    /* NS failures (a non-finite direction) are agreed before anything is
+     * published further; the checks above make them unreachable for finite
+     * gradients. */
+    rc = step_owned(rt, lrs->muon_lr);
+    if (rc != DMUON_OK)
+        return rt_fail_comm(rt, rc);
+    for (size_t l = 0; l < rt->nlayers && rt->opts.line == DMUON_LINE_B; l++)
+        DMUON_TRY(step_replicated(rt, l, lrs->muon_lr));
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        if (pc->owned)
+            continue;
+        const rt_param *p = &rt->params[pc->param];
+        if (p->role == DMUON_ROLE_ADAMW) {
+            bool muon_in_a = rt->opts.line == DMUON_LINE_A && rt->plan &&
+                             dmuon_plan_params(rt->plan, &(size_t){0})[pc->param].role ==
+                                 DMUON_ROLE_MUON;
+            double decay = muon_in_a ? o->muon_weight_decay : o->adamw_weight_decay;
+            dmuon_adamw_update(o, lrs->adamw_lr, decay, t, pc->hi - pc->lo, rt->even_w + pc->pos,
+                               rt->even_m + pc->pos, rt->even_v + pc->pos, rt->even_g + pc->pos);
+        }
+        rt_store_param(rt, pc, rt->base);
+    }
+    DMUON_TRY(rt_pub_finish(rt));
+    clear_grads(rt);
+    rt->steps = t;
+    rt->stats.optim_s = (dmuon_now_ms() - t0) / 1e3;
+    return DMUON_OK;
+}
+
+/* --------------------------------------------------------- checkpoints -- */
+
+static void hparams(const dmuon_rt *rt, dmuon_ckpt_meta *m)
+{
+    const dmuon_optim_opts *o = &rt->opts.optim;
+    static const char *names[] = {"momentum", "nesterov", "muon_weight_decay", "muon_scale",
+                                  "beta1", "beta2", "eps", "adamw_weight_decay", "clip_norm"};
+    double v[] = {o->momentum, o->nesterov, o->muon_weight_decay, (double)o->scale,
+                  o->beta1, o->beta2, o->eps, o->adamw_weight_decay, o->clip_norm};
+    m->n_hparams = (int)(sizeof v / sizeof v[0]);
+    for (int i = 0; i < m->n_hparams; i++) {
+        m->hparam_names[i] = names[i];
+        m->hparam_values[i] = v[i];
+    }
+}
+
+/* The parameter table's digest: names, element counts and roles. */
+static uint64_t table_digest(const dmuon_rt *rt)
+{
+    uint64_t d = DMUON_DIGEST_SEED;
+    size_t np = 0;
+    const dmuon_plan_param *pp = dmuon_plan_params(rt->plan, &np);
+    for (size_t i = 0; i < np; i++) {
+        d = dmuon_digest(pp[i].name, strlen(pp[i].name) + 1, d);
+        int64_t v[2] = {pp[i].numel, (int64_t)pp[i].role};
+        d = dmuon_digest(v, sizeof v, d);
+    }
+    return d;
+}
+
+static dmuon_rc ckpt_tables(dmuon_rt *rt, bool with_state, dmuon_ckpt_param **params,
+                            dmuon_ckpt_piece **pieces, size_t *n)
+{
+    size_t np = 0;
+    const dmuon_plan_param *pp = dmuon_plan_params(rt->plan, &np);
+    *params = calloc(rt->nparams + 1, sizeof **params);
+    *pieces = calloc(rt->npieces * 3 + 1, sizeof **pieces);
+    if (!*params || !*pieces)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for the checkpoint tables");
+    for (size_t i = 0; i < rt->nparams; i++) {
+        dmuon_ckpt_param *c = &(*params)[i];
+        c->name = rt->params[i].name;
+        c->ndim = rt->params[i].ndim;
+        memcpy(c->shape, rt->params[i].shape, sizeof c->shape);
+        c->dtype = DMUON_F32;
+        c->role = (int)pp[i].role;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        /* HSDP even shards are replicas across nodes: node 0's are saved */
+        if (with_state && !pc->owned && rt->hsdp && rt->topo.node_id != 0)
+            continue;
+        const rt_param *p = &rt->params[pc->param];
+        dmuon_ckpt_piece base = {p->name, "master", pc->lo, pc->hi,
+                                 (pc->owned ? rt->own_w : rt->even_w) + pc->pos};
+        (*pieces)[k++] = base;
+        if (!with_state)
+            continue;
+        if (p->role == DMUON_ROLE_MUON) {
+            base.kind = "momentum";
+            base.data = (pc->owned ? rt->own_m : rt->even_m) + pc->pos;
+            (*pieces)[k++] = base;
+        } else {
+            base.kind = "exp_avg";
+            base.data = rt->even_m + pc->pos;
+            (*pieces)[k++] = base;
+            base.kind = "exp_avg_sq";
+            base.data = rt->even_v + pc->pos;
+            (*pieces)[k++] = base;
+        }
+    }
+    *n = k;
+    return DMUON_OK;
+}
+
+static void meta_of(const dmuon_rt *rt, dmuon_ckpt_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    m->step = rt->steps;
+    m->model_digest = table_digest(rt);
+    m->plan_digest = rt->plan->options_digest ^ dmuon_plan_units_digest(rt->plan);
+    m->world_size = rt->topo.size;
+    m->sharding = rt->hsdp ? "hsdp" : "fsdp";
+    hparams(rt, m);
+}
+
+dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir)
+{
+    if (!rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: save before open");
+    dmuon_ckpt_param *params = NULL;
+    dmuon_ckpt_piece *pieces = NULL;
+    size_t n = 0;
+    dmuon_ckpt_meta meta;
+    meta_of(rt, &meta);
+    dmuon_rc rc = rt_agree(rt, ckpt_tables(rt, true, &params, &pieces, &n));
+    if (rc == DMUON_OK)
+        rc = dmuon_ckpt_save(rt->topo.world, dir, &meta, params, rt->nparams, pieces, n);
+    free(params);
+    free(pieces);
+    return rc;
+}
+
+dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
+{
+    if (!rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: load before open");
+    dmuon_ckpt_param *params = NULL;
+    dmuon_ckpt_piece *pieces = NULL;
+    size_t n = 0;
+    dmuon_ckpt_meta meta, got;
+    meta_of(rt, &meta);
+    /* every replica loads its pieces (HSDP even shards on every node) */
+    bool hsdp = rt->hsdp;
+    rt->hsdp = false;
+    dmuon_rc rc = ckpt_tables(rt, true, &params, &pieces, &n);
+    rt->hsdp = hsdp;
+    rc = rt_agree(rt, rc);
+    if (rc == DMUON_OK)
+        rc = dmuon_ckpt_load(rt->topo.world, dir, &meta, params, rt->nparams, pieces, n, &got);
+    free(params);
+    free(pieces);
+    DMUON_TRY(rc);
+    rt->steps = got.step;
+    for (size_t l = 0; l < rt->nlayers; l++)
+        rt->layers[l].gathered = false;
+    DMUON_TRY(rt_write_windows(rt));
+    return rt_pub_round(rt);
+}
+
+dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path)
+{
+    if (!rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: export before open");
+    dmuon_ckpt_param *params = NULL;
+    dmuon_ckpt_piece *pieces = NULL;
+    size_t n = 0;
+    dmuon_rc rc = rt_agree(rt, ckpt_tables(rt, false, &params, &pieces, &n));
+    if (rc == DMUON_OK)
+        rc = dmuon_ckpt_export(rt->topo.world, path, params, rt->nparams, pieces, n);
+    free(params);
+    free(pieces);
+    return rc;
+}

@@ -1,0 +1,994 @@
+/*
+ * runtime.c — the training runtime (dmuon/runtime.h): creation from a plan,
+ * parameter registration, the pool's layout, and the layer hooks.
+ *
+ * Layout decisions, made once at open and identical on every rank:
+ *   - lines C/D: a layer's Muon parameters form its owned region, laid out
+ *     as the plan's layer buffer; every other parameter is in its even
+ *     region.  Lines A/B: every parameter is in the even region.
+ *   - the even region of a layer is its even parameters concatenated in
+ *     forward order, padded to a multiple of the shard group's size S (N for
+ *     FSDP, K for HSDP); rank i of the group holds shard i.
+ *   - parameter and gradient blocks: during the first micro-batch every
+ *     layer has its own range; the acquire/release sequence of that
+ *     micro-batch is recorded, and at the first step the spaces are packed
+ *     from it (dmuon_pool_pack) and the pool is laid out again.  Later
+ *     micro-batches must repeat the recorded sequence: a different one is an
+ *     error naming the event, never silent overlap.
+ * Hooks check their order locally before any communication, so a wrong
+ * call fails on the rank that made it with DMUON_EINVAL; the other ranks
+ * then fail at their next collective's deadline.
+ */
+#include "rt_internal.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmuon/bf16.h"
+#include "dmuon/timer.h"
+
+/* ------------------------------------------------------------ options -- */
+
+const char *dmuon_line_name(dmuon_line l)
+{
+    static const char *n[] = {"D", "C", "B", "A"};
+    return (unsigned)l < 4 ? n[l] : "?";
+}
+
+dmuon_rc dmuon_line_parse(const char *s, dmuon_line *out)
+{
+    static const char *n[] = {"D", "C", "B", "A"};
+    for (int i = 0; i < 4; i++)
+        if (s && (s[0] == n[i][0] || s[0] == n[i][0] + 32) && s[1] == 0) {
+            *out = (dmuon_line)i;
+            return DMUON_OK;
+        }
+    return DMUON_FAIL(DMUON_EINVAL, "line '%s': expected A, B, C or D", s ? s : "");
+}
+
+void dmuon_rt_opts_init(dmuon_rt_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->line = DMUON_LINE_D;
+    dmuon_optim_opts_init(&o->optim);
+    o->prefetch = 1;
+}
+
+dmuon_rc rt_fail_comm(dmuon_rt *rt, dmuon_rc rc)
+{
+    if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM)
+        rt->failed = true;
+    return rc;
+}
+
+/* Every rank's rc → an error on every rank when any rank failed: the lowest
+ * failing rank's code; ranks that did not fail themselves record a message
+ * naming it. */
+dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc)
+{
+    int mine[2] = {rc == DMUON_OK ? rt->topo.size : rt->topo.rank, rt->topo.rank};
+    int worst[2];
+    if (MPI_Allreduce(mine, worst, 1, MPI_2INT, MPI_MINLOC, rt->topo.world) != MPI_SUCCESS)
+        return rt_fail_comm(rt, DMUON_FAIL(DMUON_ECOMM, "runtime: MPI_Allreduce failed"));
+    if (worst[0] == rt->topo.size)
+        return DMUON_OK;
+    int code = (int)rc;
+    MPI_Bcast(&code, 1, MPI_INT, worst[0], rt->topo.world);
+    if (rc != DMUON_OK)
+        return rc;
+    return DMUON_FAIL((dmuon_rc)code, "runtime: rank %d failed: %s", worst[0],
+                      dmuon_rc_name((dmuon_rc)code));
+}
+
+/* ------------------------------------------------------------- create -- */
+
+dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
+                         dmuon_rt **out)
+{
+    dmuon_rc rc = DMUON_OK;
+    *out = NULL;
+    dmuon_rt *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+    rt->plan = plan;
+    if (opts)
+        rt->opts = *opts;
+    else
+        dmuon_rt_opts_init(&rt->opts);
+    rc = dmuon_optim_opts_check(&rt->opts.optim);
+    int zero = rt->opts.zero_stage ? rt->opts.zero_stage : dmuon_plan_zero_stage(plan);
+    if (rc == DMUON_OK && zero != 2 && zero != 3)
+        rc = DMUON_FAIL(DMUON_EINVAL, "runtime: ZeRO stage %d: expected 2 or 3", zero);
+    if (rc == DMUON_OK && (unsigned)rt->opts.line > DMUON_LINE_A)
+        rc = DMUON_FAIL(DMUON_EINVAL, "runtime: unknown line %d", (int)rt->opts.line);
+    rt->zero = zero;
+    /* option errors are local but identical on every rank (same options) */
+    if (rc != DMUON_OK)
+        goto fail;
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    if (size != dmuon_plan_ranks(plan)) {
+        rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan is for %d ranks (%d nodes x %d), "
+                        "this run has %d", (int)dmuon_plan_ranks(plan), (int)dmuon_plan_nodes(plan),
+                        (int)dmuon_plan_gpus_per_node(plan), size);
+        goto fail;
+    }
+    int rpn = rt->opts.ranks_per_node;
+    DMUON_TRY_GOTO(rc, dmuon_topo_init(&rt->topo, comm, rpn), fail);
+    rt->topo_ok = true;
+    dmuon_err_set_rank(rt->topo.rank);
+    if (rt->topo.per_node != dmuon_plan_gpus_per_node(plan)) {
+        rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan has %d ranks per node, this run %d "
+                        "(%s)", (int)dmuon_plan_gpus_per_node(plan), rt->topo.per_node,
+                        rt->topo.virtual_nodes ? "virtual nodes" : "MPI_COMM_TYPE_SHARED");
+        goto fail;
+    }
+    rt->hsdp = dmuon_plan_sharding(plan) == DMUON_SHARD_HSDP;
+    rt->owners = rt->opts.line == DMUON_LINE_C || rt->opts.line == DMUON_LINE_D;
+    rt->pdt = dmuon_plan_param_dtype(plan);
+    rt->dsize = dmuon_dtype_size(rt->pdt);
+    if (rt->pdt != DMUON_BF16 && rt->pdt != DMUON_F32) {
+        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: parameter dtype %s: expected bf16 or f32",
+                        dmuon_dtype_name(rt->pdt));
+        goto fail;
+    }
+    rt->shard_comm = rt->hsdp ? rt->topo.node : rt->topo.world;
+    MPI_Comm_rank(rt->shard_comm, &rt->shard_rank);
+    MPI_Comm_size(rt->shard_comm, &rt->shard_size);
+
+    dmuon_ns_opts nso;
+    dmuon_ns_opts_init(&nso);
+    DMUON_TRY_GOTO(rc, dmuon_ns_opts_set_variant(&nso, rt->opts.optim.ns_variant), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ns_create(DMUON_DEVICE_CPU, -1, &nso, &rt->ns), fail);
+
+    size_t np = 0;
+    const dmuon_plan_param *pp = dmuon_plan_params(plan, &np);
+    rt->nparams = np;
+    rt->params = calloc(np ? np : 1, sizeof *rt->params);
+    rt->nlayers = dmuon_plan_layer_count(plan);
+    rt->layers = calloc(rt->nlayers ? rt->nlayers : 1, sizeof *rt->layers);
+    if (!rt->params || !rt->layers) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < np; i++) {
+        rt_param *p = &rt->params[i];
+        p->name = pp[i].name;
+        p->layer = pp[i].layer;
+        p->numel = pp[i].numel;
+        p->matrices = pp[i].matrices;
+        p->m = pp[i].mat_m;
+        p->n = pp[i].mat_n;
+        p->role = rt->opts.line == DMUON_LINE_A ? DMUON_ROLE_ADAMW : pp[i].role;
+        p->owned = rt->owners && pp[i].role == DMUON_ROLE_MUON;
+    }
+    *out = rt;
+    return DMUON_OK;
+fail:
+    dmuon_rt_free(rt);
+    return rc;
+}
+
+int dmuon_rt_param_index(const dmuon_rt *rt, const char *name)
+{
+    for (size_t i = 0; i < rt->nparams; i++)
+        if (strcmp(rt->params[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+dmuon_rc dmuon_rt_register(dmuon_rt *rt, const char *name, int ndim, const int64_t *shape,
+                           const float *init)
+{
+    if (rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: register '%s' after open", name ? name : "");
+    if (!init || !name || ndim < 1 || !shape)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: register '%s': name, shape and initial "
+                          "values are required", name ? name : "(null)");
+    int i = dmuon_rt_param_index(rt, name);
+    if (i < 0) {   /* reported by open together with every other problem */
+        char **u = realloc(rt->unknown, (rt->nunknown + 1) * sizeof *u);
+        if (!u || !(u[rt->nunknown] = strdup(name)))
+            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+        rt->unknown = u;
+        rt->nunknown++;
+        return DMUON_OK;
+    }
+    rt_param *p = &rt->params[i];
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++)
+        numel = shape[d] > 0 && numel <= INT64_MAX / shape[d] ? numel * shape[d] : -1;
+    p->reg_numel = numel;
+    p->ndim = ndim < 8 ? ndim : 8;
+    for (int d = 0; d < p->ndim; d++)
+        p->shape[d] = shape[d];
+    free(p->init);
+    p->init = NULL;
+    p->registered = true;
+    if (numel != p->numel)
+        return DMUON_OK;   /* open names it */
+    p->init = malloc((size_t)numel * sizeof(float));
+    if (!p->init)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: register '%s': out of memory", name);
+    memcpy(p->init, init, (size_t)numel * sizeof(float));
+    return DMUON_OK;
+}
+
+/* --------------------------------------------------------------- open -- */
+
+/* Collects every registration problem into one message. */
+static dmuon_rc check_registrations(dmuon_rt *rt)
+{
+    char msg[1024];
+    size_t len = 0, problems = 0;
+    msg[0] = 0;
+#define ADD(...)                                                                   \
+    do {                                                                           \
+        if (problems++ < 6 && len < sizeof msg)                                    \
+            len += (size_t)snprintf(msg + len, sizeof msg - len, __VA_ARGS__);     \
+    } while (0)
+    for (size_t i = 0; i < rt->nunknown; i++)
+        ADD("%s'%s' is not a parameter of the plan", problems ? "; " : "", rt->unknown[i]);
+    for (size_t i = 0; i < rt->nparams; i++) {
+        const rt_param *p = &rt->params[i];
+        if (!p->registered)
+            ADD("%s'%s' was never registered", problems ? "; " : "", p->name);
+        else if (p->reg_numel != p->numel)
+            ADD("%s'%s' has %lld elements, the plan %lld", problems ? "; " : "", p->name,
+                (long long)p->reg_numel, (long long)p->numel);
+    }
+#undef ADD
+    if (!problems)
+        return DMUON_OK;
+    return DMUON_FAIL(DMUON_EINVAL, "runtime: %zu registration problem%s: %s%s", problems,
+                      problems == 1 ? "" : "s", msg, problems > 6 ? "; ..." : "");
+}
+
+/* Owned pieces in layer order, then segment, then window position: the
+ * order in which the step updates and publishes them. */
+static int piece_order(const void *a, const void *b)
+{
+    const rt_piece *x = a, *y = b;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    if (x->seg != y->seg)
+        return x->seg < y->seg ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Layers' regions, parameter offsets, the pieces this rank holds, the HSDP
+ * copy layout.  Pure given the plan and the options. */
+static dmuon_rc lay_out(dmuon_rt *rt)
+{
+    const dmuon_plan *plan = rt->plan;
+    const int S = rt->shard_size;
+    size_t nu = 0, nm = 0;
+    const dmuon_plan_unit *units = dmuon_plan_units(plan, &nu);
+    const dmuon_plan_member *mem = dmuon_plan_members(plan, &nm);
+    int64_t even_pos = 0;
+    for (size_t l = 0; l < rt->nlayers; l++) {
+        rt_layer *L = &rt->layers[l];
+        L->params = malloc((rt->nparams ? rt->nparams : 1) * sizeof *L->params);
+        if (!L->params)
+            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+        if (rt->owners) {
+            L->segs = dmuon_plan_layer_segments(plan, l, &L->nseg);
+            L->own_elems = dmuon_plan_layer_bytes(plan, l) / (int64_t)rt->dsize;
+        }
+        int64_t even = 0;
+        for (size_t i = 0; i < rt->nparams; i++) {
+            rt_param *p = &rt->params[i];
+            if ((size_t)p->layer != l)
+                continue;
+            L->params[L->np++] = (int)i;
+            if (!p->owned) {
+                p->off = L->own_elems + even;
+                even += p->numel;
+            }
+        }
+        L->even_elems = even;
+        L->even_pad = (even + S - 1) / S * S;
+        L->shard = L->even_pad / S;
+        L->even_pos = even_pos;
+        even_pos += L->shard;
+        L->pbytes = L->own_elems * (int64_t)rt->dsize + L->even_pad * (int64_t)rt->dsize;
+        L->gbytes = (L->own_elems + L->even_pad) * 4;
+        if (L->nseg) {
+            L->gsegs = malloc(L->nseg * sizeof *L->gsegs);
+            if (!L->gsegs)
+                return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+            for (size_t s = 0; s < L->nseg; s++) {
+                L->gsegs[s] = L->segs[s];
+                L->gsegs[s].dtype = DMUON_F32;
+                L->gsegs[s].offset = L->segs[s].offset / (int64_t)rt->dsize * 4;
+                L->gsegs[s].window_offset = L->segs[s].window_offset / (int64_t)rt->dsize * 4;
+            }
+        }
+    }
+    rt->even_total = even_pos;
+    /* owned parameters' offsets from the members */
+    if (rt->owners)
+        for (size_t k = 0; k < nm; k++) {
+            rt_param *p = &rt->params[mem[k].param];
+            p->off = mem[k].layer_offset / (int64_t)rt->dsize - mem[k].first_matrix * p->m * p->n;
+        }
+    /* windows */
+    if (rt->owners) {
+        rt->win_elems = dmuon_plan_window_bytes(plan, rt->topo.rank) / (int64_t)rt->dsize;
+        for (int r = 0; r < rt->topo.size; r++) {
+            int64_t w = dmuon_plan_window_bytes(plan, r) / (int64_t)rt->dsize;
+            if (w > rt->max_win_elems)
+                rt->max_win_elems = w;
+        }
+    }
+    /* pieces: owned members, then even shards */
+    size_t cap = nm + rt->nparams + rt->nlayers + 1;
+    rt->pieces = calloc(cap, sizeof *rt->pieces);
+    if (!rt->pieces)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+    if (rt->owners)
+        for (size_t u = 0; u < nu; u++) {
+            if (units[u].owner != rt->topo.rank)
+                continue;
+            for (size_t k = units[u].first_member; k < units[u].first_member + units[u].n_members;
+                 k++) {
+                const rt_param *p = &rt->params[mem[k].param];
+                const rt_layer *L = &rt->layers[p->layer];
+                int64_t mn = p->m * p->n;
+                size_t s = 0;
+                while (s + 1 < L->nseg && L->segs[s + 1].offset <= mem[k].layer_offset)
+                    s++;
+                rt_piece *pc = &rt->pieces[rt->npieces++];
+                pc->param = mem[k].param;
+                pc->lo = mem[k].first_matrix * mn;
+                pc->hi = pc->lo + mem[k].n_matrices * mn;
+                pc->owned = true;
+                pc->pos = (L->segs[s].window_offset + mem[k].layer_offset - L->segs[s].offset) /
+                          (int64_t)rt->dsize;
+                pc->layer = p->layer;
+                pc->seg = (int32_t)s;
+                if (L->segs[s].owner != rt->topo.rank || pc->pos < 0 ||
+                    pc->pos + (pc->hi - pc->lo) > rt->win_elems)
+                    return DMUON_FAIL(DMUON_ECHECK, "runtime: unit '%s' of rank %d does not sit "
+                                      "in its owner's window", units[u].name, rt->topo.rank);
+            }
+        }
+    qsort(rt->pieces, rt->npieces, sizeof *rt->pieces, piece_order);
+    for (size_t l = 0; l < rt->nlayers; l++) {
+        const rt_layer *L = &rt->layers[l];
+        int64_t s0 = L->own_elems + (int64_t)rt->shard_rank * L->shard, s1 = s0 + L->shard;
+        for (int j = 0; j < L->np; j++) {
+            const rt_param *p = &rt->params[L->params[j]];
+            if (p->owned)
+                continue;
+            int64_t a = p->off > s0 ? p->off : s0, b = p->off + p->numel < s1 ? p->off + p->numel : s1;
+            if (a >= b)
+                continue;
+            if (rt->npieces == cap) {
+                rt_piece *np = realloc(rt->pieces, (cap *= 2) * sizeof *np);
+                if (!np)
+                    return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+                rt->pieces = np;
+            }
+            rt_piece *pc = &rt->pieces[rt->npieces++];
+            memset(pc, 0, sizeof *pc);
+            pc->param = L->params[j];
+            pc->lo = a - p->off;
+            pc->hi = b - p->off;
+            pc->pos = L->even_pos + (a - s0);
+            pc->layer = (int32_t)l;
+            pc->seg = -1;
+        }
+    }
+    /* HSDP: each rail's segments in layer order in its copy */
+    if (rt->hsdp && rt->owners) {
+        const int K = rt->topo.per_node;
+        int64_t *rail = calloc((size_t)K, sizeof *rail);
+        if (!rail)
+            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+        int npub = 0;
+        for (size_t l = 0; l < rt->nlayers; l++)
+            npub += (int)rt->layers[l].nseg;
+        rt->pub_table = calloc((size_t)(npub ? npub : 1), sizeof *rt->pub_table);
+        if (!rt->pub_table) {
+            free(rail);
+            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+        }
+        for (size_t l = 0; l < rt->nlayers; l++) {
+            rt_layer *L = &rt->layers[l];
+            if (!L->nseg)
+                continue;
+            L->seg_copy = calloc(L->nseg, sizeof *L->seg_copy);
+            L->seg_pub = calloc(L->nseg, sizeof *L->seg_pub);
+            if (!L->seg_copy || !L->seg_pub) {
+                free(rail);
+                return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+            }
+            for (size_t s = 0; s < L->nseg; s++) {
+                int col = L->segs[s].owner % K;
+                L->seg_copy[s] = rail[col];
+                L->seg_pub[s] = rt->npub;
+                dmuon_segment *e = &rt->pub_table[rt->npub++];
+                *e = L->segs[s];
+                e->offset = rail[col];
+                e->window_offset = 0;
+                rail[col] += dmuon_pool_align(L->segs[s].count * (int64_t)rt->dsize);
+            }
+        }
+        for (int s = 0; s < K; s++)
+            if (rail[s] > rt->copy_bytes)
+                rt->copy_bytes = rail[s];
+        free(rail);
+    }
+    return DMUON_OK;
+}
+
+/* Widens / narrows between F32 and the parameter dtype. */
+static void to_pdt(const dmuon_rt *rt, unsigned char *dst, const float *src, int64_t n)
+{
+    if (rt->pdt == DMUON_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    uint16_t *d = (uint16_t *)dst;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = dmuon_f32_to_bf16(src[i]);
+}
+
+static void from_pdt(const dmuon_rt *rt, float *dst, const unsigned char *src, int64_t n)
+{
+    if (rt->pdt == DMUON_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    const uint16_t *s = (const uint16_t *)src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = dmuon_bf16_to_f32(s[i]);
+}
+
+/* Writes a piece's master values, in the parameter dtype, where the gathers
+ * read them: the owner window (FSDP), the rail's publish copy (HSDP owned
+ * pieces), or the even shard window. */
+void rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *base)
+{
+    int64_t n = pc->hi - pc->lo;
+    if (!pc->owned) {
+        to_pdt(rt, base + rt->ewin_off + pc->pos * (int64_t)rt->dsize, rt->even_w + pc->pos, n);
+        return;
+    }
+    if (!rt->hsdp) {
+        to_pdt(rt, base + rt->pwin_off + pc->pos * (int64_t)rt->dsize, rt->own_w + pc->pos, n);
+        return;
+    }
+    const rt_layer *L = &rt->layers[pc->layer];
+    const dmuon_segment *s = &L->segs[pc->seg];
+    int64_t in_seg = pc->pos * (int64_t)rt->dsize - s->window_offset;
+    to_pdt(rt, base + rt->copy_off + L->seg_copy[pc->seg] + in_seg, rt->own_w + pc->pos, n);
+}
+
+dmuon_rc rt_write_windows(dmuon_rt *rt)
+{
+    for (size_t i = 0; i < rt->npieces; i++)
+        rt_store_param(rt, &rt->pieces[i], rt->base);
+    return DMUON_OK;
+}
+
+unsigned char *rt_pblock(const dmuon_rt *rt, const rt_layer *L)
+{
+    return rt->base + rt->space_off[DMUON_SPACE_PARAM] + L->poff;
+}
+
+float *rt_gblock(const dmuon_rt *rt, const rt_layer *L)
+{
+    return (float *)(rt->base + rt->space_off[DMUON_SPACE_GRAD] + L->goff);
+}
+
+/* Rank 0's offset table against every rank's: the first differing entry is
+ * named on every rank. */
+static dmuon_rc pool_agree(dmuon_rt *rt)
+{
+    int64_t mine[DMUON_SPACE_COUNT * 2 + 6], ref[DMUON_SPACE_COUNT * 2 + 6];
+    static const char *extra[] = {"owner window", "gradient window", "even shards",
+                                  "even gradient shards", "publish copy", "pool size"};
+    int n = 0;
+    for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
+        mine[n++] = rt->space_off[s];
+        mine[n++] = rt->space_bytes[s];
+    }
+    mine[n++] = rt->pwin_off;
+    mine[n++] = rt->gwin_off;
+    mine[n++] = rt->ewin_off;
+    mine[n++] = rt->egwin_off;
+    mine[n++] = rt->copy_off;
+    mine[n++] = dmuon_symm_bytes(rt->symm);
+    memcpy(ref, mine, sizeof ref);
+    MPI_Bcast(ref, n, MPI_INT64_T, 0, rt->topo.world);
+    int first = n;
+    for (int i = 0; i < n; i++)
+        if (mine[i] != ref[i]) {
+            first = i;
+            break;
+        }
+    int lowest[2] = {first, rt->topo.rank}, got[2];
+    MPI_Allreduce(lowest, got, 1, MPI_2INT, MPI_MINLOC, rt->topo.world);
+    if (got[0] == n)
+        return DMUON_OK;
+    const char *what = got[0] < DMUON_SPACE_COUNT * 2 ? dmuon_pool_space_name(got[0] / 2)
+                                                      : extra[got[0] - DMUON_SPACE_COUNT * 2];
+    return DMUON_FAIL(DMUON_EMISMATCH, "pool: layout entry %d (%s %s) differs between rank 0 "
+                      "and rank %d", got[0], what,
+                      got[0] < DMUON_SPACE_COUNT * 2 ? (got[0] % 2 ? "bytes" : "offset") : "offset",
+                      got[1]);
+}
+
+dmuon_rc rt_pool_build(dmuon_rt *rt)
+{
+    int64_t b[DMUON_SPACE_COUNT] = {0};
+    DMUON_TRY(rt_groups_size(rt));
+    int ngroups = 0;
+    for (size_t l = 0; l < rt->nlayers; l++)
+        ngroups += rt->layers[l].nseg ? 2 : 0;
+    b[DMUON_SPACE_CTRL] = rt->ctrl_per_group * ngroups;
+    if (rt->packed) {
+        b[DMUON_SPACE_PARAM] = rt->rec[0].total;
+        b[DMUON_SPACE_GRAD] = rt->rec[1].total;
+    } else {
+        for (size_t l = 0; l < rt->nlayers; l++) {
+            b[DMUON_SPACE_PARAM] += dmuon_pool_align(rt->layers[l].pbytes);
+            b[DMUON_SPACE_GRAD] += dmuon_pool_align(rt->layers[l].gbytes);
+        }
+    }
+    int64_t w = 0;
+    rt->pwin_off = w;
+    w += dmuon_pool_align(rt->max_win_elems * (int64_t)rt->dsize);
+    rt->gwin_off = w;
+    w += dmuon_pool_align(rt->max_win_elems * 4);
+    rt->ewin_off = w;
+    w += dmuon_pool_align(rt->even_total * (int64_t)rt->dsize);
+    rt->egwin_off = w;
+    w += dmuon_pool_align(rt->even_total * 4);
+    rt->copy_off = w;
+    w += dmuon_pool_align(rt->copy_bytes);
+    b[DMUON_SPACE_WINDOW] = w;
+    int64_t off = 0;
+    for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
+        rt->space_off[s] = off;
+        rt->space_bytes[s] = b[s];
+        off += (b[s] + DMUON_POOL_BASE_ALIGN - 1) / DMUON_POOL_BASE_ALIGN * DMUON_POOL_BASE_ALIGN;
+    }
+    rt->pwin_off += rt->space_off[DMUON_SPACE_WINDOW];
+    rt->gwin_off += rt->space_off[DMUON_SPACE_WINDOW];
+    rt->ewin_off += rt->space_off[DMUON_SPACE_WINDOW];
+    rt->egwin_off += rt->space_off[DMUON_SPACE_WINDOW];
+    rt->copy_off += rt->space_off[DMUON_SPACE_WINDOW];
+    DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, &rt->symm)));
+    rt->base = dmuon_symm_base(rt->symm);
+    DMUON_TRY(pool_agree(rt));
+    /* no-reuse layout: each layer at its own range */
+    if (!rt->packed) {
+        int64_t po = 0, go = 0;
+        for (size_t l = 0; l < rt->nlayers; l++) {
+            rt->layers[l].poff = po;
+            rt->layers[l].goff = go;
+            po += dmuon_pool_align(rt->layers[l].pbytes);
+            go += dmuon_pool_align(rt->layers[l].gbytes);
+        }
+    }
+    rt->stats.pool_bytes = off;
+    rt->stats.param_space_bytes = b[DMUON_SPACE_PARAM];
+    rt->stats.grad_space_bytes = b[DMUON_SPACE_GRAD];
+    rt->stats.window_bytes = b[DMUON_SPACE_WINDOW];
+    return rt_groups_create(rt);
+}
+
+void rt_pool_drop(dmuon_rt *rt)
+{
+    rt_groups_free(rt);
+    dmuon_symm_free(rt->symm);
+    rt->symm = NULL;
+    rt->base = NULL;
+}
+
+dmuon_rc dmuon_rt_open(dmuon_rt *rt)
+{
+    dmuon_rc rc = DMUON_OK;
+    if (rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: open called twice");
+    rc = rt_agree(rt, check_registrations(rt));
+    if (rc != DMUON_OK)
+        return rc;
+    rc = lay_out(rt);
+    if (rc == DMUON_OK) {
+        rt->own_w = calloc((size_t)rt->win_elems + 1, 4);
+        rt->own_m = calloc((size_t)rt->win_elems + 1, 4);
+        rt->own_g = calloc((size_t)rt->win_elems + 1, 4);
+        rt->even_w = calloc((size_t)rt->even_total + 1, 4);
+        rt->even_m = calloc((size_t)rt->even_total + 1, 4);
+        rt->even_v = calloc((size_t)rt->even_total + 1, 4);
+        rt->even_g = calloc((size_t)rt->even_total + 1, 4);
+        if (!rt->own_w || !rt->own_m || !rt->own_g || !rt->even_w || !rt->even_m ||
+            !rt->even_v || !rt->even_g)
+            rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for optimizer state");
+    }
+    DMUON_TRY(rt_agree(rt, rc));
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        float *dst = pc->owned ? rt->own_w : rt->even_w;
+        memcpy(dst + pc->pos, rt->params[pc->param].init + pc->lo,
+               (size_t)(pc->hi - pc->lo) * sizeof(float));
+    }
+    for (size_t i = 0; i < rt->nparams; i++) {
+        free(rt->params[i].init);
+        rt->params[i].init = NULL;
+    }
+    rc = rt_pool_build(rt);
+    DMUON_TRY(rt_agree(rt, rc));
+    rt->opened = true;
+    rt->recording = true;
+    DMUON_TRY(rt_write_windows(rt));
+    DMUON_TRY(rt_pub_round(rt));
+    return DMUON_OK;
+}
+
+/* ---------------------------------------------------------- the hooks -- */
+
+static dmuon_rc usable(const dmuon_rt *rt, const char *hook, size_t l)
+{
+    if (!rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: %s before open", hook);
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: %s after a communication failure", hook);
+    if (l >= rt->nlayers)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: %s(%zu): the plan has %zu layers", hook, l,
+                          rt->nlayers);
+    return DMUON_OK;
+}
+
+static void micro_begin(dmuon_rt *rt)
+{
+    if (rt->in_micro)
+        return;
+    rt->in_micro = true;
+    rt->bwd_count = 0;
+    rt->acq_index[0] = rt->acq_index[1] = 0;
+    for (size_t l = 0; l < rt->nlayers; l++)
+        rt->layers[l].bwd_done = false;
+}
+
+static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
+{
+    rt_space_rec *r = &rt->rec[space];
+    if (r->nev == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 64;
+        dmuon_pool_event *e = realloc(r->ev, cap * sizeof *e);
+        if (!e)
+            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+        r->ev = e;
+        r->cap = cap;
+    }
+    r->ev[r->nev++] = (dmuon_pool_event){(int32_t)l, acquire};
+    return DMUON_OK;
+}
+
+/* Gives layer l's block in `space` its offset: its own range before
+ * packing, the recorded acquisition's after. */
+static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (rt->packed) {
+        rt_space_rec *r = &rt->rec[space];
+        size_t k = rt->acq_index[space]++;
+        if (k >= r->nacq || (size_t)r->acq_block[k] != l)
+            return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch is "
+                              "layer '%s'; the recorded micro-batch acquired %s%s%s there (the "
+                              "hooks must repeat one order every micro-batch)",
+                              space ? "gradient" : "parameter", k,
+                              dmuon_plan_layer_name(rt->plan, l), k < r->nacq ? "layer '" : "nothing",
+                              k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
+                              k < r->nacq ? "'" : "");
+        if (space == 0)
+            L->poff = r->offsets[k];
+        else
+            L->goff = r->offsets[k];
+    } else if (rt->recording) {
+        DMUON_TRY(record(rt, space, l, 1));
+    }
+    if (space == 0)
+        L->p_live = true;
+    else
+        L->g_live = true;
+    return DMUON_OK;
+}
+
+static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (space == 0) {
+        L->p_live = false;
+        L->gathered = false;
+        free(L->w);
+        L->w = NULL;
+    } else {
+        L->g_live = false;
+    }
+    if (!rt->packed && rt->recording)
+        DMUON_TRY(record(rt, space, l, 0));
+    return DMUON_OK;
+}
+
+/* Acquires and gathers layer l's parameters unless they are there. */
+static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire)
+{
+    rt_layer *L = &rt->layers[l];
+    if (!L->p_live) {
+        if (!may_acquire)
+            return DMUON_FAIL(DMUON_EINVAL, "runtime: recomputing layer '%s' before its "
+                              "pre_backward", dmuon_plan_layer_name(rt->plan, l));
+        DMUON_TRY(acquire(rt, 0, l));
+    }
+    if (L->gathered)
+        return DMUON_OK;
+    double t0 = dmuon_now_ms();
+    dmuon_rc rc = rt_gather(rt, l);
+    double dt = (dmuon_now_ms() - t0) / 1e3;
+    rt->stats.gather_s += dt;
+    rt->stats.comm_wait_s += dt;
+    DMUON_TRY(rt_fail_comm(rt, rc));
+    int64_t n = L->own_elems + L->even_elems;
+    free(L->w);
+    L->w = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!L->w)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for layer '%s' weights",
+                          dmuon_plan_layer_name(rt->plan, l));
+    from_pdt(rt, L->w, rt_pblock(rt, L), L->own_elems);
+    from_pdt(rt, L->w + L->own_elems, rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
+             L->even_elems);
+    L->gathered = true;
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
+{
+    DMUON_TRY(usable(rt, "pre_forward", l));
+    rt_layer *L = &rt->layers[l];
+    if (L->in_fwd)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') twice without post_forward",
+                          dmuon_plan_layer_name(rt->plan, l));
+    if (rt->recompute) {
+        DMUON_TRY(fetch(rt, l, false));
+        L->in_fwd = true;
+        return DMUON_OK;
+    }
+    micro_begin(rt);
+    if (L->bwd_done)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') after its backward in this "
+                          "micro-batch (missing post_backward of other layers?)",
+                          dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(fetch(rt, l, true));
+    L->in_fwd = true;
+    if (rt->opts.prefetch && l + 1 < rt->nlayers && !rt->layers[l + 1].p_live &&
+        !rt->layers[l + 1].bwd_done)
+        DMUON_TRY(fetch(rt, l + 1, true));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t l)
+{
+    DMUON_TRY(usable(rt, "post_forward", l));
+    rt_layer *L = &rt->layers[l];
+    if (!L->in_fwd)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: post_forward('%s') without pre_forward",
+                          dmuon_plan_layer_name(rt->plan, l));
+    L->in_fwd = false;
+    if (rt->zero == 3 && !rt->recompute && !L->in_bwd)
+        DMUON_TRY(release(rt, 0, l));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
+{
+    DMUON_TRY(usable(rt, "pre_backward", l));
+    rt_layer *L = &rt->layers[l];
+    if (rt->recompute)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') inside a recomputation",
+                          dmuon_plan_layer_name(rt->plan, l));
+    micro_begin(rt);
+    if (L->in_bwd || L->bwd_done)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
+                          dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(fetch(rt, l, true));
+    if (rt->zero == 3 && rt->opts.prefetch && l > 0 && !rt->layers[l - 1].p_live &&
+        !rt->layers[l - 1].bwd_done)
+        DMUON_TRY(fetch(rt, l - 1, true));
+    DMUON_TRY(acquire(rt, 1, l));
+    memset(rt_gblock(rt, L), 0, (size_t)L->gbytes);
+    L->in_bwd = true;
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
+{
+    DMUON_TRY(usable(rt, "post_backward", l));
+    rt_layer *L = &rt->layers[l];
+    if (!L->in_bwd)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') without pre_backward",
+                          dmuon_plan_layer_name(rt->plan, l));
+    if (L->in_fwd)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') inside its recomputed "
+                          "forward", dmuon_plan_layer_name(rt->plan, l));
+    double t0 = dmuon_now_ms();
+    dmuon_rc rc = rt_reduce(rt, l);
+    double dt = (dmuon_now_ms() - t0) / 1e3;
+    rt->stats.reduce_s += dt;
+    rt->stats.comm_wait_s += dt;
+    DMUON_TRY(rt_fail_comm(rt, rc));
+    L->in_bwd = false;
+    L->bwd_done = true;
+    DMUON_TRY(release(rt, 1, l));
+    if (rt->zero == 3)
+        DMUON_TRY(release(rt, 0, l));
+    if (++rt->bwd_count == rt->nlayers) {
+        rt->in_micro = false;
+        rt->micro++;
+        if (rt->recording && !rt->packed)
+            rt->recording = false;   /* one micro-batch recorded: packed at step */
+    }
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_recompute_begin(dmuon_rt *rt)
+{
+    if (rt->recompute)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: recompute_begin twice");
+    rt->recompute = true;
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_recompute_end(dmuon_rt *rt)
+{
+    if (!rt->recompute)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: recompute_end without recompute_begin");
+    for (size_t l = 0; l < rt->nlayers; l++)
+        if (rt->layers[l].in_fwd && !rt->layers[l].in_bwd)
+            return DMUON_FAIL(DMUON_EINVAL, "runtime: recompute_end inside the recomputed "
+                              "forward of '%s'", dmuon_plan_layer_name(rt->plan, l));
+    rt->recompute = false;
+    return DMUON_OK;
+}
+
+const float *dmuon_rt_weights(dmuon_rt *rt, int p)
+{
+    if (!rt->opened || p < 0 || (size_t)p >= rt->nparams)
+        return NULL;
+    const rt_layer *L = &rt->layers[rt->params[p].layer];
+    return L->p_live && L->gathered && L->w ? L->w + rt->params[p].off : NULL;
+}
+
+float *dmuon_rt_grad(dmuon_rt *rt, int p)
+{
+    if (!rt->opened || p < 0 || (size_t)p >= rt->nparams)
+        return NULL;
+    const rt_layer *L = &rt->layers[rt->params[p].layer];
+    return L->g_live ? rt_gblock(rt, L) + rt->params[p].off : NULL;
+}
+
+/* Packs the spaces from the recorded micro-batch and lays the pool out
+ * again (collective; identical on every rank, since the hooks are). */
+static dmuon_rc repack(dmuon_rt *rt)
+{
+    int64_t *sizes = malloc((rt->nlayers + 1) * 2 * sizeof *sizes);
+    if (!sizes)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+    dmuon_rc rc = DMUON_OK;
+    for (int s = 0; s < 2 && rc == DMUON_OK; s++) {
+        rt_space_rec *r = &rt->rec[s];
+        for (size_t l = 0; l < rt->nlayers; l++)
+            sizes[l] = s == 0 ? rt->layers[l].pbytes : rt->layers[l].gbytes;
+        r->nacq = 0;
+        for (size_t e = 0; e < r->nev; e++)
+            r->nacq += r->ev[e].acquire ? 1 : 0;
+        r->offsets = calloc(r->nacq + 1, sizeof *r->offsets);
+        r->acq_block = calloc(r->nacq + 1, sizeof *r->acq_block);
+        if (!r->offsets || !r->acq_block) {
+            rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
+            break;
+        }
+        for (size_t e = 0, k = 0; e < r->nev; e++)
+            if (r->ev[e].acquire)
+                r->acq_block[k++] = r->ev[e].block;
+        rc = dmuon_pool_pack(r->ev, r->nev, sizes, rt->nlayers, r->offsets, &r->total);
+    }
+    free(sizes);
+    DMUON_TRY(rc);
+    rt_pool_drop(rt);
+    rt->packed = true;
+    DMUON_TRY(rt_agree(rt, rt_pool_build(rt)));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
+{
+    if (!rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: step before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: step after a communication failure");
+    if (rt->in_micro || rt->micro == 0)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: step with %s",
+                          rt->in_micro ? "a micro-batch not ended (post_backward missing for "
+                                         "some layer)" : "no micro-batch since the last step");
+    if (!lrs || !isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: step needs finite learning rates");
+    /* every parameter block is given back before the step (ZeRO-2 keeps
+     * them through the micro-batches) */
+    for (size_t l = 0; l < rt->nlayers; l++)
+        if (rt->layers[l].p_live)
+            DMUON_TRY(release(rt, 0, l));
+    if (!rt->packed && !rt->recording) {
+        DMUON_TRY(rt_pub_end(rt));
+        DMUON_TRY(repack(rt));
+        DMUON_TRY(rt_write_windows(rt));
+    }
+    DMUON_TRY(rt_step(rt, lrs));
+    rt->micro = 0;
+    return DMUON_OK;
+}
+
+int64_t dmuon_rt_steps(const dmuon_rt *rt) { return rt->steps; }
+double dmuon_rt_grad_norm(const dmuon_rt *rt) { return rt->grad_norm; }
+
+void dmuon_rt_get_stats(const dmuon_rt *rt, dmuon_rt_stats *out)
+{
+    *out = rt->stats;
+    out->state_bytes = (rt->win_elems * 2 + rt->even_total * (rt->opts.line == DMUON_LINE_B ? 2 : 3)) * 4;
+}
+
+void dmuon_rt_reset_stats(dmuon_rt *rt)
+{
+    rt->stats.comm_wait_s = rt->stats.publish_wait_s = 0;
+    rt->stats.gather_s = rt->stats.reduce_s = 0;
+}
+
+void dmuon_rt_free(dmuon_rt *rt)
+{
+    if (!rt)
+        return;
+    rt_pool_drop(rt);
+    dmuon_publish_free(rt->pub);
+    free(rt->pub_table);
+    for (size_t l = 0; l < rt->nlayers; l++) {
+        rt_layer *L = &rt->layers[l];
+        free(L->params);
+        free(L->gsegs);
+        free(L->seg_copy);
+        free(L->seg_pub);
+        free(L->w);
+    }
+    for (size_t i = 0; i < rt->nparams; i++)
+        free(rt->params[i].init);
+    for (size_t i = 0; i < rt->nunknown; i++)
+        free(rt->unknown[i]);
+    for (int s = 0; s < 2; s++) {
+        free(rt->rec[s].ev);
+        free(rt->rec[s].offsets);
+        free(rt->rec[s].acq_block);
+    }
+    free(rt->unknown);
+    free(rt->params);
+    free(rt->layers);
+    free(rt->pieces);
+    free(rt->own_w);
+    free(rt->own_m);
+    free(rt->own_g);
+    free(rt->even_w);
+    free(rt->even_m);
+    free(rt->even_v);
+    free(rt->even_g);
+    free(rt->scratch);
+    dmuon_ns_free(rt->ns);
+    if (rt->topo_ok)
+        dmuon_topo_release(&rt->topo);
+    free(rt);
+}

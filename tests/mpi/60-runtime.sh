@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The training runtime against the single-process reference (rt_check):
+# FSDP ZeRO-2 / ZeRO-3 and HSDP on 4 ranks (2 virtual nodes x 2) and 8 ranks
+# (4 x 2), the four lines, recomputation, F32 parameters, merged units, and
+# the error paths.  Every run compares every gathered parameter of every
+# step with the reference bit for bit; lines B, C and D must end with the
+# same weights, and a second run must repeat the first bit for bit.
+source "$(dirname "$0")/../cli/lib.sh"
+R="$DMUON_BUILD/tests/mpi/rt_check"
+MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+
+digest() { sed -nE 's/^weights digest ([0-9a-f]+)$/\1/p' "$T_TMP/out"; }
+case_ok() {  # np description args...
+    local np=$1 what=$2; shift 2
+    run "${MPIRUN[@]}" -np "$np" "$R" "$@"
+    check_rc 0 "$what"
+    check_out '^[0-9]+ passed, 0 failed' "$what: summary"
+}
+
+case_ok 4 "D, FSDP ZeRO-3, 4 ranks" --line D --zero 3
+d_fsdp=$(digest)
+case_ok 4 "D, FSDP ZeRO-3, 4 ranks, again" --line D --zero 3
+check_eq "$(digest)" "$d_fsdp" "two runs give bit-identical weights"
+case_ok 4 "D, FSDP ZeRO-2, 4 ranks" --line D --zero 2
+check_eq "$(digest)" "$d_fsdp" "ZeRO-2 and ZeRO-3 give the same weights"
+case_ok 4 "D, HSDP, 4 ranks" --line D --sharding hsdp
+check_eq "$(digest)" "$d_fsdp" "HSDP and FSDP give the same weights"
+case_ok 4 "C, FSDP, 4 ranks" --line C
+check_eq "$(digest)" "$d_fsdp" "line C gives line D's weights"
+case_ok 4 "B, FSDP, 4 ranks" --line B
+check_eq "$(digest)" "$d_fsdp" "line B (gather-then-replicate) gives line D's weights"
+case_ok 4 "A, FSDP, 4 ranks" --line A
+if [ "$(digest)" != "$d_fsdp" ]; then ok; else bad "line A (AdamW) must differ from Muon"; fi
+case_ok 4 "C, HSDP, 4 ranks" --line C --sharding hsdp
+case_ok 8 "D, FSDP ZeRO-3, 8 ranks" --line D --zero 3
+d8=$(digest)
+case_ok 8 "D, HSDP ZeRO-2, 8 ranks" --line D --sharding hsdp --zero 2
+check_eq "$(digest)" "$d8" "8 ranks: HSDP and FSDP give the same weights"
+case_ok 8 "B, HSDP, 8 ranks" --line B --sharding hsdp
+check_eq "$(digest)" "$d8" "8 ranks: line B gives line D's weights"
+case_ok 8 "D, recomputation, F32 parameters, 8 ranks" --line D --recompute --dtype f32
+case_ok 4 "D, merged small units" --line D --small-unit-bytes 16777216
+case_ok 4 "D, error paths (registration, hook order, NaN gradient)" --line D --errors
+
+# a plan for other nodes than the run's
+run "${MPIRUN[@]}" -np 4 "$R" --mismatch
+check_rc 0 "ranks per node differing from the plan's: a clear error on every rank"
+check_out '^1 passed, 0 failed' "mismatch summary"
+finish

@@ -1,0 +1,435 @@
+/*
+ * rt_check.c — the runtime against an independent single-process reference.
+ *
+ * A small llama-shaped model (embedding, L blocks of q/k/v/o, gate/up/down,
+ * two norms, one block with a 3-D expert stack; final norm, head) is planned
+ * for the run's cluster; every rank feeds the runtime synthetic gradients
+ * that are multiples of 2^-10 with small numerators, so every sum over ranks
+ * and micro-batches is exact in binary32 in any order.  The reference sums
+ * them itself and runs whole-matrix Muon (dmuon_muon_update) and AdamW
+ * (dmuon_adamw_update) on the full parameters — the owner-only runtime must
+ * then give the same bits: every parameter gathered by pre_forward equals
+ * the reference's master rounded to the plan's parameter dtype, exactly
+ * (tolerance 0, stated).  Line B orthogonalises the same Nesterov directions
+ * on every rank, line A runs AdamW everywhere; the reference follows the line.
+ *
+ * Prints per-check lines, a digest of every gathered weight (for the
+ * two-runs-identical check of the driver script) and "N passed, M failed".
+ * Exit 1 on any failure, 2 on usage errors.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmuon/bf16.h"
+#include "dmuon/model.h"
+#include "dmuon/optim.h"
+#include "dmuon/plan.h"
+#include "dmuon/runtime.h"
+
+static int g_rank, g_pass, g_fail;
+
+static void check(int ok, const char *fmt, ...)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    if (all)
+        g_pass++;
+    else
+        g_fail++;
+    if (g_rank == 0 && (!all || getenv("RT_CHECK_VERBOSE"))) {
+        va_list ap;
+        va_start(ap, fmt);
+        printf("%s ", all ? "ok  " : "FAIL");
+        vprintf(fmt, ap);
+        printf("\n");
+        va_end(ap);
+    }
+}
+
+/* --------------------------------------------------------------- model -- */
+
+#define H 32
+#define FF 48
+#define KV 16
+#define V 64
+#define E 3
+
+static size_t add(dmuon_tensor_spec *t, size_t n, const char *name, int64_t a, int64_t b,
+                  int64_t c)
+{
+    t[n].name = strdup(name);
+    t[n].ndim = c ? 3 : b ? 2 : 1;
+    t[n].shape[0] = a;
+    t[n].shape[1] = b;
+    t[n].shape[2] = c;
+    t[n].dtype = DMUON_BF16;
+    return n + 1;
+}
+
+static size_t make_specs(dmuon_tensor_spec *t, int layers)
+{
+    size_t n = 0;
+    char s[128];
+    n = add(t, n, "model.embed_tokens.weight", V, H, 0);
+    for (int l = 0; l < layers; l++) {
+#define P(suffix, a, b, c)                                              \
+    snprintf(s, sizeof s, "model.layers.%d.%s", l, suffix);             \
+    n = add(t, n, s, a, b, c)
+        P("input_layernorm.weight", H, 0, 0);
+        P("self_attn.q_proj.weight", H, H, 0);
+        P("self_attn.k_proj.weight", KV, H, 0);
+        P("self_attn.v_proj.weight", KV, H, 0);
+        P("self_attn.o_proj.weight", H, H, 0);
+        P("post_attention_layernorm.weight", H, 0, 0);
+        if (l == 1) {
+            P("mlp.experts.down_proj", E, H, FF / 2);
+            P("mlp.experts.up_proj", E, FF / 2, H);
+        } else {
+            P("mlp.gate_proj.weight", FF, H, 0);
+            P("mlp.up_proj.weight", FF, H, 0);
+            P("mlp.down_proj.weight", H, FF, 0);
+        }
+#undef P
+    }
+    n = add(t, n, "model.norm.weight", H, 0, 0);
+    n = add(t, n, "lm_head.weight", V, H, 0);
+    return n;
+}
+
+/* Deterministic values: a 64-bit mix of the arguments. */
+static uint64_t mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    uint64_t v[5] = {a, b, c, d, e};
+    for (int i = 0; i < 5; i++) {
+        h ^= v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+    }
+    return h;
+}
+
+static float grad_value(int rank, int step, int micro, int param, int64_t i, int seed)
+{
+    return (float)((int)(mix((uint64_t)rank, (uint64_t)step, (uint64_t)micro,
+                             (uint64_t)param * 1000003u + (uint64_t)i, (uint64_t)seed) % 17) - 8) /
+           1024.0f;
+}
+
+static float init_value(int param, int64_t i, int seed)
+{
+    return (float)((int)(mix(7, (uint64_t)param, (uint64_t)i, 11, (uint64_t)seed) % 2001) - 1000) /
+           16384.0f;
+}
+
+/* --------------------------------------------------------------- main -- */
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *line = "D", *sharding = "fsdp", *dtype = "bf16";
+    int zero = 3, per_node = 2, steps = 3, micro = 2, layers = 3, seed = 1, recompute = 0,
+        errors = 0, mismatch = 0;
+    int64_t small_unit = 0;
+    static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
+                                 {"zero", 1, 0, 'z'},       {"ranks-per-node", 1, 0, 'k'},
+                                 {"steps", 1, 0, 't'},      {"micro", 1, 0, 'm'},
+                                 {"layers", 1, 0, 'L'},     {"seed", 1, 0, 'S'},
+                                 {"dtype", 1, 0, 'd'},      {"recompute", 0, 0, 'r'},
+                                 {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'},
+                                 {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'l': line = optarg; break;
+        case 's': sharding = optarg; break;
+        case 'z': zero = atoi(optarg); break;
+        case 'k': per_node = atoi(optarg); break;
+        case 't': steps = atoi(optarg); break;
+        case 'm': micro = atoi(optarg); break;
+        case 'L': layers = atoi(optarg); break;
+        case 'S': seed = atoi(optarg); break;
+        case 'd': dtype = optarg; break;
+        case 'r': recompute = 1; break;
+        case 'u': small_unit = atoll(optarg); break;
+        case 'e': errors = 1; break;
+        case 'x': mismatch = 1; break;
+        default:
+            if (g_rank == 0)
+                fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
+            MPI_Finalize();
+            return 2;
+        }
+    }
+    dmuon_tensor_spec specs[256];
+    size_t nspec = make_specs(specs, layers);
+    dmuon_model *model = NULL;
+    dmuon_plan *plan = NULL;
+    dmuon_plan_opts po;
+    dmuon_plan_opts_init(&po);
+    po.gpus_per_node = per_node;
+    po.nodes = size / per_node;
+    po.cost = DMUON_COST_FLOPS;
+    po.small_unit_bytes = small_unit;
+    po.zero_stage = zero;
+    dmuon_rc rc = dmuon_sharding_parse(sharding, &po.sharding);
+    if (rc == DMUON_OK)
+        rc = dmuon_dtype_parse(dtype, &po.param_dtype);
+    if (rc == DMUON_OK)
+        rc = dmuon_model_build("rt_check", specs, nspec, NULL, &model);
+    if (rc == DMUON_OK)
+        rc = dmuon_plan_build(model, &po, &plan);
+    if (rc != DMUON_OK) {
+        if (g_rank == 0)
+            fprintf(stderr, "rt_check: %s\n", dmuon_errmsg());
+        MPI_Finalize();
+        return 2;
+    }
+    dmuon_rt_opts ro;
+    dmuon_rt_opts_init(&ro);
+    ro.ranks_per_node = per_node;
+    ro.zero_stage = zero;
+    ro.deadline_ms = 20000;
+    dmuon_line_parse(line, &ro.line);
+    ro.optim.muon_weight_decay = 0.01;
+    ro.optim.adamw_weight_decay = 0.02;
+
+    /* reference state: full parameters */
+    size_t np = dmuon_model_param_count(model);
+    float **ref_w = calloc(np, sizeof *ref_w), **ref_m = calloc(np, sizeof *ref_m),
+          **ref_v = calloc(np, sizeof *ref_v), **ref_g = calloc(np, sizeof *ref_g);
+    dmuon_ns_opts nso;
+    dmuon_ns_opts_init(&nso);
+    dmuon_ns *ns = NULL;
+    dmuon_ns_create(DMUON_DEVICE_CPU, -1, &nso, &ns);
+
+    dmuon_rt *rt = NULL;
+    if (mismatch) {   /* the run's nodes are not the plan's */
+        ro.ranks_per_node = per_node == size ? 1 : size;
+        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+        check(rc == DMUON_EMISMATCH && strstr(dmuon_errmsg(), "ranks per node") && !rt,
+              "a plan for %d ranks per node on a run of %d per node: %s", per_node,
+              ro.ranks_per_node, dmuon_errmsg());
+        goto out;
+    }
+    rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+    check(rc == DMUON_OK, "create (%s)", rc ? dmuon_errmsg() : "");
+    if (rc != DMUON_OK)
+        goto out;
+    for (size_t p = 0; p < np; p++) {
+        const dmuon_param *pp = dmuon_model_param(model, p);
+        ref_w[p] = malloc((size_t)pp->numel * 4);
+        ref_m[p] = calloc((size_t)pp->numel, 4);
+        ref_v[p] = calloc((size_t)pp->numel, 4);
+        ref_g[p] = calloc((size_t)pp->numel, 4);
+        for (int64_t i = 0; i < pp->numel; i++)
+            ref_w[p][i] = init_value((int)p, i, seed);
+        if (errors && p == 0) {   /* a wrong shape and an unknown name first */
+            int64_t bad[2] = {pp->shape[0] + 1, pp->shape[1]};
+            dmuon_rt_register(rt, pp->name, 2, bad, ref_w[p]);
+            dmuon_rt_register(rt, "model.no_such.weight", 1, bad, ref_w[p]);
+            dmuon_rc orc = dmuon_rt_open(rt);
+            check(orc == DMUON_EINVAL && strstr(dmuon_errmsg(), "model.no_such.weight") &&
+                      strstr(dmuon_errmsg(), "never registered") &&
+                      strstr(dmuon_errmsg(), "elements"),
+                  "open lists an unknown name, a wrong shape and missing parameters: %s",
+                  dmuon_errmsg());
+            dmuon_rt_free(rt);
+            rt = NULL;
+            dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+        }
+        dmuon_rt_register(rt, pp->name, pp->ndim, pp->shape, ref_w[p]);
+    }
+    rc = dmuon_rt_open(rt);
+    check(rc == DMUON_OK, "open (%s)", rc ? dmuon_errmsg() : "");
+    if (rc != DMUON_OK)
+        goto out;
+    if (errors) {
+        check(dmuon_rt_post_forward(rt, 1) == DMUON_EINVAL, "post_forward before pre_forward");
+        check(dmuon_rt_pre_forward(rt, 999) == DMUON_EINVAL, "pre_forward of a layer out of range");
+        dmuon_rt_lrs z = {0.01, 0.01};
+        check(dmuon_rt_step(rt, &z) == DMUON_EINVAL, "step before any micro-batch");
+    }
+
+    dmuon_line ln = ro.line;
+    const size_t L = dmuon_plan_layer_count(plan);
+    uint64_t digest = DMUON_DIGEST_SEED;
+    int64_t mismatches = 0, compared = 0;
+    int nan_step = errors ? 1 : -1;
+    for (int t = 0; t <= steps; t++) {
+        for (int k = 0; k < (t == steps ? 1 : micro); k++) {
+            /* forward: root bracket around the blocks */
+            for (size_t l = 0; l < L; l++) {
+                if (dmuon_rt_pre_forward(rt, l) != DMUON_OK) {
+                    check(0, "pre_forward(%zu) step %d: %s", l, t, dmuon_errmsg());
+                    goto out;
+                }
+                if (k == 0)
+                    for (size_t p = 0; p < np; p++) {
+                        const dmuon_param *pp = dmuon_model_param(model, p);
+                        if ((size_t)pp->layer != l)
+                            continue;
+                        const float *w = dmuon_rt_weights(rt, dmuon_rt_param_index(rt, pp->name));
+                        if (!w) {
+                            mismatches++;
+                            continue;
+                        }
+                        for (int64_t i = 0; i < pp->numel; i++) {
+                            float want = po.param_dtype == DMUON_BF16
+                                             ? dmuon_bf16_to_f32(dmuon_f32_to_bf16(ref_w[p][i]))
+                                             : ref_w[p][i];
+                            mismatches += memcmp(&want, &w[i], 4) != 0;
+                            compared++;
+                        }
+                        digest = dmuon_digest(w, (size_t)pp->numel * 4, digest);
+                    }
+                if (l > 0 && dmuon_rt_post_forward(rt, l) != DMUON_OK) {
+                    check(0, "post_forward(%zu): %s", l, dmuon_errmsg());
+                    goto out;
+                }
+            }
+            if (dmuon_rt_post_forward(rt, 0) != DMUON_OK) {
+                check(0, "post_forward(root): %s", dmuon_errmsg());
+                goto out;
+            }
+            if (t == steps)
+                break;
+            /* backward: root opened first, blocks in reverse, root closed last */
+            if (dmuon_rt_pre_backward(rt, 0) != DMUON_OK) {
+                check(0, "pre_backward(root): %s", dmuon_errmsg());
+                goto out;
+            }
+            for (size_t j = 0; j < L; j++) {
+                size_t l = j + 1 < L ? L - 1 - j : 0;
+                if (l != 0) {
+                    if (dmuon_rt_pre_backward(rt, l) != DMUON_OK) {
+                        check(0, "pre_backward(%zu): %s", l, dmuon_errmsg());
+                        goto out;
+                    }
+                    if (recompute) {
+                        dmuon_rt_recompute_begin(rt);
+                        if (dmuon_rt_pre_forward(rt, l) != DMUON_OK ||
+                            dmuon_rt_post_forward(rt, l) != DMUON_OK) {
+                            check(0, "recompute of %zu: %s", l, dmuon_errmsg());
+                            goto out;
+                        }
+                        dmuon_rt_recompute_end(rt);
+                    }
+                }
+                for (size_t p = 0; p < np; p++) {
+                    const dmuon_param *pp = dmuon_model_param(model, p);
+                    if ((size_t)pp->layer != l)
+                        continue;
+                    float *g = dmuon_rt_grad(rt, dmuon_rt_param_index(rt, pp->name));
+                    if (!g) {
+                        check(0, "no gradient buffer for %s", pp->name);
+                        goto out;
+                    }
+                    /* rank 1 gives no gradient to the first block's norm: zero */
+                    if (g_rank == 1 && strstr(pp->name, "layers.0.input_layernorm"))
+                        continue;
+                    for (int64_t i = 0; i < pp->numel; i++) {
+                        float v = grad_value(g_rank, t, k, (int)p, i, seed);
+                        if (t == nan_step && p == np / 2 && i == 3 && g_rank == size - 1)
+                            v = NAN;
+                        g[i] += v;
+                    }
+                }
+                if (dmuon_rt_post_backward(rt, l) != DMUON_OK) {
+                    check(0, "post_backward(%zu): %s", l, dmuon_errmsg());
+                    goto out;
+                }
+            }
+        }
+        if (t == steps)
+            break;
+        /* reference gradients: exact sums */
+        for (size_t p = 0; p < np; p++) {
+            const dmuon_param *pp = dmuon_model_param(model, p);
+            for (int64_t i = 0; i < pp->numel; i++) {
+                double s = 0;
+                for (int r = 0; r < size; r++)
+                    for (int k = 0; k < micro; k++)
+                        if (!(r == 1 && strstr(pp->name, "layers.0.input_layernorm")))
+                            s += grad_value(r, t, k, (int)p, i, seed);
+                ref_g[p][i] = (float)s;
+            }
+        }
+        dmuon_rt_lrs lrs = {0.02, 0.003};
+        rc = dmuon_rt_step(rt, &lrs);
+        if (t == nan_step) {
+            check(rc == DMUON_ENUMERIC && strstr(dmuon_errmsg(), dmuon_model_param(model, np / 2)->name),
+                  "a NaN gradient on one rank fails the step on every rank naming the parameter "
+                  "(%s)", dmuon_errmsg());
+            continue;   /* no state changed: the reference does not step either */
+        }
+        check(rc == DMUON_OK, "step %d (%s)", t, rc ? dmuon_errmsg() : "");
+        if (rc != DMUON_OK)
+            goto out;
+        int64_t tt = dmuon_rt_steps(rt);
+        for (size_t p = 0; p < np; p++) {
+            const dmuon_param *pp = dmuon_model_param(model, p);
+            bool muon = pp->role == DMUON_ROLE_MUON && ln != DMUON_LINE_A;
+            if (!muon) {
+                double decay = pp->role == DMUON_ROLE_MUON ? ro.optim.muon_weight_decay
+                                                           : ro.optim.adamw_weight_decay;
+                dmuon_adamw_update(&ro.optim, lrs.adamw_lr, decay, tt, pp->numel, ref_w[p],
+                                   ref_m[p], ref_v[p], ref_g[p]);
+                continue;
+            }
+            int64_t mn = pp->mat_m * pp->mat_n;
+            for (int64_t a = 0; a < pp->matrices; a++)
+                dmuon_muon_update(ns, &ro.optim, lrs.muon_lr, pp->mat_m, pp->mat_n,
+                                  ref_w[p] + a * mn, ref_m[p] + a * mn, ref_g[p] + a * mn, NULL);
+        }
+    }
+    check(mismatches == 0 && compared > 0,
+          "line %s %s ZeRO-%d %s, %d ranks (%d per node), %d steps x %d micro-batches%s: %lld of "
+          "%lld gathered values differ from the reference", line, sharding, zero, dtype, size,
+          per_node, steps, micro, recompute ? ", recompute" : "", (long long)mismatches,
+          (long long)compared);
+    if (errors) {
+        dmuon_rt_stats st;
+        dmuon_rt_get_stats(rt, &st);
+        check(st.pool_bytes > 0 && st.param_space_bytes > 0, "pool bytes reported");
+    }
+    if (g_rank == 0) {
+        dmuon_rt_stats st;
+        dmuon_rt_get_stats(rt, &st);
+        printf("weights digest %016llx\n", (unsigned long long)digest);
+        printf("pool %lld bytes: parameters %lld, gradients %lld, windows %lld; state %lld\n",
+               (long long)st.pool_bytes, (long long)st.param_space_bytes,
+               (long long)st.grad_space_bytes, (long long)st.window_bytes,
+               (long long)st.state_bytes);
+    }
+out:
+    dmuon_rt_free(rt);
+    dmuon_ns_free(ns);
+    for (size_t p = 0; p < np; p++) {
+        free(ref_w[p]);
+        free(ref_m[p]);
+        free(ref_v[p]);
+        free(ref_g[p]);
+    }
+    free(ref_w);
+    free(ref_m);
+    free(ref_v);
+    free(ref_g);
+    for (size_t i = 0; i < nspec; i++)
+        free((char *)specs[i].name);
+    dmuon_plan_free(plan);
+    dmuon_model_free(model);
+    if (g_rank == 0)
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+    MPI_Finalize();
+    return g_fail ? 1 : 0;
+}

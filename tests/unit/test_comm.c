@@ -1,0 +1,392 @@
+/*
+ * test_comm.c — the communication layer over caller memory: symmetric memory
+ * (dmuon/symm.h), groups whose calls name their ranges (dmuon/collv.h) and
+ * the publish over a copy range (dmuon/publish.h).
+ *
+ * Runs on any number of ranks: alone from the unit runner (one rank, one
+ * node) and under mpirun from tests/mpi/54-comm.sh (4 and 8 ranks as virtual
+ * nodes of 2 or 4).  Every check is agreed over all ranks (a check passes
+ * when it passed everywhere), so a failure on one rank never leaves the
+ * others waiting in a collective; rank 0 prints "N passed, N failed".
+ *
+ * Expected values are computed independently of the operators: gathered
+ * bytes from a hash of (segment, byte), sums of small integers exactly.
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmuon/bf16.h"
+#include "dmuon/collv.h"
+#include "dmuon/layout.h"
+#include "dmuon/publish.h"
+#include "dmuon/symm.h"
+#include "dmuon/topo.h"
+
+static int passed, failed, world_rank;
+
+static void check(int ok, const char *what)
+{
+    int all = ok ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!ok)
+        fprintf(stderr, "rank %d: check failed: %s (%s)\n", world_rank, what, dmuon_errmsg());
+    if (all)
+        passed++;
+    else
+        failed++;
+    if (world_rank == 0)
+        printf("%s %s\n", all ? "ok  " : "FAIL", what);
+}
+
+static unsigned char pattern(int salt, int seg, int64_t k)
+{
+    uint64_t x = (uint64_t)salt * 0x9e3779b97f4a7c15u ^ ((uint64_t)seg << 32) ^ (uint64_t)k;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9u;
+    x ^= x >> 29;
+    return (unsigned char)(x >> 40);
+}
+
+static int64_t seg_bytes(const dmuon_segment *s)
+{
+    return s->count * (int64_t)dmuon_dtype_size(s->dtype);
+}
+
+/* Input of rank r at element k of segment i: an integer in [-3, 3], so sums
+ * over ≤ 64 ranks are exact in BF16 and F32 in any order. */
+static float rsv_in(int r, int i, int64_t k)
+{
+    return (float)((int)(((uint64_t)r * 5 + (uint64_t)i * 3 + (uint64_t)k) % 7) - 3);
+}
+
+static void store(dmuon_dtype dt, unsigned char *p, int64_t k, float v)
+{
+    if (dt == DMUON_BF16) {
+        uint16_t h = dmuon_f32_to_bf16(v);
+        memcpy(p + 2 * k, &h, 2);
+    } else {
+        memcpy(p + 4 * k, &v, 4);
+    }
+}
+
+static float load(dmuon_dtype dt, const unsigned char *p, int64_t k)
+{
+    if (dt == DMUON_BF16) {
+        uint16_t h;
+        memcpy(&h, p + 2 * k, 2);
+        return dmuon_bf16_to_f32(h);
+    }
+    float f;
+    memcpy(&f, p + 4 * k, 4);
+    return f;
+}
+
+/* ------------------------------------------------------------- symm ---- */
+
+static void test_symm(const dmuon_topo *t)
+{
+    dmuon_symm *s = NULL;
+    dmuon_rc rc = dmuon_symm_alloc(t, 10000, &s);
+    check(rc == DMUON_OK && s, "symm: 10000 bytes allocated on every rank");
+    if (rc != DMUON_OK)
+        return;
+    unsigned char *b = dmuon_symm_base(s);
+    check(((uintptr_t)b % DMUON_SYMM_ALIGN) == 0, "symm: base 4 KiB aligned");
+    check(dmuon_symm_bytes(s) == 10000, "symm: bytes as requested");
+    check(dmuon_symm_backend(s) == DMUON_BACKEND_MPI, "symm: mpi backend");
+    int zero = 1;
+    for (int i = 0; i < 10000; i++)
+        zero &= b[i] == 0;
+    check(zero, "symm: zeroed");
+    check(dmuon_symm_peer(s, t->local) == b, "symm: own peer entry is the base");
+    check(dmuon_symm_peer(s, t->per_node) == NULL && dmuon_symm_peer(s, -1) == NULL,
+          "symm: peer index out of range gives NULL");
+    int32_t me = t->rank;
+    memcpy(b + 9996, &me, 4);
+    MPI_Barrier(t->world);
+    int peers_ok = 1;
+    for (int j = 0; j < t->per_node; j++) {
+        const unsigned char *p = dmuon_symm_peer(s, j);
+        int32_t v = -1;
+        memcpy(&v, p + 9996, 4);
+        peers_ok &= ((uintptr_t)p % DMUON_SYMM_ALIGN) == 0 &&
+                    v == dmuon_topo_rank_of(t->per_node, t->node_id, j);
+    }
+    check(peers_ok, "symm: each node peer's part holds what that peer stored");
+    MPI_Barrier(t->world);
+    dmuon_symm_free(s);
+    dmuon_symm_free(NULL);
+
+    s = NULL;
+    rc = dmuon_symm_alloc(t, 0, &s);
+    check(rc == DMUON_EINVAL && !s, "symm: 0 bytes is DMUON_EINVAL on every rank");
+    if (t->size > 1) {
+        rc = dmuon_symm_alloc(t, 4096 + (t->rank == t->size - 1), &s);
+        check(rc == DMUON_EMISMATCH && !s, "symm: different sizes are DMUON_EMISMATCH on every "
+              "rank");
+    }
+    dmuon_topo other = *t;
+    other.backend = DMUON_BACKEND_NCCL;
+    rc = dmuon_symm_alloc(&other, 4096, &s);
+    check(rc == DMUON_EUNSUPPORTED && !s, "symm: nccl backend is DMUON_EUNSUPPORTED here");
+}
+
+/* ----------------------------------------------------------- groups ---- */
+
+typedef struct {
+    dmuon_segment *segs;
+    int n;
+    int64_t B, W;     /* layer buffer and window bytes */
+} table;
+
+static int make_table(const dmuon_topo *t, dmuon_layout l, int64_t bytes, dmuon_dtype dt,
+                      table *tb)
+{
+    if (dmuon_layout_make(l, bytes, dt, t->nodes, t->per_node, &tb->segs, &tb->n) != DMUON_OK)
+        return 0;
+    return dmuon_table_check(tb->segs, tb->n, t->size, &tb->B, &tb->W) == DMUON_OK;
+}
+
+/* Owners write pattern(salt) into their windows at win; every rank's buffer
+ * at buf is filled with 0xee; then one AllGatherV; returns wrong bytes. */
+static int64_t gather_once(const dmuon_topo *t, dmuon_group *g, const table *tb,
+                           unsigned char *base, int64_t buf, int64_t win, int salt,
+                           dmuon_rc *rc)
+{
+    memset(base + buf, 0xee, (size_t)tb->B);
+    for (int i = 0; i < tb->n; i++)
+        if (tb->segs[i].owner == t->rank)
+            for (int64_t k = 0; k < seg_bytes(&tb->segs[i]); k++)
+                base[win + tb->segs[i].window_offset + k] = pattern(salt, i, k);
+    *rc = dmuon_allgatherv(g, buf, win);
+    int64_t bad = 0;
+    for (int i = 0; i < tb->n; i++)
+        for (int64_t k = 0; k < seg_bytes(&tb->segs[i]); k++)
+            bad += base[buf + tb->segs[i].offset + k] != pattern(salt, i, k);
+    return bad;
+}
+
+static void test_groups(const dmuon_topo *t)
+{
+    table a = {0}, b = {0};
+    int ok = make_table(t, DMUON_LAYOUT_NODE, 300000, DMUON_BF16, &a) &&
+             make_table(t, DMUON_LAYOUT_RANK, 100000, DMUON_F32, &b);
+    check(ok, "groups: two tables made");
+    if (!ok)
+        goto out;
+    dmuon_group_opts o = {.chunk_bytes = 4096, .slots = 2};
+    int64_t ca = 0, cb = 0;
+    ok = dmuon_group_ctrl_bytes(t, a.segs, a.n, &o, &ca) == DMUON_OK &&
+         dmuon_group_ctrl_bytes(t, b.segs, b.n, &o, &cb) == DMUON_OK;
+    check(ok && ca >= 384 && ca % DMUON_GROUP_CTRL_ALIGN == 0 && cb % DMUON_GROUP_CTRL_ALIGN == 0,
+          "groups: control bytes are at least the control words and 64-byte multiples");
+    int64_t lo = ca, hi = ca;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, t->world);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, t->world);
+    check(lo == hi, "groups: control bytes agree on every rank");
+
+    /* Layout: [ctrl a][ctrl b][buffer X1][buffer X2][window] */
+    int64_t big = a.B > b.B ? a.B : b.B, wbig = a.W > b.W ? a.W : b.W;
+    int64_t off_cb = ca, x1 = ca + cb + 64, x2 = x1 + big + 8, win = x2 + big + 64;
+    int64_t total = win + wbig;
+    dmuon_symm *mem = NULL;
+    dmuon_group *ga = NULL, *gb = NULL;
+    ok = dmuon_symm_alloc(t, total, &mem) == DMUON_OK;
+    check(ok, "groups: memory for both groups allocated");
+    if (!ok)
+        goto out;
+    unsigned char *base = dmuon_symm_base(mem);
+    dmuon_rc rc = dmuon_group_create(t, a.segs, a.n, &o, mem, 0, &ga);
+    dmuon_rc rc2 = dmuon_group_create(t, b.segs, b.n, &o, mem, off_cb, &gb);
+    check(rc == DMUON_OK && rc2 == DMUON_OK, "groups: two groups over one memory");
+    if (rc != DMUON_OK || rc2 != DMUON_OK)
+        goto free_mem;
+    check(dmuon_group_buffer_bytes(ga) == a.B && dmuon_group_window_bytes(ga) == a.W,
+          "groups: buffer and window bytes from the table");
+
+    int64_t bad = gather_once(t, ga, &a, base, x1, win, 1, &rc);
+    check(rc == DMUON_OK && bad == 0, "agv: group a at buffer X1 is bit-exact");
+    bad = gather_once(t, ga, &a, base, x2, win, 2, &rc);
+    check(rc == DMUON_OK && bad == 0, "agv: group a at buffer X2 (another offset) is bit-exact");
+    int64_t kept = 0;
+    for (int i = 0; i < a.n; i++)
+        for (int64_t k = 0; k < seg_bytes(&a.segs[i]); k++)
+            kept += base[x1 + a.segs[i].offset + k] != pattern(1, i, k);
+    check(kept == 0, "agv: the call at X2 left X1 untouched");
+    bad = gather_once(t, gb, &b, base, x1, win, 3, &rc);
+    check(rc == DMUON_OK && bad == 0, "agv: group b reuses buffer X1 right after group a");
+    bad = gather_once(t, ga, &a, base, x1, win, 4, &rc);
+    check(rc == DMUON_OK && bad == 0, "agv: group a again at X1 after group b");
+
+    /* ReduceScatterV of group a at X2, exact integer sums. */
+    for (int i = 0; i < a.n; i++)
+        for (int64_t k = 0; k < a.segs[i].count; k++)
+            store(a.segs[i].dtype, base + x2 + a.segs[i].offset, k, rsv_in(t->rank, i, k));
+    memset(base + win, 0xcd, (size_t)a.W);
+    rc = dmuon_reduce_scatterv(ga, x2, win);
+    bad = 0;
+    for (int i = 0; i < a.n; i++) {
+        if (a.segs[i].owner != t->rank)
+            continue;
+        for (int64_t k = 0; k < a.segs[i].count; k++) {
+            float want = 0;
+            for (int r = 0; r < t->size; r++)
+                want += rsv_in(r, i, k);
+            bad += load(a.segs[i].dtype, base + win + a.segs[i].window_offset, k) != want;
+        }
+    }
+    check(rc == DMUON_OK && bad == 0, "rsv: group a at X2 gives the exact sums");
+    /* group b (f32) reduces from X1 into the same window */
+    for (int i = 0; i < b.n; i++)
+        for (int64_t k = 0; k < b.segs[i].count; k++)
+            store(DMUON_F32, base + x1 + b.segs[i].offset, k, rsv_in(t->rank, i, k));
+    rc = dmuon_reduce_scatterv(gb, x1, win);
+    bad = 0;
+    for (int i = 0; i < b.n; i++) {
+        if (b.segs[i].owner != t->rank)
+            continue;
+        for (int64_t k = 0; k < b.segs[i].count; k++) {
+            float want = 0;
+            for (int r = 0; r < t->size; r++)
+                want += rsv_in(r, i, k);
+            bad += load(DMUON_F32, base + win + b.segs[i].window_offset, k) != want;
+        }
+    }
+    check(rc == DMUON_OK && bad == 0, "rsv: group b at X1 gives the exact sums");
+
+    /* Bad ranges: refused before any communication, the group stays usable. */
+    check(dmuon_allgatherv(ga, x1 + 2, win) == DMUON_EINVAL, "agv: misaligned buffer offset");
+    check(dmuon_allgatherv(ga, total - a.B + 8, win) == DMUON_EINVAL,
+          "agv: buffer past the end of the memory");
+    check(dmuon_allgatherv(ga, -8, win) == DMUON_EINVAL, "agv: negative buffer offset");
+    check(dmuon_reduce_scatterv(ga, 0, win) == DMUON_EINVAL,
+          "rsv: buffer over the group's control area");
+    check(dmuon_allgatherv(ga, x1, x1) == DMUON_EINVAL, "agv: buffer and window overlap");
+    bad = gather_once(t, ga, &a, base, x2, win, 5, &rc);
+    check(rc == DMUON_OK && bad == 0, "agv: the group works after refused calls");
+
+    /* Bad control areas at create: every rank fails alike. */
+    dmuon_group *gx = NULL;
+    check(dmuon_group_create(t, a.segs, a.n, &o, mem, 32, &gx) == DMUON_EINVAL && !gx,
+          "create: control offset not a multiple of 64");
+    check(dmuon_group_create(t, a.segs, a.n, &o, mem, total - 64, &gx) == DMUON_EINVAL && !gx,
+          "create: control area past the end of the memory");
+    check(dmuon_group_create(t, a.segs, a.n, &o, NULL, 0, &gx) == DMUON_EINVAL && !gx,
+          "create: no memory");
+    if (t->size > 1) {
+        dmuon_segment saved = a.segs[0];
+        if (t->rank == t->size - 1)
+            a.segs[0].count++;
+        rc = dmuon_group_create(t, a.segs, a.n, &o, mem, win, &gx);
+        a.segs[0] = saved;
+        check(rc == DMUON_EMISMATCH && !gx && strstr(dmuon_errmsg(), "segment 0"),
+              "create: a rank with another table fails every rank, naming segment 0");
+    }
+
+free_mem:
+    dmuon_group_free(ga);
+    dmuon_group_free(gb);
+    dmuon_symm_free(mem);
+out:
+    free(a.segs);
+    free(b.segs);
+}
+
+/* ---------------------------------------------------------- publish ---- */
+
+static void test_publish(const dmuon_topo *t)
+{
+    table a = {0};
+    int ok = make_table(t, DMUON_LAYOUT_RANK, 50000, DMUON_BF16, &a);
+    check(ok, "publish: table made");
+    if (!ok) {
+        free(a.segs);
+        return;
+    }
+    /* each rail's parameters back to back in its copy */
+    int64_t *end = calloc((size_t)t->per_node, sizeof *end);
+    for (int i = 0; i < a.n; i++) {
+        a.segs[i].offset = end[a.segs[i].owner % t->per_node];
+        a.segs[i].window_offset = 0;
+        end[a.segs[i].owner % t->per_node] += seg_bytes(&a.segs[i]);
+    }
+    int64_t need = 0, most = 0;
+    for (int s = 0; s < t->per_node; s++)
+        most = end[s] > most ? end[s] : most;
+    free(end);
+    dmuon_rc rc = dmuon_publish_copy_bytes_needed(t, a.segs, a.n, &need);
+    check(rc == DMUON_OK && need == most, "publish: copy bytes needed = the heaviest rail's");
+    int64_t off = 8192;
+    dmuon_symm *mem = NULL;
+    dmuon_publish *p = NULL;
+    if (dmuon_symm_alloc(t, off + need, &mem) != DMUON_OK) {
+        check(0, "publish: memory allocated");
+        free(a.segs);
+        return;
+    }
+    check(dmuon_publish_create(t, a.segs, a.n, NULL, mem, off + 8, &p) == DMUON_EINVAL && !p,
+          "publish: a copy past the end of the memory is DMUON_EINVAL");
+    check(dmuon_publish_create(t, a.segs, a.n, NULL, mem, 4, &p) == DMUON_EINVAL && !p,
+          "publish: a copy offset not a multiple of 8 is DMUON_EINVAL");
+    rc = dmuon_publish_create(t, a.segs, a.n, NULL, mem, off, &p);
+    check(rc == DMUON_OK, "publish: created over a copy range at 8 KiB");
+    if (rc == DMUON_OK) {
+        unsigned char *copy = dmuon_publish_copy(p), *base = dmuon_symm_base(mem);
+        check(copy == base + off && dmuon_publish_copy_bytes(p) == need,
+              "publish: copy is base + offset");
+        memset(base, 0x5a, (size_t)off);
+        int64_t bad = 0;
+        int all_ok = 1;
+        for (int64_t step = 1; step <= 2; step++) {
+            all_ok &= dmuon_publish_begin(p, step) == DMUON_OK;
+            for (int i = 0; i < a.n; i++)
+                if (a.segs[i].owner == t->rank) {
+                    for (int64_t k = 0; k < seg_bytes(&a.segs[i]); k++)
+                        copy[a.segs[i].offset + k] = pattern(10 + (int)step, i, k);
+                    all_ok &= dmuon_publish_post(p, i, step) == DMUON_OK;
+                }
+            for (int i = 0; i < a.n; i++)
+                if (t->nodes > 1 && a.segs[i].owner % t->per_node == t->local &&
+                    a.segs[i].owner != t->rank) {
+                    all_ok &= dmuon_publish_wait(p, i, step) == DMUON_OK;
+                    for (int64_t k = 0; k < seg_bytes(&a.segs[i]); k++)
+                        bad += copy[a.segs[i].offset + k] != pattern(10 + (int)step, i, k);
+                }
+            all_ok &= dmuon_publish_end(p, step) == DMUON_OK;
+        }
+        int outside = 0;
+        for (int64_t k = 0; k < off; k++)
+            outside |= base[k] != 0x5a;
+        check(all_ok && bad == 0, "publish: two steps arrive bit-exact in the leaders' copies");
+        check(!outside, "publish: nothing written outside the copy range");
+        dmuon_publish_free(p);
+    }
+    dmuon_symm_free(mem);
+    free(a.segs);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    dmuon_topo t;
+    if (dmuon_topo_init(&t, MPI_COMM_WORLD, 0) != DMUON_OK) {
+        fprintf(stderr, "rank %d: topology: %s\n", world_rank, dmuon_errmsg());
+        MPI_Finalize();
+        return 3;
+    }
+    dmuon_err_set_rank(t.rank);
+    if (t.rank == 0)
+        printf("test_comm: %d ranks as %d nodes x %d\n", t.size, t.nodes, t.per_node);
+    test_symm(&t);
+    test_groups(&t);
+    test_publish(&t);
+    dmuon_topo_release(&t);
+    if (world_rank == 0)
+        printf("%d passed, %d failed\n", passed, failed);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
