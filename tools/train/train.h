@@ -15,7 +15,8 @@
  *       pre_backward(l)  block backward into dmuon_rt_grad  post_backward(l)
  *   embedding backward  post_backward(root)
  * then dmuon_rt_step with the step's learning rates (schedule below).
- * Validation: forward passes only (the same bracketing, no backward).
+ * Validation: forward passes, each followed by the backward hooks without
+ * compute (zero gradients; the runtime has no forward-only pass).
  *
  * Gradients are of the mean loss over the global batch: each rank scales its
  * summed cross-entropy by 1 / (global sequences · T · micro-batches) and the
