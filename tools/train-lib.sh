@@ -3,11 +3,12 @@
 # compare two per-step loss logs.  Source it; needs $bin (the built tools).
 
 # train_mpirun NP ARGS...: NP ranks on this host (oversubscribed, yielding
-# when idle, one BLAS thread each) running dmuon-train ARGS.
+# when idle, one BLAS thread each) running dmuon-train ARGS; killed after
+# $TRAIN_TIMEOUT seconds when that is set.
 train_mpirun() {
     local np=$1; shift
     OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        mpirun -np "$np" --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+        ${TRAIN_TIMEOUT:+timeout "$TRAIN_TIMEOUT"} mpirun -np "$np" --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
         "$bin/dmuon-train" "$@"
 }
 
