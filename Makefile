@@ -1,11 +1,13 @@
 # dmuon — one build for everything.
 #
 #   make deps         install the Debian packages below when missing
-#   make              libcore (static + shared) and bin/dmuon-{plan,probe,bench,verify}
+#   make              libcore (static + shared) and bin/dmuon-{plan,probe,bench,verify,train}
 #   make test         unit, CLI and MPI tests; then the same suite under ASan+UBSan
 #   make test-fast    the suite once, no sanitizer build
 #   make demo         plan the bundled models (measured costs on this machine)
-#   make bench        side-by-side benchmarks (planner speed, NS, operators)
+#   make bench        side-by-side benchmarks (planner speed, NS, operators, the trainer's lines)
+#   make equiv        the trainer's loss equivalence of the lines (D vs B, FSDP vs HSDP, 8 vs 1 rank)
+#   make plots        SVG plots (gnuplot) of the trainer's logs from make equiv and make bench
 #   make SANITIZER=address,undefined   a sanitizer build (goes to build/san)
 #   make WERROR=1     strict warnings as errors (CI sets this)
 #
@@ -155,6 +157,14 @@ demo: all
 
 bench: all
 	bash tools/bench.sh $(BINDIR)
+
+# the trainer: equivalence of the lines (200 steps) and plots of the logs
+.PHONY: equiv plots
+equiv: all
+	bash tools/train-equiv.sh $(BINDIR)
+
+plots:
+	bash tools/train-plots.sh
 
 deps:
 	bash tools/install-deps.sh

@@ -12,3 +12,6 @@ echo "== operators: 8 ranks as 4 virtual nodes x 2, BF16, 16 KiB - 64 MiB (ours 
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" --ranks-per-node 2 \
     -b 16K -e 64M -f 4 -w 5 -n 10 --launches 3 --op all --json build/bench-ops.json
+echo
+echo "== the trainer's four lines A/B/C/D: step time per phase, 8 ranks as 4 virtual nodes x 2 (tools/train-bench.sh)"
+bash tools/train-bench.sh "$bin"

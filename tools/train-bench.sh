@@ -66,7 +66,7 @@ largest_frac=$(awk -v l="$(nsflops 384 128)" -v t="$per_layer" 'BEGIN { print l 
 md=build/train/bench.md
 : > "$md"
 phases=$out/phases.dat
-echo "# config line fwd_compute bwd_compute optim exposed_comm publish_wait" > "$phases"
+echo "# config line fwd_compute bwd_compute optim_compute exposed_comm publish_wait (s, medians of the busiest rank; compute = wall - comm wait of the phase)" > "$phases"
 for c in "${configs[@]}"; do
     set -- $c; cfg=$1
     {
@@ -91,9 +91,9 @@ for c in "${configs[@]}"; do
             printf "| %s | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.1f | %.1f |\n",
                 l, s, f, fc, b, bc, o, oc, ns, nsm, w, p, st / 1024, one / n / 1024 }' >> "$md"
         awk -v c="$cfg" -v l="$line" -v f="$v_fwd_s" -v b="$v_bwd_s" -v o="$v_optim_s" \
-            -v wf="$v_comm_wait_fwd_s" -v wb="$v_comm_wait_bwd_s" -v w="$v_comm_wait_s" \
-            -v p="$v_publish_wait_s" 'BEGIN {
-            printf "%s %s %.5f %.5f %.5f %.5f %.5f\n", c, l, f - wf, b - wb, o, w, p }' >> "$phases"
+            -v wf="$v_comm_wait_fwd_s" -v wb="$v_comm_wait_bwd_s" -v wo="$v_comm_wait_optim_s" \
+            -v w="$v_comm_wait_s" -v p="$v_publish_wait_s" 'BEGIN {
+            printf "%s %s %.5f %.5f %.5f %.5f %.5f\n", c, l, f - wf, b - wb, o - wo, w, p }' >> "$phases"
         for k in step_s optim_s ns_s mean_ns_s comm_wait_s state_bytes fwd_cpu_s bwd_cpu_s optim_cpu_s; do
             eval "${cfg//-/_}_${line}_$k=\$v_$k"
         done

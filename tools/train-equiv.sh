@@ -7,7 +7,9 @@
 #   D on 8 ranks vs D on 1 rank (the same global batch and tokens)
 # For each pair: is the step-0 loss bit-identical, and the median and
 # largest per-step relative loss difference |a − b| / |b|.  Each pair's
-# median must be below the control's; the script exits 1 otherwise.
+# median must be below the control's; the script exits 1 otherwise.  Lines
+# A and C run too, for the loss curves of make plots; C next to D is in the
+# table as well (the same owners, other collectives).
 # Logs: build/train/equiv/*.csv (make plots draws them); table:
 # build/train/equiv.md.
 #
@@ -25,7 +27,9 @@ runs=("D-fsdp-s1 8 --line D --seed 1"
       "B-fsdp-s1 8 --line B --seed 1"
       "B-fsdp-s2 8 --line B --seed 2"
       "D-hsdp-s1 8 --line D --seed 1 --sharding hsdp"
-      "D-1rank-s1 1 --line D --seed 1")
+      "D-1rank-s1 1 --line D --seed 1"
+      "A-fsdp-s1 8 --line A --seed 1"
+      "C-fsdp-s1 8 --line C --seed 1")
 for r in "${runs[@]}"; do
     set -- $r
     name=$1 np=$2; shift 2
@@ -57,6 +61,7 @@ table=build/train/equiv.md
     row "control: B vs B, init seed 2 vs 1" B-fsdp-s2 B-fsdp-s1
     row "D FSDP vs D HSDP" D-fsdp-s1 D-hsdp-s1
     row "D 8 ranks vs D 1 rank" D-fsdp-s1 D-1rank-s1
+    row "D vs C" D-fsdp-s1 C-fsdp-s1
 } > "$table"
 cat "$table"
 grep -q '| NO |' "$table" && fail=1

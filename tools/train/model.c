@@ -440,14 +440,14 @@ void tm_block_forward(tm_acts *a, int l, const tm_block_w *w)
     mm_xwt(x_out, b->s, w->t[TM_DOWN], N, D, F, 1.0f);
 }
 
-double tm_head_forward(tm_acts *a, const tm_root_w *w, const uint8_t *targets)
+double tm_head_forward(tm_acts *a, const tm_root_w *w, const uint8_t *targets, double *seq_loss)
 {
     const tm_config *c = &a->cfg;
     int N = a->B * a->T, D = c->dim, V = c->vocab;
     const float *xL = a->resid + (size_t)c->layers * N * D;
     rmsnorm_forward(a->xf, a->rstdf, xL, w->t[TM_NORM], N, D, c->norm_eps);
     mm_xwt(a->probs, a->xf, w->t[TM_HEAD], N, V, D, 0.0f);
-    double loss = 0;
+    double loss = 0, seq = 0;
     for (int n = 0; n < N; n++) {
         float *row = a->probs + (size_t)n * V, mx = row[0];
         for (int v = 1; v < V; v++)
@@ -455,9 +455,15 @@ double tm_head_forward(tm_acts *a, const tm_root_w *w, const uint8_t *targets)
         double sum = 0, lt = row[targets[n]];
         for (int v = 0; v < V; v++)
             sum += exp((double)row[v] - mx);
-        loss += log(sum) + mx - lt;
+        seq += log(sum) + mx - lt;
         for (int v = 0; v < V; v++)
             row[v] = (float)(exp((double)row[v] - mx) / sum);
+        if ((n + 1) % a->T == 0) {
+            if (seq_loss)
+                seq_loss[n / a->T] = seq;
+            loss += seq;
+            seq = 0;
+        }
     }
     return loss;
 }
@@ -573,7 +579,7 @@ double tm_forward_backward(tm_acts *a, const tm_params *p, tm_params *grads,
         tm_params_block(p, l, &bw);
         tm_block_forward(a, l, &bw);
     }
-    double loss = tm_head_forward(a, &rw, targets);
+    double loss = tm_head_forward(a, &rw, targets, NULL);
     if (!grads)
         return loss;
     tm_root_g rg;

@@ -180,8 +180,12 @@ void tm_embed_forward(tm_acts *a, const tm_root_w *w, const uint8_t *tokens);
 void tm_block_forward(tm_acts *a, int l, const tm_block_w *w);
 
 /* Final norm, head and softmax on a->resid[L]; returns the summed
- * cross-entropy over the N tokens (nats, accumulated in double). */
-double tm_head_forward(tm_acts *a, const tm_root_w *w, const uint8_t *targets);
+ * cross-entropy over the N tokens (nats, accumulated in double, sequence by
+ * sequence: the sum of seq_loss in order).  seq_loss [B] (may be NULL)
+ * receives each sequence's sum, so callers that split a batch over ranks
+ * can add the sequences in one global order (the same bits on any number
+ * of ranks). */
+double tm_head_forward(tm_acts *a, const tm_root_w *w, const uint8_t *targets, double *seq_loss);
 
 /* Backward of the head and the final norm for the loss scale·Σ CE:
  * writes a->dx = ∂/∂x_L and adds into g->t[TM_NORM], g->t[TM_HEAD] (the

@@ -77,6 +77,7 @@ typedef struct {
     const td_data *data;
     tm_acts acts;
     uint8_t *tok, *tgt;          /* [Bl, T] */
+    double *seq_loss;            /* [batch]: this rank's at rank * Bl */
 } trainer;
 
 /* Root weights / gradients of the runtime (valid inside the root's hooks). */
@@ -110,7 +111,23 @@ static void block_g(trainer *t, int l, tm_block_g *g)
         g->t[k] = dmuon_rt_grad(t->rt, t->pidx[1 + (size_t)l * TM_BLOCK_TENSORS + (size_t)k]);
 }
 
-/* The forward of one micro-batch in t->tok/tgt; *loss: summed CE. */
+/* The summed loss of the global micro-batch: every rank's per-sequence
+ * sums gathered, added in global sequence order (the same bits on any
+ * number of ranks). */
+static dmuon_rc global_loss(trainer *t, double *loss)
+{
+    if (MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t->seq_loss, t->Bl, MPI_DOUBLE,
+                      t->comm) != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "loss: MPI_Allgather failed");
+    double s = 0;
+    for (int j = 0; j < t->Bl * t->size; j++)
+        s += t->seq_loss[j];
+    *loss = s;
+    return DMUON_OK;
+}
+
+/* The forward of one micro-batch in t->tok/tgt; *loss: this rank's summed
+ * CE (per-sequence sums in t->seq_loss at this rank's slice). */
 static dmuon_rc forward(trainer *t, double *loss)
 {
     const tm_config *c = &t->o->model;
@@ -125,7 +142,7 @@ static dmuon_rc forward(trainer *t, double *loss)
         tm_block_forward(&t->acts, l, &bw);
         DMUON_TRY(dmuon_rt_post_forward(t->rt, t->block_layer[l]));
     }
-    *loss = tm_head_forward(&t->acts, &rw, t->tgt);
+    *loss = tm_head_forward(&t->acts, &rw, t->tgt, t->seq_loss + (size_t)t->rank * t->Bl);
     DMUON_TRY(dmuon_rt_post_forward(t->rt, t->root_layer));
     return DMUON_OK;
 }
@@ -185,10 +202,9 @@ static dmuon_rc validate(trainer *t, double *mean)
                      t->tgt);
         DMUON_TRY(forward(t, &l));
         DMUON_TRY(backward(t, 0.0f, false));
+        DMUON_TRY(global_loss(t, &l));
         sum += l;
     }
-    if (MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, t->comm) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "validation loss: MPI_Allreduce failed");
     *mean = sum / ((double)total * t->T);
     return DMUON_OK;
 }
@@ -220,6 +236,7 @@ static void free_trainer(trainer *t)
     free(t->pidx);
     free(t->tok);
     free(t->tgt);
+    free(t->seq_loss);
     dmuon_rt_free(t->rt);
     t->rt = NULL;
 }
@@ -242,7 +259,8 @@ static dmuon_rc setup(trainer *t, const dmuon_plan *plan, const dmuon_rt_opts *r
     t->pidx = calloc(np, sizeof *t->pidx);
     t->tok = malloc((size_t)t->Bl * t->T);
     t->tgt = malloc((size_t)t->Bl * t->T);
-    if (!t->block_layer || !t->pidx || !t->tok || !t->tgt)
+    t->seq_loss = calloc((size_t)o->batch, sizeof *t->seq_loss);
+    if (!t->block_layer || !t->pidx || !t->tok || !t->tgt || !t->seq_loss)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
     bool root_seen = false;
     for (int l = 0; l < c->layers; l++)
@@ -377,6 +395,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
             dmuon_rt_get_stats(t.rt, &st);
             f[F_WAIT_FWD] += st.comm_wait_s - wait_prev;
             wait_prev = st.comm_wait_s;
+            DMUON_TRY_GOTO(rc, global_loss(&t, &l), out);
             loss += l;
             w0 = dmuon_now_ms();
             c0 = cpu_s();
@@ -400,9 +419,9 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
         f[F_NS] = st.ns_s;
         f[F_RT_OPT] = st.optim_s;
         f[F_STATE] = (double)st.state_bytes;
-        /* reductions: loss sum, step time max, figures max and sum */
+        /* reductions: step time max, figures max and sum (the loss is global) */
         double sums[1 + F_COUNT], maxs[1 + F_COUNT];
-        sums[0] = loss;
+        sums[0] = 0;
         maxs[0] = step_s;
         memcpy(sums + 1, f, sizeof f);
         memcpy(maxs + 1, f, sizeof f);
@@ -414,7 +433,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
                             (long long)s);
             goto out;
         }
-        double mean_loss = sums[0] / tokens_step;
+        double mean_loss = loss / tokens_step;
         if (!isfinite(mean_loss)) {
             rc = DMUON_FAIL(DMUON_ENUMERIC, "step %lld: loss is %g", (long long)s, mean_loss);
             goto out;
