@@ -109,6 +109,7 @@ $(BUILD)/kernels/%.o: kernels/%.cu $(wildcard libcore/include/dmuon/*.h)
 $(STATIC): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+	@echo '$(LDFLAGS) $(LDLIBS)' > $(BUILD)/link-flags
 
 $(SHARED): $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -20,6 +20,8 @@
  */
 #include "rt_internal.h"
 
+#include "comm/wait.h"
+
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,37 @@ static dmuon_rc count_ok(int64_t n, const char *what)
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: %s of %lld elements exceeds one MPI call",
                           what, (long long)n);
     return DMUON_OK;
+}
+
+/* Completes a non-blocking MPI call within the runtime's deadline: a peer
+ * that stalls or died makes this rank fail with DMUON_ETIMEOUT instead of
+ * hanging (MPI collectives have no deadline of their own). */
+dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, size_t l)
+{
+    if (err != MPI_SUCCESS)
+        return rt_fail_comm(rt, mpi_ok(err, what, rt));
+    int ms = 0;
+    if (dmuon_deadline_ms(rt->opts.deadline_ms, &ms) != DMUON_OK)
+        ms = DMUON_DEADLINE_MS_DEFAULT;
+    dmuon_waiter w;
+    dmuon_waiter_start(&w, ms);
+    for (;;) {
+        int done = 0;
+        err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS)
+            return rt_fail_comm(rt, mpi_ok(err, what, rt));
+        if (done)
+            return DMUON_OK;
+        if (dmuon_waiter_expired(&w)) {
+            rt->failed = true;
+            return DMUON_FAIL(DMUON_ETIMEOUT, "runtime: %s%s%s%s did not complete within the "
+                              "%d ms deadline (a peer stalled or died)", what,
+                              l < rt->nlayers ? " of layer '" : "",
+                              l < rt->nlayers ? dmuon_plan_layer_name(rt->plan, l) : "",
+                              l < rt->nlayers ? "'" : "", ms);
+        }
+        dmuon_waiter_idle(&w);
+    }
 }
 
 static MPI_Datatype pdt_mpi(const dmuon_rt *rt)
@@ -155,10 +188,11 @@ dmuon_rc rt_pub_finish(dmuon_rt *rt)
             if (L->segs[s].owner % K != rt->topo.local)
                 continue;
             DMUON_TRY(count_ok(L->segs[s].count, "a published segment"));
-            DMUON_TRY(rt_fail_comm(rt, mpi_ok(MPI_Bcast(rt->base + rt->copy_off + L->seg_copy[s],
-                                                        (int)L->segs[s].count, pdt_mpi(rt),
-                                                        L->segs[s].owner / K, rt->topo.rail),
-                                              "MPI_Bcast (publish)", rt)));
+            MPI_Request q;
+            DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(rt->base + rt->copy_off + L->seg_copy[s],
+                                                 (int)L->segs[s].count, pdt_mpi(rt),
+                                                 L->segs[s].owner / K, rt->topo.rail, &q),
+                                  &q, "MPI_Ibcast (publish)", l));
         }
     }
     return DMUON_OK;
@@ -205,8 +239,10 @@ static dmuon_rc gather_owned(dmuon_rt *rt, rt_layer *L)
                 memcpy(blk + g->offset, rt->base + rt->pwin_off + g->window_offset,
                        (size_t)g->count * rt->dsize);
             DMUON_TRY(count_ok(g->count, "a segment"));
-            DMUON_TRY(mpi_ok(MPI_Bcast(blk + g->offset, (int)g->count, pdt_mpi(rt), g->owner,
-                                       rt->topo.world), "MPI_Bcast", rt));
+            MPI_Request q;
+            DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(blk + g->offset, (int)g->count, pdt_mpi(rt),
+                                                 g->owner, rt->topo.world, &q),
+                                  &q, "MPI_Ibcast", L - rt->layers));
         }
         return DMUON_OK;
     }
@@ -218,8 +254,10 @@ static dmuon_rc gather_owned(dmuon_rt *rt, rt_layer *L)
                 memcpy(blk + g->offset, rt->base + rt->copy_off + L->seg_copy[s],
                        (size_t)g->count * rt->dsize);
             DMUON_TRY(count_ok(g->count, "a segment"));
-            DMUON_TRY(mpi_ok(MPI_Bcast(blk + g->offset, (int)g->count, pdt_mpi(rt), col,
-                                       rt->topo.node), "MPI_Bcast (node)", rt));
+            MPI_Request q;
+            DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(blk + g->offset, (int)g->count, pdt_mpi(rt), col,
+                                                 rt->topo.node, &q),
+                                  &q, "MPI_Ibcast (node)", L - rt->layers));
         }
         return DMUON_OK;
     }
@@ -232,14 +270,17 @@ static dmuon_rc gather_owned(dmuon_rt *rt, rt_layer *L)
             DMUON_TRY(dmuon_publish_wait(rt->pub, L->seg_pub[s], rt->pub_round));
     }
     rt->stats.publish_wait_s += MPI_Wtime() - t0;
-    DMUON_TRY(mpi_ok(MPI_Barrier(rt->topo.node), "MPI_Barrier (node)", rt));
+    MPI_Request q;
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Ibarrier(rt->topo.node, &q), &q, "MPI_Ibarrier (node)",
+                          L - rt->layers));
     for (size_t s = 0; s < L->nseg; s++) {
         const dmuon_segment *g = &L->segs[s];
         const unsigned char *peer = dmuon_symm_peer(rt->symm, g->owner % K);
         memcpy(blk + g->offset, peer + rt->copy_off + L->seg_copy[s], (size_t)g->count * rt->dsize);
     }
     /* nobody leaves before every rank of the node has read the copies */
-    return mpi_ok(MPI_Barrier(rt->topo.node), "MPI_Barrier (node)", rt);
+    return rt_mpi_wait(rt, MPI_Ibarrier(rt->topo.node, &q), &q, "MPI_Ibarrier (node)",
+                       L - rt->layers);
 }
 
 dmuon_rc rt_gather(dmuon_rt *rt, size_t l)
@@ -248,14 +289,15 @@ dmuon_rc rt_gather(dmuon_rt *rt, size_t l)
     if (L->nseg)
         DMUON_TRY(gather_owned(rt, L));
     if (L->shard) {
-        int64_t bytes = L->shard * (int64_t)rt->dsize;
         DMUON_TRY(count_ok(L->shard, "an even shard"));
-        DMUON_TRY(mpi_ok(MPI_Allgather(rt->base + rt->ewin_off + L->even_pos * (int64_t)rt->dsize,
-                                       (int)L->shard, pdt_mpi(rt),
-                                       rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
-                                       (int)L->shard, pdt_mpi(rt), rt->shard_comm),
-                         "MPI_Allgather", rt));
-        (void)bytes;
+        MPI_Request q;
+        DMUON_TRY(rt_mpi_wait(rt, MPI_Iallgather(rt->base + rt->ewin_off +
+                                                     L->even_pos * (int64_t)rt->dsize,
+                                                 (int)L->shard, pdt_mpi(rt),
+                                                 rt_pblock(rt, L) +
+                                                     L->own_elems * (int64_t)rt->dsize,
+                                                 (int)L->shard, pdt_mpi(rt), rt->shard_comm, &q),
+                              &q, "MPI_Iallgather", l));
     }
     return DMUON_OK;
 }
@@ -276,10 +318,13 @@ dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
                 const dmuon_segment *g = &L->gsegs[s];
                 bool mine = g->owner == rt->topo.rank;
                 DMUON_TRY(count_ok(g->count, "a segment"));
-                DMUON_TRY(mpi_ok(MPI_Reduce((unsigned char *)blk + g->offset,
-                                            mine ? (unsigned char *)gwin + g->window_offset : NULL,
-                                            (int)g->count, MPI_FLOAT, MPI_SUM, g->owner,
-                                            rt->topo.world), "MPI_Reduce", rt));
+                MPI_Request q;
+                DMUON_TRY(rt_mpi_wait(rt, MPI_Ireduce((unsigned char *)blk + g->offset,
+                                                      mine ? (unsigned char *)gwin + g->window_offset
+                                                           : NULL,
+                                                      (int)g->count, MPI_FLOAT, MPI_SUM, g->owner,
+                                                      rt->topo.world, &q),
+                                      &q, "MPI_Ireduce", l));
             }
         }
         for (size_t s = 0; s < L->nseg; s++) {
@@ -294,12 +339,14 @@ dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
     if (L->shard) {
         float *dst = (float *)(rt->base + rt->egwin_off) + L->even_pos;
         DMUON_TRY(count_ok(L->shard, "an even shard"));
-        DMUON_TRY(mpi_ok(MPI_Reduce_scatter_block(blk + L->own_elems, dst, (int)L->shard,
-                                                  MPI_FLOAT, MPI_SUM, rt->shard_comm),
-                         "MPI_Reduce_scatter_block", rt));
+        MPI_Request q;
+        DMUON_TRY(rt_mpi_wait(rt, MPI_Ireduce_scatter_block(blk + L->own_elems, dst, (int)L->shard,
+                                                            MPI_FLOAT, MPI_SUM, rt->shard_comm, &q),
+                              &q, "MPI_Ireduce_scatter_block", l));
         if (rt->hsdp && rt->topo.nodes > 1)
-            DMUON_TRY(mpi_ok(MPI_Allreduce(MPI_IN_PLACE, dst, (int)L->shard, MPI_FLOAT, MPI_SUM,
-                                           rt->topo.rail), "MPI_Allreduce (rail)", rt));
+            DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(MPI_IN_PLACE, dst, (int)L->shard, MPI_FLOAT,
+                                                     MPI_SUM, rt->topo.rail, &q),
+                                  &q, "MPI_Iallreduce (rail)", l));
         float *acc = rt->even_g + L->even_pos;
         for (int64_t i = 0; i < L->shard; i++)
             acc[i] += dst[i];

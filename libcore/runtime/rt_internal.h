@@ -163,6 +163,9 @@ dmuon_rc rt_pub_post(dmuon_rt *rt, size_t l, size_t s);
 dmuon_rc rt_pub_finish(dmuon_rt *rt); /* line C: the rail broadcasts of the round */
 dmuon_rc rt_pub_end(dmuon_rt *rt);
 dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc);
+/* Waits for a non-blocking MPI call (err: what starting it returned) within
+ * the deadline; l names the layer (or ≥ nlayers for none). */
+dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, size_t l);
 
 /* rt_step.c */
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);

@@ -75,9 +75,12 @@ static dmuon_rc check_and_clip(dmuon_rt *rt)
     }
     int gbad = INT_MAX;
     double gsum = 0;
-    if (MPI_Allreduce(&bad, &gbad, 1, MPI_INT, MPI_MIN, rt->topo.world) != MPI_SUCCESS ||
-        MPI_Allreduce(&sumsq, &gsum, 1, MPI_DOUBLE, MPI_SUM, rt->topo.world) != MPI_SUCCESS)
-        return rt_fail_comm(rt, DMUON_FAIL(DMUON_ECOMM, "runtime: step: MPI_Allreduce failed"));
+    MPI_Request q;
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(&bad, &gbad, 1, MPI_INT, MPI_MIN, rt->topo.world, &q),
+                          &q, "step: MPI_Iallreduce (gradient check)", SIZE_MAX));
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(&sumsq, &gsum, 1, MPI_DOUBLE, MPI_SUM, rt->topo.world,
+                                             &q), &q, "step: MPI_Iallreduce (gradient norm)",
+                          SIZE_MAX));
     if (gbad != INT_MAX) {
         clear_grads(rt);
         return DMUON_FAIL(DMUON_ENUMERIC, "runtime: step %lld: non-finite gradient in '%s'; "
@@ -153,9 +156,10 @@ static dmuon_rc step_replicated(dmuon_rt *rt, size_t l, double lr)
         dmuon_muon_momentum(o, pc->hi - pc->lo, rt->even_m + pc->pos, rt->even_g + pc->pos,
                             mine + (pc->pos - L->even_pos));
     }
-    if (MPI_Allgather(mine, (int)L->shard, MPI_FLOAT, full, (int)L->shard, MPI_FLOAT,
-                      rt->shard_comm) != MPI_SUCCESS)
-        return rt_fail_comm(rt, DMUON_FAIL(DMUON_ECOMM, "runtime: step: MPI_Allgather failed"));
+    MPI_Request q;
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallgather(mine, (int)L->shard, MPI_FLOAT, full, (int)L->shard,
+                                             MPI_FLOAT, rt->shard_comm, &q),
+                          &q, "step: MPI_Iallgather (Nesterov directions)", l));
     for (int j = 0; j < L->np; j++) {
         const rt_param *p = &rt->params[L->params[j]];
         if (p->role != DMUON_ROLE_MUON)

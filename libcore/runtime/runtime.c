@@ -71,12 +71,14 @@ dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc)
 {
     int mine[2] = {rc == DMUON_OK ? rt->topo.size : rt->topo.rank, rt->topo.rank};
     int worst[2];
-    if (MPI_Allreduce(mine, worst, 1, MPI_2INT, MPI_MINLOC, rt->topo.world) != MPI_SUCCESS)
-        return rt_fail_comm(rt, DMUON_FAIL(DMUON_ECOMM, "runtime: MPI_Allreduce failed"));
+    MPI_Request q;
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(mine, worst, 1, MPI_2INT, MPI_MINLOC,
+                                             rt->topo.world, &q), &q, "MPI_Iallreduce", SIZE_MAX));
     if (worst[0] == rt->topo.size)
         return DMUON_OK;
     int code = (int)rc;
-    MPI_Bcast(&code, 1, MPI_INT, worst[0], rt->topo.world);
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(&code, 1, MPI_INT, worst[0], rt->topo.world, &q), &q,
+                          "MPI_Ibcast", SIZE_MAX));
     if (rc != DMUON_OK)
         return rc;
     return DMUON_FAIL((dmuon_rc)code, "runtime: rank %d failed: %s", worst[0],
@@ -505,7 +507,9 @@ static dmuon_rc pool_agree(dmuon_rt *rt)
     mine[n++] = rt->copy_off;
     mine[n++] = dmuon_symm_bytes(rt->symm);
     memcpy(ref, mine, sizeof ref);
-    MPI_Bcast(ref, n, MPI_INT64_T, 0, rt->topo.world);
+    MPI_Request q;
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(ref, n, MPI_INT64_T, 0, rt->topo.world, &q), &q,
+                          "pool: MPI_Ibcast", SIZE_MAX));
     int first = n;
     for (int i = 0; i < n; i++)
         if (mine[i] != ref[i]) {
@@ -513,7 +517,8 @@ static dmuon_rc pool_agree(dmuon_rt *rt)
             break;
         }
     int lowest[2] = {first, rt->topo.rank}, got[2];
-    MPI_Allreduce(lowest, got, 1, MPI_2INT, MPI_MINLOC, rt->topo.world);
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(lowest, got, 1, MPI_2INT, MPI_MINLOC, rt->topo.world,
+                                             &q), &q, "pool: MPI_Iallreduce", SIZE_MAX));
     if (got[0] == n)
         return DMUON_OK;
     const char *what = got[0] < DMUON_SPACE_COUNT * 2 ? dmuon_pool_space_name(got[0] / 2)

@@ -46,4 +46,18 @@ case_ok 4 "D, error paths (registration, hook order, NaN gradient)" --line D --e
 run "${MPIRUN[@]}" -np 4 "$R" --mismatch
 check_rc 0 "ranks per node differing from the plan's: a clear error on every rank"
 check_out '^1 passed, 0 failed' "mismatch summary"
+
+# a stalled rank: the others fail within the deadline, naming the layer
+for line in D C; do
+    start=$(date +%s)
+    run "${MPIRUN[@]}" --enable-recovery -np 4 "$R" --line $line --stall 2 --deadline-ms 1500
+    took=$(( $(date +%s) - start ))
+    # (mpirun --enable-recovery may exit 0 when ranks fail: the run must not
+    # have reached its summary, and must not have hit the outer timeout)
+    if [ "$RC" -ne 124 ] && ! grep -q ' passed, ' "$T_TMP/out"; then ok; else
+        bad "line $line, stalled rank: exit $RC, the run finished"; fi
+    n=$(grep -E '^rank [013]: FAIL .*did not complete within the 1500 ms deadline' "$T_TMP/err" | wc -l)
+    check_eq "$n" 3 "line $line: each of the 3 other ranks reports the deadline"
+    [ "$took" -lt 60 ] && ok || bad "line $line, stalled rank: took ${took}s"
+done
 finish
