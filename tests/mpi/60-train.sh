@@ -69,6 +69,16 @@ l19=$(awk -F, '$1 == 19 { print $2 }' "$T_TMP/D-1.csv")
 if awk -v a="$l0" -v b="$l19" 'BEGIN { exit !(b < 0.85 * a) }'; then ok; else
     bad "line D: loss $l0 at step 0 and $l19 at step 19 (expected a fall of 15% or more)"; fi
 
+# --- recomputation and ZeRO-2 change no bit of the losses ----------------------
+for v in "z3 --zero 3" "z3r --zero 3 --recompute" "z2r --zero 2 --recompute"; do
+    set -- $v; n=$1; shift
+    run train_mpirun 8 --ranks-per-node 2 "${TINY[@]}" --steps 4 --line D "$@" --log "$T_TMP/$n.csv"
+    check_rc 0 "line D $*"
+    cut -d, -f1-3 "$T_TMP/$n.csv" > "$T_TMP/$n.loss"
+done
+check_cmp "$T_TMP/z3.loss" "$T_TMP/z3r.loss" "--recompute: the same losses bit for bit (ZeRO-3)"
+check_cmp "$T_TMP/z3.loss" "$T_TMP/z2r.loss" "ZeRO-2 with --recompute: the same losses as ZeRO-3"
+
 # checkpoints: a build whose libcore has no checkpoint module says so (exit 3)
 run train_mpirun 1 "${TINY[@]}" --steps 1 --save "$T_TMP/probe-ck"
 if [ "$RC" -ne 0 ] && grep -q "checkpoints are not available in this build" "$T_TMP/err"; then

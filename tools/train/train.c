@@ -164,6 +164,7 @@ static dmuon_rc backward(trainer *t, float scale, bool compute)
         tm_head_backward(&t->acts, &rw, &rg, t->tgt, scale);
     for (int l = c->layers - 1; l >= 0; l--) {
         size_t L = t->block_layer[l];
+        DMUON_TRY(dmuon_rt_pre_backward(t->rt, L));
         if (t->o->recompute) {
             DMUON_TRY(dmuon_rt_recompute_begin(t->rt));
             DMUON_TRY(dmuon_rt_pre_forward(t->rt, L));
@@ -173,7 +174,6 @@ static dmuon_rc backward(trainer *t, float scale, bool compute)
             DMUON_TRY(dmuon_rt_post_forward(t->rt, L));
             DMUON_TRY(dmuon_rt_recompute_end(t->rt));
         }
-        DMUON_TRY(dmuon_rt_pre_backward(t->rt, L));
         block_w(t, l, &bw);
         block_g(t, l, &bg);
         if (compute)

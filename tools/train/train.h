@@ -10,9 +10,10 @@
  *   head (final norm, lm_head, loss)  post_forward(root)
  *   pre_backward(root)  head backward
  *     per block l in reverse:
+ *       pre_backward(l)
  *       [--recompute: recompute_begin  pre_forward(l)  block forward
  *        post_forward(l)  recompute_end]
- *       pre_backward(l)  block backward into dmuon_rt_grad  post_backward(l)
+ *       block backward into dmuon_rt_grad  post_backward(l)
  *   embedding backward  post_backward(root)
  * then dmuon_rt_step with the step's learning rates (schedule below).
  * Validation: forward passes, each followed by the backward hooks without
