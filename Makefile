@@ -6,6 +6,7 @@
 #   make test-fast    the suite once, no sanitizer build
 #   make demo         plan the bundled models (measured costs on this machine)
 #   make bench        side-by-side benchmarks (planner speed, NS, operators, the trainer's lines)
+#   make train        train the example model, line D on 8 ranks, on the fortunes text
 #   make equiv        the trainer's loss equivalence of the lines (D vs B, FSDP vs HSDP, 8 vs 1 rank)
 #   make plots        SVG plots (gnuplot) of the trainer's logs from make equiv and make bench
 #   make SANITIZER=address,undefined   a sanitizer build (goes to build/san)
@@ -159,8 +160,15 @@ demo: all
 bench: all
 	bash tools/bench.sh $(BINDIR)
 
-# the trainer: equivalence of the lines (200 steps) and plots of the logs
-.PHONY: equiv plots
+# the trainer: line D on 8 ranks (4 virtual nodes x 2) on the fortunes text;
+# equivalence of the lines (200 steps); plots of the logs
+.PHONY: train equiv plots
+train: all
+	@mkdir -p build/train
+	OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	    mpirun -np 8 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+	    $(BINDIR)/dmuon-train --ranks-per-node 2 --line D --log build/train/train.csv --min-val-drop 0.4
+
 equiv: all
 	bash tools/train-equiv.sh $(BINDIR)
 
