@@ -13,5 +13,9 @@ export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CO
 mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" --ranks-per-node 2 \
     -b 16K -e 64M -f 4 -w 5 -n 10 --launches 3 --op all --json build/bench-ops.json
 echo
+echo "== runtime optimizer step: 8 ranks as 4 virtual nodes x 2, synthetic Qwen2.5-1.5B-shaped blocks (width / 4), lines D, C, B, A"
+mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step --ranks-per-node 2 \
+    --line all --json build/bench-step.json
+echo
 echo "== the trainer's four lines A/B/C/D: step time per phase, 8 ranks as 4 virtual nodes x 2 (tools/train-bench.sh)"
 bash tools/train-bench.sh "$bin"

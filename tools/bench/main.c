@@ -6,6 +6,7 @@
  *                                       equal-length baselines (MPI)
  *   dmuon-bench ns [options]            Gram vs direct Newton–Schulz, sgemm rate
  *   dmuon-bench plan [options]          planner speed on real and synthetic models
+ *   dmuon-bench step [options]          the runtime's optimizer step per rank (MPI)
  *
  * This file only dispatches; each family lives in its own file here.
  */
@@ -21,6 +22,10 @@ int main(int argc, char **argv)
         argv[1] = "dmuon-bench ns";
         return bench_ns_main(argc - 1, argv + 1);
     }
+    if (argc > 1 && !strcmp(argv[1], "step")) {
+        argv[1] = "dmuon-bench step";
+        return bench_step_main(argc - 1, argv + 1);
+    }
     if (argc > 1 && !strcmp(argv[1], "plan")) {
         argv[1] = "dmuon-bench plan";
         return bench_plan_main(argc - 1, argv + 1);
@@ -29,6 +34,7 @@ int main(int argc, char **argv)
         printf("dmuon-bench: benchmarks measured side by side in one run.\n\n"
                "  dmuon-bench [options]             the communication operators (below)\n"
                "  dmuon-bench ns [options]          Gram vs direct Newton-Schulz, sgemm rate\n"
-               "  dmuon-bench plan [options]        planner speed (real and synthetic models)\n\n");
+               "  dmuon-bench plan [options]        planner speed (real and synthetic models)\n"
+               "  dmuon-bench step [options]        the runtime's optimizer step per rank (MPI)\n\n");
     return bench_ops_main(argc, argv);
 }
