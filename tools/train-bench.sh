@@ -25,7 +25,7 @@ rm -rf "$out"; mkdir -p "$out"
 # the benchmark model: 4 blocks of width 128, 28 Muon matrices
 # (128x128 q/o, 64x128 k/v, 384x128 gate/up, 128x384 down)
 model=(--layers 4 --dim 128 --heads 4 --kv-heads 2 --ffn 384 --seq 64)
-common=("${model[@]}" --batch 16 --steps "$steps" --eval-every 0 --val-windows 16 -q)
+common=("${model[@]}" --batch 16 --steps "$steps" --warmup 2 --eval-every 0 --val-windows 16 -q)
 N=8 K=2
 configs=("fsdp-z2 --sharding fsdp --zero 2" "fsdp-z3 --sharding fsdp --zero 3"
          "hsdp-z3 --sharding hsdp --zero 3")
