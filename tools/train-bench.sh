@@ -13,6 +13,7 @@
 # draws build/train/bench/phases.dat).
 #
 #   tools/train-bench.sh [BIN] [STEPS] [ROUNDS]
+#   TRAIN_BENCH_REUSE=1 tools/train-bench.sh    the tables again from the last logs
 set -euo pipefail
 bin=${1:-bin}
 steps=${2:-10}
@@ -21,7 +22,8 @@ warm=3
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/train-lib.sh"
 out=build/train/bench
-rm -rf "$out"; mkdir -p "$out"
+if [ "${TRAIN_BENCH_REUSE:-0}" != 1 ]; then rm -rf "$out"; fi
+mkdir -p "$out"
 # the benchmark model: 4 blocks of width 128, 28 Muon matrices
 # (128x128 q/o, 64x128 k/v, 384x128 gate/up, 128x384 down)
 model=(--layers 4 --dim 128 --heads 4 --kv-heads 2 --ffn 384 --seq 64)
@@ -30,6 +32,7 @@ N=8 K=2
 configs=("fsdp-z2 --sharding fsdp --zero 2" "fsdp-z3 --sharding fsdp --zero 3"
          "hsdp-z3 --sharding hsdp --zero 3")
 for c in "${configs[@]}"; do
+    [ "${TRAIN_BENCH_REUSE:-0}" = 1 ] && break   # tables from the logs of the last run
     set -- $c; cfg=$1; shift
     for r in $(seq 1 "$rounds"); do
         for line in A B C D; do
@@ -73,12 +76,12 @@ for c in "${configs[@]}"; do
         echo
         echo "### $cfg: 8 ranks = 4 nodes x 2, $((rounds * (steps - warm))) timed steps per line (median; seconds per step)"
         echo
-        echo "| line | step wall | fwd wall | fwd CPU | bwd wall | bwd CPU | optim wall | optim CPU | NS busiest | NS mean | exposed comm busiest | of which publish wait | state busiest (KiB) | one copy / N (KiB) |"
+        echo "| line | step wall | fwd wall | fwd CPU | bwd wall | bwd CPU | optim wall | optim CPU | NS wall busiest | NS wall mean | exposed comm busiest | of which publish wait | state busiest (KiB) | one copy / N (KiB) |"
         echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     } >> "$md"
-    onecopy=$(awk -v m="$(med "$cfg" D mean_state_bytes)" -v n=$N 'BEGIN { print m * n }')
-    [ "$cfg" = hsdp-z3 ] && onecopy=$(awk -v m="$(med fsdp-z3 D mean_state_bytes)" -v n=$N 'BEGIN { print m * n }')
     for line in A B C D; do
+        # one copy of the line's optimizer state: what its FSDP ranks hold together
+        onecopy=$(awk -v m="$(med fsdp-z3 $line mean_state_bytes)" -v n=$N 'BEGIN { print m * n }')
         for k in step_s fwd_s fwd_cpu_s bwd_s bwd_cpu_s optim_s optim_cpu_s ns_s mean_ns_s \
                  comm_wait_s publish_wait_s state_bytes comm_wait_fwd_s comm_wait_bwd_s \
                  comm_wait_optim_s; do
@@ -97,63 +100,77 @@ for c in "${configs[@]}"; do
         for k in step_s optim_s ns_s mean_ns_s comm_wait_s state_bytes fwd_cpu_s bwd_cpu_s optim_cpu_s; do
             eval "${cfg//-/_}_${line}_$k=\$v_$k"
         done
+        eval "${cfg//-/_}_${line}_onecopy=$onecopy"
     done
-    eval "${cfg//-/_}_onecopy=$onecopy"
 done
 
-# ---- targets (per rank), FSDP ZeRO-3 and the others ---------------------------
+# ---- targets (per rank) ----------------------------------------------------------
+# 8 ranks share 2 cores (and whatever else runs on the host): a rank's wall
+# time is mostly waiting for a core, so the per-rank targets use CPU time
+# (process CPU per phase, busiest rank); the runtime times NS in wall time
+# only, so B's per-rank NS work is taken as B's optimizer CPU time (NS of
+# every matrix plus elementwise updates: an upper bound).  Exposed
+# communication exists only as wall time (time blocked in the runtime's
+# waits) and is compared as such.
 {
     echo
-    echo "### targets (per rank; NS of the largest unit = B's per-rank NS x its share of the NS flops, $largest_frac)"
+    echo "### targets (per rank, busiest rank; CPU seconds unless marked wall; the largest unit's NS = B's per-rank NS x its share of the NS flops, $largest_frac)"
     echo
     echo "| config | target | measured | bound | met |"
     echo "|---|---|---|---|---|"
 } >> "$md"
 for cfg in fsdp_z2 fsdp_z3 hsdp_z3; do
-    eval "Bns=\$${cfg}_B_mean_ns_s Dopt=\$${cfg}_D_optim_s Dw=\$${cfg}_D_comm_wait_s"
-    eval "Cw=\$${cfg}_C_comm_wait_s Aw=\$${cfg}_A_comm_wait_s As=\$${cfg}_A_step_s"
-    eval "Ds=\$${cfg}_D_step_s Dns=\$${cfg}_D_ns_s Dst=\$${cfg}_D_state_bytes one=\$${cfg}_onecopy"
-    awk -v c="$cfg" -v bns="$Bns" -v dopt="$Dopt" -v dw="$Dw" -v cw="$Cw" -v aw="$Aw" -v as="$As" \
-        -v ds="$Ds" -v dns="$Dns" -v dst="$Dst" -v one="$one" -v n=$N -v lf="$largest_frac" 'BEGIN {
+    for v in A_fwd_cpu_s A_bwd_cpu_s A_optim_cpu_s B_optim_cpu_s D_fwd_cpu_s D_bwd_cpu_s \
+             D_optim_cpu_s A_comm_wait_s C_comm_wait_s D_comm_wait_s A_step_s D_step_s D_ns_s \
+             D_state_bytes D_onecopy; do
+        eval "$v=\$${cfg}_$v"
+    done
+    awk -v c="$cfg" -v afc="$A_fwd_cpu_s" -v abc="$A_bwd_cpu_s" -v aoc="$A_optim_cpu_s" \
+        -v boc="$B_optim_cpu_s" -v dfc="$D_fwd_cpu_s" -v dbc="$D_bwd_cpu_s" -v doc="$D_optim_cpu_s" \
+        -v aw="$A_comm_wait_s" -v cw="$C_comm_wait_s" -v dw="$D_comm_wait_s" -v as="$A_step_s" \
+        -v ds="$D_step_s" -v dns="$D_ns_s" -v dst="$D_state_bytes" -v one="$D_onecopy" -v n=$N \
+        -v lf="$largest_frac" 'function met(x, b) { return x <= b ? "yes" : sprintf("NO (x%.2f)", x / b) }
+        BEGIN {
         c2 = c; gsub("_", "-", c2)
-        b1 = 1.1 * bns / n + bns * lf
-        printf "| %s | D optimizer (busiest) <= 1.1 x B NS / N + largest unit | %.4f | %.4f | %s |\n", c2, dopt, b1, dopt <= b1 ? "yes" : "NO (x" sprintf("%.2f", dopt / b1) ")"
-        printf "| %s | D exposed comm <= C | %.4f | %.4f | %s |\n", c2, dw, cw, dw <= cw ? "yes" : "NO (x" sprintf("%.2f", dw / cw) ")"
-        printf "| %s | D exposed comm <= A | %.4f | %.4f | %s |\n", c2, dw, aw, dw <= aw ? "yes" : "NO (x" sprintf("%.2f", dw / aw) ")"
-        b3 = as + dns + 0.05 * as
-        printf "| %s | D step <= A step + D NS + 5%% | %.4f | %.4f | %s |\n", c2, ds, b3, ds <= b3 ? "yes" : "NO (x" sprintf("%.2f", ds / b3) ")"
+        b1 = 1.1 * boc / n + boc * lf
+        printf "| %s | D optimizer <= 1.1 x B NS / N + largest unit | %.4f | %.4f | %s |\n", c2, doc, b1, met(doc, b1)
+        printf "| %s | D exposed comm <= C (wall) | %.4f | %.4f | %s |\n", c2, dw, cw, met(dw, cw)
+        printf "| %s | D exposed comm <= A (wall) | %.4f | %.4f | %s |\n", c2, dw, aw, met(dw, aw)
+        ta = afc + abc + aoc; td = dfc + dbc + doc; b3 = ta + doc + 0.05 * ta
+        printf "| %s | D step <= A step + D NS + 5%% (CPU) | %.4f | %.4f | %s |\n", c2, td, b3, met(td, b3)
+        b3w = as + dns + 0.05 * as
+        printf "| %s | D step <= A step + D NS + 5%% (wall) | %.4f | %.4f | %s |\n", c2, ds, b3w, met(ds, b3w)
         b4 = 1.1 * one / n
-        printf "| %s | D state (busiest) <= 1.1 x one copy / N | %.0f B | %.0f B | %s |\n", c2, dst, b4, dst <= b4 ? "yes" : (c == "hsdp_z3" ? "NO (HSDP replicates AdamW state per node)" : "NO (x" sprintf("%.2f", dst / b4) ")")
+        printf "| %s | D state <= 1.1 x one copy / N (bytes) | %.0f | %.0f | %s |\n", c2, dst, b4, (dst <= b4 || c != "hsdp_z3") ? met(dst, b4) : "NO (HSDP: AdamW state replicated per node)"
     }' >> "$md"
 done
 
 # ---- projection ----------------------------------------------------------------
 {
     echo
-    echo "### projected step time per rank (s), FSDP ZeRO-3, from the per-rank CPU times above"
+    echo "### projected per-rank step time (CPU s), FSDP ZeRO-3, compute and optimizer"
     echo
-    echo "Assumptions: each rank has its own core (here 8 ranks share 2, so wall times carry"
-    echo "the other ranks' work); forward and backward compute per rank stay as measured"
-    echo "(fixed per-rank batch); A's AdamW work and every line's even-shard work scale as"
-    echo "8/N; B repeats the NS of every matrix on every rank (constant); C and D run"
-    echo "max(total NS / N, largest unit) on the busiest owner; exposed communication of the"
-    echo "bandwidth-bound collectives (A, B, D) stays as measured (per-rank bytes constant),"
-    echo "C's per-owner calls grow with log2 N (one tree per owner segment)."
+    echo "From the busiest rank's CPU time per phase above.  Assumptions: every rank has its"
+    echo "own core or device; forward and backward stay as measured (fixed per-rank batch);"
+    echo "AdamW and other even-shard work scale as 8/N; B repeats the NS of every matrix on"
+    echo "every rank (B's optimizer CPU, constant); C and D run max(total NS / N, largest"
+    echo "unit) on the busiest owner, total NS = B's optimizer CPU, plus their even-shard work"
+    echo "(A's optimizer CPU x 8/N, an upper bound).  Exposed communication is not projected:"
+    echo "on this host the waits measure 8 ranks contending for 2 cores, not a network (the"
+    echo "operators' scaling is dmuon-bench's and its network model's job)."
     echo
-    echo "| line | N = 8 (measured CPU) | N = 64 | N = 256 |"
+    echo "| line | N = 8 (measured) | N = 64 | N = 256 |"
     echo "|---|---|---|---|"
 } >> "$md"
 for line in A B C D; do
     eval "fc=\$fsdp_z3_${line}_fwd_cpu_s bc=\$fsdp_z3_${line}_bwd_cpu_s oc=\$fsdp_z3_${line}_optim_cpu_s"
-    eval "w=\$fsdp_z3_${line}_comm_wait_s"
-    awk -v l="$line" -v fc="$fc" -v bc="$bc" -v oc="$oc" -v w="$w" -v bns="$fsdp_z3_B_mean_ns_s" \
-        -v dns="$fsdp_z3_D_ns_s" -v lf="$largest_frac" 'function t(n) {
-            comp = fc + bc - w; if (comp < 0) comp = 0
+    awk -v l="$line" -v fc="$fc" -v bc="$bc" -v oc="$oc" -v boc="$fsdp_z3_B_optim_cpu_s" \
+        -v aoc="$fsdp_z3_A_optim_cpu_s" -v lf="$largest_frac" 'function t(n) {
+            if (n == 8) return fc + bc + oc
             if (l == "A") opt = oc * 8 / n
-            else if (l == "B") opt = bns + (oc - bns > 0 ? oc - bns : 0) * 8 / n
-            else { ns = bns / n; if (bns * lf > ns) ns = bns * lf; rest = oc - dns; if (rest < 0) rest = 0; opt = ns + rest * 8 / n }
-            x = (l == "C") ? w * log(n) / log(8) : w
-            return comp + opt + x }
+            else if (l == "B") opt = boc
+            else { ns = boc / n; if (boc * lf > ns) ns = boc * lf; opt = ns + aoc * 8 / n }
+            return fc + bc + opt }
         BEGIN { printf "| %s | %.4f | %.4f | %.4f |\n", l, t(8), t(64), t(256) }' >> "$md"
 done
 cat "$md"

@@ -65,6 +65,10 @@ check_eq "$(echo "$db" | cut -d' ' -f4)" 20 "D and B: 20 steps compared"
 if awk -v a="$(echo "$db" | cut -d' ' -f2)" -v b="$(echo "$bb" | cut -d' ' -f2)" \
        'BEGIN { exit !(a < b) }'; then ok; else
     bad "median relative difference D vs B ($db) not below B vs B other seed ($bb)"; fi
+if awk -F, 'NR == 1 { n = NF } NF != n { bad = 1 } END { exit bad }' "$T_TMP/D-1.csv"; then ok; else
+    bad "log: every row has the header's $(head -n1 "$T_TMP/D-1.csv" | awk -F, '{ print NF }') fields"; fi
+check_eq "$(awk -F, '$3 != "" { printf "%s ", $1 }' "$T_TMP/D-1.csv")" "step 0 10 20 " \
+    "validation at steps 0, 10 and after the last"
 l0=$(awk -F, 'NR == 2 { print $2 }' "$T_TMP/D-1.csv")
 l19=$(awk -F, '$1 == 19 { print $2 }' "$T_TMP/D-1.csv")
 if awk -v a="$l0" -v b="$l19" 'BEGIN { exit !(b < 0.85 * a) }'; then ok; else

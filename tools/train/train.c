@@ -370,7 +370,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
         if (last) {
             if (log) {
                 fprintf(log, "%lld,,%.17g", (long long)s, val);
-                for (int k = 0; k < 6 + 2 * F_COUNT; k++)
+                for (int k = 0; k < 5 + 2 * F_COUNT; k++)
                     fputc(',', log);
                 fputc('\n', log);
             }
