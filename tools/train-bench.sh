@@ -3,7 +3,7 @@
 # per-phase breakdown for A (AdamW, FSDP even shards), B (Muon by
 # gather-then-replicate), C (plan owners, per-owner MPI calls) and D
 # (dmuon), on 8 ranks as 4 virtual nodes x 2, for FSDP ZeRO-2, FSDP ZeRO-3
-# and HSDP (ZeRO-3); one run: the lines interleaved round by round, the same
+# and HSDP (ZeRO-3); one run: every configuration and line once per round, the same
 # model, initial values and tokens.  Per line: the median over the timed
 # steps (the first WARM steps of each run dropped) of each per-step figure
 # of dmuon-train's log (busiest rank = max over ranks; mean over ranks);
@@ -31,16 +31,16 @@ common=("${model[@]}" --batch 16 --steps "$steps" --warmup 2 --eval-every 0 --va
 N=8 K=2
 configs=("fsdp-z2 --sharding fsdp --zero 2" "fsdp-z3 --sharding fsdp --zero 3"
          "hsdp-z3 --sharding hsdp --zero 3")
-for c in "${configs[@]}"; do
+for r in $(seq 1 "$rounds"); do
     [ "${TRAIN_BENCH_REUSE:-0}" = 1 ] && break   # tables from the logs of the last run
-    set -- $c; cfg=$1; shift
-    for r in $(seq 1 "$rounds"); do
+    for c in "${configs[@]}"; do
+        set -- $c; cfg=$1; shift
         for line in A B C D; do
             train_mpirun $N --ranks-per-node $K "${common[@]}" "$@" --line $line \
                 --log "$out/$cfg-$line-r$r.csv"
         done
     done
-    echo "ran $cfg: $rounds rounds of A B C D, $steps steps each" >&2
+    echo "round $r of $rounds: A B C D for each of FSDP ZeRO-2, ZeRO-3, HSDP, $steps steps each" >&2
 done
 
 # median of column NAME over the timed steps of every round of cfg/line
@@ -69,7 +69,7 @@ largest_frac=$(awk -v l="$(nsflops 384 128)" -v t="$per_layer" 'BEGIN { print l 
 md=build/train/bench.md
 : > "$md"
 phases=$out/phases.dat
-echo "# config line fwd_compute bwd_compute optim_compute exposed_comm publish_wait (s, medians of the busiest rank; compute = wall - comm wait of the phase)" > "$phases"
+echo "# config line fwd_compute bwd_compute optim_compute exposed_comm publish_wait fwd_cpu bwd_cpu optim_cpu (s, medians of the busiest rank; compute = wall - comm wait of the phase; cpu = process CPU time)" > "$phases"
 for c in "${configs[@]}"; do
     set -- $c; cfg=$1
     {
@@ -95,8 +95,9 @@ for c in "${configs[@]}"; do
                 l, s, f, fc, b, bc, o, oc, ns, nsm, w, p, st / 1024, one / n / 1024 }' >> "$md"
         awk -v c="$cfg" -v l="$line" -v f="$v_fwd_s" -v b="$v_bwd_s" -v o="$v_optim_s" \
             -v wf="$v_comm_wait_fwd_s" -v wb="$v_comm_wait_bwd_s" -v wo="$v_comm_wait_optim_s" \
-            -v w="$v_comm_wait_s" -v p="$v_publish_wait_s" 'BEGIN {
-            printf "%s %s %.5f %.5f %.5f %.5f %.5f\n", c, l, f - wf, b - wb, o - wo, w, p }' >> "$phases"
+            -v w="$v_comm_wait_s" -v p="$v_publish_wait_s" -v fc="$v_fwd_cpu_s" -v bc="$v_bwd_cpu_s" \
+            -v oc="$v_optim_cpu_s" 'BEGIN {
+            printf "%s %s %.5f %.5f %.5f %.5f %.5f %.5f %.5f %.5f\n", c, l, f - wf, b - wb, o - wo, w, p, fc, bc, oc }' >> "$phases"
         for k in step_s optim_s ns_s mean_ns_s comm_wait_s state_bytes fwd_cpu_s bwd_cpu_s optim_cpu_s; do
             eval "${cfg//-/_}_${line}_$k=\$v_$k"
         done

@@ -7,7 +7,8 @@
 #                            D 8 vs 1 rank
 #   build/train/phases.svg   per-phase step time of the four lines for FSDP
 #                            ZeRO-2, ZeRO-3 and HSDP (make bench:
-#                            build/train/bench/phases.dat)
+#                            build/train/bench/phases.dat), wall time
+#   build/train/phases-cpu.svg   the same in CPU time per rank
 # A missing input is named with the target that makes it; the others are
 # still drawn.
 set -euo pipefail
@@ -83,6 +84,22 @@ plot '$b/phases.dat' using 3:xtic(sprintf('%s %s', stringcolumn(1), stringcolumn
      '' using (\$6 - \$7) title 'exposed communication', '' using 7 title 'publish wait'
 EOF
     echo "build/train/phases.svg"; made=$((made + 1))
+    gnuplot <<EOF
+set terminal svg size 1000,540 dynamic font "sans,12"
+set output 'build/train/phases-cpu.svg'
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.85 border -1
+set boxwidth 0.75
+set key outside right top
+set ylabel 'CPU seconds per step (busiest rank, median)'
+set title 'per-phase CPU time per rank, 8 ranks as 4 nodes x 2'
+set xtics rotate by -45
+set grid ytics
+plot '$b/phases.dat' using 8:xtic(sprintf('%s %s', stringcolumn(1), stringcolumn(2))) title 'forward', \
+     '' using 9 title 'backward', '' using 10 title 'optimizer'
+EOF
+    echo "build/train/phases-cpu.svg"; made=$((made + 1))
 else
     echo "train-plots: no $b/phases.dat (run make bench)" >&2; missing=1
 fi
