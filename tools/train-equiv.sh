@@ -9,7 +9,9 @@
 # largest per-step relative loss difference |a − b| / |b|.  Each pair's
 # median must be below the control's; the script exits 1 otherwise.  Lines
 # A and C run too, for the loss curves of make plots; C next to D is in the
-# table as well (the same owners, other collectives).
+# table as well (the same owners, other collectives), and D vs B once more
+# with f32 instead of bf16 parameters (--param-dtype f32: no bf16 rounding
+# in gathers and reductions, what is left is the order of the sums).
 # Logs: build/train/equiv/*.csv (make plots draws them); table:
 # build/train/equiv.md.
 #
@@ -29,7 +31,9 @@ runs=("D-fsdp-s1 8 --line D --seed 1"
       "D-hsdp-s1 8 --line D --seed 1 --sharding hsdp"
       "D-1rank-s1 1 --line D --seed 1"
       "A-fsdp-s1 8 --line A --seed 1"
-      "C-fsdp-s1 8 --line C --seed 1")
+      "C-fsdp-s1 8 --line C --seed 1"
+      "D-f32-s1 8 --line D --seed 1 --param-dtype f32"
+      "B-f32-s1 8 --line B --seed 1 --param-dtype f32")
 for r in "${runs[@]}"; do
     set -- $r
     name=$1 np=$2; shift 2
@@ -62,6 +66,7 @@ table=build/train/equiv.md
     row "D FSDP vs D HSDP" D-fsdp-s1 D-hsdp-s1
     row "D 8 ranks vs D 1 rank" D-fsdp-s1 D-1rank-s1
     row "D vs C" D-fsdp-s1 C-fsdp-s1
+    row "D vs B, f32 parameters and gradients" D-f32-s1 B-f32-s1
 } > "$table"
 cat "$table"
 grep -q '| NO |' "$table" && fail=1
