@@ -10,8 +10,9 @@
 # median must be below the control's; the script exits 1 otherwise.  Lines
 # A and C run too, for the loss curves of make plots; C next to D is in the
 # table as well (the same owners, other collectives), and D vs B once more
-# with f32 instead of bf16 parameters (--param-dtype f32: no bf16 rounding
-# in gathers and reductions, what is left is the order of the sums).
+# with f32 instead of bf16 gathered parameters (--param-dtype f32: the
+# runtime reduces gradients in f32 in every line, so what is left is the
+# order of the sums, without bf16 rounding of the weights amplifying it).
 # Logs: build/train/equiv/*.csv (make plots draws them); table:
 # build/train/equiv.md.
 #
@@ -66,7 +67,7 @@ table=build/train/equiv.md
     row "D FSDP vs D HSDP" D-fsdp-s1 D-hsdp-s1
     row "D 8 ranks vs D 1 rank" D-fsdp-s1 D-1rank-s1
     row "D vs C" D-fsdp-s1 C-fsdp-s1
-    row "D vs B, f32 parameters and gradients" D-f32-s1 B-f32-s1
+    row "D vs B, f32 parameters" D-f32-s1 B-f32-s1
 } > "$table"
 cat "$table"
 grep -q '| NO |' "$table" && fail=1
