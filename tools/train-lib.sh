@@ -1,4 +1,4 @@
-# Shared by the trainer's scripts (tests/mpi/60-train.sh, tools/train-equiv.sh,
+# Shared by the trainer's scripts (tests/mpi/70-train.sh, tools/train-equiv.sh,
 # tools/train-bench.sh): how to launch dmuon-train on one host, and how to
 # compare two per-step loss logs.  Source it; needs $bin (the built tools).
 
