@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ struct dmuon_costdb {
     sqlite3 *db;
     char *path;
     bool readonly;
+    int version;          /* user_version after open (read-only: may be older) */
 };
 
 #define COLUMNS "device, variant, dtype, m, n, median_ms, min_ms, max_ms, samples, ranks, " \
@@ -31,10 +33,70 @@ static const char schema_sql[] =
 #include "schema_sql.h"
     ;
 
+/* The default location, found once: see dmuon_costdb_default_path. */
+static char default_path[4096];
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void find_default_path(void)
+{
+    char exe[4096], probe[4200];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        /* a build tree: the executable sits in bin/ (or build/san/bin/) of
+         * the folder that holds db/schema.sql */
+        for (int up = 0; up < 3; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash || slash == exe)
+                break;
+            *slash = '\0';
+            snprintf(probe, sizeof probe, "%s/../db/schema.sql", exe);
+            if (access(probe, R_OK) == 0) {
+                char *root = realpath(probe, NULL);
+                if (root && strlen(root) > strlen("schema.sql")) {
+                    root[strlen(root) - strlen("schema.sql")] = '\0';
+                    snprintf(default_path, sizeof default_path, "%sdmuon.sqlite", root);
+                    free(root);
+                    return;
+                }
+                free(root);
+            }
+        }
+    }
+    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/')
+        snprintf(default_path, sizeof default_path, "%s/dmuon/dmuon.sqlite", xdg);
+    else if (home && *home)
+        snprintf(default_path, sizeof default_path, "%s/.local/share/dmuon/dmuon.sqlite", home);
+    else
+        snprintf(default_path, sizeof default_path, "dmuon.sqlite");
+}
+
 const char *dmuon_costdb_default_path(void)
 {
     const char *env = getenv("DMUON_DB");
-    return (env && *env) ? env : "db/dmuon.sqlite";
+    if (env && *env)
+        return env;
+    pthread_once(&default_once, find_default_path);
+    return default_path;
+}
+
+/* mkdir -p of the folder that holds path (for the default location only). */
+static void make_parent_dirs(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    mkdir(dir, 0755);
 }
 
 static dmuon_rc db_fail(dmuon_costdb *c, const char *what)
@@ -79,6 +141,39 @@ static dmuon_rc set_wal(dmuon_costdb *c, int busy_ms)
     }
 }
 
+/* A database at user_version 0 that already holds tables belongs to another
+ * program: dmuon changes nothing in it (not even the journal mode). */
+static dmuon_rc refuse_foreign(dmuon_costdb *c)
+{
+    int v = 0, tables = 0;
+    sqlite3_stmt *st;
+    dmuon_rc rc;
+    /* one read transaction: another process creating the schema at this
+     * moment is seen either entirely or not at all */
+    DMUON_TRY(exec(c, "BEGIN", "cannot start a read transaction"));
+    DMUON_TRY_GOTO(rc, user_version(c, &v), out);
+    if (v == 0) {
+        if (sqlite3_prepare_v2(c->db, "SELECT count(*) FROM sqlite_master", -1, &st, NULL) !=
+            SQLITE_OK) {
+            rc = db_fail(c, "not a usable SQLite database");
+            goto out;
+        }
+        if (sqlite3_step(st) == SQLITE_ROW)
+            tables = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+out:
+    sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL);
+    if (rc != DMUON_OK)
+        return rc;
+    if (tables > 0)
+        return DMUON_FAIL(DMUON_EINVAL, "'%s' is a SQLite database of another program (%d "
+                          "table%s without dmuon's schema version): dmuon leaves it unchanged; "
+                          "pass a dmuon cost database or a new file with --db", c->path, tables,
+                          tables == 1 ? "" : "s");
+    return DMUON_OK;
+}
+
 /* Creates the schema in a fresh database or migrates an older one, in one
  * transaction. */
 static dmuon_rc migrate(dmuon_costdb *c)
@@ -97,8 +192,12 @@ static dmuon_rc migrate(dmuon_costdb *c)
     DMUON_TRY_GOTO(rc, user_version(c, &v), rollback);
     if (v == DMUON_COSTDB_VERSION)
         return exec(c, "COMMIT", "cannot commit");
-    /* Version 0 -> 1: a fresh database.  Later versions add ALTERs here. */
-    DMUON_TRY_GOTO(rc, exec(c, schema_sql, "cannot create the schema"), rollback);
+    /* Any older version (0: a fresh database): the schema's statements are
+     * idempotent, so running them creates what is missing (1 -> 2: the
+     * ns_kernel table) and sets the version.  A version that changes an
+     * existing table adds its ALTERs here, guarded by v. */
+    DMUON_TRY_GOTO(rc, exec(c, schema_sql, v ? "cannot migrate the schema" : "cannot create the schema"),
+                   rollback);
     DMUON_TRY_GOTO(rc, exec(c, "COMMIT", "cannot commit the schema"), rollback);
     return DMUON_OK;
 rollback:
@@ -159,12 +258,20 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
     *out = NULL;
     if (!path || !*path)
         return DMUON_FAIL(DMUON_EINVAL, "empty cost database path (expected a file name for --db)");
+    if (create && !strcmp(path, dmuon_costdb_default_path()))
+        make_parent_dirs(path);   /* the default folder may not exist yet */
     if (stat(path, &st) == 0) {
         if (!S_ISREG(st.st_mode))
             return DMUON_FAIL(DMUON_EINVAL, "cost database '%s' is not a regular file", path);
+        if (!create && st.st_size == 0)
+            return DMUON_FAIL(DMUON_EINVAL, "cost database '%s' is an empty file, not a dmuon "
+                              "cost database (dmuon leaves it unchanged; dmuon-probe creates "
+                              "one)", path);
         /* A database the caller may not write (a shared, read-only copy) is
-         * opened read-only: lookups work, writes fail with a clear message. */
-        readonly = access(path, W_OK) != 0 || !dir_writable(path);
+         * opened read-only: lookups work, writes fail with a clear message.
+         * Without create (lists, checks, lookups) every database is opened
+         * read-only: reading never changes a file. */
+        readonly = !create || access(path, W_OK) != 0 || !dir_writable(path);
     } else if (!create) {
         return DMUON_FAIL(DMUON_ENOTFOUND, "cost database '%s' does not exist (run dmuon-probe "
                           "to measure, or pass --db)", path);
@@ -197,16 +304,29 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
     if (readonly) {
         int v = 0;
         DMUON_TRY_GOTO(rc, user_version(c, &v), fail);
-        if (v != DMUON_COSTDB_VERSION) {
+        if (v == 0) {
+            rc = DMUON_FAIL(DMUON_EINVAL, "'%s' is not a dmuon cost database (a SQLite file "
+                            "without dmuon's schema; dmuon leaves it unchanged): pass the "
+                            "database dmuon-probe wrote with --db", path);
+            goto fail;
+        }
+        c->version = v;
+        /* version 1 lacks only ns_kernel: its lookups miss */
+        if (v < 1 || v > DMUON_COSTDB_VERSION) {
             rc = DMUON_FAIL(v > DMUON_COSTDB_VERSION ? DMUON_EVERSION : DMUON_EDB,
-                            "cost database '%s' is read-only and has schema version %d, not "
-                            "this dmuon's %d", path, v, DMUON_COSTDB_VERSION);
+                            "cost database '%s' (opened read-only) has schema version %d, %s "
+                            "this dmuon's %d%s", path, v, v > DMUON_COSTDB_VERSION ? "newer than"
+                            : "older than", DMUON_COSTDB_VERSION, v > DMUON_COSTDB_VERSION ?
+                            ": upgrade dmuon or use another --db" : ": run dmuon-probe on it "
+                            "once to migrate it");
             goto fail;
         }
     } else {
+        DMUON_TRY_GOTO(rc, refuse_foreign(c), fail);
         DMUON_TRY_GOTO(rc, set_wal(c, busy_ms > 0 ? busy_ms : 10000), fail);
         DMUON_TRY_GOTO(rc, exec(c, "PRAGMA synchronous=NORMAL", "cannot set synchronous"), fail);
         DMUON_TRY_GOTO(rc, migrate(c), fail);
+        c->version = DMUON_COSTDB_VERSION;
     }
     DMUON_TRY_GOTO(rc, check_layout(c), fail);
     *out = c;
@@ -363,6 +483,95 @@ dmuon_rc dmuon_costdb_each(dmuon_costdb *c, const char *device,
     if (s != SQLITE_ROW && s != SQLITE_DONE)
         return db_fail(c, "listing failed");
     return DMUON_OK;
+}
+
+/* ------------------------------------------------- NS kernel choices -- */
+
+#define KCOLUMNS "device, dtype, s, k, kernel, kernel_ms, gemm_ms, max_diff, libraries, measured_at"
+
+dmuon_rc dmuon_costdb_put_kernel(dmuon_costdb *c, const dmuon_kernel_row *r)
+{
+    static const char sql[] = "INSERT OR REPLACE INTO ns_kernel (" KCOLUMNS
+                              ") VALUES (?,?,?,?,?,?,?,?,?,?)";
+    sqlite3_stmt *st = NULL;
+    dmuon_rc rc = DMUON_OK;
+    char now[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (r->s <= 0 || r->k <= 0 || !r->device[0] || !r->dtype[0] || !r->kernel[0] ||
+        !isfinite(r->kernel_ms) || !isfinite(r->gemm_ms) || !isfinite(r->max_diff) ||
+        r->kernel_ms < 0 || r->gemm_ms < 0 || r->max_diff < 0)
+        return DMUON_FAIL(DMUON_EINVAL, "kernel choice %lldx%lld for '%s': expected positive "
+                          "shape, names and finite non-negative figures",
+                          (long long)r->s, (long long)r->k, r->device);
+    if (c->readonly)
+        return DMUON_FAIL(DMUON_EIO, "cost database '%s' is read-only (file or directory not "
+                          "writable): cannot store a kernel choice", c->path);
+    DMUON_TRY(exec(c, "BEGIN IMMEDIATE", "cannot start a write transaction"));
+    if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        rc = db_fail(c, "cannot prepare the kernel insert");
+        goto rollback;
+    }
+    sqlite3_bind_text(st, 1, r->device, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->dtype, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, r->s);
+    sqlite3_bind_int64(st, 4, r->k);
+    sqlite3_bind_text(st, 5, r->kernel, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 6, r->kernel_ms);
+    sqlite3_bind_double(st, 7, r->gemm_ms);
+    sqlite3_bind_double(st, 8, r->max_diff);
+    sqlite3_bind_text(st, 9, r->libraries, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 10, r->measured_at[0] ? r->measured_at : now, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        rc = db_fail(c, "cannot store a kernel choice");
+        goto rollback;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    DMUON_TRY_GOTO(rc, exec(c, "COMMIT", "cannot commit"), rollback);
+    return DMUON_OK;
+rollback:
+    sqlite3_finalize(st);
+    sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+dmuon_rc dmuon_costdb_get_kernel(dmuon_costdb *c, const char *device, const char *dtype,
+                                 int64_t s, int64_t k, dmuon_kernel_row *r)
+{
+    static const char sql[] = "SELECT " KCOLUMNS " FROM ns_kernel WHERE device=? AND dtype=? "
+                              "AND s=? AND k=?";
+    sqlite3_stmt *st;
+    if (c->version < 2)
+        return DMUON_ENOTFOUND;
+    if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return db_fail(c, "cannot prepare a kernel lookup");
+    sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, dtype, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, s);
+    sqlite3_bind_int64(st, 4, k);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        memset(r, 0, sizeof *r);
+        copy_text(r->device, sizeof r->device, sqlite3_column_text(st, 0));
+        copy_text(r->dtype, sizeof r->dtype, sqlite3_column_text(st, 1));
+        r->s = sqlite3_column_int64(st, 2);
+        r->k = sqlite3_column_int64(st, 3);
+        copy_text(r->kernel, sizeof r->kernel, sqlite3_column_text(st, 4));
+        r->kernel_ms = sqlite3_column_double(st, 5);
+        r->gemm_ms = sqlite3_column_double(st, 6);
+        r->max_diff = sqlite3_column_double(st, 7);
+        copy_text(r->libraries, sizeof r->libraries, sqlite3_column_text(st, 8));
+        copy_text(r->measured_at, sizeof r->measured_at, sqlite3_column_text(st, 9));
+    }
+    sqlite3_finalize(st);
+    if (step == SQLITE_ROW)
+        return DMUON_OK;
+    if (step == SQLITE_DONE)
+        return DMUON_ENOTFOUND;
+    return db_fail(c, "kernel lookup failed");
 }
 
 dmuon_rc dmuon_costdb_check(dmuon_costdb *c)

@@ -14,6 +14,7 @@
 #include "model_internal.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <stdio.h>
@@ -109,8 +110,83 @@ static bool any_match(const char *const *pats, size_t n, const char *name)
     return false;
 }
 
+/* The last dot-separated component of name. */
+static const char *last_component(const char *name)
+{
+    const char *d = strrchr(name, '.');
+    return d ? d + 1 : name;
+}
+
+/* Quantization data by name: scales and zero points (rule 2). */
+static bool quant_name(const char *name)
+{
+    const char *c = last_component(name);
+    return strstr(c, "scale") || strstr(c, "zero_point");
+}
+
+/* The tensors being built, to look up a tensor's siblings. */
+typedef struct {
+    const dmuon_tensor_spec *t;
+    size_t n;
+} spec_view;
+
+/* The tensor named like name with its suffix `from` replaced by `to` (e.g.
+ * experts.gate_up_proj -> experts.down_proj), or NULL. */
+static const dmuon_tensor_spec *find_sibling(const spec_view *v, const char *name,
+                                             const char *from, const char *to)
+{
+    size_t nl = strlen(name), fl = strlen(from), tl = strlen(to);
+    if (nl < fl || strcmp(name + nl - fl, from) || nl - fl + tl >= 1024)
+        return NULL;
+    char want[1024];
+    memcpy(want, name, nl - fl);
+    memcpy(want + nl - fl, to, tl + 1);
+    for (size_t i = 0; i < v->n; i++)
+        if (v->t[i].name && !strcmp(v->t[i].name, want))
+            return &v->t[i];
+    return NULL;
+}
+
+/* Matrix split of a muon 3-D tensor p (see "Muon matrices" in dmuon/model.h). */
+static void split3(dmuon_param *p, const spec_view *v)
+{
+    int64_t E = p->shape[0], a = p->shape[1], b = p->shape[2];
+    p->matrices = E;
+    p->mat_m = a;
+    p->mat_n = b;
+    if (ends_with(p->name, "gate_up_proj")) {
+        /* the sibling down_proj tells the orientation: [E, H, I] with a fused
+         * [E, 2I, H] (out x in), or [E, I, H] with a fused [E, H, 2I] (in x out) */
+        const dmuon_tensor_spec *dn = find_sibling(v, p->name, "gate_up_proj", "down_proj");
+        bool in_out = dn && dn->ndim == 3 && dn->shape[0] == E && dn->shape[2] == a &&
+                      2 * dn->shape[1] == b;
+        if (in_out && b % 2 == 0) {
+            p->matrices = 2 * E;
+            p->mat_m = b / 2;
+            p->mat_n = a;
+            p->transposed = true;
+            p->layout = find_sibling(v, p->name, "gate_up_proj", "gate_up_proj_bias")
+                            ? DMUON_MAT_INTERLEAVED
+                            : DMUON_MAT_HALVES;
+        } else if (a % 2 == 0) {
+            p->matrices = 2 * E;
+            p->mat_m = a / 2;
+        }
+    } else if (ends_with(p->name, "experts.down_proj")) {
+        const dmuon_tensor_spec *gu = find_sibling(v, p->name, "down_proj", "gate_up_proj");
+        if (gu && gu->ndim == 3 && gu->shape[0] == E && gu->shape[1] == b &&
+            gu->shape[2] == 2 * a) {
+            /* [E, I, H] next to [E, H, 2I]: stored [in, out] */
+            p->mat_m = b;
+            p->mat_n = a;
+            p->transposed = true;
+        }
+    }
+}
+
 /* Role and matrix split of one tensor (the rules of dmuon/model.h). */
-static dmuon_rc classify(const char *source, dmuon_param *p, const dmuon_model_opts *o)
+static dmuon_rc classify(const char *source, dmuon_param *p, const dmuon_model_opts *o,
+                         const spec_view *v)
 {
     bool force_muon = o && any_match(o->muon, o->n_muon, p->name);
     bool force_adamw = !force_muon && o && any_match(o->adamw, o->n_adamw, p->name);
@@ -121,11 +197,16 @@ static dmuon_rc classify(const char *source, dmuon_param *p, const dmuon_model_o
                               "%s: tensor '%s': a muon pattern matches it, but it has %d "
                               "dimensions (muon needs a 2-D matrix or a 3-D stack [E, m, n])",
                               source, p->name, p->ndim);
+        if (p->numel == 0)
+            return DMUON_FAIL(DMUON_EINVAL, "%s: tensor '%s': a muon pattern matches it, but it "
+                                            "has no element", source, p->name);
         p->role = DMUON_ROLE_MUON;
     } else if (force_adamw) {
         p->role = DMUON_ROLE_ADAMW;
     } else if (strstr(p->name, "embed") || strstr(p->name, "lm_head") || strstr(p->name, "wte") ||
-               strstr(p->name, "wpe") || ends_with(p->name, ".bias")) {
+               strstr(p->name, "wpe") || ends_with(p->name, ".bias") ||
+               ends_with(p->name, "_bias") || quant_name(p->name) || p->quantized ||
+               p->numel == 0) {
         p->role = DMUON_ROLE_ADAMW;
     } else if (p->ndim == 2 || stack3) {
         p->role = DMUON_ROLE_MUON;
@@ -134,6 +215,8 @@ static dmuon_rc classify(const char *source, dmuon_param *p, const dmuon_model_o
     }
     p->matrices = p->mat_m = p->mat_n = 0;
     p->expert = false;
+    p->transposed = false;
+    p->layout = DMUON_MAT_CONTIGUOUS;
     if (p->role != DMUON_ROLE_MUON)
         return DMUON_OK;
     p->expert = strstr(p->name, "experts") != NULL;
@@ -141,16 +224,41 @@ static dmuon_rc classify(const char *source, dmuon_param *p, const dmuon_model_o
         p->matrices = 1;
         p->mat_m = p->shape[0];
         p->mat_n = p->shape[1];
-    } else if (strstr(p->name, "gate_up_proj") && p->shape[1] % 2 == 0) {
-        p->matrices = 2 * p->shape[0];
-        p->mat_m = p->shape[1] / 2;
-        p->mat_n = p->shape[2];
+        if (ends_with(p->name, "gate_up_proj.weight") && p->shape[0] % 2 == 0) {
+            p->matrices = 2;
+            p->mat_m = p->shape[0] / 2;
+        }
     } else {
-        p->matrices = p->shape[0];
-        p->mat_m = p->shape[1];
-        p->mat_n = p->shape[2];
+        split3(p, v);
     }
     return DMUON_OK;
+}
+
+const char *dmuon_mat_layout_name(dmuon_mat_layout l)
+{
+    switch (l) {
+    case DMUON_MAT_CONTIGUOUS: return "contiguous";
+    case DMUON_MAT_HALVES: return "halves";
+    case DMUON_MAT_INTERLEAVED: return "interleaved";
+    }
+    return "invalid";
+}
+
+/* The safetensors spelling of a dmuon dtype (for inputs that name no stored
+ * type). */
+static const char *stored_of(dmuon_dtype t)
+{
+    static const char *const names[DMUON_DTYPE_COUNT] = {
+        [DMUON_F32] = "F32", [DMUON_BF16] = "BF16", [DMUON_F16] = "F16", [DMUON_F64] = "F64",
+        [DMUON_I32] = "I32", [DMUON_I64] = "I64",   [DMUON_U8] = "U8"};
+    return ((int)t >= 0 && t < DMUON_DTYPE_COUNT && names[t]) ? names[t] : "BF16";
+}
+
+/* Integer, BOOL and FP8 storage (role rule 2). */
+static bool quantized_type(const char *st)
+{
+    return st[0] == 'I' || st[0] == 'U' || !strcmp(st, "BOOL") || !strncmp(st, "F8", 2) ||
+           !strncmp(st, "F4", 2) || !strncmp(st, "F6", 2);
 }
 
 /* --------------------------------------------------------------- layers -- */
@@ -300,15 +408,24 @@ static uint64_t digest_model(const dmuon_model *m)
         for (int d = 0; d < p->ndim; d++)
             v[6 + d] = p->shape[d];
         h = dmuon_digest(v, sizeof(int64_t) * (size_t)(6 + p->ndim), h);
+        /* the matrix placement, only where it is not the plain one (digests
+         * of existing inventories stay as they were) */
+        if (p->transposed || p->layout != DMUON_MAT_CONTIGUOUS) {
+            int64_t w[2] = {p->transposed, p->layout};
+            h = dmuon_digest(w, sizeof w, h);
+        }
     }
     return h;
 }
 
 dmuon_rc dmuon_model_new(const char *source, const char *format, const dmuon_tensor_spec *t,
-                         size_t n, const dmuon_model_opts *opts, dmuon_model **out)
+                         const char *const *stored, size_t n, const dmuon_model_opts *opts,
+                         dmuon_model **out)
 {
     dmuon_rc rc = DMUON_OK;
     size_t *idx = NULL;
+    spec_view view = {t, n};
+    bool allow_empty = format && !strncmp(format, "safetensors", 11);
     *out = NULL;
     for (size_t i = 0; opts && i < opts->n_muon + opts->n_adamw; i++)
         DMUON_TRY(dmuon_model_pattern_check(i < opts->n_muon ? opts->muon[i]
@@ -343,9 +460,16 @@ dmuon_rc dmuon_model_new(const char *source, const char *format, const dmuon_ten
         m->nparams = i + 1;
         p->ndim = t[i].ndim;
         p->dtype = t[i].dtype;
+        p->stored = stored && stored[i] ? stored[i] : stored_of(t[i].dtype);
+        p->quantized = quantized_type(p->stored);
         p->numel = 1;
         for (int d = 0; d < p->ndim; d++) {
             int64_t s = t[i].shape[d];
+            if (s == 0 && allow_empty) {
+                p->shape[d] = 0;
+                p->numel = 0;
+                continue;
+            }
             if (s <= 0) {
                 rc = DMUON_FAIL(DMUON_EPARSE,
                                 "%s: tensor '%s': field 'shape': dimension %d is %lld, expected a "
@@ -353,7 +477,7 @@ dmuon_rc dmuon_model_new(const char *source, const char *format, const dmuon_ten
                                 m->source, p->name, d, (long long)s);
                 goto fail;
             }
-            if (p->numel > INT64_MAX / s) {
+            if (p->numel && p->numel > INT64_MAX / s) {
                 rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': too many elements",
                                 m->source, p->name);
                 goto fail;
@@ -361,7 +485,7 @@ dmuon_rc dmuon_model_new(const char *source, const char *format, const dmuon_ten
             p->shape[d] = s;
             p->numel *= s;
         }
-        DMUON_TRY_GOTO(rc, classify(m->source, p, opts), fail);
+        DMUON_TRY_GOTO(rc, classify(m->source, p, opts, &view), fail);
     }
     /* duplicate names */
     idx = malloc((n ? n : 1) * sizeof *idx);
@@ -392,7 +516,7 @@ fail:
 dmuon_rc dmuon_model_build(const char *source, const dmuon_tensor_spec *t, size_t n,
                            const dmuon_model_opts *opts, dmuon_model **out)
 {
-    DMUON_TRY(dmuon_model_new(source, "built", t, n, opts, out));
+    DMUON_TRY(dmuon_model_new(source, "built", t, NULL, n, opts, out));
     return DMUON_OK;
 }
 
@@ -438,6 +562,8 @@ void dmuon_model_get_stats(const dmuon_model *m, dmuon_model_stats *s)
     for (size_t i = 0; i < m->nparams; i++) {
         const dmuon_param *p = &m->params[i];
         s->two_d += p->ndim == 2;
+        s->quantized += p->quantized;
+        s->strided += p->role == DMUON_ROLE_MUON && p->layout != DMUON_MAT_CONTIGUOUS;
         s->elements += p->numel;
         s->bytes += p->numel * (int64_t)dmuon_dtype_size(p->dtype);
         if (p->role == DMUON_ROLE_MUON) {
@@ -493,6 +619,72 @@ dmuon_rc dmuon_model_muon_shapes(const dmuon_model *m, dmuon_shape_count **shape
 
 /* ----------------------------------------------------------------- load -- */
 
+dmuon_rc dmuon_model_resolve(const char *path, char *out, size_t cap)
+{
+    if (!path || !*path)
+        return DMUON_FAIL(DMUON_EINVAL, "no model path given");
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return DMUON_FAIL(errno == ENOENT || errno == ENOTDIR ? DMUON_ENOTFOUND : DMUON_EIO,
+                          "cannot open model '%s': %s", path, strerror(errno));
+    const char *sep = path[strlen(path) - 1] == '/' ? "" : "/";
+    if (!S_ISDIR(sb.st_mode)) {
+        if ((size_t)snprintf(out, cap, "%s", path) >= cap)
+            return DMUON_FAIL(DMUON_EINVAL, "model path '%s' is too long", path);
+        return DMUON_OK;
+    }
+    /* a snapshot folder: the index, else the only .safetensors, else config.json */
+    if ((size_t)snprintf(out, cap, "%s%smodel.safetensors.index.json", path, sep) >= cap)
+        return DMUON_FAIL(DMUON_EINVAL, "model path '%s' is too long", path);
+    if (access(out, F_OK) == 0)
+        return DMUON_OK;
+    DIR *d = opendir(path);
+    if (!d)
+        return DMUON_FAIL(DMUON_EIO, "cannot read directory '%s': %s", path, strerror(errno));
+    char one[1024] = "", two[1024] = "";
+    size_t nst = 0, nidx = 0;
+    char idx[1024] = "";
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (ends_with(e->d_name, ".safetensors")) {
+            if (nst == 0 || strcmp(e->d_name, one) < 0) {
+                snprintf(two, sizeof two, "%s", one);
+                snprintf(one, sizeof one, "%s", e->d_name);
+            } else if (nst == 1 || strcmp(e->d_name, two) < 0) {
+                snprintf(two, sizeof two, "%s", e->d_name);
+            }
+            nst++;
+        } else if (ends_with(e->d_name, ".safetensors.index.json")) {
+            if (nidx == 0 || strcmp(e->d_name, idx) < 0)
+                snprintf(idx, sizeof idx, "%s", e->d_name);
+            nidx++;
+        }
+    }
+    closedir(d);
+    const char *pick = NULL;
+    if (nidx == 1)
+        pick = idx;
+    else if (nidx > 1)
+        return DMUON_FAIL(DMUON_EINVAL, "model directory '%s' holds %zu safetensors index files "
+                                        "(%s, ...): give the one to use", path, nidx, idx);
+    else if (nst == 1)
+        pick = one;
+    else if (nst > 1)
+        return DMUON_FAIL(DMUON_EINVAL, "model directory '%s' holds %zu .safetensors files (%s, "
+                                        "%s, ...) and no model.safetensors.index.json: give the "
+                                        "file or the index to use", path, nst, one, two);
+    else
+        pick = "config.json";
+    if ((size_t)snprintf(out, cap, "%s%s%s", path, sep, pick) >= cap)
+        return DMUON_FAIL(DMUON_EINVAL, "model path '%s' is too long", path);
+    if (access(out, F_OK) != 0)
+        return DMUON_FAIL(DMUON_ENOTFOUND, "model directory '%s' holds no "
+                                           "model.safetensors.index.json, no .safetensors file and "
+                                           "no config.json; expected a Hugging Face snapshot "
+                                           "folder", path);
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_model_load(const char *path, const dmuon_model_opts *opts, dmuon_model **out)
 {
     *out = NULL;
@@ -503,15 +695,10 @@ dmuon_rc dmuon_model_load(const char *path, const dmuon_model_opts *opts, dmuon_
         return DMUON_FAIL(errno == ENOENT || errno == ENOTDIR ? DMUON_ENOTFOUND : DMUON_EIO,
                           "cannot open model '%s': %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) {
-        char cfg[4096];
-        int w = snprintf(cfg, sizeof cfg, "%s%sconfig.json", path,
-                         path[strlen(path) - 1] == '/' ? "" : "/");
-        if (w > 0 && (size_t)w < sizeof cfg && access(cfg, F_OK) == 0)
-            return DMUON_FAIL(DMUON_EINVAL, "model '%s' is a directory; did you mean %s?", path,
-                              cfg);
-        return DMUON_FAIL(DMUON_EINVAL, "model '%s' is a directory; expected a config.json, a "
-                                        ".safetensors file, a model.safetensors.index.json or a "
-                                        "YAML inventory", path);
+        char file[4096];
+        DMUON_TRY(dmuon_model_resolve(path, file, sizeof file));
+        DMUON_TRY(dmuon_model_load(file, opts, out));
+        return DMUON_OK;
     }
     if (ends_with(path, ".safetensors")) {
         DMUON_TRY(dmuon_model_load_safetensors(path, opts, out));

@@ -18,9 +18,13 @@ struct dmuon_model {
     uint64_t digest;
 };
 
-/* Builds the model from specs (model.c); format is recorded. */
+/* Builds the model from specs (model.c); format is recorded.  stored (NULL,
+ * or n entries, each NULL or a static safetensors type name) gives each
+ * tensor's stored type; NULL entries take the name of t[i].dtype.  Formats
+ * "safetensors*" accept zero-size dimensions. */
 dmuon_rc dmuon_model_new(const char *source, const char *format, const dmuon_tensor_spec *t,
-                         size_t n, const dmuon_model_opts *opts, dmuon_model **out);
+                         const char *const *stored, size_t n, const dmuon_model_opts *opts,
+                         dmuon_model **out);
 
 /* Readers; each returns the errors of dmuon_model_load. */
 dmuon_rc dmuon_model_load_hf_config(const char *path, dmuon_doc *doc,
@@ -36,11 +40,15 @@ dmuon_rc dmuon_model_load_yaml(const char *path, const dmuon_model_opts *opts,
 typedef struct {
     dmuon_tensor_spec *t;
     char **names;          /* owned copies of t[i].name */
+    const char **stored;   /* stored type names (static strings or NULL) */
     size_t n, cap;
 } dmuon_spec_list;
 
 dmuon_rc dmuon_spec_add(dmuon_spec_list *l, const char *name, dmuon_dtype dtype, int ndim,
                         const int64_t *shape);
+/* The same with the stored type's safetensors name (a static string, or NULL). */
+dmuon_rc dmuon_spec_add_stored(dmuon_spec_list *l, const char *name, dmuon_dtype dtype,
+                               const char *stored, int ndim, const int64_t *shape);
 void dmuon_spec_list_release(dmuon_spec_list *l);
 
 #endif

@@ -236,10 +236,16 @@ static dmuon_rc make_units(dmuon_plan *p, const dmuon_model *m, const dmuon_cost
             int64_t mat_bytes = mat_el * (int64_t)dsz;
             const char *gname = NULL;
             if (q->expert && !p->opts.fuse_experts) {
-                /* each expert matrix its own unit (paper C.5) */
-                for (int64_t j = 0; j < q->matrices; j++) {
+                /* each expert matrix its own unit (paper C.5); in a strided
+                 * layout (dmuon/model.h) an expert's gate and up share one
+                 * unit: the contiguous block that holds both */
+                int64_t step = q->layout != DMUON_MAT_CONTIGUOUS ? 2 : 1;
+                for (int64_t j = 0; j < q->matrices; j += step) {
                     size_t u;
-                    if (q->matrices > 1 || q->ndim == 3)
+                    if (step == 2)
+                        snprintf(name, sizeof name, "%s[%lld,%lld]", q->name, (long long)j,
+                                 (long long)j + 1);
+                    else if (q->matrices > 1 || q->ndim == 3)
                         snprintf(name, sizeof name, "%s[%lld]", q->name, (long long)j);
                     else
                         snprintf(name, sizeof name, "%s", q->name);
@@ -253,7 +259,8 @@ static dmuon_rc make_units(dmuon_plan *p, const dmuon_model *m, const dmuon_cost
                         }
                         pend = np2;
                     }
-                    pend[npend++] = (pending){(int32_t)u, (int32_t)pi, j, 1, off + j * mat_bytes};
+                    pend[npend++] = (pending){(int32_t)u, (int32_t)pi, j, step,
+                                              off + j * mat_bytes};
                 }
                 off += q->numel * (int64_t)dsz;
                 continue;

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs="build-essential pkg-config libyaml-dev libsqlite3-dev sqlite3 libopenblas-dev
       liblapacke-dev libopenmpi-dev openmpi-bin libcmocka-dev
-      fortunes gnuplot-nox clang iproute2 util-linux"
+      fortunes gnuplot-nox clang libclang-rt-14-dev iproute2 util-linux"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -215,3 +215,44 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t wi
     DMUON_TRY(g->ops->reduce_scatterv(g, buffer_offset, window_offset));
     return DMUON_OK;
 }
+
+dmuon_rc dmuon_allgatherv_start(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
+{
+    DMUON_TRY(check_call(g, "allgatherv_start", buffer_offset, window_offset));
+    DMUON_TRY(g->ops->start(g, DMUON_SCHED_GATHER, buffer_offset, window_offset));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_allgatherv_test(dmuon_group *g, int *done)
+{
+    DMUON_TRY(g->ops->test(g, DMUON_SCHED_GATHER, done));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_allgatherv_wait(dmuon_group *g)
+{
+    DMUON_TRY(g->ops->wait(g, DMUON_SCHED_GATHER));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_reduce_scatterv_start(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
+{
+    if (!g->rsv_ok)
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "reducescatterv: element types other than bf16 "
+                          "and f32 cannot be reduced");
+    DMUON_TRY(check_call(g, "reducescatterv_start", buffer_offset, window_offset));
+    DMUON_TRY(g->ops->start(g, DMUON_SCHED_REDUCE, buffer_offset, window_offset));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_reduce_scatterv_test(dmuon_group *g, int *done)
+{
+    DMUON_TRY(g->ops->test(g, DMUON_SCHED_REDUCE, done));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_reduce_scatterv_wait(dmuon_group *g)
+{
+    DMUON_TRY(g->ops->wait(g, DMUON_SCHED_REDUCE));
+    return DMUON_OK;
+}

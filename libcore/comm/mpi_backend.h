@@ -15,6 +15,9 @@ void dmuon_mpi_symm_free(dmuon_symm *s);
 /* The node-shared window of an MPI symmetric memory (locked for all ranks
  * with MPI_Win_lock_all, so MPI_Win_sync may be called on it at any time). */
 MPI_Win dmuon_mpi_symm_win(const dmuon_symm *s);
+/* The head of the list of group calls in flight on s (owned by
+ * mpi_collv.c: every wait loop moves the other calls on the list). */
+void **dmuon_mpi_symm_inflight(dmuon_symm *s);
 
 dmuon_rc dmuon_mpi_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
                                     const dmuon_group_opts *opts, int64_t *bytes);
@@ -22,6 +25,9 @@ dmuon_rc dmuon_mpi_group_create(dmuon_group *g);
 void dmuon_mpi_group_free(dmuon_group *g);
 dmuon_rc dmuon_mpi_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
 dmuon_rc dmuon_mpi_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+dmuon_rc dmuon_mpi_start(dmuon_group *g, int kind, int64_t buffer_offset, int64_t window_offset);
+dmuon_rc dmuon_mpi_test(dmuon_group *g, int kind, int *done);
+dmuon_rc dmuon_mpi_wait(dmuon_group *g, int kind);
 
 dmuon_rc dmuon_mpi_publish_create(dmuon_publish *p);
 void dmuon_mpi_publish_free(dmuon_publish *p);

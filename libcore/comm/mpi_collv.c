@@ -38,6 +38,16 @@
  * Gather receives land directly in the layer buffer; reduce partials land in
  * `slots` staging buffers per incoming stream, re-posted as they are
  * consumed (the ring buffer of paper C.2).
+ *
+ * Every call is split (start, test, wait; the blocking call is start +
+ * wait): a call's state lives in the group, one pass over its queues never
+ * blocks, and a call goes through three stages — its queues, its own sends,
+ * the counters above.  Calls in flight on one symmetric memory form a list
+ * (mpi_symm.c keeps its head); an idle wait loop of any of them moves the
+ * others, so ranks that interleave calls of different groups in different
+ * orders still progress each other.  A failure noticed while another call
+ * moved a group is kept (rc and message) and returned by that group's next
+ * test or wait.
  */
 #include "dmuon/collv.h"
 
@@ -73,7 +83,7 @@ typedef struct {
     unsigned char *sbuf;        /* reduce: slots × slot_bytes */
 } queue_state;
 
-typedef struct {
+typedef struct mpi_group {
     const dmuon_topo *topo;
     MPI_Comm rail;              /* duplicate of topo->rail */
     const dmuon_segment *segs;  /* the public group's table */
@@ -94,31 +104,26 @@ typedef struct {
     int64_t owned_bytes;        /* bytes of this rank's segments */
     int broken;
     MPI_Request *req_mem;
+    dmuon_symm *mem;
+    /* the call in flight (split phase: start, test, wait) */
+    int kind;                   /* -1 none; 0 gather; 1 reduce */
+    int stage;                  /* ST_* */
+    int node_in;                /* every rank of the node has entered it */
+    int active;                 /* queues with chunks left */
+    dmuon_waiter w;             /* its deadline */
+    struct mpi_group *next_inflight;   /* calls in flight on the same memory */
+    dmuon_rc failrc;            /* failed while another call moved it */
+    char failmsg[512];
 } mpi_group;
+
+static void inflight_remove(mpi_group *g);
+static void drop_requests(mpi_group *g);
 
 /* ---------------------------------------------------------- waiting ---- */
 
 static volatile uint64_t *ctrl_word(const mpi_group *g, int local, int which)
 {
     return (volatile uint64_t *)(g->peer[local] + g->ctrl + 64 * which);
-}
-
-/* Waits until every rank of the node has entered this call. */
-static dmuon_rc node_wait(mpi_group *g, const char *op, dmuon_waiter *w)
-{
-    const dmuon_topo *t = g->topo;
-    for (int j = 0; j < t->per_node; j++) {
-        while (__atomic_load_n(ctrl_word(g, j, W_ARRIVE), __ATOMIC_ACQUIRE) < g->seq) {
-            if (dmuon_waiter_expired(w))
-                return DMUON_FAIL(DMUON_ETIMEOUT, "%s: rank %d of this node (node %d) did not "
-                                  "enter call %llu within the %d ms deadline", op,
-                                  dmuon_topo_rank_of(t->per_node, t->node_id, j), t->node_id,
-                                  (unsigned long long)g->seq, g->deadline_ms);
-            dmuon_waiter_idle(w);
-        }
-    }
-    MPI_Win_sync(g->win);
-    return DMUON_OK;
 }
 
 /* Announces that this rank entered the call (its inputs are in place). */
@@ -201,6 +206,8 @@ dmuon_rc dmuon_mpi_group_create(dmuon_group *pub)
     g->sched = pub->sched;
     g->win = dmuon_mpi_symm_win(pub->mem);
     g->peer = pub->mem->peer;
+    g->mem = pub->mem;
+    g->kind = -1;
     g->ctrl = pub->ctrl_offset;
     g->deadline_ms = pub->opts.deadline_ms;
     g->slots = pub->opts.slots;
@@ -295,6 +302,10 @@ void dmuon_mpi_group_free(dmuon_group *pub)
     mpi_group *g = pub->impl;
     if (!g)
         return;
+    if (g->kind >= 0) {
+        inflight_remove(g);
+        drop_requests(g);
+    }
     if (g->rail != MPI_COMM_NULL)
         MPI_Comm_free(&g->rail);
     free(g->qs[0]);
@@ -304,6 +315,37 @@ void dmuon_mpi_group_free(dmuon_group *pub)
     free(g->req_mem);
     free(g);
     pub->impl = NULL;
+}
+
+/* ------------------------------------------------------- call state ---- */
+
+/* Stages of one call: its queues, then its own sends, then the counters
+ * that say the rest of the node is done with this rank's memory. */
+enum { ST_QUEUES = 0, ST_SENDS, ST_COUNTS, ST_DONE };
+
+static const char *op_name(int kind)
+{
+    return kind == 0 ? "allgatherv" : "reducescatterv";
+}
+
+/* The list of calls in flight on one symmetric memory, so that whoever
+ * waits also moves the others (mpi_symm.c keeps the head). */
+static void inflight_add(mpi_group *g)
+{
+    mpi_group **head = (mpi_group **)dmuon_mpi_symm_inflight(g->mem);
+    g->next_inflight = *head;
+    *head = g;
+}
+
+static void inflight_remove(mpi_group *g)
+{
+    mpi_group **p = (mpi_group **)dmuon_mpi_symm_inflight(g->mem);
+    for (; *p; p = &(*p)->next_inflight)
+        if (*p == g) {
+            *p = g->next_inflight;
+            break;
+        }
+    g->next_inflight = NULL;
 }
 
 /* Drops every outstanding request after a failure: receives are cancelled,
@@ -326,32 +368,57 @@ static void drop_requests(mpi_group *g)
         }
 }
 
-
-/* Waits for every send of every queue of kind to complete. */
-static dmuon_rc wait_sends(mpi_group *g, int kind, const char *op, dmuon_waiter *w)
+/* Marks the group failed: nothing in flight any more. */
+static dmuon_rc call_fail(mpi_group *g, dmuon_rc rc)
 {
-    const dmuon_topo *t = g->topo;
-    for (int q = 0; q < t->nodes; q++) {
+    g->broken = 1;
+    if (g->kind >= 0)
+        inflight_remove(g);
+    g->kind = -1;
+    drop_requests(g);
+    return rc;
+}
+
+/* Non-blocking: *done when every send of the call's queues has completed;
+ * else *which names a queue still sending. */
+static dmuon_rc sends_done(mpi_group *g, int *done, int *which)
+{
+    int kind = g->kind;
+    for (int q = 0; q < g->topo->nodes; q++) {
         queue_state *qs = &g->qs[kind][q];
         int ns = kind == 0 ? qs->n * qs->nout : g->slots;
-        for (int i = 0; i < ns; i++) {
-            for (;;) {
-                int done = 0;
-                if (MPI_Test(&qs->sreq[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                    return DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Test on a send failed", op);
-                if (done)
-                    break;
-                if (dmuon_waiter_expired(w))
-                    return DMUON_FAIL(DMUON_ETIMEOUT, "%s: a send of the queue of node %d (rail "
-                                      "%d) to node %d was not taken within the %d ms deadline",
-                                      op, q, t->local, qs->nout ? qs->out[0] : -1,
-                                      g->deadline_ms);
-                dmuon_waiter_idle(w);
-            }
+        int all = 0;
+        if (ns && MPI_Testall(ns, qs->sreq, &all, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Testall on sends failed", op_name(kind));
+        if (ns && !all) {
+            *done = 0;
+            *which = q;
+            return DMUON_OK;
         }
     }
+    *done = 1;
     return DMUON_OK;
 }
+
+/* This rank's control word `which` and the value it must reach. */
+static uint64_t count_of(const mpi_group *g, int which, uint64_t *target, int64_t *per)
+{
+    uint64_t calls = which == W_LANDED || which == W_READ ? g->gathers : g->reduces;
+    *per = which == W_LANDED || which == W_GRAD_READ ? g->layer_seg_bytes : g->owned_bytes;
+    *target = calls * (uint64_t)*per;
+    return __atomic_load_n(ctrl_word(g, g->topo->local, which), __ATOMIC_ACQUIRE);
+}
+
+static int counts_reached(const mpi_group *g)
+{
+    int a = g->kind == 0 ? W_LANDED : W_GRAD_READ, b = g->kind == 0 ? W_READ : W_SUMMED;
+    uint64_t ta, tb;
+    int64_t pa, pb;
+    return count_of(g, a, &ta, &pa) >= ta && count_of(g, b, &tb, &pb) >= tb;
+}
+
+/* -------------------------------------------------------- AllGatherV ---- */
+
 
 /* -------------------------------------------------------- AllGatherV ---- */
 
@@ -378,100 +445,62 @@ static void gather_flush(mpi_group *g, queue_state *qs)
     }
 }
 
-/* Waits until this rank's control word `which` reaches target (bytes); per
- * is what one call adds, for the message. */
-static dmuon_rc wait_count(mpi_group *g, int which, uint64_t target, int64_t per,
-                           const char *op, dmuon_waiter *w)
-{
-    const dmuon_topo *t = g->topo;
-    volatile uint64_t *word = ctrl_word(g, t->local, which);
-    uint64_t v;
-    while ((v = __atomic_load_n(word, __ATOMIC_ACQUIRE)) < target) {
-        if (dmuon_waiter_expired(w))
-            return DMUON_FAIL(DMUON_ETIMEOUT, "%s: only %lld of %lld bytes %s within the %d ms "
-                              "deadline (the rail ranks of node %d did not finish)", op,
-                              (long long)(per - (int64_t)(target - v)), (long long)per,
-                              which == W_LANDED ? "of the layer reached this rank's buffer"
-                              : which == W_READ ? "of this rank's window were read"
-                              : which == W_GRAD_READ ? "of this rank's buffer were reduced"
-                                                     : "of sums reached this rank's window",
-                              g->deadline_ms, t->node_id);
-        dmuon_waiter_idle(w);
-    }
-    return DMUON_OK;
-}
 
-/* AllGatherV.  A rank does not wait for its whole node before it starts:
- * it needs only the owner's arrival to read a local chunk, and sends every
- * chunk on along its rail at once; the stores into the other ranks' buffers
- * wait until every rank of the node has entered (their buffers are free),
- * and are then caught up. */
-dmuon_rc dmuon_mpi_allgatherv(dmuon_group *pub, int64_t buffer_offset, int64_t window_offset)
+/* Arms the gather receives: they land directly in the layer buffer. */
+static dmuon_rc gather_arm(mpi_group *g)
 {
-    mpi_group *g = pub->impl;
-    g->buf = buffer_offset;
-    g->winoff = window_offset;
-    const char *op = "allgatherv";
-    const dmuon_topo *t = g->topo;
-    int R = t->nodes, K = t->per_node, me = t->local;
-    unsigned char *mybuf = peer_buffer(g, me);
-    dmuon_waiter w;
-    dmuon_rc rc;
-    if (g->broken)
-        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
-                          "be used", op);
-    g->seq++;
-    g->gathers++;
-    dmuon_waiter_start(&w, g->deadline_ms);
-    node_post(g);
-    int node_in = 0;   /* every rank of the node has entered */
-    int active = 0;
-    for (int q = 0; q < R; q++) {
+    unsigned char *mybuf = peer_buffer(g, g->topo->local);
+    for (int q = 0; q < g->topo->nodes; q++) {
         queue_state *qs = &g->qs[0][q];
         qs->next = qs->stored = 0;
         for (int k = 0; k < qs->n && qs->nin; k++) {
             const dmuon_chunk *c = &qs->chunks[k];
             if (MPI_Irecv(mybuf + c->offset, (int)c->bytes, MPI_BYTE, qs->in[0], q, g->rail,
-                          &qs->rreq[k]) != MPI_SUCCESS) {
-                rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Irecv failed", op);
-                goto fail;
-            }
+                          &qs->rreq[k]) != MPI_SUCCESS)
+                return DMUON_FAIL(DMUON_ECOMM, "allgatherv: MPI_Irecv failed");
         }
-        active += qs->n > 0;
+        g->active += qs->n > 0;
     }
-    for (;;) {
-        int progressed = 0;
-        if (!node_in) {
-            node_in = 1;
-            for (int j = 0; j < K && node_in; j++)
-                node_in = peer_arrived(g, j);
-            if (node_in) {
-                MPI_Win_sync(g->win);
-                for (int q = 0; q < R; q++)
-                    gather_flush(g, &g->qs[0][q]);
-                progressed = 1;
-            }
+    return DMUON_OK;
+}
+
+/* One non-blocking pass over the gather queues.  A rank does not wait for
+ * its whole node before it starts: it needs only the owner's arrival to
+ * read a local chunk, and sends every chunk on along its rail at once; the
+ * stores into the other ranks' buffers wait until every rank of the node
+ * has entered (their buffers are free), and are then caught up. */
+static dmuon_rc gather_pass(mpi_group *g, int *progressed)
+{
+    const dmuon_topo *t = g->topo;
+    int R = t->nodes, K = t->per_node, me = t->local;
+    unsigned char *mybuf = peer_buffer(g, me);
+    if (!g->node_in) {
+        g->node_in = 1;
+        for (int j = 0; j < K && g->node_in; j++)
+            g->node_in = peer_arrived(g, j);
+        if (g->node_in) {
+            MPI_Win_sync(g->win);
+            for (int q = 0; q < R; q++)
+                gather_flush(g, &g->qs[0][q]);
+            *progressed = 1;
         }
-        if (!active && node_in)
-            break;
-        for (int q = 0; q < R; q++) {
-            queue_state *qs = &g->qs[0][q];
-            if (qs->next == qs->n)
-                continue;
+    }
+    for (int q = 0; q < R; q++) {
+        queue_state *qs = &g->qs[0][q];
+        /* walk a queue as far as it goes: chunks of one queue are in order */
+        while (qs->next < qs->n) {
             int k = qs->next;
             const dmuon_chunk *c = &qs->chunks[k];
             if (qs->nin) {
                 int done = 0;
-                if (MPI_Test(&qs->rreq[k], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-                    rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Test on a receive failed", op);
-                    goto fail;
-                }
+                if (MPI_Test(&qs->rreq[k], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                    return DMUON_FAIL(DMUON_ECOMM, "allgatherv: MPI_Test on a receive failed");
                 if (!done)
-                    continue;
+                    break;
             } else {
                 int owner = c->owner % K;
-                if (owner != me && !node_in && !peer_arrived(g, owner))
-                    continue;
+                if (owner != me && !g->node_in && !peer_arrived(g, owner))
+                    break;
                 memcpy(mybuf + c->offset, peer_window(g, owner) + c->win_offset,
                        (size_t)c->bytes);
                 __atomic_fetch_add(ctrl_word(g, owner, W_READ), (uint64_t)c->bytes,
@@ -480,57 +509,39 @@ dmuon_rc dmuon_mpi_allgatherv(dmuon_group *pub, int64_t buffer_offset, int64_t w
             __atomic_fetch_add(ctrl_word(g, me, W_LANDED), (uint64_t)c->bytes, __ATOMIC_RELEASE);
             for (int o = 0; o < qs->nout; o++)
                 if (MPI_Isend(mybuf + c->offset, (int)c->bytes, MPI_BYTE, qs->out[o], q, g->rail,
-                              &qs->sreq[k * qs->nout + o]) != MPI_SUCCESS) {
-                    rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Isend failed", op);
-                    goto fail;
-                }
+                              &qs->sreq[k * qs->nout + o]) != MPI_SUCCESS)
+                    return DMUON_FAIL(DMUON_ECOMM, "allgatherv: MPI_Isend failed");
             qs->next++;
-            if (node_in)
+            if (g->node_in)
                 gather_flush(g, qs);
-            active -= qs->next == qs->n;
-            progressed = 1;
+            g->active -= qs->next == qs->n;
+            *progressed = 1;
         }
-        if (progressed) {
-            w.idle = 0;
-            continue;
-        }
-        if (dmuon_waiter_expired(&w)) {
-            for (int j = 0; j < K && !node_in; j++)
-                if (!peer_arrived(g, j)) {
-                    rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: rank %d of this node (node %d) did not "
-                                    "enter call %llu within the %d ms deadline", op,
-                                    dmuon_topo_rank_of(K, t->node_id, j), t->node_id,
-                                    (unsigned long long)g->seq, g->deadline_ms);
-                    goto fail;
-                }
-            for (int q = 0; q < R; q++) {
-                queue_state *qs = &g->qs[0][q];
-                if (qs->next < qs->n && qs->nin) {
-                    rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: chunk %d of %d of the queue of source "
-                                    "node %d (rail %d) did not arrive from rank %d (node %d) "
-                                    "within the %d ms deadline", op, qs->next + 1, qs->n, q, me,
-                                    dmuon_topo_rank_of(K, qs->in[0], me), qs->in[0],
-                                    g->deadline_ms);
-                    goto fail;
-                }
-            }
-            rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: no progress within the %d ms deadline", op,
-                            g->deadline_ms);
-            goto fail;
-        }
-        dmuon_waiter_idle(&w);
     }
-    DMUON_TRY_GOTO(rc, wait_sends(g, 0, op, &w), fail);
-    DMUON_TRY_GOTO(rc, wait_count(g, W_LANDED, g->gathers * (uint64_t)g->layer_seg_bytes,
-                                  g->layer_seg_bytes, op, &w), fail);
-    DMUON_TRY_GOTO(rc, wait_count(g, W_READ, g->gathers * (uint64_t)g->owned_bytes,
-                                  g->owned_bytes, op, &w), fail);
-    MPI_Win_sync(g->win);
     return DMUON_OK;
-fail:
-    g->broken = 1;
-    drop_requests(g);
-    return rc;
+}
+
+/* The deadline message of a gather still running its queues. */
+static dmuon_rc gather_late(mpi_group *g)
+{
+    const dmuon_topo *t = g->topo;
+    int K = t->per_node, me = t->local;
+    for (int j = 0; j < K && !g->node_in; j++)
+        if (!peer_arrived(g, j))
+            return DMUON_FAIL(DMUON_ETIMEOUT, "allgatherv: rank %d of this node (node %d) did "
+                              "not enter call %llu within the %d ms deadline",
+                              dmuon_topo_rank_of(K, t->node_id, j), t->node_id,
+                              (unsigned long long)g->seq, g->deadline_ms);
+    for (int q = 0; q < t->nodes; q++) {
+        queue_state *qs = &g->qs[0][q];
+        if (qs->next < qs->n && qs->nin)
+            return DMUON_FAIL(DMUON_ETIMEOUT, "allgatherv: chunk %d of %d of the queue of source "
+                              "node %d (rail %d) did not arrive from rank %d (node %d) within "
+                              "the %d ms deadline", qs->next + 1, qs->n, q, me,
+                              dmuon_topo_rank_of(K, qs->in[0], me), qs->in[0], g->deadline_ms);
+    }
+    return DMUON_FAIL(DMUON_ETIMEOUT, "allgatherv: no progress within the %d ms deadline",
+                      g->deadline_ms);
 }
 
 /* ---------------------------------------------------- ReduceScatterV ---- */
@@ -604,59 +615,56 @@ static dmuon_rc post_partial_recv(mpi_group *g, queue_state *qs, int i, int k)
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_mpi_reduce_scatterv(dmuon_group *pub, int64_t buffer_offset,
-                                   int64_t window_offset)
+/* Arms the first `slots` partial receives of every incoming stream: they
+ * land in private staging, so this needs no node agreement. */
+static dmuon_rc reduce_arm(mpi_group *g)
 {
-    mpi_group *g = pub->impl;
-    g->buf = buffer_offset;
-    g->winoff = window_offset;
-    const char *op = "reducescatterv";
-    const dmuon_topo *t = g->topo;
-    int R = t->nodes, K = t->per_node, me = t->local, S = g->slots;
-    dmuon_waiter w;
-    dmuon_rc rc;
-    if (g->broken)
-        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
-                          "be used", op);
-    g->seq++;
-    g->reduces++;
-    dmuon_waiter_start(&w, g->deadline_ms);
-    node_post(g);
-    /* Receives land in private staging: arm them before waiting for the node. */
-    int active = 0;
-    for (int q = 0; q < R; q++) {
+    for (int q = 0; q < g->topo->nodes; q++) {
         queue_state *qs = &g->qs[1][q];
         qs->next = 0;
         for (int i = 0; i < qs->nin; i++)
-            for (int k = 0; k < qs->n && k < S; k++)
-                DMUON_TRY_GOTO(rc, post_partial_recv(g, qs, i, k), fail);
-        active += qs->n > 0;
+            for (int k = 0; k < qs->n && k < g->slots; k++)
+                DMUON_TRY(post_partial_recv(g, qs, i, k));
+        g->active += qs->n > 0;
     }
-    DMUON_TRY_GOTO(rc, node_wait(g, op, &w), fail);
+    return DMUON_OK;
+}
+
+/* One non-blocking pass over the reduce queues; nothing is summed before
+ * every rank of the node has entered (its gradients are in place). */
+static dmuon_rc reduce_pass(mpi_group *g, int *progressed)
+{
+    const dmuon_topo *t = g->topo;
+    int R = t->nodes, K = t->per_node, S = g->slots;
+    if (!g->node_in) {
+        for (int j = 0; j < K; j++)
+            if (!peer_arrived(g, j))
+                return DMUON_OK;
+        MPI_Win_sync(g->win);
+        g->node_in = 1;
+        *progressed = 1;
+    }
     unsigned char *inp[DMUON_STAR_MAX_NODES > 64 ? DMUON_STAR_MAX_NODES : 64];
-    while (active) {
-        int progressed = 0;
-        for (int q = 0; q < R; q++) {
-            queue_state *qs = &g->qs[1][q];
-            if (qs->next == qs->n)
-                continue;
+    for (int q = 0; q < R; q++) {
+        queue_state *qs = &g->qs[1][q];
+        while (qs->next < qs->n) {
             int k = qs->next, slot = k % S, ready = 1;
             const dmuon_chunk *c = &qs->chunks[k];
             for (int i = 0; i < qs->nin && ready; i++) {
                 int done = 0;
-                if (MPI_Test(&qs->rreq[i * S + slot], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-                    rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Test on a receive failed", op);
-                    goto fail;
-                }
+                if (MPI_Test(&qs->rreq[i * S + slot], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                    return DMUON_FAIL(DMUON_ECOMM, "reducescatterv: MPI_Test on a receive "
+                                      "failed");
                 ready = done;
             }
             if (ready && qs->nout) {
                 int done = 0;
-                MPI_Test(&qs->sreq[slot], &done, MPI_STATUS_IGNORE);
+                if (MPI_Test(&qs->sreq[slot], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                    return DMUON_FAIL(DMUON_ECOMM, "reducescatterv: MPI_Test on a send failed");
                 ready = done;
             }
             if (!ready)
-                continue;
+                break;
             dmuon_dtype dt = g->segs[c->seg].dtype;
             int f32p, ps = partial_size(g, dt, &f32p);
             for (int i = 0; i < qs->nin; i++)
@@ -679,59 +687,285 @@ dmuon_rc dmuon_mpi_reduce_scatterv(dmuon_group *pub, int64_t buffer_offset,
                                    __ATOMIC_RELEASE);
             if (qs->nout &&
                 MPI_Isend(dst, (int)(c->count * ps), MPI_BYTE, qs->out[0], R + q, g->rail,
-                          &qs->sreq[slot]) != MPI_SUCCESS) {
-                rc = DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Isend failed", op);
-                goto fail;
-            }
+                          &qs->sreq[slot]) != MPI_SUCCESS)
+                return DMUON_FAIL(DMUON_ECOMM, "reducescatterv: MPI_Isend failed");
             if (k + S < qs->n)
                 for (int i = 0; i < qs->nin; i++)
-                    DMUON_TRY_GOTO(rc, post_partial_recv(g, qs, i, k + S), fail);
+                    DMUON_TRY(post_partial_recv(g, qs, i, k + S));
             qs->next++;
-            active -= qs->next == qs->n;
-            progressed = 1;
+            g->active -= qs->next == qs->n;
+            *progressed = 1;
         }
-        if (progressed) {
-            w.idle = 0;
+    }
+    return DMUON_OK;
+}
+
+/* The deadline message of a reduce still running its queues. */
+static dmuon_rc reduce_late(mpi_group *g)
+{
+    const dmuon_topo *t = g->topo;
+    int K = t->per_node, me = t->local, S = g->slots;
+    for (int j = 0; j < K && !g->node_in; j++)
+        if (!peer_arrived(g, j))
+            return DMUON_FAIL(DMUON_ETIMEOUT, "reducescatterv: rank %d of this node (node %d) "
+                              "did not enter call %llu within the %d ms deadline",
+                              dmuon_topo_rank_of(K, t->node_id, j), t->node_id,
+                              (unsigned long long)g->seq, g->deadline_ms);
+    for (int q = 0; q < t->nodes; q++) {
+        queue_state *qs = &g->qs[1][q];
+        if (qs->next == qs->n)
             continue;
+        int slot = qs->next % S;
+        for (int i = 0; i < qs->nin; i++) {
+            int done = 0;
+            MPI_Test(&qs->rreq[i * S + slot], &done, MPI_STATUS_IGNORE);
+            if (!done)
+                return DMUON_FAIL(DMUON_ETIMEOUT, "reducescatterv: the partial sum of chunk %d "
+                                  "of %d of the queue of owner node %d (rail %d) did not arrive "
+                                  "from rank %d (node %d) within the %d ms deadline",
+                                  qs->next + 1, qs->n, q, me,
+                                  dmuon_topo_rank_of(K, qs->in[i], me), qs->in[i],
+                                  g->deadline_ms);
         }
-        if (dmuon_waiter_expired(&w)) {
-            for (int q = 0; q < R; q++) {
-                queue_state *qs = &g->qs[1][q];
-                if (qs->next == qs->n)
-                    continue;
-                int slot = qs->next % S;
-                for (int i = 0; i < qs->nin; i++) {
-                    int done = 0;
-                    MPI_Test(&qs->rreq[i * S + slot], &done, MPI_STATUS_IGNORE);
-                    if (!done) {
-                        rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: the partial sum of chunk %d of %d "
-                                        "of the queue of owner node %d (rail %d) did not arrive "
-                                        "from rank %d (node %d) within the %d ms deadline", op,
-                                        qs->next + 1, qs->n, q, me,
-                                        dmuon_topo_rank_of(K, qs->in[i], me), qs->in[i],
-                                        g->deadline_ms);
-                        goto fail;
-                    }
-                }
-                rc = DMUON_FAIL(DMUON_ETIMEOUT, "%s: chunk %d of %d of the queue of owner node "
-                                "%d (rail %d) could not be sent to rank %d (node %d) within the "
-                                "%d ms deadline", op, qs->next + 1, qs->n, q, me,
-                                dmuon_topo_rank_of(K, qs->out[0], me), qs->out[0],
-                                g->deadline_ms);
-                goto fail;
+        return DMUON_FAIL(DMUON_ETIMEOUT, "reducescatterv: chunk %d of %d of the queue of owner "
+                          "node %d (rail %d) could not be sent to rank %d (node %d) within the "
+                          "%d ms deadline", qs->next + 1, qs->n, q, me,
+                          dmuon_topo_rank_of(K, qs->out[0], me), qs->out[0], g->deadline_ms);
+    }
+    return DMUON_FAIL(DMUON_ETIMEOUT, "reducescatterv: no progress within the %d ms deadline",
+                      g->deadline_ms);
+}
+
+/* --------------------------------------------------- one call, split ---- */
+
+/* Moves the call in flight as far as it goes without blocking; *done once
+ * it has completed (then nothing of it is in flight any more). */
+static dmuon_rc call_progress(mpi_group *g, int *progressed, int *done)
+{
+    *done = 0;
+    if (g->stage == ST_QUEUES) {
+        DMUON_TRY(g->kind == 0 ? gather_pass(g, progressed) : reduce_pass(g, progressed));
+        if (g->active == 0 && g->node_in) {
+            if (g->kind == 0)   /* stores still owed to the node */
+                for (int q = 0; q < g->topo->nodes; q++)
+                    gather_flush(g, &g->qs[0][q]);
+            g->stage = ST_SENDS;
+            *progressed = 1;
+        }
+    }
+    if (g->stage == ST_SENDS) {
+        int all = 0, q = 0;
+        DMUON_TRY(sends_done(g, &all, &q));
+        if (all) {
+            g->stage = ST_COUNTS;
+            *progressed = 1;
+        }
+    }
+    if (g->stage == ST_COUNTS && counts_reached(g)) {
+        MPI_Win_sync(g->win);
+        g->stage = ST_DONE;
+        inflight_remove(g);
+        *progressed = 1;
+    }
+    *done = g->stage == ST_DONE;
+    return DMUON_OK;
+}
+
+/* The deadline message for the stage the call is in. */
+static dmuon_rc call_late(mpi_group *g)
+{
+    const dmuon_topo *t = g->topo;
+    const char *op = op_name(g->kind);
+    if (g->stage == ST_QUEUES)
+        return g->kind == 0 ? gather_late(g) : reduce_late(g);
+    if (g->stage == ST_SENDS) {
+        int all = 0, q = 0;
+        DMUON_TRY(sends_done(g, &all, &q));
+        queue_state *qs = &g->qs[g->kind][q];
+        return DMUON_FAIL(DMUON_ETIMEOUT, "%s: a send of the queue of node %d (rail %d) to node "
+                          "%d was not taken within the %d ms deadline", op, q, t->local,
+                          qs->nout ? qs->out[0] : -1, g->deadline_ms);
+    }
+    int which[2] = {g->kind == 0 ? W_LANDED : W_GRAD_READ, g->kind == 0 ? W_READ : W_SUMMED};
+    for (int i = 0; i < 2; i++) {
+        uint64_t target, v;
+        int64_t per;
+        v = count_of(g, which[i], &target, &per);
+        if (v < target)
+            return DMUON_FAIL(DMUON_ETIMEOUT, "%s: only %lld of %lld bytes %s within the %d ms "
+                              "deadline (the rail ranks of node %d did not finish)", op,
+                              (long long)(per - (int64_t)(target - v)), (long long)per,
+                              which[i] == W_LANDED ? "of the layer reached this rank's buffer"
+                              : which[i] == W_READ ? "of this rank's window were read"
+                              : which[i] == W_GRAD_READ ? "of this rank's buffer were reduced"
+                                                        : "of sums reached this rank's window",
+                              g->deadline_ms, t->node_id);
+    }
+    return DMUON_FAIL(DMUON_ETIMEOUT, "%s: no progress within the %d ms deadline", op,
+                      g->deadline_ms);
+}
+
+/* Moves every other call in flight on the same memory (never blocks).  A
+ * failure there marks that group failed; its own test or wait reports it. */
+static void progress_others(mpi_group *g)
+{
+    mpi_group *h = *(mpi_group **)dmuon_mpi_symm_inflight(g->mem);
+    while (h) {
+        mpi_group *next = h->next_inflight;
+        if (h != g) {
+            int progressed = 0, done = 0;
+            dmuon_rc rc = call_progress(h, &progressed, &done);
+            if (rc != DMUON_OK) {
+                snprintf(h->failmsg, sizeof h->failmsg, "%s", dmuon_errmsg());
+                h->failrc = rc;
+                call_fail(h, rc);
             }
         }
-        dmuon_waiter_idle(&w);
+        h = next;
     }
-    DMUON_TRY_GOTO(rc, wait_sends(g, 1, op, &w), fail);
-    DMUON_TRY_GOTO(rc, wait_count(g, W_GRAD_READ, g->reduces * (uint64_t)g->layer_seg_bytes,
-                                  g->layer_seg_bytes, op, &w), fail);
-    DMUON_TRY_GOTO(rc, wait_count(g, W_SUMMED, g->reduces * (uint64_t)g->owned_bytes,
-                                  g->owned_bytes, op, &w), fail);
-    MPI_Win_sync(g->win);
+}
+
+static dmuon_rc call_start(dmuon_group *pub, int kind, int64_t buffer_offset,
+                           int64_t window_offset)
+{
+    mpi_group *g = pub->impl;
+    const char *op = op_name(kind);
+    if (g->broken)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
+                          "be used", op);
+    if (g->kind >= 0)
+        return DMUON_FAIL(DMUON_EINVAL, "%s: the group's %s started before is not finished "
+                          "(wait for it first)", op, op_name(g->kind));
+    g->buf = buffer_offset;
+    g->winoff = window_offset;
+    g->seq++;
+    if (kind == 0)
+        g->gathers++;
+    else
+        g->reduces++;
+    g->kind = kind;
+    g->stage = ST_QUEUES;
+    g->node_in = 0;
+    g->active = 0;
+    inflight_add(g);
+    dmuon_waiter_start(&g->w, g->deadline_ms);
+    node_post(g);
+    dmuon_rc rc = kind == 0 ? gather_arm(g) : reduce_arm(g);
+    if (rc == DMUON_OK) {
+        int progressed = 0, done = 0;
+        rc = call_progress(g, &progressed, &done);
+    }
+    if (rc != DMUON_OK)
+        return call_fail(g, dmuon_err_trace_add(rc, __FILE__, __LINE__));
     return DMUON_OK;
-fail:
-    g->broken = 1;
-    drop_requests(g);
-    return rc;
+}
+
+/* The state a caller finds: the call finished (reset to idle), failed
+ * elsewhere (report it), or still running. */
+static dmuon_rc call_check(mpi_group *g, int kind, const char *what, int *finished)
+{
+    *finished = 0;
+    if (g->failrc != DMUON_OK) {
+        dmuon_rc rc = g->failrc;
+        g->failrc = DMUON_OK;
+        return DMUON_FAIL(rc, "%s", g->failmsg);
+    }
+    if (g->broken)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
+                          "be used", op_name(kind));
+    if (g->kind != kind)
+        return DMUON_FAIL(DMUON_EINVAL, "%s_%s: no %s was started on this group", op_name(kind),
+                          what, op_name(kind));
+    if (g->stage == ST_DONE) {
+        g->kind = -1;
+        *finished = 1;
+    }
+    return DMUON_OK;
+}
+
+static dmuon_rc call_test(dmuon_group *pub, int kind, int *done)
+{
+    mpi_group *g = pub->impl;
+    int finished;
+    *done = 0;
+    DMUON_TRY(call_check(g, kind, "test", &finished));
+    if (finished) {
+        *done = 1;
+        return DMUON_OK;
+    }
+    int progressed = 0, fin = 0;
+    dmuon_rc rc = call_progress(g, &progressed, &fin);
+    if (rc != DMUON_OK)
+        return call_fail(g, dmuon_err_trace_add(rc, __FILE__, __LINE__));
+    progress_others(g);
+    if (fin) {
+        g->kind = -1;
+        *done = 1;
+    }
+    return DMUON_OK;
+}
+
+static dmuon_rc call_wait(dmuon_group *pub, int kind, int restart)
+{
+    mpi_group *g = pub->impl;
+    int finished;
+    DMUON_TRY(call_check(g, kind, "wait", &finished));
+    if (finished)
+        return DMUON_OK;
+    if (restart)
+        dmuon_waiter_start(&g->w, g->deadline_ms);
+    for (;;) {
+        int progressed = 0, fin = 0;
+        dmuon_rc rc = call_progress(g, &progressed, &fin);
+        if (rc != DMUON_OK)
+            return call_fail(g, dmuon_err_trace_add(rc, __FILE__, __LINE__));
+        if (fin) {
+            g->kind = -1;
+            return DMUON_OK;
+        }
+        if (progressed) {
+            g->w.idle = 0;
+            continue;
+        }
+        progress_others(g);
+        if (dmuon_waiter_expired(&g->w))
+            return call_fail(g, call_late(g));
+        dmuon_waiter_idle(&g->w);
+    }
+}
+
+/* ------------------------------------------------- backend entries ---- */
+
+dmuon_rc dmuon_mpi_allgatherv(dmuon_group *pub, int64_t buffer_offset, int64_t window_offset)
+{
+    DMUON_TRY(call_start(pub, 0, buffer_offset, window_offset));
+    DMUON_TRY(call_wait(pub, 0, 0));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_mpi_reduce_scatterv(dmuon_group *pub, int64_t buffer_offset,
+                                   int64_t window_offset)
+{
+    DMUON_TRY(call_start(pub, 1, buffer_offset, window_offset));
+    DMUON_TRY(call_wait(pub, 1, 0));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_mpi_start(dmuon_group *pub, int kind, int64_t buffer_offset,
+                         int64_t window_offset)
+{
+    DMUON_TRY(call_start(pub, kind, buffer_offset, window_offset));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_mpi_test(dmuon_group *pub, int kind, int *done)
+{
+    DMUON_TRY(call_test(pub, kind, done));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_mpi_wait(dmuon_group *pub, int kind)
+{
+    DMUON_TRY(call_wait(pub, kind, 1));
+    return DMUON_OK;
 }

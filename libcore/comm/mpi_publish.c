@@ -3,6 +3,9 @@
  * (dmuon/publish.h, comm/backend.h), over the copy range of symmetric memory
  * the public layer (publish.c) checked.
  *
+ * The route and the chunks come from the publish schedule (sched.c,
+ * dmuon_pub_sched); this file only moves them.
+ *
  * Wire format, per parameter p of rail s, on the publish's own duplicate of
  * the rail communicator with tag p: the chunks of p in increasing offset;
  * the last chunk travels with the step number appended (8 bytes), so a
@@ -38,7 +41,7 @@ typedef struct {
     int lead;                /* 1: this rank receives it; 0: this rank owns it */
     int prev, next;          /* rail ranks (= node ids); next −1 when last */
     int nchunks;
-    int64_t chunk_elems;
+    const dmuon_pub_chunk *chunks;   /* its chunks in the schedule */
     /* per-step state */
     int got;                 /* chunks received (lead) */
     int round_done;
@@ -54,6 +57,7 @@ typedef struct {
     const dmuon_topo *topo;
     MPI_Comm rail;
     const dmuon_segment *params;   /* the public publish's table */
+    const dmuon_pub_sched *sched;  /* the public publish's schedule */
     int n;
     param_state *mine;       /* parameters of this rank's rail: owned or led */
     int nmine;
@@ -84,6 +88,7 @@ dmuon_rc dmuon_mpi_publish_create(dmuon_publish *pub)
     p->topo = t;
     p->rail = MPI_COMM_NULL;
     p->params = params;
+    p->sched = &pub->sched;
     p->n = n;
     p->copy = pub->copy;
     p->copy_bytes = pub->copy_bytes;
@@ -112,13 +117,9 @@ dmuon_rc dmuon_mpi_publish_create(dmuon_publish *pub)
             ps->idx = i;
             ps->owner_node = params[i].owner / K;
             ps->lead = ps->owner_node != r;
-            ps->prev = (r - 1 + R) % R;
-            ps->next = (r + 1) % R == ps->owner_node ? -1 : (r + 1) % R;
-            size_t es = dmuon_dtype_size(params[i].dtype);
-            ps->chunk_elems = p->chunk_bytes / (int64_t)es;
-            if (ps->chunk_elems < 1)
-                ps->chunk_elems = 1;
-            ps->nchunks = (int)((params[i].count + ps->chunk_elems - 1) / ps->chunk_elems);
+            dmuon_pub_sched_hop(p->sched, i, r, &ps->prev, &ps->next);
+            ps->nchunks = p->sched->params[i].nchunks;
+            ps->chunks = p->sched->chunks + p->sched->params[i].first;
             nreq += (size_t)(ps->nchunks + 1) * 2;
             p->slot_of[i] = p->nmine++;
         }
@@ -126,9 +127,7 @@ dmuon_rc dmuon_mpi_publish_create(dmuon_publish *pub)
         fail = !p->req_mem;
         for (int i = 0; i < p->nmine && !fail; i++) {
             param_state *ps = &p->mine[i];
-            int64_t es = (int64_t)dmuon_dtype_size(params[ps->idx].dtype);
-            ps->tail_bytes = (int)((params[ps->idx].count - (int64_t)(ps->nchunks - 1) *
-                                    ps->chunk_elems) * es);
+            ps->tail_bytes = (int)ps->chunks[ps->nchunks - 1].bytes;
             ps->tail = malloc((size_t)ps->tail_bytes + 8);
             fail = !ps->tail;
         }
@@ -196,12 +195,8 @@ static dmuon_rc pub_progress(mpi_pub *p);
 static void chunk_span(const mpi_pub *p, const param_state *ps, int k, unsigned char **ptr,
                        int *bytes)
 {
-    const dmuon_segment *s = &p->params[ps->idx];
-    int64_t es = (int64_t)dmuon_dtype_size(s->dtype);
-    int64_t e0 = k * ps->chunk_elems;
-    int64_t c = s->count - e0 < ps->chunk_elems ? s->count - e0 : ps->chunk_elems;
-    *ptr = p->copy + s->offset + e0 * es;
-    *bytes = (int)(c * es);
+    *ptr = p->copy + ps->chunks[k].offset;
+    *bytes = (int)ps->chunks[k].bytes;
 }
 
 static dmuon_rc pub_begin(mpi_pub *p, int64_t step)

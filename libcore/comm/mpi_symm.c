@@ -20,6 +20,7 @@
 typedef struct {
     MPI_Win win;
     int locked;
+    void *inflight;   /* head of the list of group calls in flight (mpi_collv.c) */
 } mpi_symm;
 
 static unsigned char *align_up(void *p)
@@ -97,4 +98,9 @@ void dmuon_mpi_symm_free(dmuon_symm *s)
 MPI_Win dmuon_mpi_symm_win(const dmuon_symm *s)
 {
     return ((const mpi_symm *)s->impl)->win;
+}
+
+void **dmuon_mpi_symm_inflight(dmuon_symm *s)
+{
+    return &((mpi_symm *)s->impl)->inflight;
 }

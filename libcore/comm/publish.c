@@ -1,7 +1,8 @@
 /*
  * publish.c — the HSDP publish (dmuon/publish.h): the backend-independent
  * layer.  It checks and agrees on the table (comm/table.c), resolves the
- * options, checks the copy range against the symmetric memory and
+ * options, builds the publish schedule (sched.c: chunks and routes), checks
+ * the copy range against the symmetric memory and
  * dispatches to the memory's backend (comm/backend.h).
  *
  * Invariant: every failure at create is decided from agreed inputs (the
@@ -15,6 +16,36 @@
 
 #include "dmuon/collv.h"
 #include "backend.h"
+
+dmuon_rc dmuon_publish_layout(int per_node, const dmuon_segment *segs, int n, dmuon_segment *out,
+                              int64_t *copy_bytes)
+{
+    if (per_node < 1 || n < 0 || (n > 0 && (!segs || !out)))
+        return DMUON_FAIL(DMUON_EINVAL, "publish layout: %d ranks per node, %d parameters: "
+                          "expected K >= 1 and a table", per_node, n);
+    int64_t *end = calloc((size_t)per_node, sizeof *end);
+    if (!end)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory laying out %d parameters", n);
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t es = (int64_t)dmuon_dtype_size(segs[i].dtype);
+        if (segs[i].owner < 0 || !es) {
+            free(end);
+            return DMUON_FAIL(DMUON_EINVAL, "publish layout: parameter %d: %s", i,
+                              segs[i].owner < 0 ? "negative owner" : "unknown element type");
+        }
+        int64_t *e = &end[segs[i].owner % per_node];
+        int64_t off = (*e + es - 1) / es * es;
+        out[i] = segs[i];
+        out[i].offset = off;
+        out[i].window_offset = 0;
+        *e = off + segs[i].count * es;
+        most = *e > most ? *e : most;
+    }
+    free(end);
+    *copy_bytes = most;
+    return DMUON_OK;
+}
 
 dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segment *params, int n,
                                          int64_t *bytes)
@@ -52,6 +83,8 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);
     DMUON_TRY_GOTO(rc, dmuon_chunk_bytes_check(o.chunk_bytes), fail);
     p->chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes : DMUON_CHUNK_BYTES;
+    DMUON_TRY_GOTO(rc, dmuon_pub_sched_init(&p->sched, params, n, t->nodes, t->per_node,
+                                            p->chunk_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "publish", &p->ops), fail);
     if (!mem || mem->topo != t || mem->backend != t->backend) {
         rc = DMUON_FAIL(DMUON_EINVAL, "publish: the symmetric memory was not allocated over "
@@ -83,12 +116,14 @@ void dmuon_publish_free(dmuon_publish *p)
         return;
     if (p->ops && p->impl)
         p->ops->publish_free(p);
+    dmuon_pub_sched_release(&p->sched);
     free(p->params);
     free(p);
 }
 
 void *dmuon_publish_copy(const dmuon_publish *p) { return p->copy; }
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p) { return p->copy_bytes; }
+const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p) { return &p->sched; }
 
 dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step)
 {

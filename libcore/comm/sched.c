@@ -182,3 +182,81 @@ int dmuon_sched_depth(const dmuon_sched *s)
         return 0;
     return s->path == DMUON_PATH_STAR ? 1 : s->nodes - 1;
 }
+
+/* ---------------------------------------------------------- publish ---- */
+
+dmuon_rc dmuon_pub_sched_init(dmuon_pub_sched *s, const dmuon_segment *params, int n, int nodes,
+                              int per_node, int64_t chunk_bytes)
+{
+    memset(s, 0, sizeof *s);
+    if (nodes < 1 || per_node < 1 || n < 0 || chunk_bytes < 0)
+        return DMUON_FAIL(DMUON_EINVAL, "publish schedule: %d nodes x %d ranks, %d parameters, "
+                          "chunk %lld bytes: expected positive sizes", nodes, per_node, n,
+                          (long long)chunk_bytes);
+    int64_t cb = chunk_bytes > 0 ? chunk_bytes : DMUON_CHUNK_BYTES, total = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t es = (int64_t)dmuon_dtype_size(params[i].dtype);
+        int64_t ce = cb / es > 0 ? cb / es : 1;
+        int64_t k = (params[i].count + ce - 1) / ce;
+        if (k > INT32_MAX || total + k > INT32_MAX)
+            return DMUON_FAIL(DMUON_EINVAL, "publish schedule: parameter %d: too many chunks "
+                              "(%lld)", i, (long long)k);
+        total += k;
+    }
+    s->params = malloc((n ? (size_t)n : 1) * sizeof *s->params);
+    s->chunks = malloc((total ? (size_t)total : 1) * sizeof *s->chunks);
+    s->route_mem = malloc(((size_t)n * nodes + 1) * sizeof *s->route_mem);
+    if (!s->params || !s->chunks || !s->route_mem) {
+        dmuon_pub_sched_release(s);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory building the publish schedule of %d "
+                          "parameters", n);
+    }
+    s->nodes = nodes;
+    s->per_node = per_node;
+    s->chunk_bytes = cb;
+    s->nparams = n;
+    int c = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t es = (int64_t)dmuon_dtype_size(params[i].dtype);
+        int64_t ce = cb / es > 0 ? cb / es : 1;
+        dmuon_pub_param *pp = &s->params[i];
+        pp->owner = params[i].owner;
+        pp->rail = params[i].owner % per_node;
+        pp->first = c;
+        int32_t *route = s->route_mem + (size_t)i * nodes;
+        for (int h = 0; h < nodes; h++)
+            route[h] = (params[i].owner / per_node + h) % nodes;
+        pp->route = route;
+        for (int64_t e0 = 0, k = 0; e0 < params[i].count; e0 += ce, k++, c++) {
+            int64_t cnt = params[i].count - e0 < ce ? params[i].count - e0 : ce;
+            s->chunks[c].param = i;
+            s->chunks[c].index = (int32_t)k;
+            s->chunks[c].offset = params[i].offset + e0 * es;
+            s->chunks[c].bytes = cnt * es;
+        }
+        pp->nchunks = c - pp->first;
+    }
+    s->nchunks = c;
+    return DMUON_OK;
+}
+
+void dmuon_pub_sched_release(dmuon_pub_sched *s)
+{
+    if (!s)
+        return;
+    free(s->params);
+    free(s->chunks);
+    free(s->route_mem);
+    memset(s, 0, sizeof *s);
+}
+
+int dmuon_pub_sched_hop(const dmuon_pub_sched *s, int param, int node, int *prev, int *next)
+{
+    assert(param >= 0 && param < s->nparams && node >= 0 && node < s->nodes);
+    const int32_t *route = s->params[param].route;
+    int R = s->nodes, h = (node - route[0] + R) % R;
+    assert(route[h] == node);
+    *prev = h > 0 ? route[h - 1] : -1;
+    *next = h + 1 < R ? route[h + 1] : -1;
+    return h;
+}

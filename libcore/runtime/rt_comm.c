@@ -353,3 +353,62 @@ dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
     }
     return DMUON_OK;
 }
+
+/* ---------------------------------------------------------- prefetch -- */
+
+static bool split(const dmuon_rt *rt)
+{
+    return rt->opts.line == DMUON_LINE_D && !rt->hsdp;
+}
+
+/* Starts layer l's gather: AllGatherV start and the even region's
+ * MPI_Iallgather; where the path has no split phase (line C, HSDP), the
+ * gather runs now. */
+dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (!split(rt)) {
+        DMUON_TRY(rt_gather(rt, l));
+        return DMUON_OK;
+    }
+    if (L->nseg)
+        DMUON_TRY(dmuon_allgatherv_start(L->pgrp, rt->space_off[DMUON_SPACE_PARAM] + L->poff,
+                                         rt->pwin_off));
+    L->even_req = MPI_REQUEST_NULL;
+    if (L->shard) {
+        DMUON_TRY(count_ok(L->shard, "an even shard"));
+        DMUON_TRY(mpi_ok(MPI_Iallgather(rt->base + rt->ewin_off + L->even_pos * (int64_t)rt->dsize,
+                                        (int)L->shard, pdt_mpi(rt),
+                                        rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
+                                        (int)L->shard, pdt_mpi(rt), rt->shard_comm,
+                                        &L->even_req), "MPI_Iallgather", rt));
+    }
+    L->inflight = true;
+    return DMUON_OK;
+}
+
+dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (!L->inflight)
+        return DMUON_OK;
+    L->inflight = false;
+    if (L->nseg)
+        DMUON_TRY(dmuon_allgatherv_wait(L->pgrp));
+    if (L->even_req != MPI_REQUEST_NULL)
+        DMUON_TRY(rt_mpi_wait(rt, MPI_SUCCESS, &L->even_req, "MPI_Iallgather", l));
+    return DMUON_OK;
+}
+
+dmuon_rc rt_gather_test(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (!L->inflight)
+        return DMUON_OK;
+    int done = 0;
+    if (L->nseg)
+        DMUON_TRY(dmuon_allgatherv_test(L->pgrp, &done));
+    if (L->even_req != MPI_REQUEST_NULL)
+        DMUON_TRY(mpi_ok(MPI_Test(&L->even_req, &done, MPI_STATUS_IGNORE), "MPI_Test", rt));
+    return DMUON_OK;
+}

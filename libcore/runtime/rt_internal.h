@@ -74,6 +74,8 @@ typedef struct {
     int64_t pbytes, gbytes;   /* block sizes */
     int64_t poff, goff;       /* current offsets in the spaces (when live) */
     bool p_live, g_live, gathered, in_fwd, in_bwd, bwd_done;
+    bool inflight;            /* a prefetch started, not yet waited for */
+    MPI_Request even_req;     /* its even-region MPI_Iallgather */
     float *w;                 /* F32 view of the gathered block (private) */
 } rt_layer;
 
@@ -156,6 +158,10 @@ dmuon_rc rt_groups_size(dmuon_rt *rt);   /* sets ctrl_per_group */
 dmuon_rc rt_groups_create(dmuon_rt *rt);
 void rt_groups_free(dmuon_rt *rt);
 dmuon_rc rt_gather(dmuon_rt *rt, size_t l);
+/* Split phase (line D, FSDP; other paths gather at start): */
+dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l);
+dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l);
+dmuon_rc rt_gather_test(dmuon_rt *rt, size_t l);
 dmuon_rc rt_reduce(dmuon_rt *rt, size_t l);
 dmuon_rc rt_pub_round(dmuon_rt *rt);   /* HSDP: begin a round, publish every owned segment */
 dmuon_rc rt_pub_begin(dmuon_rt *rt);

@@ -712,6 +712,8 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
 {
     rt_layer *L = &rt->layers[l];
     if (space == 0) {
+        if (L->inflight)
+            DMUON_TRY(rt_fail_comm(rt, rt_gather_finish(rt, l)));
         L->p_live = false;
         L->gathered = false;
         free(L->w);
@@ -724,8 +726,11 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
     return DMUON_OK;
 }
 
-/* Acquires and gathers layer l's parameters unless they are there. */
-static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire)
+/* Acquires layer l's parameter block and gathers into it unless the data
+ * is there.  A prefetch only starts the gather (split phase where the line
+ * has one); the use that follows waits for it and widens the block into
+ * the FP32 view.  Time blocked here is exposed communication. */
+static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
 {
     rt_layer *L = &rt->layers[l];
     if (!L->p_live) {
@@ -737,11 +742,20 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire)
     if (L->gathered)
         return DMUON_OK;
     double t0 = dmuon_now_ms();
-    dmuon_rc rc = rt_gather(rt, l);
-    double dt = (dmuon_now_ms() - t0) / 1e3;
-    rt->stats.gather_s += dt;
-    rt->stats.comm_wait_s += dt;
-    DMUON_TRY(rt_fail_comm(rt, rc));
+    dmuon_rc rc;
+    if (prefetch) {
+        rc = L->inflight ? DMUON_OK : rt_gather_start(rt, l);
+        rt->stats.gather_s += (dmuon_now_ms() - t0) / 1e3;
+        DMUON_TRY(rt_fail_comm(rt, rc));
+        if (L->inflight)
+            return DMUON_OK;
+    } else {
+        rc = L->inflight ? rt_gather_finish(rt, l) : rt_gather(rt, l);
+        double dt = (dmuon_now_ms() - t0) / 1e3;
+        rt->stats.gather_s += dt;
+        rt->stats.comm_wait_s += dt;
+        DMUON_TRY(rt_fail_comm(rt, rc));
+    }
     int64_t n = L->own_elems + L->even_elems;
     free(L->w);
     L->w = malloc((size_t)(n ? n : 1) * sizeof(float));
@@ -755,6 +769,15 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire)
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
+{
+    if (!rt->opened || rt->failed)
+        return DMUON_OK;
+    for (size_t l = 0; l < rt->nlayers; l++)
+        DMUON_TRY(rt_fail_comm(rt, rt_gather_test(rt, l)));
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "pre_forward", l));
@@ -763,7 +786,7 @@ dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') twice without post_forward",
                           dmuon_plan_layer_name(rt->plan, l));
     if (rt->recompute) {
-        DMUON_TRY(fetch(rt, l, false));
+        DMUON_TRY(fetch(rt, l, false, false));
         L->in_fwd = true;
         return DMUON_OK;
     }
@@ -772,11 +795,11 @@ dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') after its backward in this "
                           "micro-batch (missing post_backward of other layers?)",
                           dmuon_plan_layer_name(rt->plan, l));
-    DMUON_TRY(fetch(rt, l, true));
+    DMUON_TRY(fetch(rt, l, true, false));
     L->in_fwd = true;
     if (rt->opts.prefetch && l + 1 < rt->nlayers && !rt->layers[l + 1].p_live &&
         !rt->layers[l + 1].bwd_done)
-        DMUON_TRY(fetch(rt, l + 1, true));
+        DMUON_TRY(fetch(rt, l + 1, true, true));
     return DMUON_OK;
 }
 
@@ -804,10 +827,10 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
     if (L->in_bwd || L->bwd_done)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
                           dmuon_plan_layer_name(rt->plan, l));
-    DMUON_TRY(fetch(rt, l, true));
+    DMUON_TRY(fetch(rt, l, true, false));
     if (rt->zero == 3 && rt->opts.prefetch && l > 0 && !rt->layers[l - 1].p_live &&
         !rt->layers[l - 1].bwd_done)
-        DMUON_TRY(fetch(rt, l - 1, true));
+        DMUON_TRY(fetch(rt, l - 1, true, true));
     DMUON_TRY(acquire(rt, 1, l));
     memset(rt_gblock(rt, L), 0, (size_t)L->gbytes);
     L->in_bwd = true;

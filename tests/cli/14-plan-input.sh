@@ -24,14 +24,17 @@ check_out "not with -o" "--help says --compare refuses -o"
 usage "--compare writes no plan file" "--compare with -o" -- "$Y" --cost flops --compare -o "$T_TMP/c.yaml"
 check_no_file "$T_TMP/c.yaml" "--compare -o: no file"
 # exit codes of bad input
-usage "model '.*qwen2.5-1.5b' is a directory; did you mean .*qwen2.5-1.5b/config.json?" "a directory as MODEL" -- "$M/qwen2.5-1.5b" --cost flops
-usage "model '.*models' is a directory; expected a config.json" "a directory without config.json" -- "$M" --cost flops
+# a snapshot folder as MODEL: the file used is named
+run "$P" "$M/qwen2.5-1.5b" --cost flops --json
+check_rc 0 "a directory as MODEL"
+check_err "^dmuon-plan: model directory .*qwen2.5-1.5b: using .*qwen2.5-1.5b/config.json$" "a directory as MODEL: names the file used"
+usage "model directory '.*models' holds no model.safetensors.index.json, no .safetensors file and no config.json" "a directory without model files" -- "$M" --cost flops
 usage "cannot open model '.*absent.json'" "missing model file" -- "$T_TMP/absent.json" --cost flops
 usage "no Muon matrix" "--adamw '*' leaves no Muon matrix" -- "$Y" --cost flops --adamw '*'
 usage "-o/--out '': expected a plan file path" "-o ''" -- "$Y" --cost flops -o ''
 # option values
 usage "--small-unit-bytes '99999999999999999999'" "--small-unit-bytes beyond int64" -- "$Y" --cost flops --small-unit-bytes 99999999999999999999
-usage "--small-unit-bytes '70368744177665': expected a whole number from 0 to 70368744177664" "--small-unit-bytes beyond range" -- "$Y" --cost flops --small-unit-bytes 70368744177665
+usage "--small-unit-bytes '70368744177665': expected a size from 0 B to 64 TiB" "--small-unit-bytes beyond range" -- "$Y" --cost flops --small-unit-bytes 70368744177665
 usage "--muon: role pattern 'a\[b'" "invalid --muon pattern" -- "$Y" --cost flops --muon 'a[b'
 usage "--adamw: role pattern 'x\\\\'" "invalid --adamw pattern" -- "$Y" --cost flops --adamw 'x\'
 run "$P" "$Y" --cost flops --muon 'nothing.*' --json

@@ -2,7 +2,9 @@
 # The communication layer over caller memory (tests/unit/test_comm.c) on
 # several ranks: symmetric memory and its peers, groups whose calls name
 # their buffer and window offsets (two groups sharing one memory, ranges
-# reused between calls, refused ranges), the publish over a copy range, and
+# reused between calls, refused ranges), split-phase calls (start, local
+# work, test, wait; a gather in flight while ranks run another group's reduce
+# in different orders), the publish over a copy range, and
 # mismatches failing on every rank.
 source "$(dirname "$0")/../cli/lib.sh"
 T="${DMUON_BUILD:?}/tests/test_comm"

@@ -136,10 +136,65 @@ static float grad_value(int rank, int step, int micro, int param, int64_t i, int
            1024.0f;
 }
 
+/* What rank `rank` of `size` adds for element i of parameter `param`.  With
+ * global gradients one rank, chosen per element, gives the whole value, so
+ * the sum is the same on any number of ranks (checkpoints across rank
+ * counts); otherwise every rank gives its own, and rank 1 gives nothing to
+ * the first block's input norm. */
+static int g_global;
+
+static float contrib(int rank, int size, int step, int micro, int param, int64_t i, int seed,
+                     const char *name)
+{
+    if (g_global) {
+        int sel = (int)(mix(3, (uint64_t)step, (uint64_t)micro, (uint64_t)param, (uint64_t)i) %
+                        (uint64_t)size);
+        return rank == sel ? grad_value(0, step, micro, param, i, seed) : 0.0f;
+    }
+    if (rank == 1 && strstr(name, "layers.0.input_layernorm"))
+        return 0.0f;
+    return grad_value(rank, step, micro, param, i, seed);
+}
+
 static float init_value(int param, int64_t i, int seed)
 {
     return (float)((int)(mix(7, (uint64_t)param, (uint64_t)i, 11, (uint64_t)seed) % 2001) - 1000) /
            16384.0f;
+}
+
+/* The reference's step t (its tt-th update): exact sums of every rank's
+ * gradients, then whole-matrix Muon / AdamW on the full parameters. */
+static void ref_step(const dmuon_model *model, int t, int size, int micro, int seed,
+                     dmuon_line ln, const dmuon_optim_opts *o, dmuon_ns *ns, int64_t tt,
+                     float **ref_w, float **ref_m, float **ref_v, float **ref_g)
+{
+    const double muon_lr = 0.02, adamw_lr = 0.003;
+    size_t np = dmuon_model_param_count(model);
+    for (size_t p = 0; p < np; p++) {
+        const dmuon_param *pp = dmuon_model_param(model, p);
+        for (int64_t i = 0; i < pp->numel; i++) {
+            double s = 0;
+            for (int r = 0; r < size; r++)
+                for (int k = 0; k < micro; k++)
+                    s += contrib(r, size, t, k, (int)p, i, seed, pp->name);
+            ref_g[p][i] = (float)s;
+        }
+    }
+    for (size_t p = 0; p < np; p++) {
+        const dmuon_param *pp = dmuon_model_param(model, p);
+        bool muon = pp->role == DMUON_ROLE_MUON && ln != DMUON_LINE_A;
+        if (!muon) {
+            double decay = pp->role == DMUON_ROLE_MUON ? o->muon_weight_decay
+                                                       : o->adamw_weight_decay;
+            dmuon_adamw_update(o, adamw_lr, decay, tt, pp->numel, ref_w[p], ref_m[p], ref_v[p],
+                               ref_g[p]);
+            continue;
+        }
+        int64_t mn = pp->mat_m * pp->mat_n;
+        for (int64_t a = 0; a < pp->matrices; a++)
+            dmuon_muon_update(ns, o, muon_lr, pp->mat_m, pp->mat_n, ref_w[p] + a * mn,
+                              ref_m[p] + a * mn, ref_g[p] + a * mn, NULL);
+    }
 }
 
 /* --------------------------------------------------------------- main -- */
@@ -152,14 +207,15 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *line = "D", *sharding = "fsdp", *dtype = "bf16";
     int zero = 3, per_node = 2, steps = 3, micro = 2, layers = 3, seed = 1, recompute = 0,
-        errors = 0, mismatch = 0, stall = -1, deadline = 20000;
+        errors = 0, mismatch = 0, stall = -1, deadline = 20000, start = 0, expect_load_error = 0;
+    const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL;
     int64_t small_unit = 0;
     static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
                                  {"zero", 1, 0, 'z'},       {"ranks-per-node", 1, 0, 'k'},
                                  {"steps", 1, 0, 't'},      {"micro", 1, 0, 'm'},
                                  {"layers", 1, 0, 'L'},     {"seed", 1, 0, 'S'},
                                  {"dtype", 1, 0, 'd'},      {"recompute", 0, 0, 'r'},
-                                 {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'}, {"stall", 1, 0, 'X'}, {"deadline-ms", 1, 0, 'D'},
+                                 {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'}, {"stall", 1, 0, 'X'}, {"global-grads", 0, 0, 'G'}, {"save", 1, 0, 'V'}, {"load", 1, 0, 'O'}, {"start", 1, 0, 'T'}, {"saved-ranks", 1, 0, 'R'}, {"export", 1, 0, 'E'}, {"expect-load-error", 0, 0, 'F'}, {"deadline-ms", 1, 0, 'D'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -179,6 +235,13 @@ int main(int argc, char **argv)
         case 'x': mismatch = 1; break;
         case 'X': stall = atoi(optarg); break;
         case 'D': deadline = atoi(optarg); break;
+        case 'G': g_global = 1; break;
+        case 'V': save_dir = optarg; break;
+        case 'O': load_dir = optarg; break;
+        case 'T': start = atoi(optarg); break;
+        case 'R': break;   /* global gradients do not depend on the rank count */
+        case 'E': export_path = optarg; break;
+        case 'F': expect_load_error = 1; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -270,6 +333,21 @@ int main(int argc, char **argv)
     check(rc == DMUON_OK, "open (%s)", rc ? dmuon_errmsg() : "");
     if (rc != DMUON_OK)
         goto out;
+    if (load_dir) {
+        rc = dmuon_rt_load(rt, load_dir);
+        if (expect_load_error) {
+            check(rc != DMUON_OK && *dmuon_errmsg(), "loading a damaged checkpoint fails on every "
+                  "rank: %s", dmuon_errmsg());
+            goto out;
+        }
+        check(rc == DMUON_OK && dmuon_rt_steps(rt) == start, "load %s at step %lld (%s)",
+              load_dir, (long long)dmuon_rt_steps(rt), rc ? dmuon_errmsg() : "");
+        if (rc != DMUON_OK)
+            goto out;
+        for (int t = 0; t < start; t++)
+            ref_step(model, t, size, micro, seed, ro.line, &ro.optim, ns, t + 1, ref_w, ref_m,
+                     ref_v, ref_g);
+    }
     if (errors) {
         check(dmuon_rt_post_forward(rt, 1) == DMUON_EINVAL, "post_forward before pre_forward");
         check(dmuon_rt_pre_forward(rt, 999) == DMUON_EINVAL, "pre_forward of a layer out of range");
@@ -282,8 +360,8 @@ int main(int argc, char **argv)
     uint64_t digest = DMUON_DIGEST_SEED;
     int64_t mismatches = 0, compared = 0;
     int nan_step = errors ? 1 : -1;
-    for (int t = 0; t <= steps; t++) {
-        for (int k = 0; k < (t == steps ? 1 : micro); k++) {
+    for (int t = start; t <= start + steps; t++) {
+        for (int k = 0; k < (t == start + steps ? 1 : micro); k++) {
             /* forward: root bracket around the blocks */
             for (size_t l = 0; l < L; l++) {
                 if (dmuon_rt_pre_forward(rt, l) != DMUON_OK) {
@@ -318,7 +396,7 @@ int main(int argc, char **argv)
                 check(0, "post_forward(root): %s", dmuon_errmsg());
                 goto out;
             }
-            if (t == steps)
+            if (t == start + steps)
                 break;
             if (t == 1 && g_rank == stall) {   /* a stalled rank */
                 struct timespec ts = {deadline * 4 / 1000, 0};
@@ -355,11 +433,11 @@ int main(int argc, char **argv)
                         check(0, "no gradient buffer for %s", pp->name);
                         goto out;
                     }
-                    /* rank 1 gives no gradient to the first block's norm: zero */
-                    if (g_rank == 1 && strstr(pp->name, "layers.0.input_layernorm"))
+                    /* a rank with nothing to add leaves the buffer: zero */
+                    if (!g_global && g_rank == 1 && strstr(pp->name, "layers.0.input_layernorm"))
                         continue;
                     for (int64_t i = 0; i < pp->numel; i++) {
-                        float v = grad_value(g_rank, t, k, (int)p, i, seed);
+                        float v = contrib(g_rank, size, t, k, (int)p, i, seed, pp->name);
                         if (t == nan_step && p == np / 2 && i == 3 && g_rank == size - 1)
                             v = NAN;
                         g[i] += v;
@@ -371,20 +449,8 @@ int main(int argc, char **argv)
                 }
             }
         }
-        if (t == steps)
+        if (t == start + steps)
             break;
-        /* reference gradients: exact sums */
-        for (size_t p = 0; p < np; p++) {
-            const dmuon_param *pp = dmuon_model_param(model, p);
-            for (int64_t i = 0; i < pp->numel; i++) {
-                double s = 0;
-                for (int r = 0; r < size; r++)
-                    for (int k = 0; k < micro; k++)
-                        if (!(r == 1 && strstr(pp->name, "layers.0.input_layernorm")))
-                            s += grad_value(r, t, k, (int)p, i, seed);
-                ref_g[p][i] = (float)s;
-            }
-        }
         dmuon_rt_lrs lrs = {0.02, 0.003};
         rc = dmuon_rt_step(rt, &lrs);
         if (t == nan_step) {
@@ -396,28 +462,22 @@ int main(int argc, char **argv)
         check(rc == DMUON_OK, "step %d (%s)", t, rc ? dmuon_errmsg() : "");
         if (rc != DMUON_OK)
             goto out;
-        int64_t tt = dmuon_rt_steps(rt);
-        for (size_t p = 0; p < np; p++) {
-            const dmuon_param *pp = dmuon_model_param(model, p);
-            bool muon = pp->role == DMUON_ROLE_MUON && ln != DMUON_LINE_A;
-            if (!muon) {
-                double decay = pp->role == DMUON_ROLE_MUON ? ro.optim.muon_weight_decay
-                                                           : ro.optim.adamw_weight_decay;
-                dmuon_adamw_update(&ro.optim, lrs.adamw_lr, decay, tt, pp->numel, ref_w[p],
-                                   ref_m[p], ref_v[p], ref_g[p]);
-                continue;
-            }
-            int64_t mn = pp->mat_m * pp->mat_n;
-            for (int64_t a = 0; a < pp->matrices; a++)
-                dmuon_muon_update(ns, &ro.optim, lrs.muon_lr, pp->mat_m, pp->mat_n,
-                                  ref_w[p] + a * mn, ref_m[p] + a * mn, ref_g[p] + a * mn, NULL);
-        }
+        ref_step(model, t, size, micro, seed, ln, &ro.optim, ns, dmuon_rt_steps(rt), ref_w, ref_m,
+                 ref_v, ref_g);
     }
     check(mismatches == 0 && compared > 0,
           "line %s %s ZeRO-%d %s, %d ranks (%d per node), %d steps x %d micro-batches%s: %lld of "
           "%lld gathered values differ from the reference", line, sharding, zero, dtype, size,
           per_node, steps, micro, recompute ? ", recompute" : "", (long long)mismatches,
           (long long)compared);
+    if (save_dir) {
+        rc = dmuon_rt_save(rt, save_dir);
+        check(rc == DMUON_OK, "save %s (%s)", save_dir, rc ? dmuon_errmsg() : "");
+    }
+    if (export_path) {
+        rc = dmuon_rt_export(rt, export_path);
+        check(rc == DMUON_OK, "export %s (%s)", export_path, rc ? dmuon_errmsg() : "");
+    }
     if (errors) {
         dmuon_rt_stats st;
         dmuon_rt_get_stats(rt, &st);

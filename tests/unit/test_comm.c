@@ -1,7 +1,9 @@
 /*
  * test_comm.c — the communication layer over caller memory: symmetric memory
  * (dmuon/symm.h), groups whose calls name their ranges (dmuon/collv.h) and
- * the publish over a copy range (dmuon/publish.h).
+ * the publish over a copy range (dmuon/publish.h), and the split-phase
+ * operators (start, local work, test, wait; a call in flight moved by
+ * another group's blocking call).
  *
  * Runs on any number of ranks: alone from the unit runner (one rank, one
  * node) and under mpirun from tests/mpi/54-comm.sh (4 and 8 ranks as virtual
@@ -295,6 +297,183 @@ out:
     free(b.segs);
 }
 
+/* ------------------------------------------------------ split phase ---- */
+
+/* Local work between start and wait: about ms milliseconds of arithmetic
+ * (no communication, so nothing progresses meanwhile). */
+static double busy(int ms)
+{
+    double t0 = MPI_Wtime(), x = 1.0;
+    while (MPI_Wtime() - t0 < ms / 1000.0)
+        for (int i = 0; i < 1000; i++)
+            x = x * 1.0000001 + 1e-9;
+    return x;
+}
+
+static int64_t check_gather(const table *tb, const unsigned char *base, int64_t buf, int salt)
+{
+    int64_t bad = 0;
+    for (int i = 0; i < tb->n; i++)
+        for (int64_t k = 0; k < seg_bytes(&tb->segs[i]); k++)
+            bad += base[buf + tb->segs[i].offset + k] != pattern(salt, i, k);
+    return bad;
+}
+
+static void fill_windows(const dmuon_topo *t, const table *tb, unsigned char *base, int64_t win,
+                         int salt)
+{
+    for (int i = 0; i < tb->n; i++)
+        if (tb->segs[i].owner == t->rank)
+            for (int64_t k = 0; k < seg_bytes(&tb->segs[i]); k++)
+                base[win + tb->segs[i].window_offset + k] = pattern(salt, i, k);
+}
+
+static void fill_grads(const dmuon_topo *t, const table *tb, unsigned char *base, int64_t buf)
+{
+    for (int i = 0; i < tb->n; i++)
+        for (int64_t k = 0; k < tb->segs[i].count; k++)
+            store(tb->segs[i].dtype, base + buf + tb->segs[i].offset, k, rsv_in(t->rank, i, k));
+}
+
+static int64_t check_sums(const dmuon_topo *t, const table *tb, const unsigned char *base,
+                          int64_t win)
+{
+    int64_t bad = 0;
+    for (int i = 0; i < tb->n; i++) {
+        if (tb->segs[i].owner != t->rank)
+            continue;
+        for (int64_t k = 0; k < tb->segs[i].count; k++) {
+            float want = 0;
+            for (int r = 0; r < t->size; r++)
+                want += rsv_in(r, i, k);
+            bad += load(tb->segs[i].dtype, base + win + tb->segs[i].window_offset, k) != want;
+        }
+    }
+    return bad;
+}
+
+static void test_split(const dmuon_topo *t)
+{
+    table a = {0}, b = {0};
+    int ok = make_table(t, DMUON_LAYOUT_NODE, 400000, DMUON_BF16, &a) &&
+             make_table(t, DMUON_LAYOUT_SPARSE, 150000, DMUON_F32, &b);
+    check(ok, "split: two tables made");
+    if (!ok)
+        goto out;
+    dmuon_group_opts o = {.chunk_bytes = 8192, .slots = 2, .deadline_ms = 20000};
+    int64_t ca = 0, cb = 0;
+    dmuon_group_ctrl_bytes(t, a.segs, a.n, &o, &ca);
+    dmuon_group_ctrl_bytes(t, b.segs, b.n, &o, &cb);
+    /* [ctrl a][ctrl b][buffer a][window a][buffer b][window b] */
+#define UP64(x) (((x) + 63) / 64 * 64)
+    int64_t xa = ca + cb, wa = UP64(xa + a.B), xb = UP64(wa + a.W), wb = UP64(xb + b.B);
+    int64_t total = wb + b.W;
+    dmuon_symm *mem = NULL;
+    dmuon_group *ga = NULL, *gb = NULL;
+    ok = dmuon_symm_alloc(t, total, &mem) == DMUON_OK;
+    check(ok, "split: memory allocated");
+    if (!ok)
+        goto out;
+    unsigned char *base = dmuon_symm_base(mem);
+    ok = dmuon_group_create(t, a.segs, a.n, &o, mem, 0, &ga) == DMUON_OK &&
+         dmuon_group_create(t, b.segs, b.n, &o, mem, ca, &gb) == DMUON_OK;
+    check(ok, "split: two groups created");
+    if (!ok)
+        goto free_mem;
+
+    /* start, local work of rank-dependent length with a few tests, wait */
+    memset(base + xa, 0xee, (size_t)a.B);
+    fill_windows(t, &a, base, wa, 21);
+    dmuon_rc rc = dmuon_allgatherv_start(ga, xa, wa);
+    int done = 0, tests = 0;
+    busy(5 * (t->rank % 3));
+    dmuon_rc rt = DMUON_OK;
+    for (int i = 0; i < 3 && rt == DMUON_OK && !done; i++) {
+        rt = dmuon_allgatherv_test(ga, &done);
+        tests++;
+        busy(2);
+    }
+    dmuon_rc rw = done ? DMUON_OK : dmuon_allgatherv_wait(ga);
+    check(rc == DMUON_OK && rt == DMUON_OK && rw == DMUON_OK,
+          "split agv: start, local work, test, wait succeed");
+    check(check_gather(&a, base, xa, 21) == 0, "split agv: bit-exact after wait");
+
+    /* test until done, with no wait at all */
+    memset(base + xa, 0xee, (size_t)a.B);
+    fill_windows(t, &a, base, wa, 22);
+    rc = dmuon_allgatherv_start(ga, xa, wa);
+    done = 0;
+    double t0 = MPI_Wtime();
+    while (rc == DMUON_OK && !done && MPI_Wtime() - t0 < 20)
+        rc = dmuon_allgatherv_test(ga, &done);
+    check(rc == DMUON_OK && done, "split agv: test alone completes the call");
+    check(check_gather(&a, base, xa, 22) == 0, "split agv: bit-exact after test said done");
+    check(dmuon_allgatherv_wait(ga) == DMUON_EINVAL, "split agv: wait after completion is "
+          "DMUON_EINVAL (nothing in flight)");
+    check(dmuon_allgatherv_test(ga, &done) == DMUON_EINVAL, "split agv: test with nothing "
+          "started is DMUON_EINVAL");
+
+    /* a second start or a blocking call while one is in flight is refused;
+     * the first call still completes */
+    memset(base + xa, 0xee, (size_t)a.B);
+    fill_windows(t, &a, base, wa, 23);
+    rc = dmuon_allgatherv_start(ga, xa, wa);
+    dmuon_rc r2 = dmuon_allgatherv_start(ga, xa, wa);
+    dmuon_rc r3 = dmuon_reduce_scatterv(ga, xa, wa);
+    rw = dmuon_allgatherv_wait(ga);
+    check(rc == DMUON_OK && r2 == DMUON_EINVAL && r3 == DMUON_EINVAL && rw == DMUON_OK,
+          "split agv: a second call in flight is DMUON_EINVAL, the first completes");
+    check(check_gather(&a, base, xa, 23) == 0, "split agv: bit-exact after refused calls");
+
+    /* Prefetch across groups in different orders: even ranks run group b's
+     * blocking ReduceScatterV before waiting for a's gather, odd ranks after.
+     * An odd rank's wait needs chunks that even ranks forward only while
+     * they block in b, so b's loop must move a. */
+    memset(base + xa, 0xee, (size_t)a.B);
+    fill_windows(t, &a, base, wa, 24);
+    fill_grads(t, &b, base, xb);
+    memset(base + wb, 0xcd, (size_t)b.W);
+    rc = dmuon_allgatherv_start(ga, xa, wa);
+    if (t->rank % 2 == 0) {
+        r2 = dmuon_reduce_scatterv(gb, xb, wb);
+        rw = dmuon_allgatherv_wait(ga);
+    } else {
+        rw = dmuon_allgatherv_wait(ga);
+        r2 = dmuon_reduce_scatterv(gb, xb, wb);
+    }
+    check(rc == DMUON_OK && r2 == DMUON_OK && rw == DMUON_OK,
+          "split: a gather in flight and another group's reduce, in different orders");
+    check(check_gather(&a, base, xa, 24) == 0 && check_sums(t, &b, base, wb) == 0,
+          "split: both bit-exact");
+
+    /* split ReduceScatterV with local work */
+    fill_grads(t, &a, base, xa);
+    memset(base + wa, 0xcd, (size_t)a.W);
+    rc = dmuon_reduce_scatterv_start(ga, xa, wa);
+    busy(3 * (t->rank % 4));
+    rt = dmuon_reduce_scatterv_test(ga, &done);
+    rw = done ? DMUON_OK : dmuon_reduce_scatterv_wait(ga);
+    check(rc == DMUON_OK && rt == DMUON_OK && rw == DMUON_OK, "split rsv: start, work, wait");
+    check(check_sums(t, &a, base, wa) == 0, "split rsv: exact sums");
+    check(dmuon_reduce_scatterv_wait(gb) == DMUON_EINVAL, "split rsv: wait with nothing "
+          "started is DMUON_EINVAL");
+
+    /* blocking calls still work after split ones */
+    memset(base + xa, 0xee, (size_t)a.B);
+    fill_windows(t, &a, base, wa, 25);
+    rc = dmuon_allgatherv(ga, xa, wa);
+    check(rc == DMUON_OK && check_gather(&a, base, xa, 25) == 0,
+          "split: a blocking call after split calls is bit-exact");
+
+free_mem:
+    dmuon_group_free(ga);
+    dmuon_group_free(gb);
+    dmuon_symm_free(mem);
+out:
+    free(a.segs);
+    free(b.segs);
+}
+
 /* ---------------------------------------------------------- publish ---- */
 
 static void test_publish(const dmuon_topo *t)
@@ -383,6 +562,7 @@ int main(int argc, char **argv)
         printf("test_comm: %d ranks as %d nodes x %d\n", t.size, t.nodes, t.per_node);
     test_symm(&t);
     test_groups(&t);
+    test_split(&t);
     test_publish(&t);
     dmuon_topo_release(&t);
     if (world_rank == 0)

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dmuon/model.h"
@@ -340,16 +341,70 @@ static void test_safetensors_errors(void **state)
     expect_st_error("trunc.safetensors", "{\"w.weight\": {\"dtype\": \"BF16\", \"sha", 35, 0,
                     DMUON_EPARSE, "trunc.safetensors");
     const char *neg = "{\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [2, -3], \"data_offsets\": [0, 8]}}";
-    expect_st_error("neg.safetensors", neg, strlen(neg), 8, DMUON_EPARSE, "positive integer");
-    const char *zero = "{\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [0, 3], \"data_offsets\": [0, 0]}}";
-    expect_st_error("zero.safetensors", zero, strlen(zero), 0, DMUON_EPARSE, "positive integer");
+    expect_st_error("neg.safetensors", neg, strlen(neg), 8, DMUON_EPARSE,
+                    "non-negative integer");
     const char *dup = "{\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [0, 4]}, "
                       "\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [4, 8]}}";
-    expect_st_error("dup.safetensors", dup, strlen(dup), 8, DMUON_EPARSE, "duplicate tensor name");
+    expect_st_error("dup.safetensors", dup, strlen(dup), 8, DMUON_EPARSE, "duplicate key 'w.weight'");
     const char *off = "{\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [0, 6]}}";
     expect_st_error("off.safetensors", off, strlen(off), 8, DMUON_EPARSE, "data_offsets");
     const char *dt = "{\"w.weight\": {\"dtype\": \"Q4\", \"shape\": [2], \"data_offsets\": [0, 1]}}";
     expect_st_error("dtype.safetensors", dt, strlen(dt), 8, DMUON_EPARSE, "'Q4'");
+    /* header-only: offsets beyond the (absent) data are fine, wrong sizes are not */
+    expect_st_error("hdr-off.safetensors", off, strlen(off), 0, DMUON_EPARSE, "does not hold");
+}
+
+/* Zero-size tensors, header-only files, stored types and quantized tensors. */
+static void test_safetensors_accepted(void **state)
+{
+    char p[1200];
+    dmuon_model *m;
+    const char *zero = "{\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [0, 3], \"data_offsets\": [0, 0]}, "
+                       "\"v.weight\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [0, 8]}}";
+    write_st(p, sizeof p, "zero.safetensors", zero, strlen(zero), 8);
+    assert_int_equal(load_abs(p, &m), DMUON_OK);
+    const dmuon_param *q = dmuon_model_param(m, 0);
+    assert_string_equal(q->name, "w.weight");
+    assert_int_equal(q->shape[0], 0);
+    assert_int_equal(q->numel, 0);
+    assert_int_equal(q->role, DMUON_ROLE_ADAMW);   /* nothing to orthogonalise */
+    assert_int_equal(dmuon_model_param(m, 1)->role, DMUON_ROLE_MUON);
+    dmuon_model_free(m);
+    /* the same header with no data after it (a header-only copy) */
+    write_st(p, sizeof p, "hdronly.safetensors", zero, strlen(zero), 0);
+    assert_int_equal(load_abs(p, &m), DMUON_OK);
+    assert_int_equal(dmuon_model_param_count(m), 2);
+    dmuon_model_free(m);
+    /* an FP8 checkpoint: weights F8_E4M3 with their weight_scale_inv; I8 and
+     * U8 tensors; all adamw (not Muon), counted as quantized */
+    const char *q8 =
+        "{\"l.layers.0.q_proj.weight\": {\"dtype\": \"F8_E4M3\", \"shape\": [4, 4], \"data_offsets\": [0, 16]}, "
+        "\"l.layers.0.q_proj.weight_scale_inv\": {\"dtype\": \"F32\", \"shape\": [1, 1], \"data_offsets\": [16, 20]}, "
+        "\"l.layers.0.k_proj.qweight\": {\"dtype\": \"I8\", \"shape\": [4, 4], \"data_offsets\": [20, 36]}, "
+        "\"l.layers.0.experts.gate_up_proj_blocks\": {\"dtype\": \"U8\", \"shape\": [2, 4, 2, 2], \"data_offsets\": [36, 68]}, "
+        "\"l.layers.0.experts.gate_up_proj_scales\": {\"dtype\": \"U8\", \"shape\": [2, 4, 2], \"data_offsets\": [68, 84]}, "
+        "\"l.layers.0.o_proj.weight\": {\"dtype\": \"BF16\", \"shape\": [4, 4], \"data_offsets\": [84, 116]}}";
+    write_st(p, sizeof p, "fp8.safetensors", q8, strlen(q8), 116);
+    assert_int_equal(load_abs(p, &m), DMUON_OK);
+    dmuon_model_stats s;
+    dmuon_model_get_stats(m, &s);
+    assert_int_equal(s.quantized, 4);
+    assert_int_equal(s.muon_params, 1);   /* only the BF16 o_proj */
+    assert_string_equal(dmuon_model_param(m, 0)->stored, "F8_E4M3");
+    assert_true(dmuon_model_param(m, 0)->quantized);
+    assert_int_equal(dmuon_model_param(m, 0)->dtype, DMUON_U8);
+    assert_int_equal(dmuon_model_param(m, 1)->role, DMUON_ROLE_ADAMW);   /* a scale */
+    assert_false(dmuon_model_param(m, 1)->quantized);
+    assert_string_equal(dmuon_model_param(m, 5)->name, "l.layers.0.o_proj.weight");
+    assert_int_equal(dmuon_model_param(m, 5)->role, DMUON_ROLE_MUON);
+    assert_int_equal(s.bytes, 16 + 4 + 16 + 32 + 16 + 32);
+    dmuon_model_free(m);
+    /* --muon still overrides */
+    const char *pat[] = {"*q_proj.weight"};
+    dmuon_model_opts o = {.muon = pat, .n_muon = 1};
+    assert_int_equal(dmuon_model_load(p, &o, &m), DMUON_OK);
+    assert_int_equal(dmuon_model_param(m, 0)->role, DMUON_ROLE_MUON);
+    dmuon_model_free(m);
 }
 
 /* ------------------------------------------------------- config / yaml -- */
@@ -398,12 +453,34 @@ static void test_paths_and_patterns(void **state)
 {
     char p[1200], d[1300];
     dmuon_model *m = (dmuon_model *)1;
-    write_file(p, sizeof p, "config.json", "{}", 2);
-    snprintf(d, sizeof d, "%.*s", (int)(strrchr(p, '/') - p), p);   /* its directory */
-    assert_int_equal(dmuon_model_load(d, NULL, &m), DMUON_EINVAL);
+    char r[1400];
+    snprintf(d, sizeof d, "%s/snap", tmpdir);
+    assert_int_equal(mkdir(d, 0755), 0);
+    /* an empty directory: nothing to read */
+    assert_int_equal(dmuon_model_resolve(d, r, sizeof r), DMUON_ENOTFOUND);
+    assert_non_null(strstr(dmuon_errmsg(), "no config.json"));
+    /* config.json only: read as the config */
+    write_file(p, sizeof p, "snap/config.json", "{}", 2);
+    assert_int_equal(dmuon_model_resolve(d, r, sizeof r), DMUON_OK);
+    assert_non_null(strstr(r, "snap/config.json"));
+    assert_int_equal(dmuon_model_load(d, NULL, &m), DMUON_EPARSE);   /* '{}' has no model_type */
     assert_null(m);
-    assert_non_null(strstr(dmuon_errmsg(), "is a directory; did you mean"));
-    assert_non_null(strstr(dmuon_errmsg(), "/config.json?"));
+    assert_non_null(strstr(dmuon_errmsg(), "snap/config.json"));
+    /* one .safetensors file wins over config.json; two are ambiguous; an index wins */
+    const char *h = "{\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [0, 8]}}";
+    write_st(p, sizeof p, "snap/a.safetensors", h, strlen(h), 8);
+    assert_int_equal(dmuon_model_resolve(d, r, sizeof r), DMUON_OK);
+    assert_non_null(strstr(r, "snap/a.safetensors"));
+    write_st(p, sizeof p, "snap/b.safetensors", h, strlen(h), 8);
+    assert_int_equal(dmuon_model_resolve(d, r, sizeof r), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "a.safetensors, b.safetensors"));
+    const char *ix = "{\"weight_map\": {\"w.weight\": \"a.safetensors\"}}";
+    write_file(p, sizeof p, "snap/model.safetensors.index.json", ix, strlen(ix));
+    assert_int_equal(dmuon_model_resolve(d, r, sizeof r), DMUON_OK);
+    assert_non_null(strstr(r, "snap/model.safetensors.index.json"));
+    assert_int_equal(dmuon_model_load(d, NULL, &m), DMUON_OK);
+    assert_string_equal(dmuon_model_format(m), "safetensors-index");
+    dmuon_model_free(m);
     snprintf(d + strlen(d), sizeof d - strlen(d), "/absent.yaml");
     assert_int_equal(dmuon_model_load(d, NULL, &m), DMUON_ENOTFOUND);
     assert_non_null(strstr(dmuon_errmsg(), "absent.yaml"));
@@ -463,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_other_config_types),
         cmocka_unit_test(test_safetensors_and_index),
         cmocka_unit_test(test_safetensors_errors),
+        cmocka_unit_test(test_safetensors_accepted),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_paths_and_patterns),

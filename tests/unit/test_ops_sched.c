@@ -1,7 +1,7 @@
 /*
  * test_ops_sched.c — the operators' pure parts: BF16 rounding, segment table
  * checks and digests, slicing by rail into chunks, chain and star routes,
- * generated layouts.  No MPI.
+ * the publish schedule and copy layout, generated layouts.  No MPI.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 
 #include "dmuon/bf16.h"
 #include "dmuon/layout.h"
+#include "dmuon/publish.h"
 #include "dmuon/sched.h"
 #include "dmuon/topo.h"
 
@@ -284,6 +285,90 @@ static void test_layout_node(void **state)
     assert_non_null(strstr(dmuon_errmsg(), "unknown layout 'diagonal'"));
 }
 
+/* The publish schedule: chunks cover every parameter exactly once, in
+ * increasing offset, with the documented sizes; routes start at the
+ * owner's node and walk the nodes in order. */
+static void test_pub_sched(void **state)
+{
+    /* 3 nodes x 2 ranks; chunk 256 bytes = 128 bf16 / 64 f32 elements */
+    dmuon_segment ps[] = {
+        {5, DMUON_BF16, 0, 300, 0},     /* owner node 2, rail 1: 128+128+44 */
+        {0, DMUON_F32, 0, 64, 0},       /* node 0, rail 0: exactly one chunk */
+        {3, DMUON_F32, 600, 1, 0},      /* node 1, rail 1: one element */
+    };
+    dmuon_pub_sched s;
+    assert_int_equal(dmuon_pub_sched_init(&s, ps, 3, 3, 2, 256), DMUON_OK);
+    assert_int_equal(s.nparams, 3);
+    assert_int_equal(s.nchunks, 5);
+    int64_t want_bytes[] = {256, 256, 88, 256, 4};
+    int64_t want_off[] = {0, 256, 512, 0, 600};
+    int want_param[] = {0, 0, 0, 1, 2};
+    for (int c = 0; c < 5; c++) {
+        assert_int_equal(s.chunks[c].bytes, want_bytes[c]);
+        assert_int_equal(s.chunks[c].offset, want_off[c]);
+        assert_int_equal(s.chunks[c].param, want_param[c]);
+    }
+    assert_int_equal(s.params[0].first, 0);
+    assert_int_equal(s.params[0].nchunks, 3);
+    assert_int_equal(s.params[0].rail, 1);
+    assert_int_equal(s.chunks[2].index, 2);
+    /* owner node 2: route 2 → 0 → 1 */
+    assert_int_equal(s.params[0].route[0], 2);
+    assert_int_equal(s.params[0].route[1], 0);
+    assert_int_equal(s.params[0].route[2], 1);
+    int prev, next;
+    assert_int_equal(dmuon_pub_sched_hop(&s, 0, 2, &prev, &next), 0);
+    assert_int_equal(prev, -1);
+    assert_int_equal(next, 0);
+    assert_int_equal(dmuon_pub_sched_hop(&s, 0, 0, &prev, &next), 1);
+    assert_int_equal(prev, 2);
+    assert_int_equal(next, 1);
+    assert_int_equal(dmuon_pub_sched_hop(&s, 0, 1, &prev, &next), 2);
+    assert_int_equal(prev, 0);
+    assert_int_equal(next, -1);
+    dmuon_pub_sched_release(&s);
+    dmuon_pub_sched_release(&s);   /* released twice is harmless */
+    /* one node: the route is the owner's node only */
+    dmuon_segment one[] = {{1, DMUON_BF16, 0, 10, 0}};
+    assert_int_equal(dmuon_pub_sched_init(&s, one, 1, 1, 4, 0), DMUON_OK);
+    assert_int_equal(s.chunk_bytes, DMUON_CHUNK_BYTES);
+    assert_int_equal(dmuon_pub_sched_hop(&s, 0, 0, &prev, &next), 0);
+    assert_int_equal(next, -1);
+    dmuon_pub_sched_release(&s);
+    assert_int_equal(dmuon_pub_sched_init(&s, one, 1, 0, 4, 0), DMUON_EINVAL);
+}
+
+/* The publish copy layout: each rail's parameters back to back, aligned to
+ * their element size, from 0 on every rail. */
+static void test_publish_layout(void **state)
+{
+    dmuon_segment in[] = {
+        {0, DMUON_BF16, 100, 3, 7},   /* rail 0 at 0, 6 bytes */
+        {1, DMUON_F32, 0, 5, 0},      /* rail 1 at 0, 20 bytes */
+        {2, DMUON_F32, 0, 2, 0},      /* rail 0: 6 rounds up to 8, ends at 16 */
+        {3, DMUON_BF16, 0, 1, 0},     /* rail 1 at 20, ends at 22 */
+    };
+    dmuon_segment out[4];
+    int64_t bytes = -1;
+    assert_int_equal(dmuon_publish_layout(2, in, 4, out, &bytes), DMUON_OK);
+    int64_t want[] = {0, 0, 8, 20};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(out[i].offset, want[i]);
+        assert_int_equal(out[i].window_offset, 0);
+        assert_int_equal(out[i].owner, in[i].owner);
+        assert_int_equal(out[i].count, in[i].count);
+    }
+    assert_int_equal(bytes, 22);
+    assert_int_equal(dmuon_table_check_publish(out, 4, 4, 2, &bytes), DMUON_OK);
+    assert_int_equal(bytes, 22);
+    /* in place gives the same */
+    assert_int_equal(dmuon_publish_layout(2, in, 4, in, &bytes), DMUON_OK);
+    assert_memory_equal(in, out, sizeof out);
+    assert_int_equal(dmuon_publish_layout(0, in, 4, out, &bytes), DMUON_EINVAL);
+    assert_int_equal(dmuon_publish_layout(2, in, 0, out, &bytes), DMUON_OK);
+    assert_int_equal(bytes, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,7 +376,8 @@ int main(void)
         cmocka_unit_test(test_table_digest),    cmocka_unit_test(test_sched_cover),
         cmocka_unit_test(test_sched_routes),    cmocka_unit_test(test_sched_auto_path),
         cmocka_unit_test(test_layout_node),     cmocka_unit_test(test_chunk_bytes_check),
-        cmocka_unit_test(test_parse_per_node),
+        cmocka_unit_test(test_parse_per_node),  cmocka_unit_test(test_pub_sched),
+        cmocka_unit_test(test_publish_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,7 @@ typedef struct {
     const bench_case *c;
     unsigned char *buf, *win;
     int64_t buf_bytes, win_bytes;
-    int64_t *rail_off;       /* publish: parameter offset in its rail's copy */
+    dmuon_segment *pub;      /* publish: the table in the publish copy layout */
 } po_state;
 
 static int po_supports(const bench_case *c) { return 1; }
@@ -26,26 +26,28 @@ static dmuon_rc po_setup(const bench_case *c, void **out)
     if (!s)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
     s->c = c;
-    s->rail_off = calloc((size_t)c->n + 1, sizeof *s->rail_off);
-    int64_t *end = calloc((size_t)t->per_node, sizeof *end);
-    for (int i = 0; i < c->n && s->rail_off && end; i++) {
+    s->pub = malloc(((size_t)c->n + 1) * sizeof *s->pub);
+    for (int i = 0; i < c->n; i++) {
         const dmuon_segment *g = &c->segs[i];
         int64_t e = g->offset + bench_seg_bytes(g), w = g->window_offset + bench_seg_bytes(g);
         s->buf_bytes = e > s->buf_bytes ? e : s->buf_bytes;
         s->win_bytes = w > s->win_bytes ? w : s->win_bytes;
-        s->rail_off[i] = end[g->owner % t->per_node];
-        end[g->owner % t->per_node] += bench_seg_bytes(g);
     }
-    if (c->op == OP_PUB && end) {
-        s->buf_bytes = 0;
-        for (int r = 0; r < t->per_node; r++)
-            s->buf_bytes = end[r] > s->buf_bytes ? end[r] : s->buf_bytes;
+    if (s->pub) {
+        int64_t copy_bytes = 0;
+        dmuon_rc rc = dmuon_publish_layout(t->per_node, c->segs, c->n, s->pub, &copy_bytes);
+        if (rc != DMUON_OK) {
+            free(s->pub);
+            free(s);
+            return rc;
+        }
+        if (c->op == OP_PUB)
+            s->buf_bytes = copy_bytes;
     }
-    free(end);
     s->buf = calloc((size_t)s->buf_bytes + 1, 1);
     s->win = calloc((size_t)s->win_bytes + 1, 1);
-    if (!s->rail_off || !s->buf || !s->win) {
-        free(s->rail_off);
+    if (!s->pub || !s->buf || !s->win) {
+        free(s->pub);
         free(s->buf);
         free(s->win);
         free(s);
@@ -58,7 +60,7 @@ static dmuon_rc po_setup(const bench_case *c, void **out)
                 s->win[g->window_offset + k] = bench_agv_byte(i, k);
         if (c->op == OP_PUB && g->owner == t->rank)
             for (int64_t k = 0; k < bench_seg_bytes(g); k++)
-                s->buf[s->rail_off[i] + k] = bench_agv_byte(i, k);
+                s->buf[s->pub[i].offset + k] = bench_agv_byte(i, k);
         if (c->op == OP_RSV)
             for (int64_t k = 0; k < g->count; k++)
                 bench_store(g->dtype, s->buf + g->offset, k, bench_rsv_val(t->rank, i, k));
@@ -88,7 +90,7 @@ static dmuon_rc po_run(void *st)
         } else {
             if (g->owner % t->per_node != t->local || t->nodes == 1)
                 continue;
-            rc = MPI_Bcast(s->buf + s->rail_off[i], (int)bench_seg_bytes(g), MPI_BYTE,
+            rc = MPI_Bcast(s->buf + s->pub[i].offset, (int)bench_seg_bytes(g), MPI_BYTE,
                            g->owner / t->per_node, t->rail);
         }
         if (rc != MPI_SUCCESS)
@@ -110,7 +112,7 @@ static int64_t po_check(void *st)
                 bad += s->buf[g->offset + k] != bench_agv_byte(i, k);
         else if (c->op == OP_PUB && g->owner % t->per_node == t->local)
             for (int64_t k = 0; k < bench_seg_bytes(g); k++)
-                bad += s->buf[s->rail_off[i] + k] != bench_agv_byte(i, k);
+                bad += s->buf[s->pub[i].offset + k] != bench_agv_byte(i, k);
         else if (c->op == OP_RSV && g->owner == t->rank)
             for (int64_t k = 0; k < g->count; k++)
                 bad += bench_load(g->dtype, s->win + g->window_offset, k) !=
@@ -124,7 +126,7 @@ static void po_teardown(void *st)
     po_state *s = st;
     if (!s)
         return;
-    free(s->rail_off);
+    free(s->pub);
     free(s->buf);
     free(s->win);
     free(s);

@@ -18,6 +18,7 @@
 #include "dmuon/plan.h"
 #include "dmuon/runtime.h"
 #include "dmuon/topo.h"
+#include <cblas.h>
 
 static void usage(FILE *f)
 {
@@ -35,7 +36,11 @@ static void usage(FILE *f)
             "  --steps S            timed steps after one warm-up step (default 2)\n"
             "  --small-unit-bytes B the planner's merge threshold (default: the planner's,\n"
             "                       divided by width-div^2 for the synthetic model)\n"
-            "  --json FILE          also write the figures as JSON\n"
+            "  --overlap            instead: line D forward passes (one X·Wᵀ product of\n"
+            "                       --tokens rows per matrix, on the gathered weights) with\n"
+            "                       prefetch on and off: pass time and exposed wait\n"
+            "  --tokens T           rows of X for --overlap (default 256)\n"
+            "  --json-file FILE     also write the figures as JSON\n"
             "  -h, --help\n\n"
             "Step time = wall time of dmuon_rt_step on each rank (Newton-Schulz of the matrices\n"
             "it owns, AdamW on its shards); the median over the timed steps per rank.\n");
@@ -99,15 +104,83 @@ static dmuon_rc synthetic(int layers, int div, dmuon_model **out)
     return rc;
 }
 
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 typedef struct {
     double step_s, ns_s;
     double matrices, state_bytes;
 } rank_fig;
 
-static int cmp_d(const void *a, const void *b)
+/* Forward passes over the gathered weights: per layer one product
+ * X (tokens × n) · Wᵀ for each 2-D parameter — real compute on what the
+ * runtime gathered — timing the pass and the time blocked in the hooks
+ * (exposed communication).  Returns medians over passes. */
+static dmuon_rc forward_passes(dmuon_rt *rt, const dmuon_plan *plan, const dmuon_model *model,
+                               int tokens, int passes, double *pass_s, double *wait_s)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    size_t np = dmuon_model_param_count(model);
+    int64_t maxn = 1, maxm = 1;
+    for (size_t i = 0; i < np; i++) {
+        const dmuon_param *p = dmuon_model_param(model, i);
+        if (p->ndim == 2 && p->shape[1] > maxn)
+            maxn = p->shape[1];
+        if (p->ndim == 2 && p->shape[0] > maxm)
+            maxm = p->shape[0];
+    }
+    float *x = calloc((size_t)tokens * (size_t)maxn, sizeof *x);
+    float *y = calloc((size_t)tokens * (size_t)maxm, sizeof *y);
+    double *pt = calloc((size_t)passes, sizeof *pt), *wt = calloc((size_t)passes, sizeof *wt);
+    dmuon_rc rc = DMUON_OK;
+    if (!x || !y || !pt || !wt) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < (int64_t)tokens * maxn; i++)
+        x[i] = (float)(i % 7) * 0.01f;
+    const size_t L = dmuon_plan_layer_count(plan);
+    for (int ps = 0; ps < passes && rc == DMUON_OK; ps++) {
+        dmuon_rt_reset_stats(rt);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (size_t l = 0; l < L && rc == DMUON_OK; l++) {
+            if ((rc = dmuon_rt_pre_forward(rt, l)) != DMUON_OK)
+                break;
+            for (size_t i = 0; i < np; i++) {
+                const dmuon_param *p = dmuon_model_param(model, i);
+                if ((size_t)p->layer != l || p->ndim != 2)
+                    continue;
+                const float *w = dmuon_rt_weights(rt, (int)i);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, (int)p->shape[0],
+                            (int)p->shape[1], 1.0f, x, (int)p->shape[1], w, (int)p->shape[1],
+                            0.0f, y, (int)p->shape[0]);
+            }
+            rc = dmuon_rt_post_forward(rt, l);
+        }
+        pt[ps] = MPI_Wtime() - t0;
+        dmuon_rt_stats st;
+        dmuon_rt_get_stats(rt, &st);
+        wt[ps] = st.comm_wait_s;
+        /* end the micro-batch: backward with zero gradients, no step */
+        for (size_t l = L; l-- > 0 && rc == DMUON_OK;)
+            if ((rc = dmuon_rt_pre_backward(rt, l)) == DMUON_OK)
+                rc = dmuon_rt_post_backward(rt, l);
+    }
+    if (rc == DMUON_OK) {
+        qsort(pt, (size_t)passes, sizeof *pt, cmp_d);
+        qsort(wt, (size_t)passes, sizeof *wt, cmp_d);
+        *pass_s = pt[passes / 2];
+        *wait_s = wt[passes / 2];
+    }
+done:
+    free(x);
+    free(y);
+    free(pt);
+    free(wt);
+    return rc;
 }
 
 /* One line's run: fills per-rank figures on rank 0 (figs: size entries). */
@@ -194,6 +267,43 @@ done:
     return rc;
 }
 
+/* Line D forward passes with and without prefetch; the slowest rank's
+ * pass time and exposed wait (medians over passes) on rank 0. */
+static dmuon_rc run_overlap(const dmuon_plan *plan, const dmuon_model *model, int rpn,
+                            int prefetch, int tokens, int passes, double out[2])
+{
+    dmuon_rt_opts ro;
+    dmuon_rt_opts_init(&ro);
+    ro.ranks_per_node = rpn;
+    ro.prefetch = prefetch;
+    dmuon_rt *rt = NULL;
+    dmuon_rc rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+    if (rc != DMUON_OK)
+        return rc;
+    size_t np = dmuon_model_param_count(model);
+    int64_t maxn = 1;
+    for (size_t i = 0; i < np; i++)
+        if (dmuon_model_param(model, i)->numel > maxn)
+            maxn = dmuon_model_param(model, i)->numel;
+    float *init = calloc((size_t)maxn, sizeof *init);
+    if (!init)
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    for (size_t i = 0; i < np && rc == DMUON_OK; i++) {
+        const dmuon_param *p = dmuon_model_param(model, i);
+        rc = dmuon_rt_register(rt, p->name, p->ndim, p->shape, init);
+    }
+    if (rc == DMUON_OK)
+        rc = dmuon_rt_open(rt);
+    double mine[2] = {0, 0};
+    if (rc == DMUON_OK)
+        rc = forward_passes(rt, plan, model, tokens, passes, &mine[0], &mine[1]);
+    if (rc == DMUON_OK)
+        MPI_Reduce(mine, out, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    free(init);
+    dmuon_rt_free(rt);
+    return rc;
+}
+
 int bench_step_main(int argc, char **argv)
 {
     int provided = 0;
@@ -202,25 +312,25 @@ int bench_step_main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *model_path = NULL, *line_s = "D", *sharding = "fsdp", *json = NULL;
-    int layers = 4, div = 4, rpn = 0, steps = 2, rc_exit = 0, json_fail = 0;
+    int layers = 4, div = 4, rpn = 0, steps = 2, rc_exit = 0, json_fail = 0, overlap = 0, tokens = 256;
     long long small_unit = -1;
     static const struct option lo[] = {
         {"model", 1, 0, 'm'},     {"layers", 1, 0, 'L'}, {"width-div", 1, 0, 'w'},
         {"line", 1, 0, 'l'},      {"sharding", 1, 0, 's'}, {"ranks-per-node", 1, 0, 'k'},
-        {"steps", 1, 0, 'n'},     {"json", 1, 0, 'j'},   {"help", 0, 0, 'h'},
-        {"small-unit-bytes", 1, 0, 'u'},
+        {"steps", 1, 0, 'n'},     {"json-file", 1, 0, 'j'},   {"help", 0, 0, 'h'},
+        {"small-unit-bytes", 1, 0, 'u'}, {"overlap", 0, 0, 'o'}, {"tokens", 1, 0, 'T'},
         {0, 0, 0, 0}};
     int c;
     char *end;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         long v = 0;
-        if (optarg && strchr("Lwkn", c)) {
+        if (optarg && strchr("LwknT", c)) {
             v = strtol(optarg, &end, 10);
             if (*end || v < 1 || v > 100000) {
                 if (rank == 0)
                     fprintf(stderr, "%s: --%s %s: expected an integer from 1 to 100000\n",
                             argv[0], c == 'L' ? "layers" : c == 'w' ? "width-div"
-                                             : c == 'k' ? "ranks-per-node" : "steps", optarg);
+                                             : c == 'k' ? "ranks-per-node" : c == 'T' ? "tokens" : "steps", optarg);
                 MPI_Finalize();
                 return 2;
             }
@@ -234,6 +344,8 @@ int bench_step_main(int argc, char **argv)
         case 'k': rpn = (int)v; break;
         case 'n': steps = (int)v; break;
         case 'j': json = optarg; break;
+        case 'o': overlap = 1; break;
+        case 'T': tokens = (int)v; break;
         case 'u':
             small_unit = strtoll(optarg, &end, 10);
             if (*end || small_unit < 0) {
@@ -323,7 +435,7 @@ int bench_step_main(int argc, char **argv)
                dmuon_plan_cost_source(plan), rep->busiest_ns_over_mean, rep->units,
                (long long)rep->muon_matrices);
         if (json && !(jf = fopen(json, "w"))) {
-            fprintf(stderr, "%s: --json %s: cannot write\n", argv[0], json);
+            fprintf(stderr, "%s: --json-file %s: cannot write\n", argv[0], json);
             json_fail = 1;
         }
         if (jf) {
@@ -333,9 +445,50 @@ int bench_step_main(int argc, char **argv)
             dmuon_json_kint(&jw, "ranks_per_node", rpn);
             dmuon_json_kstr(&jw, "sharding", sharding);
             dmuon_json_kdouble(&jw, "plan_busiest_ns_over_mean", rep->busiest_ns_over_mean);
-            dmuon_json_key(&jw, "lines");
-            dmuon_json_begin_array(&jw);
+            if (!overlap) {
+                dmuon_json_key(&jw, "lines");
+                dmuon_json_begin_array(&jw);
+            }
         }
+    }
+    if (overlap) {
+        double on[2] = {0, 0}, off[2] = {0, 0};
+        int passes = steps < 3 ? 5 : steps;
+        for (int rep2 = 0; rep2 < 2 && rc_exit == 0; rep2++) {   /* interleaved: off, on, off, on */
+            double a[2] = {0, 0}, b[2] = {0, 0};
+            rc = run_overlap(plan, model, rpn, 0, tokens, passes, a);
+            if (rc == DMUON_OK)
+                rc = run_overlap(plan, model, rpn, 1, tokens, passes, b);
+            if (rc != DMUON_OK) {
+                fprintf(stderr, "%s: overlap: %s\n", argv[0], dmuon_errmsg());
+                rc_exit = dmuon_rc_exit_code(rc);
+                break;
+            }
+            if (rank == 0)
+                printf("run %d: forward pass %.4f s, exposed wait %.4f s without prefetch; "
+                       "%.4f s, %.4f s with prefetch\n", rep2 + 1, a[0], a[1], b[0], b[1]);
+            off[0] += a[0] / 2;
+            off[1] += a[1] / 2;
+            on[0] += b[0] / 2;
+            on[1] += b[1] / 2;
+        }
+        if (rank == 0 && rc_exit == 0) {
+            printf("overlap (slowest rank, median of %d passes, mean of 2 runs): exposed wait "
+                   "%.4f s -> %.4f s with prefetch (%.0f%% hidden); pass %.4f s -> %.4f s\n",
+                   passes, off[1], on[1], off[1] > 0 ? 100.0 * (1 - on[1] / off[1]) : 0, off[0],
+                   on[0]);
+            if (jf) {
+                dmuon_json_key(&jw, "overlap");
+                dmuon_json_begin_object(&jw);
+                dmuon_json_kint(&jw, "tokens", tokens);
+                dmuon_json_kdouble(&jw, "wait_no_prefetch_s", off[1]);
+                dmuon_json_kdouble(&jw, "wait_prefetch_s", on[1]);
+                dmuon_json_kdouble(&jw, "pass_no_prefetch_s", off[0]);
+                dmuon_json_kdouble(&jw, "pass_prefetch_s", on[0]);
+                dmuon_json_end_object(&jw);
+            }
+        }
+        nlines = 0;
     }
     for (int li = 0; li < nlines && rc_exit == 0; li++) {
         if (rank == 0)
@@ -404,7 +557,8 @@ int bench_step_main(int argc, char **argv)
         }
     }
     if (jf) {
-        dmuon_json_end_array(&jw);
+        if (!overlap)
+            dmuon_json_end_array(&jw);
         dmuon_json_end_object(&jw);
         fputc('\n', jf);
         fclose(jf);

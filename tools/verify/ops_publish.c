@@ -1,7 +1,7 @@
 /*
  * ops_publish.c — dmuon-verify case: the HSDP publish.  The table's
- * segments become parameters (owner and length kept; each rail's parameters
- * packed back to back in its copy).  For steps 1..S every owner writes
+ * segments become parameters (owner and length kept; offsets from the
+ * publish copy layout, dmuon_publish_layout).  For steps 1..S every owner writes
  * hashed bytes of (step, parameter) into its copy and posts its parameters
  * in table order without waiting; every leader waits for each parameter it
  * leads, in table order, and checks the bytes bit for bit and that its
@@ -28,26 +28,18 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
     const dmuon_topo *t = &c->topo;
     int K = t->per_node;
     dmuon_segment *ps = malloc((n ? (size_t)n : 1) * sizeof *ps);
-    int64_t *rail_end = calloc((size_t)K, sizeof *rail_end);
-    if (!ps || !rail_end) {
-        free(ps);
-        free(rail_end);
+    if (!ps)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    int64_t copy_bytes = 0;
+    dmuon_rc rc = dmuon_publish_layout(K, segs, n, ps, &copy_bytes);
+    if (rc != DMUON_OK) {
+        free(ps);
+        return rc;
     }
-    for (int i = 0; i < n; i++) {
-        ps[i] = segs[i];
-        ps[i].offset = rail_end[segs[i].owner % K];
-        ps[i].window_offset = 0;
-        rail_end[segs[i].owner % K] += segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
-    }
-    free(rail_end);
     dmuon_publish_opts o = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
     dmuon_publish *p = NULL;
     dmuon_symm *mem = NULL;
-    int64_t copy_bytes = 0;
-    dmuon_rc rc = dmuon_table_agree(t->world, ps, n);
-    if (rc == DMUON_OK)
-        rc = dmuon_publish_copy_bytes_needed(t, ps, n, &copy_bytes);
+    rc = dmuon_table_agree(t->world, ps, n);
     if (rc == DMUON_OK)
         rc = dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, &mem);
     if (rc == DMUON_OK) {

@@ -145,4 +145,60 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_
  * DMUON_ECOMM. */
 dmuon_rc dmuon_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
 
+/*
+ * Split phase, for prefetching a layer while computing another:
+ *
+ *   dmuon_allgatherv_start(g, buf, win);   enters the call, arms receives,
+ *                                          moves what it can, returns
+ *   ... compute (no progress happens here) ...
+ *   dmuon_allgatherv_test(g, &done);       optional, any number of times:
+ *                                          moves what it can, never blocks
+ *   dmuon_allgatherv_wait(g);              blocks until the call is complete
+ *
+ * dmuon_allgatherv is start + wait.  Progress happens only inside start,
+ * test and wait of this group, and inside the wait loops of any other
+ * group call over the same symmetric memory (a blocking call or wait on
+ * group B moves a started call of group A, so A's peers are never left
+ * waiting for this rank while it blocks in B).  A rank that computes
+ * between start and wait makes the ranks that need its forwarding wait for
+ * it until it next calls test or wait; they give up after their deadline,
+ * so a long computation should call test now and then.  The deadline of a
+ * split call runs from wait (start and test never time out); the ranges
+ * and the layer buffer's contents belong to the call until wait returns
+ * (do not read the buffer or change the owner window in between).  One
+ * call in flight per group: a second start, or a blocking call, before the
+ * wait is DMUON_EINVAL (the first call is unaffected).
+ *
+ * Errors of start: as the blocking call's before any waiting (DMUON_EINVAL
+ * for ranges or a call already in flight, DMUON_ECOMM).  Errors of test and
+ * wait: DMUON_EINVAL (nothing started on g), DMUON_ETIMEOUT (wait only;
+ * the message names rank, peer and queue), DMUON_ECOMM; any failure of the
+ * call, also one noticed while another group moved it, is reported by the
+ * next test or wait and leaves the group unusable.  *done is 1 once the
+ * call is complete (then the call is over, as after wait), else 0.
+ * ReduceScatterV has the same three, with its own errors
+ * (DMUON_EUNSUPPORTED for element types) and the same rules.
+ */
+dmuon_rc dmuon_allgatherv_start(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+dmuon_rc dmuon_allgatherv_test(dmuon_group *g, int *done);
+dmuon_rc dmuon_allgatherv_wait(dmuon_group *g);
+dmuon_rc dmuon_reduce_scatterv_start(dmuon_group *g, int64_t buffer_offset,
+                                     int64_t window_offset);
+dmuon_rc dmuon_reduce_scatterv_test(dmuon_group *g, int *done);
+dmuon_rc dmuon_reduce_scatterv_wait(dmuon_group *g);
+
+/* Baselines for benchmarks on the GPU backends: the standard equal-length
+ * primitives over mem (NCCL: ncclAllGather of bytes_per_rank bytes from
+ * [send_offset, + bytes_per_rank) into [recv_offset, + N·bytes_per_rank);
+ * ncclReduceScatter of count_per_rank BF16 or F32 elements per rank from
+ * [send_offset, + N·count) into [recv_offset, + count)), collective over
+ * mem's topology, synchronous, bounded by deadline_ms (0: the default).
+ * The MPI backend has no such call (benchmarks call MPI on host memory):
+ * DMUON_EUNSUPPORTED.  Errors: DMUON_EINVAL (ranges, element type),
+ * DMUON_ECOMM, DMUON_ETIMEOUT. */
+dmuon_rc dmuon_allgather_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
+                               int64_t bytes_per_rank, int deadline_ms);
+dmuon_rc dmuon_reduce_scatter_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
+                                    int64_t count_per_rank, dmuon_dtype dtype, int deadline_ms);
+
 #endif

@@ -4,39 +4,92 @@
  *
  * Input forms (dmuon_model_load detects them by content and extension):
  *   - a Hugging Face config.json of model_type llama, mistral, qwen2,
- *     qwen2_moe, gemma or gemma2: tensors derived from the config fields
- *     with Hugging Face module names (transformers' modeling_<type>.py);
+ *     qwen2_moe, gemma, gemma2, qwen3, qwen3_moe, mixtral, phi3, deepseek_v3,
+ *     olmo2, gemma3_text, llama4_text or gpt_oss: the tensors of
+ *     transformers' modeling_<type>.py (matched: transformers 5.24), derived
+ *     from the config fields; a field left out takes the config class's
+ *     default (e.g. qwen2 num_key_value_heads 32, gemma head_dim 256), a
+ *     field set to null the class's fallback (num_key_value_heads =
+ *     num_attention_heads, head_dim = hidden_size / num_attention_heads).
+ *     Required: hidden_size, num_hidden_layers, num_attention_heads,
+ *     vocab_size, and intermediate_size where a layer uses it.  The stored
+ *     type is the "dtype" field (transformers 5), else "torch_dtype", else
+ *     BF16 (the type released checkpoints store);
  *   - one .safetensors file (only its header: 8 bytes little-endian header
- *     length, then a JSON object name -> {dtype, shape, data_offsets}), or a
- *     model.safetensors.index.json whose "weight_map" names the shards (each
- *     shard's header is read, never the tensor data);
+ *     length, then a JSON object name -> {dtype, shape, data_offsets}; a
+ *     header-only file, cut after the header, is accepted; zero-size
+ *     dimensions are accepted), or a model.safetensors.index.json whose
+ *     "weight_map" names the shards (each shard's header is read, never the
+ *     tensor data);
+ *   - a directory (a Hugging Face snapshot): its model.safetensors.index.json,
+ *     else its single *.safetensors file, else its config.json
+ *     (dmuon_model_resolve tells which);
  *   - the project's YAML inventory: a list of {name, shape[, dtype]} items,
  *     or a mapping {tensors: [...], dtype: DEFAULT, muon: [PATTERNS],
  *     adamw: [PATTERNS]} (the caller's patterns are tried first).
  *
- * Invariants of a loaded model: names are unique; every dimension is > 0;
- * every parameter belongs to exactly one layer (layer 0 is "(root)" when any
- * tensor lies outside a numbered block); layers are in forward order (order
- * of first appearance of the block prefix, blocks of one prefix by number).
+ * Two layouts of MoE experts (config.json route): the checkpoint layout
+ * (default) is the tensor list save_pretrained writes, experts one by one
+ * (qwen2_moe, qwen3_moe, deepseek_v3: mlp.experts.{e}.{gate,up,down}_proj;
+ * mixtral: block_sparse_moe.experts.{e}.w1/w2/w3; deepseek_v3 adds the
+ * router's e_score_correction_bias buffer); the module layout
+ * (opts->fused_experts) is named_parameters() of the transformers 5 module:
+ * fused mlp.experts.gate_up_proj [E, 2I, H] and mlp.experts.down_proj
+ * [E, H, I].  llama4_text and gpt_oss store fused experts in both.
+ *
+ * Invariants of a loaded model: names are unique; every dimension is > 0
+ * except in safetensors files (zero-size tensors are kept, role adamw, no
+ * matrices); every parameter belongs to exactly one layer (layer 0 is
+ * "(root)" when any tensor lies outside a numbered block); layers are in
+ * forward order (order of first appearance of the block prefix, blocks of
+ * one prefix by number).
  *
  * Roles (default rules, applied in this order; the first match wins):
  *   1. a user pattern (opts->muon / opts->adamw, fnmatch(3) on the full name,
  *      muon patterns checked before adamw patterns);
  *   2. adamw: names containing "embed" (token, position and patch
  *      embeddings), "lm_head", "wte" or "wpe" (the output head and the
- *      GPT-2 style embeddings), or ending in ".bias";
+ *      GPT-2 style embeddings); names ending in ".bias" or "_bias" (biases,
+ *      gpt_oss gate_up_proj_bias, deepseek e_score_correction_bias);
+ *      quantization data: a last name component containing "scale" or
+ *      "zero_point" (weight_scale_inv, *_scales, input_scale), and every
+ *      tensor stored as an integer, BOOL or FP8 type (the quantized weights
+ *      themselves: Muon needs the dequantized matrix, so a quantized
+ *      checkpoint gets no Muon matrix for those tensors; dmuon_model_stats
+ *      counts them in `quantized`);
  *   3. muon: 2-D tensors; 3-D tensors whose name contains "experts" or
  *      "gating_einsum" (stacks of matrices along dimension 0);
  *   4. adamw: everything else (1-D gains and biases, convolutions, other
- *      n-D tensors).
+ *      n-D tensors, tensors with no element).
  * A muon pattern that matches a 3-D tensor makes it a stack of matrices along
  * dimension 0; one matching a 1-D or >3-D tensor is an error.
  *
- * Muon matrices of a parameter (paper C.5): a 2-D [m, n] tensor is one m x n
- * matrix; a 3-D [E, a, b] tensor is E matrices of a x b, except a fused
- * "gate_up_proj" [E, 2I, H], which is 2E matrices of I x H (expert e's gate
- * then its up, matrix j occupying elements [j*I*H, (j+1)*I*H) of the
- * storage).  Matrices are m rows x n columns as stored (PyTorch [out, in]).
+ * Muon matrices of a parameter (paper C.5).  mat_m x mat_n is the real
+ * matrix, out x in (PyTorch Linear [out, in]); `transposed` says the storage
+ * holds it as [in, out]; `layout` says where matrix j lies:
+ *   - DMUON_MAT_CONTIGUOUS: matrix j is elements [j*m*n, (j+1)*m*n) of the
+ *     storage, row-major (m x n, or n x m when transposed).  A 2-D [m, n]
+ *     tensor is one matrix; a 3-D [E, a, b] tensor E matrices; a fused
+ *     gate_up_proj [E, 2I, H] (qwen2_moe, qwen3_moe, mixtral, deepseek_v3 in
+ *     transformers 5) 2E matrices of I x H, expert e's gate (j = 2e: rows
+ *     [0, I) of its block) then its up (j = 2e+1: rows [I, 2I)); a 2-D
+ *     gate_up_proj.weight [2I, H] (phi3) 2 matrices, gate then up;
+ *     down_proj [E, I, H] stored [in, out] (llama4_text, gpt_oss) E matrices
+ *     of H x I, transposed.
+ *   - DMUON_MAT_HALVES: gate_up_proj [E, H, 2I] (llama4_text): expert e's
+ *     block is H rows of 2I; gate (j = 2e) is columns [0, I), up (j = 2e+1)
+ *     columns [I, 2I); I x H matrices, transposed, row stride 2I.
+ *   - DMUON_MAT_INTERLEAVED: gate_up_proj [E, H, 2I] (gpt_oss, told apart by
+ *     its sibling gate_up_proj_bias): gate is the even columns, up the odd
+ *     ones; I x H matrices, transposed, column stride 2.
+ * HALVES and INTERLEAVED matrices are not contiguous in storage, but each
+ * expert's gate and up together are: the block [e*in*2I, (e+1)*in*2I).
+ * Plans therefore never split such a pair: dmuon_plan_build gives the two
+ * matrices of an expert one unit (one contiguous segment), and the owner
+ * reads the real I x in gate and up from that block with the strides above
+ * (gate: row stride 2I, columns [0, I) or the even columns; up: columns
+ * [I, 2I) or the odd columns).  They are never cut into wrong "matrices"
+ * along another dimension.
  */
 #ifndef DMUON_MODEL_H
 #define DMUON_MODEL_H
@@ -55,18 +108,37 @@ typedef struct dmuon_model dmuon_model;
 /* Optimizer role of a parameter. */
 typedef enum { DMUON_ROLE_ADAMW = 0, DMUON_ROLE_MUON = 1 } dmuon_role;
 
+/* Where each Muon matrix lies in a parameter's storage (see above). */
+typedef enum {
+    DMUON_MAT_CONTIGUOUS = 0,
+    DMUON_MAT_HALVES,        /* [E, in, 2I]: gate | up halves of the last dimension */
+    DMUON_MAT_INTERLEAVED    /* [E, in, 2I]: gate even, up odd columns */
+} dmuon_mat_layout;
+
+/* "contiguous", "halves" or "interleaved". */
+const char *dmuon_mat_layout_name(dmuon_mat_layout l);
+
 /* One tensor of the inventory (read-only view into the model). */
 typedef struct {
     const char *name;                      /* full name, unique */
     int ndim;                              /* 1 .. DMUON_MODEL_MAX_DIMS */
-    int64_t shape[DMUON_MODEL_MAX_DIMS];   /* each > 0; shape[0] outermost */
-    dmuon_dtype dtype;                     /* stored type (bf16 when unknown) */
+    int64_t shape[DMUON_MODEL_MAX_DIMS];   /* each > 0 (>= 0 from safetensors);
+                                              shape[0] outermost */
+    dmuon_dtype dtype;                     /* storage type of the same size (bf16
+                                              when unknown; i8/bool/fp8 -> u8,
+                                              i16/u16 -> f16, u32 -> i32, u64 -> i64) */
+    const char *stored;                    /* the stored type as safetensors spells
+                                              it: "BF16", "F32", "F8_E4M3", "I8", ...
+                                              (static string) */
+    bool quantized;                        /* stored as an integer, BOOL or FP8 type */
     int64_t numel;                         /* product of shape */
     int32_t layer;                         /* index into the layer table */
     dmuon_role role;
     bool expert;                           /* an MoE expert weight (fused or per expert) */
     int64_t matrices;                      /* Muon matrices in this storage; 0 for adamw */
-    int64_t mat_m, mat_n;                  /* rows x columns of each matrix (0 for adamw) */
+    int64_t mat_m, mat_n;                  /* out x in of each matrix (0 for adamw) */
+    bool transposed;                       /* storage holds each matrix as [in, out] */
+    dmuon_mat_layout layout;               /* where matrix j lies in the storage */
 } dmuon_param;
 
 /* Load options.  Zero-initialised (or NULL) means the defaults. */
@@ -75,10 +147,11 @@ typedef struct {
     size_t n_muon;
     const char *const *adamw;  /* fnmatch patterns forcing role adamw */
     size_t n_adamw;
-    bool fused_experts;        /* config.json route: emit the fused 3-D expert
-                                  tensors (mlp.experts.gate_up_proj [E,2I,H],
+    bool fused_experts;        /* config.json route: the module layout
+                                  (named_parameters(): fused 3-D expert tensors
+                                  mlp.experts.gate_up_proj [E,2I,H] and
                                   mlp.experts.down_proj [E,H,I]) instead of the
-                                  per-expert layout experts.{e}.{gate,up,down}_proj */
+                                  checkpoint layout (experts one by one) */
 } dmuon_model_opts;
 
 /* One spelled-out tensor for dmuon_model_build (name is copied). */
@@ -95,14 +168,26 @@ typedef struct {
  * field; a shard the index names is missing: the message names the index
  * and the shard), DMUON_EIO (cannot read a file), DMUON_EPARSE (malformed
  * JSON/YAML, truncated or oversized safetensors header, header length beyond
- * the file, non-positive dimension, duplicate tensor name, a field of the
- * wrong form, a model_type not supported: that message lists the supported
- * types and points at the safetensors route; the message names the file, the
- * line or tensor/field and what was expected), DMUON_EINVAL (path is a
- * directory: the message suggests DIR/config.json when it exists; a role
- * pattern that is invalid, see dmuon_model_pattern_check, or cannot apply),
- * DMUON_ENOMEM. */
+ * the file, a negative dimension (a zero one outside safetensors), a
+ * safetensors dtype the format does not define, data_offsets that do not
+ * hold the tensor, duplicate tensor name, a field of the wrong form, a
+ * model_type not supported: that message lists the supported types and
+ * points at the safetensors route; the message names the file, the line or
+ * tensor/field and what was expected), DMUON_EINVAL (a role pattern that is
+ * invalid, see dmuon_model_pattern_check, or cannot apply), DMUON_ENOMEM, and
+ * for a directory the errors of dmuon_model_resolve (then the file it names
+ * is read). */
 dmuon_rc dmuon_model_load(const char *path, const dmuon_model_opts *opts, dmuon_model **out);
+
+/* The file dmuon_model_load reads for path: path itself unless it is a
+ * directory; in a directory (a Hugging Face snapshot) its
+ * model.safetensors.index.json, else its only *.safetensors file, else its
+ * config.json.  Writes the path (NUL-terminated) into out[cap].  Errors:
+ * DMUON_ENOTFOUND (path missing; a directory holding none of those files:
+ * the message lists what was looked for), DMUON_EINVAL (several
+ * .safetensors files and no index: the message names two; out too small),
+ * DMUON_EIO. */
+dmuon_rc dmuon_model_resolve(const char *path, char *out, size_t cap);
 
 /* Checks the syntax of a role pattern (fnmatch(3), no flags): non-empty,
  * every '[' closed by a ']', no trailing backslash.  Errors: DMUON_EINVAL
@@ -150,6 +235,9 @@ typedef struct {
     int64_t muon_elements;     /* elements of muon parameters */
     int64_t bytes;             /* stored bytes (each tensor's own dtype) */
     size_t layers;             /* layer table size */
+    size_t quantized;          /* tensors stored as integer, BOOL or FP8 types */
+    size_t strided;            /* muon tensors whose matrices are not contiguous
+                                  (DMUON_MAT_HALVES / DMUON_MAT_INTERLEAVED) */
 } dmuon_model_stats;
 
 void dmuon_model_get_stats(const dmuon_model *m, dmuon_model_stats *s);

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "dmuon/rc.h"
+#include "dmuon/sched.h"
 #include "dmuon/symm.h"
 #include "dmuon/table.h"
 #include "dmuon/topo.h"
@@ -43,6 +44,18 @@ typedef struct {
     int deadline_ms;         /* per wait/end call; 0 → $DMUON_DEADLINE_MS or 60000 */
     int64_t chunk_bytes;     /* 0 → 64 KiB; else a multiple of 8, ≥ 256 */
 } dmuon_publish_opts;
+
+/* The publish copy layout: the parameters of each rail back to back in
+ * table order, each at the next multiple of its element size, starting at
+ * 0 on every rail (the same layout on every node).  Writes into out[i] the
+ * segment segs[i] with offset = its bytes into the copy and window_offset =
+ * 0 (out may be segs: done in place), and the heaviest rail's extent into
+ * *copy_bytes (0 for no parameters; what dmuon_publish_copy_bytes_needed
+ * then returns).  Pure: per_node is K.  Errors: DMUON_EINVAL (per_node < 1,
+ * n < 0, an owner < 0, an unknown element type; naming the parameter),
+ * DMUON_ENOMEM. */
+dmuon_rc dmuon_publish_layout(int per_node, const dmuon_segment *segs, int n, dmuon_segment *out,
+                              int64_t *copy_bytes);
 
 /* Bytes of copy buffer a publish of this table needs on every rank: the
  * largest end offset of any parameter (0 for no parameters).  Not
@@ -75,6 +88,10 @@ void dmuon_publish_free(dmuon_publish *p);
  * parameters at their offsets) and its size in bytes. */
 void *dmuon_publish_copy(const dmuon_publish *p);
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p);
+
+/* The schedule the publish runs (chunks and routes, dmuon/sched.h), valid
+ * until dmuon_publish_free. */
+const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p);
 
 /* Arms the receives of step `step` (> the previous step).  Errors:
  * DMUON_EINVAL (step not increasing, or the previous step not ended),

@@ -75,7 +75,12 @@ typedef struct {
     dmuon_optim_opts optim;   /* hyperparameters (dmuon_optim_opts_init) */
     int deadline_ms;          /* per operator call; 0 → $DMUON_DEADLINE_MS or 60000 */
     int prefetch;             /* 1 (default): pre_forward(l) starts layer l+1's
-                                 gather; 0: none.  Use dmuon_rt_opts_init. */
+                                 gather (ZeRO-3 pre_backward(l): layer l−1's);
+                                 line D on FSDP starts it split-phase
+                                 (AllGatherV start, MPI_Iallgather) and the
+                                 layer's own hook waits for it, so it overlaps
+                                 the compute between; other paths gather at
+                                 once.  0: none.  Use dmuon_rt_opts_init. */
 } dmuon_rt_opts;
 
 void dmuon_rt_opts_init(dmuon_rt_opts *o);
@@ -131,6 +136,13 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t layer);
  * micro-batches); the parameter range is released under ZeRO-3.
  * Collective.  Errors: DMUON_EINVAL, DMUON_ETIMEOUT, DMUON_ECOMM. */
 dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t layer);
+
+/* Moves prefetches in flight (line D, FSDP: the next layer's AllGatherV
+ * started by the last hook) without blocking.  Optional: a trainer may call
+ * it inside long computations so that peers waiting for this rank's
+ * forwarding are served earlier; communication otherwise progresses only
+ * inside the hooks.  Local.  Errors: DMUON_ECOMM. */
+dmuon_rc dmuon_rt_progress(dmuon_rt *rt);
 
 /* Activation recomputation: a forward of a layer inside backward.  Between
  * begin and end, pre_forward/post_forward neither prefetch, record order,

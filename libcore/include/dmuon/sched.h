@@ -121,4 +121,57 @@ int dmuon_sched_route(const dmuon_sched *s, int q, int node, int *in, int *out, 
  * one node. */
 int dmuon_sched_depth(const dmuon_sched *s);
 
+/*
+ * The publish schedule (HSDP, paper §4.2, §5.3, C.2).  A publish table
+ * (dmuon/publish.h: owner, dtype, count; offset = bytes into the copy of the
+ * owner's rail) is cut per parameter into chunks of at most chunk_bytes
+ * (rounded down to whole elements, at least one), in increasing offset.
+ * Parameter p of owner (q, s) travels on rail s along its route, an array
+ * of R nodes: route[0] = q (the owner's node), route[h] = (q + h) mod R; the
+ * rank of column s on route[h] receives every chunk from route[h−1] and
+ * forwards it to route[h+1] (none after route[R−1]).  One node: the route
+ * is {q} and nothing moves.
+ */
+typedef struct {
+    int32_t param;        /* index into the publish table */
+    int32_t index;        /* chunk number inside the parameter, from 0 */
+    int64_t offset;       /* bytes into the copy of the parameter's rail */
+    int64_t bytes;
+} dmuon_pub_chunk;
+
+typedef struct {
+    int32_t owner;        /* global rank */
+    int32_t rail;         /* owner mod K */
+    int32_t first;        /* its chunks: chunks[first .. first + nchunks) */
+    int32_t nchunks;
+    const int32_t *route; /* R nodes, route[0] = the owner's node */
+} dmuon_pub_param;
+
+typedef struct {
+    int nodes, per_node;      /* R, K */
+    int64_t chunk_bytes;
+    int nparams;
+    dmuon_pub_param *params;  /* nparams entries, table order */
+    int nchunks;
+    dmuon_pub_chunk *chunks;  /* grouped by parameter, in offset order */
+    int32_t *route_mem;       /* nparams × R */
+} dmuon_pub_sched;
+
+/* Builds the publish schedule over a publish table already checked with
+ * dmuon_table_check_publish (dmuon/table.h), for R nodes × K ranks and
+ * chunk_bytes (0 → DMUON_CHUNK_BYTES).  Errors: DMUON_EINVAL (R or K < 1,
+ * chunk_bytes < 0, a parameter of more than 2^31 − 1 chunks), DMUON_ENOMEM.
+ * On failure *s needs no release. */
+dmuon_rc dmuon_pub_sched_init(dmuon_pub_sched *s, const dmuon_segment *params, int n, int nodes,
+                              int per_node, int64_t chunk_bytes);
+
+/* Frees the arrays; accepts a zeroed or released s. */
+void dmuon_pub_sched_release(dmuon_pub_sched *s);
+
+/* Where `node` sits on parameter param's route: returns the hop h (0 for
+ * the owner's node, 1..R−1 for leaders) and stores the node it receives
+ * from in *prev (−1 at hop 0) and the node it forwards to in *next (−1 at
+ * the last hop). */
+int dmuon_pub_sched_hop(const dmuon_pub_sched *s, int param, int node, int *prev, int *next);
+
 #endif
