@@ -25,7 +25,7 @@ run "$TR" --help
 check_rc 0 "--help"
 check_out '^usage: mpirun -np N dmuon-train' "usage text"
 run "$TR" --version
-check_out '^dmuon-train [0-9]+\.[0-9]+\.[0-9]+' "--version"
+check_out '^dmuon-train \(dmuon\) [0-9]+\.[0-9]+\.[0-9]+' "--version"
 run train_mpirun 4 --line X
 check_rc 2 "--line X"
 check_err "--line 'X': expected A, B, C or D" "names the flag"

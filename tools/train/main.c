@@ -10,21 +10,19 @@
  * Flags are parsed here; the model is model.c, the text data.c, the loop
  * train.c, everything else libcore.
  */
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <mpi.h>
 
+#include "common/opt.h"
 #include "config.h"
 #include "data.h"
 #include "dmuon/plan.h"
 #include "dmuon/runtime.h"
 #include "dmuon/topo.h"
-#include "dmuon/version.h"
 #include "model.h"
 #include "train.h"
 
@@ -185,48 +183,27 @@ static int fail(const cli *c, dmuon_rc rc)
     return dmuon_rc_exit_code(rc);
 }
 
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno == ERANGE || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_num(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno == ERANGE || !isfinite(v) || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* Parses argv into c; returns -1 to go on, else the exit code. */
 static int parse(cli *c, int argc, char **argv)
 {
     int ch;
     int64_t v;
     double d;
+    char err[512];
     opterr = 0;
     while ((ch = getopt_long(argc, argv, ":qvh", longopts, NULL)) != -1) {
         const char *a = optarg;
         switch (ch) {
 #define INT_OPT(code, lo, hi, dst, what)                                                   \
     case code:                                                                             \
-        if (!parse_int(a, lo, hi, &v))                                                     \
-            return usage_error(c, "--" what " '%s': expected an integer in " #lo ".." #hi, a); \
+        if (tool_parse_int("--" what, a, lo, hi, &v, err, sizeof err))                     \
+            return usage_error(c, "%s", err);                                              \
         dst = v;                                                                           \
         break;
 #define NUM_OPT(code, lo, hi, dst, what)                                                   \
     case code:                                                                             \
-        if (!parse_num(a, lo, hi, &d))                                                     \
-            return usage_error(c, "--" what " '%s': expected a number in " #lo ".." #hi, a);  \
+        if (tool_parse_double("--" what, a, lo, hi, &d, err, sizeof err))                  \
+            return usage_error(c, "%s", err);                                              \
         dst = d;                                                                           \
         break;
             INT_OPT(O_LAYERS, 1, 1024, c->t.model.layers, "layers")
@@ -301,7 +278,7 @@ static int parse(cli *c, int argc, char **argv)
             return 0;
         case O_VERSION:
             if (c->rank == 0)
-                printf("dmuon-train %s\n", dmuon_version());
+                tool_print_version("dmuon-train");
             return 0;
         case ':': return usage_error(c, "option '%s' needs a value", argv[optind - 1]);
         default: return usage_error(c, "unknown option '%s'", argv[optind - 1]);
@@ -360,6 +337,7 @@ int main(int argc, char **argv)
     c.min_drop = -1;
     c.small_unit_bytes = -1;
 
+    tool_cleanup_on_signal();
     /* flags that exit before MPI (help, version, config files) need no mpirun */
     bool need_mpi = true;
     for (int i = 1; i < argc; i++)
