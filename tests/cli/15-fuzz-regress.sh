@@ -4,7 +4,7 @@
 # none may crash (under the sanitizer build: no ASan/UBSan report either).
 . "$(dirname "$0")/lib.sh"
 fz=$DMUON_ROOT/tests/fuzz
-for h in config safetensors inventory plan; do
+for h in config safetensors inventory plan manifest; do
     bin=$DMUON_BUILD/tests/fuzz_$h
     if [ ! -x "$bin" ]; then bad "$h: replay program $bin not built (make tests)"; continue; fi
     set -- "$fz/seed/$h"
