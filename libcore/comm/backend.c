@@ -11,6 +11,7 @@
 
 const dmuon_comm_ops dmuon_mpi_ops = {
     .name = "mpi",
+    .chunk_bytes = DMUON_MPI_CHUNK_BYTES,
     .symm_alloc = dmuon_mpi_symm_alloc,
     .symm_free = dmuon_mpi_symm_free,
     .group_ctrl_bytes = dmuon_mpi_group_ctrl_bytes,

@@ -68,6 +68,10 @@ struct dmuon_publish {
 
 struct dmuon_comm_ops {
     const char *name;
+    /* The chunk of a group or publish whose options say 0 (bytes; passes
+     * dmuon_chunk_bytes_check): what suits the backend's transport; 0 for
+     * DMUON_CHUNK_BYTES (the paper's 64 KiB). */
+    int64_t chunk_bytes;
     /* Symmetric memory: fill base, peer and impl of s (topo, bytes set). */
     dmuon_rc (*symm_alloc)(dmuon_symm *s);
     void (*symm_free)(dmuon_symm *s);

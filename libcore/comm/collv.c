@@ -39,8 +39,10 @@ dmuon_rc dmuon_deadline_ms(int opt_ms, int *out)
     return DMUON_OK;
 }
 
-/* Resolves opts (NULL = defaults) into *o; checks chunk size and path. */
-static dmuon_rc resolve_opts(const dmuon_group_opts *opts, dmuon_group_opts *o)
+/* Resolves opts (NULL = defaults) into *o for the backend ops (its chunk
+ * when the options say 0); checks chunk size and path. */
+static dmuon_rc resolve_opts(const dmuon_comm_ops *ops, const dmuon_group_opts *opts,
+                             dmuon_group_opts *o)
 {
     memset(o, 0, sizeof *o);
     if (opts)
@@ -54,6 +56,8 @@ static dmuon_rc resolve_opts(const dmuon_group_opts *opts, dmuon_group_opts *o)
     DMUON_TRY(dmuon_deadline_ms(o->deadline_ms, &o->deadline_ms));
     if (o->slots == 0)
         o->slots = 4;
+    if (o->chunk_bytes == 0)
+        o->chunk_bytes = ops->chunk_bytes > 0 ? ops->chunk_bytes : DMUON_CHUNK_BYTES;
     return DMUON_OK;
 }
 
@@ -64,7 +68,7 @@ dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, 
     dmuon_group_opts o;
     DMUON_TRY(dmuon_comm_backend_get(t->backend, "group", &ops));
     DMUON_TRY(dmuon_table_check(segs, n, t->size, NULL, NULL));
-    DMUON_TRY(resolve_opts(opts, &o));
+    DMUON_TRY(resolve_opts(ops, opts, &o));
     DMUON_TRY(ops->group_ctrl_bytes(t, segs, n, &o, bytes));
     return DMUON_OK;
 }
@@ -129,8 +133,8 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
      * decisions agree without another exchange. */
     DMUON_TRY_GOTO(rc, dmuon_table_check(segs, n, t->size, &g->buffer_bytes, &g->window_bytes),
                    fail);
-    DMUON_TRY_GOTO(rc, resolve_opts(opts, &g->opts), fail);
     DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "group", &g->ops), fail);
+    DMUON_TRY_GOTO(rc, resolve_opts(g->ops, opts, &g->opts), fail);
     if (!mem || mem->topo != t || mem->backend != t->backend) {
         rc = DMUON_FAIL(DMUON_EINVAL, "group: the symmetric memory was not allocated over "
                         "this topology and its backend");

@@ -82,10 +82,11 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
                                                  &p->copy_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);
     DMUON_TRY_GOTO(rc, dmuon_chunk_bytes_check(o.chunk_bytes), fail);
-    p->chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes : DMUON_CHUNK_BYTES;
+    DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "publish", &p->ops), fail);
+    p->chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes
+                   : p->ops->chunk_bytes > 0 ? p->ops->chunk_bytes : DMUON_CHUNK_BYTES;
     DMUON_TRY_GOTO(rc, dmuon_pub_sched_init(&p->sched, params, n, t->nodes, t->per_node,
                                             p->chunk_bytes), fail);
-    DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "publish", &p->ops), fail);
     if (!mem || mem->topo != t || mem->backend != t->backend) {
         rc = DMUON_FAIL(DMUON_EINVAL, "publish: the symmetric memory was not allocated over "
                         "this topology and its backend");

@@ -14,7 +14,7 @@ rows = [r for r in json.load(open(sys.argv[1]))
 json.dump(rows, open(sys.argv[2], "w"))
 PY
 run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --fit-nodes 2 --max-evals 150 \
-    --json "$T_TMP/pred.json" --svg "$T_TMP/pred.svg"
+    --json-file "$T_TMP/pred.json" --svg "$T_TMP/pred.svg"
 check_rc 0 "fit on 2 nodes, predict 8"
 check_out '^# dmuon-bench predict: preset h100, 4 cell groups, fitted on nodes 2 \(8 cells' "header"
 check_out '^agv +16384 +8 +64 +- +per_owner ' "a held-out per-owner ratio row"
@@ -36,11 +36,17 @@ rows = [{"op": c["op"], "bytes": c["bytes"], "dtype": "bf16", "line": c["line"],
         for c in d["cells"]]
 json.dump(rows, open(sys.argv[2], "w"))
 PY
-run "$B" predict --preset h100 --cells "$T_TMP/self.json" --json "$T_TMP/self-pred.json"
+run "$B" predict --preset h100 --cells "$T_TMP/self.json" --json-file "$T_TMP/self-pred.json"
 check_rc 0 "no fit: the preset's parameters"
 # the preset differs from the fitted parameters, so errors are not all 0
 n=$(python3 -c "import json;print(sum(abs(r['error'])>1e-6 for r in json.load(open('$T_TMP/self-pred.json'))['cells']))")
 [ "$n" -gt 0 ] && ok || bad "preset parameters reproduce fitted cells exactly ($n)"
+
+run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --json
+check_rc 0 "--json: JSON on stdout"
+python3 -c "import json,sys; d=json.load(open('$T_TMP/out')); sys.exit(0 if len(d['cells']) == 16 else 1)" \
+    && ok || bad "--json: stdout is one JSON object with 16 cells"
+check_eq "$(grep -c '^# dmuon-bench predict' "$T_TMP/out")" 0 "--json: no table"
 
 # The whole paper set (Tables 5-7) needs the plans for Table 7.
 run "$B" predict --preset h100 --cells "$P"

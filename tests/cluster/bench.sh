@@ -25,7 +25,7 @@ for t in $topos; do
     echo "== dmuon-bench on $r hosts x $k ranks${CLUSTER_RATE:+, $CLUSTER_RATE per link}: $args"
     "$root/tests/cluster/cluster.sh" -q --hosts "$r" --ranks "$k" ${CLUSTER_RATE:+--rate "$CLUSTER_RATE"} -- \
         sh -c "mpirun --bind-to none --mca mpi_yield_when_idle 1 -np \$DMUON_CLUSTER_NP \
-               --host \$DMUON_CLUSTER_HOSTS '$bin/dmuon-bench' $args --json '$out/cluster-bench-${r}x$k.json'" \
+               --host \$DMUON_CLUSTER_HOSTS '$bin/dmuon-bench' $args --json-file '$out/cluster-bench-${r}x$k.json'" \
         | tee "$out/cluster-bench-${r}x$k.txt"
 done
 echo "tables and JSON rows in $out"

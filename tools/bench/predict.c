@@ -3,7 +3,7 @@
  * fitted on some measured or published cells and checked on the others.
  *
  *   dmuon-bench predict --preset namespace --cells 2x2.json --cells 4x2.json \
- *       --cells 8x1.json --fit-nodes 2,4 --json pred.json --svg pred.svg
+ *       --cells 8x1.json --fit-nodes 2,4 --json-file pred.json --svg pred.svg
  *   dmuon-bench predict --preset h100 --cells tools/bench/paper/tables.json \
  *       --fit-nodes 2 --plans build/paper-plans
  *
@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/opt.h"
 #include "bench.h"
 #include "dmuon/doc.h"
 #include "dmuon/io.h"
@@ -410,7 +411,9 @@ static void usage(FILE *f)
 "                         (Table 7; tools/bench/paper/plans.sh writes them)\n"
 "      --chunk-bytes B    chunk size of ours (default 64K)\n"
 "      --max-evals N      fit evaluations (default 400)\n"
-"      --json FILE        parameters, cells and ratios as JSON\n"
+"      --json             parameters, cells and ratios as JSON on stdout\n"
+"                         instead of the table\n"
+"      --json-file FILE   also write that JSON to FILE\n"
 "      --svg FILE         ratio plot (gnuplot)\n"
 "  -h, --help             this text\n");
 }
@@ -418,6 +421,7 @@ static void usage(FILE *f)
 int bench_predict_main(int argc, char **argv)
 {
     const char *prog = argv[0], *preset = NULL, *plans = NULL, *json = NULL, *svg = NULL;
+    int json_stdout = 0;
     const char *files[MAX_FILES];
     int nfiles = 0, fit_nodes[MAX_FIT], nfit = 0, max_evals = 400;
     int64_t chunk = 0;
@@ -426,7 +430,8 @@ int bench_predict_main(int argc, char **argv)
         {"preset", required_argument, 0, 'p'}, {"cells", required_argument, 0, 'c'},
         {"fit-nodes", required_argument, 0, 'F'}, {"plans", required_argument, 0, 'P'},
         {"chunk-bytes", required_argument, 0, 'B'}, {"max-evals", required_argument, 0, 'E'},
-        {"json", required_argument, 0, 'j'}, {"svg", required_argument, 0, 's'},
+        {"json", no_argument, 0, 'J'}, {"json-file", required_argument, 0, 'j'},
+        {"svg", required_argument, 0, 's'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     while (!bad[0] && (opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -454,23 +459,21 @@ int bench_predict_main(int argc, char **argv)
         }
         case 'P': plans = optarg; break;
         case 'B': {
-            long long v = strtoll(optarg, &end, 10);
-            if (end != optarg && (*end == 'K' || *end == 'k'))
-                v *= 1024, end++;
-            if (end == optarg || *end || dmuon_chunk_bytes_check(v) != DMUON_OK || v <= 0)
+            int64_t v = 0;
+            if (tool_parse_size("--chunk-bytes", optarg, DMUON_CHUNK_MIN_BYTES, INT64_C(1) << 30,
+                                &v, bad, sizeof bad) == 0 && dmuon_chunk_bytes_check(v) != DMUON_OK)
                 snprintf(bad, sizeof bad, "--chunk-bytes '%s': expected a multiple of %d bytes, "
                          "at least %d", optarg, DMUON_CHUNK_ALIGN_BYTES, DMUON_CHUNK_MIN_BYTES);
             chunk = v;
             break;
         }
         case 'E': {
-            long v = strtol(optarg, &end, 10);
-            if (end == optarg || *end || v < 1 || v > 100000)
-                snprintf(bad, sizeof bad, "--max-evals '%s': expected an integer in 1..100000",
-                         optarg);
+            int64_t v = 0;
+            tool_parse_int("--max-evals", optarg, 1, 100000, &v, bad, sizeof bad);
             max_evals = (int)v;
             break;
         }
+        case 'J': json_stdout = 1; break;
         case 'j': json = optarg; break;
         case 's': svg = optarg; break;
         case 'h': usage(stdout); return 0;
@@ -545,6 +548,16 @@ int bench_predict_main(int argc, char **argv)
         goto out;
     }
 
+    report r = {preset, &p, &cs, fit_nodes, nfit, rms, nf};
+    if (json_stdout) {
+        rc = write_json(stdout, &r);
+        if (rc != DMUON_OK) {
+            fprintf(stderr, "%s: error: %s\n", prog, dmuon_errmsg());
+            code = 3;
+            goto out;
+        }
+        goto files;
+    }
     printf("# dmuon-bench predict: preset %s, %d cell groups, fitted on nodes", preset, cs.n);
     for (int i = 0; i < nfit; i++)
         printf("%s%d", i ? "," : " ", fit_nodes[i]);
@@ -578,7 +591,7 @@ int bench_predict_main(int argc, char **argv)
     }
     printf("# held-out ratios: %d, within +/-25%%: %d, worst |err| %.1f%%\n", held, within,
            100 * worst);
-    report r = {preset, &p, &cs, fit_nodes, nfit, rms, nf};
+files:
     if (json) {
         rc = dmuon_write_atomic(json, write_json, &r);
         if (rc != DMUON_OK) {

@@ -50,7 +50,8 @@ typedef struct dmuon_group dmuon_group;
 
 typedef struct {
     dmuon_path path;          /* AUTO (default), CHAIN or STAR; see sched.h */
-    int64_t chunk_bytes;      /* 0 → 64 KiB; else a multiple of 8, ≥ 256
+    int64_t chunk_bytes;      /* 0 → the backend's (MPI: 64 KiB less 128 bytes,
+                                 one eager TCP fragment); else a multiple of 8, ≥ 256
                                  (dmuon_chunk_bytes_check) */
     int64_t star_max_bytes;   /* AUTO picks star up to this many bytes per
                                  source node; 0 → 256 KiB */
