@@ -339,7 +339,7 @@ static void usage(FILE *f)
 "                         rank, sparse or tiny\n"
 "      --lines LIST       lines to run: ours,per_owner,coalesced,equal_length\n"
 "      --path P           auto, chain or star for ours (default auto)\n"
-"      --chunk-bytes B    chunk size of ours (default 64K; a multiple of 8,\n"
+"      --chunk-bytes B    chunk size of ours (default: the backend's, MPI 64K-128, NCCL 64K; a multiple of 8,\n"
 "                         at least 256)\n"
 "      --fp32-accum       ours: BF16 reduction with binary32 partials\n"
 "      --deadline-ms MS   deadline of one operator call (default\n"
@@ -411,7 +411,7 @@ int bench_ops_main(int argc, char **argv)
         if ((opt == 'b' || opt == 'e' || opt == 'f') && !size_flag)
             size_flag = opt == 'b' ? "-b" : opt == 'e' ? "-e" : "-f";
         if (opt == 'w' || opt == 'n' || opt == O_LAUNCH)
-            timing_given = 1;
+            timing_given |= opt == 'w' ? 1 : opt == 'n' ? 2 : 4;
         if (opt == O_DTYPE)
             dtype_flag = "--dtype";
         if (opt == O_LAYOUT)
@@ -570,10 +570,14 @@ int bench_ops_main(int argc, char **argv)
     }
     if (!bad[0] && o.json)
         json_path_check(o.json, bad, sizeof bad);
-    if (!bad[0] && (o.plan || o.replay_publish) && !timing_given) {
-        o.warmup = 2;
-        o.iters = 5;
-        o.launches = 1;
+    if (!bad[0] && (o.plan || o.replay_publish) && timing_given != 7) {
+        /* the replay defaults for whichever of -w, -n, --launches is not given */
+        if (!(timing_given & 1))
+            o.warmup = 2;
+        if (!(timing_given & 2))
+            o.iters = 5;
+        if (!(timing_given & 4))
+            o.launches = 1;
         o.replay_defaults = 1;
     }
     if (!bad[0] && o.replay_publish && o.rail < 0)

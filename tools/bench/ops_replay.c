@@ -80,8 +80,8 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, in
         dmuon_plan_layer_segments(p, i, &n);
         nonempty += n > 0;
     }
-    int lo = o->layer_lo, hi = o->layer_hi < 0 || o->layer_hi > nonempty ? nonempty : o->layer_hi;
-    if (lo >= nonempty) {
+    int lo = o->layer_lo, hi = o->layer_hi < 0 ? nonempty : o->layer_hi;
+    if (lo >= nonempty || hi > nonempty) {
         dmuon_plan_free(p);
         return DMUON_FAIL(DMUON_EINVAL, "--layers %d:%d: %s has %d layers with segments "
                           "(0..%d)", o->layer_lo, o->layer_hi, o->plan, nonempty, nonempty - 1);

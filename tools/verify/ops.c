@@ -90,7 +90,7 @@ static void usage(FILE *f)
 "  --layouts LIST       node, rank, sparse, tiny (default all four)\n"
 "  --dtypes LIST        bf16, f32 (default bf16,f32)\n"
 "  --paths LIST         auto, chain, star (default auto,chain)\n"
-"  --chunk-bytes B      chunk size (default 65536; a multiple of 8, at least\n"
+"  --chunk-bytes B      chunk size (default: the backend's, MPI 65408, NCCL 65536; a multiple of 8, at least\n"
 "                       256)\n"
 "  --slots S            ring slots per incoming reduce stream (default 4)\n"
 "  --steps S            publish steps (default 3)\n"
