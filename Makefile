@@ -6,6 +6,8 @@
 #   make test-fast    the suite once, no sanitizer build
 #   make demo         plan the bundled models (measured costs on this machine)
 #   make bench        side-by-side benchmarks (planner speed, NS, operators)
+#   make cluster-test dmuon-verify across 2 and 4 namespace hosts (root; also in make test)
+#   make cluster-bench the operator benchmarks across namespace hosts (root)
 #   make SANITIZER=address,undefined   a sanitizer build (goes to build/san)
 #   make WERROR=1     strict warnings as errors (CI sets this)
 #
@@ -72,10 +74,13 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 MPI_TSRC  := $(sort $(wildcard tests/mpi/*.c))
 MPI_TBINS := $(MPI_TSRC:tests/mpi/%.c=$(BUILD)/tests/mpi/%)
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/tests/%)
 STATIC    := $(BUILD)/libdmuon.a
 SHARED    := $(BUILD)/libdmuon.so
 
-.PHONY: all lib tools tests test test-fast test-san demo bench clean config deps
+.PHONY: all lib tools tests test test-fast test-san demo bench clean config deps install fuzz
+.PHONY: cluster-test cluster-bench
 # keep object files (no 'rm' of intermediates after the test summary)
 .SECONDARY:
 all: config lib tools
@@ -88,7 +93,7 @@ config:
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOL_BINS)
-tests: $(UNIT_BINS) $(MPI_TBINS)
+tests: $(UNIT_BINS) $(MPI_TBINS) $(FUZZ_REPLAY)
 
 # db/schema.sql is compiled into libcore as a C string.
 $(BUILD)/gen/schema_sql.h: db/schema.sql
@@ -96,7 +101,7 @@ $(BUILD)/gen/schema_sql.h: db/schema.sql
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 $(BUILD)/libcore/costdb.o: $(BUILD)/gen/schema_sql.h
 
-$(BUILD)/%.o: %.c $(wildcard libcore/include/dmuon/*.h libcore/*.h libcore/*/*.h)
+$(BUILD)/%.o: %.c $(wildcard libcore/include/dmuon/*.h libcore/*.h libcore/*/*.h tools/common/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -112,16 +117,70 @@ $(STATIC): $(LIB_OBJ)
 $(SHARED): $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# tools/common/ (option and size parsing) goes into every tool; --as-needed
+# keeps libraries a tool does not call (cuBLAS in dmuon-plan) out of it.
+$(BUILD)/tools/%.o: CPPFLAGS += -Itools
+TOOL_COMMON := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/common/*.c))
 define tool_rule
-$(BINDIR)/dmuon-$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(STATIC)
+$(BINDIR)/dmuon-$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(TOOL_COMMON) $(STATIC)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(STATIC) $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -Wl,--as-needed -o $$@ $$(filter %.o,$$^) $(STATIC) $$(LDLIBS)
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
-$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(STATIC)
+$(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(TOOL_COMMON) $(STATIC)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(STATIC) -lcmocka $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOL_COMMON) $(STATIC) -lcmocka $(LDLIBS)
+$(BUILD)/tests/unit/test_opt.o: CPPFLAGS += -Itools
+
+# ---- install --------------------------------------------------------------
+# make install PREFIX=DIR [DESTDIR=STAGE]: bin/dmuon-*, lib/libdmuon.{a,so},
+# include/dmuon/*.h, share/dmuon/schema.sql, lib/pkgconfig/dmuon.pc.
+# libdmuon.a needs what Libs.private lists (pkg-config --static --libs dmuon).
+PREFIX    ?= /usr/local
+MPI_CFLAGS := $(shell mpicc -showme:compile 2>/dev/null)
+MPI_LIBS  := $(shell mpicc -showme:link 2>/dev/null)
+install: lib tools
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	    $(DESTDIR)$(PREFIX)/include/dmuon $(DESTDIR)$(PREFIX)/share/dmuon
+	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 libcore/include/dmuon/*.h $(DESTDIR)$(PREFIX)/include/dmuon/
+	install -m 644 db/schema.sql $(DESTDIR)$(PREFIX)/share/dmuon/
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	    'Name: dmuon' 'Description: Muon owner plans and variable-length collectives (libdmuon)' \
+	    'Version: $(shell sed -n 's/^#define DMUON_VERSION "\(.*\)"/\1/p' libcore/include/dmuon/version.h)' \
+	    'Cflags: -I$${includedir} $(MPI_CFLAGS) -pthread' \
+	    'Libs: -L$${libdir} -ldmuon $(MPI_LIBS)' \
+	    'Libs.private: $(LDLIBS)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dmuon.pc
+	@echo "installed into $(DESTDIR)$(PREFIX)"
+
+# ---- fuzzing --------------------------------------------------------------
+# make fuzz [FUZZ_SECONDS=60]: each tests/fuzz/fuzz_*.c under libFuzzer
+# (clang, ASan+UBSan) for FUZZ_SECONDS; crashes land in build/fuzz/crashes/.
+# The same harnesses are built as plain replay programs (build/tests/fuzz_*)
+# that make test runs over tests/fuzz/regress/<harness>/ and the seeds.
+FUZZ_SECONDS ?= 60
+FUZZ_DIR  := build/fuzz
+FUZZ_CFLAGS := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+             -Ilibcore/include -Ilibcore -I$(FUZZ_DIR)/gen -D_GNU_SOURCE $(MPI_CFLAGS) -pthread
+FUZZ_LIBOBJ := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(sort $(wildcard libcore/*.c libcore/*/*.c)))
+$(FUZZ_DIR)/%.o: %.c $(FUZZ_DIR)/gen/schema_sql.h $(wildcard libcore/include/dmuon/*.h libcore/*.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIBOBJ)
+	clang -fsanitize=fuzzer,address,undefined -o $@ $^ $(MPI_LIBS) -lyaml -lsqlite3 -llapacke \
+	    -lopenblas -lm -lpthread
+$(FUZZ_DIR)/gen/schema_sql.h: db/schema.sql
+	@mkdir -p $(dir $@)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
+fuzz: $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) $^
+
+$(BUILD)/tests/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay_main.o $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) $(LDLIBS)
 
 # MPI test programs, run by the scripts in tests/mpi/
 $(BUILD)/tests/mpi/%: $(BUILD)/tests/mpi/%.o $(STATIC)
@@ -142,6 +201,15 @@ test-fast: all tests
 
 test-san: all tests
 	@DMUON_BIN=$(BINDIR) DMUON_BUILD=$(BUILD) DMUON_SANITIZED=1 bash tests/run.sh --label sanitized
+
+# Multi-host runs on one machine (network namespaces; root only).  make test
+# runs the same scripts through tests/run.sh and skips them without root.
+cluster-test: all tests
+	@bash tests/cluster/cluster.sh --check
+	@DMUON_BIN=$(BINDIR) DMUON_BUILD=$(BUILD) DMUON_TEST_FILTER=cluster/ bash tests/run.sh --label cluster
+
+cluster-bench: all
+	bash tests/cluster/bench.sh $(BINDIR)
 
 demo: all
 	bash tools/demo.sh $(BINDIR)

@@ -137,12 +137,20 @@ void dmuon_cost_probe_command(const char *model_path, const dmuon_cost_source *s
         dmuon_err_clear();
     }
     size_t len = 0;
-    int w = snprintf(out, cap, "dmuon-probe --model %s --shapes ", model_path ? model_path : "MODEL");
-    len = w > 0 ? (size_t)w : 0;
-    for (size_t i = 0; i < n && len < cap; i++) {
-        w = snprintf(out + len, cap - len, "%s%lldx%lld", i ? "," : "", (long long)shapes[i].m,
-                     (long long)shapes[i].n);
-        len += w > 0 ? (size_t)w : 0;
+    int w;
+    /* a model's missing shapes: --model MODEL --missing (dmuon-probe refuses
+     * --model together with --shapes); without a model path, the shapes */
+    if (model_path) {
+        w = snprintf(out, cap, "dmuon-probe --model %s --missing", model_path);
+        len = w > 0 ? (size_t)w : 0;
+    } else {
+        w = snprintf(out, cap, "dmuon-probe --shapes ");
+        len = w > 0 ? (size_t)w : 0;
+        for (size_t i = 0; i < n && len < cap; i++) {
+            w = snprintf(out + len, cap - len, "%s%lldx%lld", i ? "," : "",
+                         (long long)shapes[i].m, (long long)shapes[i].n);
+            len += w > 0 ? (size_t)w : 0;
+        }
     }
     if (len < cap) {
         w = snprintf(out + len, cap - len, " --db %s", r.path);
@@ -178,6 +186,73 @@ void dmuon_cost_probe_command(const char *model_path, const dmuon_cost_source *s
     }
     if (len >= cap && cap > 4)
         strcpy(out + cap - 4, "...");
+}
+
+/* Devices other than r->device whose rows (same variant and dtype) cover
+ * some of the k missing shapes: a probe under mpirun stores 'cpu: ... x1'
+ * while a plan run alone looks for 'cpu: ... xN'. */
+typedef struct {
+    const resolved *r;
+    const dmuon_shape_count *miss;
+    size_t k;
+    char cur[128];
+    size_t cur_hits;
+    char best[128];
+    size_t best_hits, devices;
+} other_scan;
+
+static void other_close(other_scan *o)
+{
+    if (o->cur[0] && o->cur_hits) {
+        o->devices++;
+        if (o->cur_hits > o->best_hits) {
+            o->best_hits = o->cur_hits;
+            snprintf(o->best, sizeof o->best, "%s", o->cur);
+        }
+    }
+}
+
+static int other_row(const dmuon_cost_row *row, void *ctx)
+{
+    other_scan *o = ctx;
+    if (strcmp(row->device, o->cur)) {   /* rows come ordered by device */
+        other_close(o);
+        snprintf(o->cur, sizeof o->cur, "%s", row->device);
+        o->cur_hits = 0;
+    }
+    if (!strcmp(row->device, o->r->device) || strcmp(row->variant, o->r->variant) ||
+        strcmp(row->dtype, o->r->dtype))
+        return 0;
+    for (size_t i = 0; i < o->k; i++)
+        if (o->miss[i].m == row->m && o->miss[i].n == row->n) {
+            o->cur_hits++;
+            break;
+        }
+    return 0;
+}
+
+/* Appends "; the database holds N of these shapes for device 'D' ..." to
+ * out when another device has rows for them; best effort (errors ignored). */
+static void other_devices(const resolved *r, const dmuon_shape_count *miss, size_t k, char *out,
+                          size_t cap)
+{
+    dmuon_costdb *db = NULL;
+    other_scan o = {.r = r, .miss = miss, .k = k};
+    out[0] = '\0';
+    if (access(r->path, F_OK) != 0 || dmuon_costdb_open(r->path, false, 5000, &db) != DMUON_OK) {
+        dmuon_err_clear();
+        return;
+    }
+    if (dmuon_costdb_each(db, NULL, other_row, &o) == DMUON_OK) {
+        other_close(&o);
+        if (o.best_hits)
+            snprintf(out, cap, "; the database holds %zu of these shapes for device '%s'%s "
+                     "(a probe under mpirun or with another OPENBLAS_NUM_THREADS stores another "
+                     "thread count): plan with --device '%s' to use them", o.best_hits, o.best,
+                     o.devices > 1 ? " and others" : "", o.best);
+    }
+    dmuon_err_clear();
+    dmuon_costdb_close(db);
 }
 
 dmuon_rc dmuon_cost_missing(const dmuon_model *model, const dmuon_cost_source *src,
@@ -256,14 +331,16 @@ dmuon_rc dmuon_cost_table_load(const dmuon_model *model, const dmuon_cost_source
         }
         if (k > 16 && len < sizeof list)
             snprintf(list + len, sizeof list - len, " and %zu more", k - 16);
+        char other[512];
         dmuon_cost_probe_command(dmuon_model_source(model), src, miss, k, cmd, sizeof cmd);
+        other_devices(&r, miss, k, other, sizeof other);
         free(miss);
         rc = DMUON_FAIL(DMUON_ENOTFOUND,
                         "cost database '%s'%s has no %s/%s time on device '%s' for %zu of the "
-                        "model's %zu Muon shapes: %s; measure them with: %s   (or plan with "
+                        "model's %zu Muon shapes: %s%s; measure them with: %s   (or plan with "
                         "--cost flops for an analytic estimate, or --probe-missing)",
                         r.path, absent ? " does not exist and" : "", r.variant, r.dtype, r.device,
-                        nmiss, t->n, list, cmd);
+                        nmiss, t->n, list, other, cmd);
         goto fail;
     }
     uint64_t h = dmuon_digest(r.device, strlen(r.device) + 1, DMUON_DIGEST_SEED);
@@ -354,5 +431,23 @@ dmuon_rc dmuon_cost_device_check(const char *db_path, const char *device)
                                            "(expected --device cpu, cuda, or one of the stored "
                                            "devices: %s)", device, path,
                           s.n ? s.list : "none");
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_cost_device_resolve(const char *arg, const char *db_path, char out[160],
+                                   dmuon_device_kind *kind, bool *local)
+{
+    dmuon_device_kind k = DMUON_DEVICE_CPU;
+    if (!arg || dmuon_device_parse(arg, &k) == DMUON_OK) {
+        DMUON_TRY(dmuon_device_name(k, out, 160));
+        *kind = k;
+        *local = true;
+        return DMUON_OK;
+    }
+    dmuon_err_clear();
+    DMUON_TRY(dmuon_cost_device_check(db_path, arg));
+    snprintf(out, 160, "%s", arg);
+    *kind = !strncmp(arg, "cuda", 4) ? DMUON_DEVICE_CUDA : DMUON_DEVICE_CPU;
+    *local = false;
     return DMUON_OK;
 }

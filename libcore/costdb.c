@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +32,70 @@ static const char schema_sql[] =
 #include "schema_sql.h"
     ;
 
+/* The default location, found once: see dmuon_costdb_default_path. */
+static char default_path[4096];
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void find_default_path(void)
+{
+    char exe[4096], probe[4200];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        /* a build tree: the executable sits in bin/ (or build/san/bin/) of
+         * the folder that holds db/schema.sql */
+        for (int up = 0; up < 3; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash || slash == exe)
+                break;
+            *slash = '\0';
+            snprintf(probe, sizeof probe, "%s/../db/schema.sql", exe);
+            if (access(probe, R_OK) == 0) {
+                char *root = realpath(probe, NULL);
+                if (root && strlen(root) > strlen("schema.sql")) {
+                    root[strlen(root) - strlen("schema.sql")] = '\0';
+                    snprintf(default_path, sizeof default_path, "%sdmuon.sqlite", root);
+                    free(root);
+                    return;
+                }
+                free(root);
+            }
+        }
+    }
+    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/')
+        snprintf(default_path, sizeof default_path, "%s/dmuon/dmuon.sqlite", xdg);
+    else if (home && *home)
+        snprintf(default_path, sizeof default_path, "%s/.local/share/dmuon/dmuon.sqlite", home);
+    else
+        snprintf(default_path, sizeof default_path, "dmuon.sqlite");
+}
+
 const char *dmuon_costdb_default_path(void)
 {
     const char *env = getenv("DMUON_DB");
-    return (env && *env) ? env : "db/dmuon.sqlite";
+    if (env && *env)
+        return env;
+    pthread_once(&default_once, find_default_path);
+    return default_path;
+}
+
+/* mkdir -p of the folder that holds path (for the default location only). */
+static void make_parent_dirs(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    mkdir(dir, 0755);
 }
 
 static dmuon_rc db_fail(dmuon_costdb *c, const char *what)
@@ -79,6 +140,39 @@ static dmuon_rc set_wal(dmuon_costdb *c, int busy_ms)
     }
 }
 
+/* A database at user_version 0 that already holds tables belongs to another
+ * program: dmuon changes nothing in it (not even the journal mode). */
+static dmuon_rc refuse_foreign(dmuon_costdb *c)
+{
+    int v = 0, tables = 0;
+    sqlite3_stmt *st;
+    dmuon_rc rc;
+    /* one read transaction: another process creating the schema at this
+     * moment is seen either entirely or not at all */
+    DMUON_TRY(exec(c, "BEGIN", "cannot start a read transaction"));
+    DMUON_TRY_GOTO(rc, user_version(c, &v), out);
+    if (v == 0) {
+        if (sqlite3_prepare_v2(c->db, "SELECT count(*) FROM sqlite_master", -1, &st, NULL) !=
+            SQLITE_OK) {
+            rc = db_fail(c, "not a usable SQLite database");
+            goto out;
+        }
+        if (sqlite3_step(st) == SQLITE_ROW)
+            tables = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+out:
+    sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL);
+    if (rc != DMUON_OK)
+        return rc;
+    if (tables > 0)
+        return DMUON_FAIL(DMUON_EINVAL, "'%s' is a SQLite database of another program (%d "
+                          "table%s without dmuon's schema version): dmuon leaves it unchanged; "
+                          "pass a dmuon cost database or a new file with --db", c->path, tables,
+                          tables == 1 ? "" : "s");
+    return DMUON_OK;
+}
+
 /* Creates the schema in a fresh database or migrates an older one, in one
  * transaction. */
 static dmuon_rc migrate(dmuon_costdb *c)
@@ -97,7 +191,8 @@ static dmuon_rc migrate(dmuon_costdb *c)
     DMUON_TRY_GOTO(rc, user_version(c, &v), rollback);
     if (v == DMUON_COSTDB_VERSION)
         return exec(c, "COMMIT", "cannot commit");
-    /* Version 0 -> 1: a fresh database.  Later versions add ALTERs here. */
+    /* Version 0 -> 1: a fresh database (foreign ones were refused before).
+     * Later versions add ALTERs here. */
     DMUON_TRY_GOTO(rc, exec(c, schema_sql, "cannot create the schema"), rollback);
     DMUON_TRY_GOTO(rc, exec(c, "COMMIT", "cannot commit the schema"), rollback);
     return DMUON_OK;
@@ -159,12 +254,20 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
     *out = NULL;
     if (!path || !*path)
         return DMUON_FAIL(DMUON_EINVAL, "empty cost database path (expected a file name for --db)");
+    if (create && !strcmp(path, dmuon_costdb_default_path()))
+        make_parent_dirs(path);   /* the default folder may not exist yet */
     if (stat(path, &st) == 0) {
         if (!S_ISREG(st.st_mode))
             return DMUON_FAIL(DMUON_EINVAL, "cost database '%s' is not a regular file", path);
+        if (!create && st.st_size == 0)
+            return DMUON_FAIL(DMUON_EINVAL, "cost database '%s' is an empty file, not a dmuon "
+                              "cost database (dmuon leaves it unchanged; dmuon-probe creates "
+                              "one)", path);
         /* A database the caller may not write (a shared, read-only copy) is
-         * opened read-only: lookups work, writes fail with a clear message. */
-        readonly = access(path, W_OK) != 0 || !dir_writable(path);
+         * opened read-only: lookups work, writes fail with a clear message.
+         * Without create (lists, checks, lookups) every database is opened
+         * read-only: reading never changes a file. */
+        readonly = !create || access(path, W_OK) != 0 || !dir_writable(path);
     } else if (!create) {
         return DMUON_FAIL(DMUON_ENOTFOUND, "cost database '%s' does not exist (run dmuon-probe "
                           "to measure, or pass --db)", path);
@@ -197,13 +300,23 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
     if (readonly) {
         int v = 0;
         DMUON_TRY_GOTO(rc, user_version(c, &v), fail);
+        if (v == 0) {
+            rc = DMUON_FAIL(DMUON_EINVAL, "'%s' is not a dmuon cost database (a SQLite file "
+                            "without dmuon's schema; dmuon leaves it unchanged): pass the "
+                            "database dmuon-probe wrote with --db", path);
+            goto fail;
+        }
         if (v != DMUON_COSTDB_VERSION) {
             rc = DMUON_FAIL(v > DMUON_COSTDB_VERSION ? DMUON_EVERSION : DMUON_EDB,
-                            "cost database '%s' is read-only and has schema version %d, not "
-                            "this dmuon's %d", path, v, DMUON_COSTDB_VERSION);
+                            "cost database '%s' (opened read-only) has schema version %d, %s "
+                            "this dmuon's %d%s", path, v, v > DMUON_COSTDB_VERSION ? "newer than"
+                            : "older than", DMUON_COSTDB_VERSION, v > DMUON_COSTDB_VERSION ?
+                            ": upgrade dmuon or use another --db" : ": run dmuon-probe on it "
+                            "once to migrate it");
             goto fail;
         }
     } else {
+        DMUON_TRY_GOTO(rc, refuse_foreign(c), fail);
         DMUON_TRY_GOTO(rc, set_wal(c, busy_ms > 0 ? busy_ms : 10000), fail);
         DMUON_TRY_GOTO(rc, exec(c, "PRAGMA synchronous=NORMAL", "cannot set synchronous"), fail);
         DMUON_TRY_GOTO(rc, migrate(c), fail);

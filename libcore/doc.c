@@ -11,8 +11,87 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ------------------------------------------------------------------ load -- */
+
+typedef struct {
+    const char *key;
+    const yaml_node_t *node;
+} key_ref;
+
+static int cmp_key(const void *a, const void *b)
+{
+    const key_ref *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    if (c)
+        return c;
+    /* then by position, so the first of equal keys comes first */
+    return x->node->start_mark.index < y->node->start_mark.index ? -1
+           : x->node->start_mark.index > y->node->start_mark.index;
+}
+
+/* Refuses a mapping that holds one scalar key twice: YAML and JSON readers
+ * disagree on which value wins (libyaml keeps both, dmuon's lookups took the
+ * first, PyYAML and Python's json the last), so two programs would read two
+ * different documents.  Reports the repeat that comes first in the file,
+ * with the lines (and columns, for one-line JSON) of both. */
+static dmuon_rc check_duplicate_keys(dmuon_doc *doc)
+{
+    key_ref *refs = NULL;
+    size_t cap = 0;
+    const yaml_node_t *best_a = NULL, *best_b = NULL;
+    const char *best_key = NULL;
+    for (yaml_node_t *n = doc->ydoc.nodes.start; n < doc->ydoc.nodes.top; n++) {
+        if (n->type != YAML_MAPPING_NODE)
+            continue;
+        size_t k = 0, len = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+        if (len < 2)
+            continue;
+        if (len > cap) {
+            key_ref *r = realloc(refs, len * sizeof *r);
+            if (!r) {
+                free(refs);
+                return DMUON_FAIL(DMUON_ENOMEM, "out of memory reading '%s'", doc->name);
+            }
+            refs = r;
+            cap = len;
+        }
+        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *kn = yaml_document_get_node(&doc->ydoc, p->key);
+            if (kn && kn->type == YAML_SCALAR_NODE)
+                refs[k++] = (key_ref){(const char *)kn->data.scalar.value, kn};
+        }
+        qsort(refs, k, sizeof *refs, cmp_key);
+        for (size_t i = 1; i < k; i++)
+            if (!strcmp(refs[i - 1].key, refs[i].key) &&
+                (!best_b || refs[i].node->start_mark.index < best_b->start_mark.index)) {
+                /* the earliest occurrence of this key and its first repeat */
+                size_t j = i - 1;
+                while (j > 0 && !strcmp(refs[j - 1].key, refs[i].key))
+                    j--;
+                best_a = refs[j].node;
+                best_b = refs[i].node;
+                best_key = refs[i].key;
+            }
+    }
+    dmuon_rc rc = DMUON_OK;
+    if (best_b) {
+        size_t la = best_a->start_mark.line + 1, lb = best_b->start_mark.line + 1;
+        if (la != lb)
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%zu: duplicate key '%.80s' (first at line %zu): "
+                            "readers disagree on which value counts; keep one", doc->name, lb,
+                            best_key, la);
+        else
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%zu:%zu: duplicate key '%.80s' (first at line "
+                            "%zu, column %zu): readers disagree on which value counts; keep one",
+                            doc->name, lb, best_b->start_mark.column + 1, best_key, la,
+                            best_a->start_mark.column + 1);
+    }
+    free(refs);
+    return rc;
+}
 
 static dmuon_rc parser_fail(const yaml_parser_t *p, const char *name)
 {
@@ -64,6 +143,8 @@ dmuon_rc dmuon_doc_load_buffer(dmuon_doc *doc, const char *name, const char *buf
                         doc->name, line);
         goto out;
     }
+    if ((rc = check_duplicate_keys(doc)) != DMUON_OK)
+        goto out;
     return DMUON_OK;
 out:
     dmuon_doc_release(doc);
@@ -72,19 +153,25 @@ out:
 
 dmuon_rc dmuon_doc_load_file(dmuon_doc *doc, const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    bool std_in = !strcmp(path, "-");
+    struct stat st;
     char *buf = NULL;
     size_t len = 0, cap = 0;
     dmuon_rc rc;
     memset(doc, 0, sizeof *doc);
+    if (!std_in && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return DMUON_FAIL(DMUON_EINVAL, "'%s' is a directory, expected a file", path);
+    FILE *f = std_in ? stdin : fopen(path, "rb");
     if (!f)
-        return DMUON_FAIL(DMUON_EIO, "cannot open '%s': %s", path, strerror(errno));
+        return DMUON_FAIL(errno == ENOENT ? DMUON_ENOTFOUND : DMUON_EIO, "cannot open '%s': %s",
+                          path, strerror(errno));
     for (;;) {
         if (len == cap) {
             size_t ncap = cap ? cap * 2 : 65536;
             char *nbuf = realloc(buf, ncap);
             if (!nbuf) {
-                fclose(f);
+                if (!std_in)
+                    fclose(f);
                 free(buf);
                 return DMUON_FAIL(DMUON_ENOMEM, "out of memory reading '%s'", path);
             }
@@ -97,12 +184,14 @@ dmuon_rc dmuon_doc_load_file(dmuon_doc *doc, const char *path)
             break;
     }
     if (ferror(f)) {
-        fclose(f);
+        if (!std_in)
+            fclose(f);
         free(buf);
         return DMUON_FAIL(DMUON_EIO, "cannot read '%s': %s", path, strerror(errno));
     }
-    fclose(f);
-    rc = dmuon_doc_load_buffer(doc, path, buf, len);
+    if (!std_in)
+        fclose(f);
+    rc = dmuon_doc_load_buffer(doc, std_in ? "(stdin)" : path, buf, len);
     free(buf);
     return rc;
 }

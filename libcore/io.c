@@ -5,9 +5,11 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- files -- */
@@ -32,6 +34,27 @@ static dmuon_rc link_target(const char *link, char **out)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory resolving '%s'", link);
     snprintf(*out, cap, "%.*s%s", dir, link, text);
     return DMUON_OK;
+}
+
+/* The temporary file of the write in progress ("" when none), for
+ * dmuon_write_abandon from a signal handler. */
+static char pending_tmp[4096];
+static volatile sig_atomic_t pending_set;
+
+void dmuon_write_abandon(void)
+{
+    if (pending_set)
+        unlink(pending_tmp);
+    pending_set = 0;
+}
+
+static void test_stall(void)
+{
+    const char *ms = getenv("DMUON_TEST_WRITE_STALL_MS");
+    if (ms && atoi(ms) > 0) {
+        struct timespec ts = {atoi(ms) / 1000, (long)(atoi(ms) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx)
@@ -73,6 +96,11 @@ dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx)
                         strerror(errno));
         goto out;
     }
+    if (strlen(tmp) < sizeof pending_tmp) {
+        memcpy(pending_tmp, tmp, strlen(tmp) + 1);
+        pending_set = 1;
+    }
+    test_stall();
     fchmod(fd, 0644);
     f = fdopen(fd, "w");
     if (!f) {
@@ -101,6 +129,7 @@ fail:
         fclose(f);
     unlink(tmp);
 out:
+    pending_set = 0;
     free(tmp);
     free(resolved);
     return rc;

@@ -93,6 +93,12 @@ dmuon_rc dmuon_model_load_yaml(const char *path, const dmuon_model_opts *opts, d
     DMUON_TRY(dmuon_doc_load_file(&d, path));
     yaml_node_t *root = dmuon_doc_root(&d), *list = root;
     dmuon_dtype def = DMUON_BF16;
+    if (root && root->type == YAML_MAPPING_NODE && dmuon_doc_get(&d, root, "dmuon_plan")) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "'%s' is a dmuon plan file, not a model inventory: read "
+                        "it with dmuon-plan show %s (or check it with dmuon-verify --plan)",
+                        path, path);
+        goto out;
+    }
     if (root && root->type == YAML_MAPPING_NODE) {
         const char *dts = NULL;
         DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&d, root, "dtype", false, &dts), out);

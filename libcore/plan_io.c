@@ -200,6 +200,30 @@ static dmuon_rc need_kind(ld *c, yaml_node_t *n, const char *what, yaml_node_typ
     return DMUON_OK;
 }
 
+/* Every key of map must be one of keys[] (NULL-terminated): a plan file is
+ * written by dmuon-plan alone, so an unknown key is a typo or an edit that
+ * would otherwise be ignored silently.  where names the mapping. */
+static dmuon_rc only_keys(ld *c, yaml_node_t *map, const char *where, const char *const *keys)
+{
+    for (size_t i = 0; i < dmuon_doc_map_len(map); i++) {
+        const char *k = dmuon_doc_map_key(c->d, map, i);
+        bool known = false;
+        for (size_t j = 0; k && keys[j] && !known; j++)
+            known = !strcmp(k, keys[j]);
+        if (!known) {
+            char list[512];
+            size_t len = 0;
+            for (size_t j = 0; keys[j] && len < sizeof list; j++)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", j ? ", " : "",
+                                        keys[j]);
+            return DMUON_FAIL(DMUON_EPARSE, "%s:%d: unknown key '%.80s' in %s (expected %s)",
+                              c->path, dmuon_doc_line(dmuon_doc_map_value(c->d, map, i)),
+                              k ? k : "(not a string)", where, list);
+        }
+    }
+    return DMUON_OK;
+}
+
 static dmuon_rc need_map(ld *c, yaml_node_t *n, const char *what)
 {
     return need_kind(c, n, what, YAML_MAPPING_NODE, "a mapping");
@@ -267,6 +291,8 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
     const char *s;
     yaml_node_t *in = dmuon_doc_get(d, root, "inputs");
     DMUON_TRY(need_map(c, in, "inputs"));
+    DMUON_TRY(only_keys(c, in, "'inputs'", (const char *const[]){"model", "model_format",
+              "model_digest", "cost", "cost_source", "cost_digest", "options_digest", NULL}));
     DMUON_TRY(dup_field(c, p, in, "model", 0, &o->model_path));
     DMUON_TRY(dmuon_doc_field_str(d, in, "model_format", true, &s));
     snprintf(p->model_format, sizeof p->model_format, "%s", s);
@@ -281,6 +307,8 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
 
     yaml_node_t *cl = dmuon_doc_get(d, root, "cluster");
     DMUON_TRY(need_map(c, cl, "cluster"));
+    DMUON_TRY(only_keys(c, cl, "'cluster'", (const char *const[]){"ranks", "nodes",
+              "gpus_per_node", "sharding", "zero_stage", NULL}));
     DMUON_TRY(int_in(c, cl, "nodes", 1, DMUON_PLAN_MAX_RANKS, &v));
     o->nodes = (int32_t)v;
     DMUON_TRY(int_in(c, cl, "gpus_per_node", 1, DMUON_PLAN_MAX_RANKS, &v));
@@ -301,6 +329,9 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
 
     yaml_node_t *op = dmuon_doc_get(d, root, "options");
     DMUON_TRY(need_map(c, op, "options"));
+    DMUON_TRY(only_keys(c, op, "'options'", (const char *const[]){"strategy", "epsilon",
+              "byte_cap", "layer_spread", "column_balance", "fuse_experts", "small_unit_bytes",
+              "param_dtype", "device", "variant", "dtype", "db", NULL}));
     DMUON_TRY(dmuon_doc_field_str(d, op, "strategy", true, &s));
     if (dmuon_strategy_parse(s, &o->strategy) != DMUON_OK)
         return DMUON_FAIL(DMUON_EPARSE, "%s: field 'options.strategy': %s", c->path,
@@ -324,6 +355,10 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
     yaml_node_t *sm = dmuon_doc_get(d, root, "summary");
     dmuon_plan_report *r = &p->rec_report;
     DMUON_TRY(need_map(c, sm, "summary"));
+    DMUON_TRY(only_keys(c, sm, "'summary'", (const char *const[]){"units", "muon_matrices",
+              "busiest_ns_over_mean", "busiest_ns_over_lower_bound", "heaviest_bytes_over_mean",
+              "max_owner_bytes", "heaviest_rail_over_mean", "max_matrices_per_rank",
+              "layer_root_over_largest_unit", "byte_cap_fallbacks", NULL}));
     DMUON_TRY(dmuon_doc_field_int(d, sm, "units", true, &v));
     r->units = v < 0 ? 0 : (size_t)v;
     DMUON_TRY(dmuon_doc_field_int(d, sm, "muon_matrices", true, &r->muon_matrices));
@@ -344,6 +379,7 @@ static dmuon_rc load_header(ld *c, dmuon_plan *p, yaml_node_t *root)
 
     yaml_node_t *dg = dmuon_doc_get(d, root, "digests");
     DMUON_TRY(need_map(c, dg, "digests"));
+    DMUON_TRY(only_keys(c, dg, "'digests'", (const char *const[]){"units", "segments", NULL}));
     DMUON_TRY(hex_field(c, dg, "units", &p->rec_units_digest));
     DMUON_TRY(hex_field(c, dg, "segments", &p->rec_segments_digest));
     return DMUON_OK;
@@ -375,6 +411,8 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
     for (size_t l = 0; l < p->nlayers; l++) {
         yaml_node_t *it = dmuon_doc_seq_at(d, ls, l);
         DMUON_TRY(need_map(c, it, "layers[]"));
+        DMUON_TRY(only_keys(c, it, "a layer", (const char *const[]){"name", "bytes",
+                  "segments", NULL}));
         DMUON_TRY(dmuon_doc_field_str(d, it, "name", true, &s));
         p->layer_names[l] = strdup(s);
         if (!p->layer_names[l])
@@ -391,6 +429,8 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
                                                 "{owner, dtype, offset, count, window_offset}",
                                   c->path, dmuon_doc_line(g ? g : sg), lname, k);
             static const char *const keys[4] = {"owner", "offset", "count", "window_offset"};
+            DMUON_TRY(only_keys(c, g, "a segment", (const char *const[]){"owner", "dtype",
+                      "offset", "count", "window_offset", NULL}));
             for (int j = 0; j < 4; j++) {
                 DMUON_TRY(dmuon_doc_field_int(d, g, keys[j], true, &t[j]));
                 if (j > 0 && (t[j] < 0 || t[j] > BIG))
@@ -426,6 +466,8 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         yaml_node_t *it = dmuon_doc_seq_at(d, ps, i);
         dmuon_plan_param *q = &p->params[i];
         DMUON_TRY(need_map(c, it, "params[]"));
+        DMUON_TRY(only_keys(c, it, "a parameter", (const char *const[]){"name", "layer",
+                  "role", "numel", "matrices", "m", "n", NULL}));
         DMUON_TRY(dmuon_doc_field_str(d, it, "name", true, &s));
         q->name = strdup(s);
         if (!q->name)
@@ -496,6 +538,9 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         yaml_node_t *it = dmuon_doc_seq_at(d, us, i);
         dmuon_plan_unit *u = &p->units[i];
         DMUON_TRY(need_map(c, it, "units[]"));
+        DMUON_TRY(only_keys(c, it, "a unit", (const char *const[]){"id", "name", "layer",
+                  "owner", "elements", "bytes", "matrices", "ns_ms", "window_offset",
+                  "fallback", "members", "leaders", NULL}));
         DMUON_TRY(dmuon_doc_field_str(d, it, "name", true, &s));
         u->name = strdup(s);
         if (!u->name)
@@ -751,6 +796,9 @@ dmuon_rc dmuon_plan_load_ex(const char *path, unsigned flags, dmuon_plan **out)
                         path, dmuon_doc_line(ver), (long long)v, DMUON_PLAN_VERSION);
         goto fail;
     }
+    DMUON_TRY_GOTO(rc, only_keys(&c, root, "the plan", (const char *const[]){"dmuon_plan",
+                   "inputs", "cluster", "options", "summary", "digests", "layers", "params",
+                   "units", NULL}), fail);
     DMUON_TRY_GOTO(rc, load_header(&c, p, root), fail);
     DMUON_TRY_GOTO(rc, load_tables(&c, p, root), fail);
     DMUON_TRY_GOTO(rc, derive(p), fail);

@@ -213,8 +213,15 @@ dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes
 
     for (size_t i = 0; i < n; i++) {
         const int64_t m = shapes[i][0], k = shapes[i][1];
+        /* a stop request on any rank stops every rank before this shape */
+        int stop = opts->stop && *opts->stop;
         if (comm != MPI_COMM_NULL)
-            MPI_Barrier(comm);
+            MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, comm);
+        if (stop) {
+            rc = DMUON_FAIL(DMUON_EINTR, "probe: stopped on request before %lldx%lld (%zu of "
+                            "%zu shapes measured)", (long long)m, (long long)k, i, n);
+            goto done;
+        }
         rc = time_shape(ns, opts, m, k, t);
         DMUON_TRY_GOTO(rc, agree(comm, rc, "timing a shape"), done);
         double mine[3], lo = t[0], hi = t[0];
@@ -349,4 +356,177 @@ dmuon_rc dmuon_probe_model_shapes(const char *path, int64_t (**shapes)[2], size_
     *n = k;
     free(sc);
     return DMUON_OK;
+}
+
+/* ---------------------------------------------------- the protocol ------ */
+
+double dmuon_probe_spread(const dmuon_cost_row *row)
+{
+    return row->min_ms > 0 ? row->max_ms / row->min_ms : 1.0;
+}
+
+dmuon_rc dmuon_probe_filter_missing(dmuon_costdb *db, const char *device, const char *variant,
+                                    const char *dtype, int64_t (*shapes)[2], size_t *n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++) {
+        dmuon_cost_row row;
+        dmuon_rc g = dmuon_costdb_get(db, device, variant, dtype, shapes[i][0], shapes[i][1],
+                                      &row);
+        if (g == DMUON_ENOTFOUND) {
+            shapes[k][0] = shapes[i][0];
+            shapes[k][1] = shapes[i][1];
+            k++;
+        } else if (g != DMUON_OK) {
+            return dmuon_err_trace_add(g, __FILE__, __LINE__);
+        }
+    }
+    *n = k;
+    return DMUON_OK;
+}
+
+void dmuon_probe_result_release(dmuon_probe_result *res)
+{
+    if (!res)
+        return;
+    free(res->shapes);
+    free(res->skipped);
+    free(res->rows);
+    memset(res, 0, sizeof *res);
+}
+
+static void stamp_rows(dmuon_cost_row *rows, size_t n)
+{
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    for (size_t i = 0; i < n; i++)
+        snprintf(rows[i].measured_at, sizeof rows[i].measured_at, "%s", stamp);
+}
+
+/* rank 0's rc, agreed: every rank returns it (others with rank 0's message
+ * copied into res->error). */
+static dmuon_rc from_root(MPI_Comm comm, int rank, dmuon_rc rc, dmuon_probe_result *res)
+{
+    if (rank == 0 && rc != DMUON_OK)
+        snprintf(res->error, sizeof res->error, "%s", dmuon_errmsg());
+    if (comm == MPI_COMM_NULL)
+        return rc;
+    int code = (int)rc;
+    MPI_Bcast(&code, 1, MPI_INT, 0, comm);
+    MPI_Bcast(res->error, (int)sizeof res->error, MPI_CHAR, 0, comm);
+    if (rank != 0 && code != DMUON_OK)
+        return DMUON_FAIL((dmuon_rc)code, "%s", res->error);
+    return (dmuon_rc)code;
+}
+
+dmuon_rc dmuon_probe_run(const dmuon_probe_opts *po, const dmuon_probe_run_opts *ro,
+                         const int64_t (*shapes)[2], size_t n, MPI_Comm comm,
+                         dmuon_probe_result *res)
+{
+    dmuon_rc rc = DMUON_OK;
+    dmuon_costdb *db = NULL;
+    int rank = 0;
+    const char *path = ro && ro->db_path ? ro->db_path : dmuon_costdb_default_path();
+    int64_t max_el = ro ? ro->max_elements : -1;
+    memset(res, 0, sizeof *res);
+    if (comm != MPI_COMM_NULL)
+        MPI_Comm_rank(comm, &rank);
+    res->shapes = malloc((n ? n : 1) * sizeof *res->shapes);
+    res->skipped = malloc((n ? n : 1) * sizeof *res->skipped);
+    if (!res->shapes || !res->skipped)
+        return DMUON_FAIL(DMUON_ENOMEM, "probe: out of memory");
+    /* 1. without repeats (first occurrence kept), checked, large ones aside */
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < res->n && !seen; j++)
+            seen = res->shapes[j][0] == shapes[i][0] && res->shapes[j][1] == shapes[i][1];
+        if (!seen) {
+            res->shapes[res->n][0] = shapes[i][0];
+            res->shapes[res->n][1] = shapes[i][1];
+            res->n++;
+        }
+    }
+    DMUON_TRY(dmuon_probe_check_shapes((const int64_t(*)[2])res->shapes, res->n));
+    size_t k = 0;
+    for (size_t i = 0; i < res->n; i++) {
+        if (max_el >= 0 && res->shapes[i][0] * res->shapes[i][1] > max_el) {
+            res->skipped[res->nskipped][0] = res->shapes[i][0];
+            res->skipped[res->nskipped][1] = res->shapes[i][1];
+            res->nskipped++;
+        } else {
+            res->shapes[k][0] = res->shapes[i][0];
+            res->shapes[k][1] = res->shapes[i][1];
+            k++;
+        }
+    }
+    res->n = k;
+    res->considered = k;
+    /* 2. the device on every rank, before any file is created */
+    rc = dmuon_probe_key(po, comm, res->device, res->variant, res->dtype);
+    DMUON_TRY(agree(comm, rc, "opening the device"));
+    /* 3. rank 0 opens the database and reads it once */
+    if (rank == 0) {
+        rc = dmuon_costdb_open(path, true, 30000, &db);
+        if (rc == DMUON_OK && dmuon_costdb_readonly(db))
+            rc = DMUON_FAIL(DMUON_EIO, "cost database '%s' is read-only (file or directory not "
+                            "writable): nothing would be stored; pass a writable --db", path);
+        if (rc == DMUON_OK) {
+            dmuon_cost_row probe_row;
+            dmuon_rc g = dmuon_costdb_get(db, res->device, res->variant, res->dtype, 1, 1,
+                                          &probe_row);
+            rc = g == DMUON_ENOTFOUND ? DMUON_OK : g;
+        }
+        /* 4. only what the database lacks */
+        if (rc == DMUON_OK && ro && ro->missing)
+            rc = dmuon_probe_filter_missing(db, res->device, res->variant, res->dtype,
+                                            res->shapes, &res->n);
+    }
+    DMUON_TRY_GOTO(rc, from_root(comm, rank, rc, res), out);
+    if (comm != MPI_COMM_NULL && ro && ro->missing) {
+        unsigned long long kk = res->n;
+        MPI_Bcast(&kk, 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
+        res->n = (size_t)kk;
+        MPI_Bcast(res->shapes, (int)(2 * res->n), MPI_INT64_T, 0, comm);
+    }
+    res->rows = calloc(res->n ? res->n : 1, sizeof *res->rows);
+    if (!res->rows)
+        rc = DMUON_FAIL(DMUON_ENOMEM, "probe: out of memory");
+    DMUON_TRY_GOTO(rc, agree(comm, rc, "allocating the rows"), out);
+    /* 5. time; 6. store what was measured */
+    if (res->n > 0)
+        rc = dmuon_probe_shapes(po, (const int64_t(*)[2])res->shapes, res->n, comm, res->rows);
+    if (rc != DMUON_OK)
+        snprintf(res->error, sizeof res->error, "%s", dmuon_errmsg());
+    while (res->measured < res->n && res->rows[res->measured].m > 0)
+        res->measured++;
+    if (rank == 0 && res->measured > 0) {
+        stamp_rows(res->rows, res->measured);
+        dmuon_rc s = dmuon_costdb_put_rows(db, res->rows, res->measured);
+        if (s == DMUON_OK)
+            res->stored = res->measured;
+        else
+            snprintf(res->store_error, sizeof res->store_error, "%s", dmuon_errmsg());
+        if (rc == DMUON_OK && s != DMUON_OK) {
+            rc = s;
+            snprintf(res->error, sizeof res->error, "%s", res->store_error);
+        }
+    }
+    if (comm != MPI_COMM_NULL) {
+        unsigned long long st = res->stored;
+        int code = (int)rc;
+        MPI_Bcast(&st, 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
+        res->stored = (size_t)st;
+        MPI_Bcast(res->store_error, (int)sizeof res->store_error, MPI_CHAR, 0, comm);
+        /* a store failure on rank 0 fails every rank */
+        MPI_Allreduce(MPI_IN_PLACE, &code, 1, MPI_INT, MPI_MAX, comm);
+        if (rc == DMUON_OK && code != DMUON_OK)
+            rc = DMUON_FAIL((dmuon_rc)code, "probe: rank 0 could not store the rows");
+    }
+    if (rc != DMUON_OK && res->error[0])
+        dmuon_err_set(rc, __FILE__, __LINE__, "%s", res->error);
+out:
+    dmuon_costdb_close(db);
+    return rc;
 }

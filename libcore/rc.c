@@ -16,7 +16,7 @@ static _Thread_local int err_rank = -1;
 static const char *const rc_names[DMUON_RC_COUNT] = {
     "ok", "einval", "eparse", "eio", "enomem", "enotfound", "eversion",
     "emismatch", "edb", "enumeric", "etimeout", "ecomm", "edevice",
-    "eunsupported", "echeck",
+    "eunsupported", "echeck", "eintr",
 };
 
 const char *dmuon_rc_name(dmuon_rc rc)

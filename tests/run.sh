@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the suite and prints one closing line "N passed, N failed".
 #
-#   tests/run.sh --label NAME      run unit binaries, CLI scripts, MPI scripts
+#   tests/run.sh --label NAME      run unit binaries, CLI, MPI and cluster scripts
 #   tests/run.sh --total FILE      add up the counts that earlier runs wrote
 #
 # Environment: DMUON_BIN (built tools), DMUON_BUILD (unit test binaries),
@@ -63,6 +63,8 @@ count() {   # name log rc
         failures+=("$name")
         echo "FAIL $name ($p passed, $f failed, exit $rc); last lines:"
         tail -n 25 "$log" | sed 's/^/    /'
+    elif line=$(grep -m1 -E '^skipped: ' "$log"); then
+        echo "skip $name: ${line#skipped: }"
     else
         echo "ok   $name ($p passed)"
     fi
@@ -89,6 +91,14 @@ for s in "$here"/mpi/[0-9]*.sh; do
     [ -f "$s" ] || continue
     run_one "mpi/$(basename "$s")" bash "$s"
 done
+# The namespace cluster (needs root; skips itself otherwise).  Not under the
+# sanitizers: its code paths are the MPI tests' above, over TCP.
+if [ "${DMUON_SANITIZED:-0}" != 1 ]; then
+    for s in "$here"/cluster/[0-9]*.sh; do
+        [ -f "$s" ] || continue
+        run_one "cluster/$(basename "$s")" bash "$s"
+    done
+fi
 [ -n "${DMUON_COUNTS:-}" ] && echo "$label $passed $failed" >> "$DMUON_COUNTS"
 if [ ${#failures[@]} -gt 0 ]; then
     echo "failed ($label): ${failures[*]}"

@@ -11,11 +11,11 @@ echo
 echo "== operators: 8 ranks as 4 virtual nodes x 2, BF16, 16 KiB - 64 MiB (ours vs per-owner, coalesced, equal-length)"
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" --ranks-per-node 2 \
-    -b 16K -e 64M -f 4 -w 5 -n 10 --launches 3 --op all --json build/bench-ops.json
+    -b 16K -e 64M -f 4 -w 5 -n 10 --launches 3 --op all --json-file build/bench-ops.json
 echo
 echo "== runtime optimizer step: 8 ranks as 4 virtual nodes x 2, synthetic Qwen2.5-1.5B-shaped blocks (width / 4), lines D, C, B, A"
 mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step --ranks-per-node 2 \
-    --line all --json build/bench-step.json
+    --line all --json-file build/bench-step.json
 echo
 echo "== prefetch overlap: line D forward passes, 2 ranks (one per core) and 8 ranks"
 mpirun -np 2 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step --ranks-per-node 1 --overlap --tokens 512

@@ -8,7 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 pkgs="build-essential pkg-config libyaml-dev libsqlite3-dev sqlite3 libopenblas-dev
       liblapacke-dev libopenmpi-dev openmpi-bin libcmocka-dev
-      fortunes gnuplot-nox clang iproute2 util-linux python3 python3-venv"
+      fortunes gnuplot-nox clang libclang-rt-14-dev iproute2 util-linux python3 python3-venv"
 pyenv() {
     local env="$root/build/pyenv"
     if [ -x "$env/bin/python" ] && "$env/bin/python" -c 'import safetensors.numpy, numpy' 2>/dev/null; then

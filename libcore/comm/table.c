@@ -238,14 +238,27 @@ dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
         first = lim;
     struct { int idx, rank; } loc = {first, rank}, glob;
     MPI_Allreduce(&loc, &glob, 1, MPI_2INT, MPI_MINLOC, comm);
-    char what[256] = "";
-    if (glob.idx < n && glob.idx < INT_MAX) {
-        const dmuon_segment *s = &segs[glob.idx];
-        snprintf(what, sizeof what, "; here segment %d is {owner %d, %s, offset %lld, count "
-                 "%lld, window_offset %lld}", glob.idx, (int)s->owner, dmuon_dtype_name(s->dtype),
-                 (long long)s->offset, (long long)s->count, (long long)s->window_offset);
-    } else if (glob.idx >= n) {
-        snprintf(what, sizeof what, "; this table has only %d segments", n);
+    /* Every rank reports the differing rank's segment (sent by that rank)
+     * next to rank 0's, so the message is the same everywhere and shows the
+     * two segments that actually differ. */
+    int64_t theirs[6] = {0};   /* has-segment flag, then the encoded segment */
+    int theirs_n = n;
+    if (rank == glob.rank && glob.idx < n) {
+        theirs[0] = 1;
+        seg_encode(&segs[glob.idx], theirs + 1);
+    }
+    MPI_Bcast(theirs, 6, MPI_INT64_T, glob.rank, comm);
+    MPI_Bcast(&theirs_n, 1, MPI_INT, glob.rank, comm);
+    char what[320] = "";
+    if (theirs[0]) {
+        const int64_t *v = theirs + 1;
+        snprintf(what, sizeof what, "; rank %d's segment %d is {owner %lld, %s, offset %lld, "
+                 "count %lld, window_offset %lld}", glob.rank, glob.idx, (long long)v[0],
+                 dmuon_dtype_name((dmuon_dtype)v[1]), (long long)v[2], (long long)v[3],
+                 (long long)v[4]);
+    } else {
+        snprintf(what, sizeof what, "; rank %d's table has only %d segments", glob.rank,
+                 theirs_n);
     }
     if (glob.idx < n0) {
         const int64_t *v = ref + 5 * glob.idx;
@@ -254,10 +267,13 @@ dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
                  "count %lld, window_offset %lld}", (long long)v[0],
                  dmuon_dtype_name((dmuon_dtype)v[1]), (long long)v[2], (long long)v[3],
                  (long long)v[4]);
+    } else {
+        size_t l = strlen(what);
+        snprintf(what + l, sizeof what - l, ", rank 0's table has only %d segments", n0);
     }
     free(ref);
     return DMUON_FAIL(DMUON_EMISMATCH, "segment tables differ across ranks: first difference "
                       "at segment %d (rank %d against rank 0; %d and %d segments)%s",
-                      glob.idx, glob.rank, n, n0, what);
+                      glob.idx, glob.rank, theirs_n, n0, what);
 }
 

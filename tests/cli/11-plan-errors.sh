@@ -56,7 +56,7 @@ check_rc 2 "plan without cluster"
 check_err "missing required field 'cluster'" "names the missing field"
 expect 2 "--nodes '0'" "zero nodes" -- "$M/qwen2.5-1.5b.yaml" --nodes 0
 expect 2 "--gpus-per-node '0'" "zero GPUs" -- "$M/qwen2.5-1.5b.yaml" --gpus-per-node 0
-expect 2 "above 1048576 ranks" "absurd cluster" -- "$M/qwen2.5-1.5b.yaml" --nodes 100000 --gpus-per-node 100000
+expect 2 "100000 x 100000: expected 1 to 1048576 ranks" "absurd cluster" -- "$M/qwen2.5-1.5b.yaml" --nodes 100000 --gpus-per-node 100000
 expect 2 "--ranks 30 is not a multiple" "ranks not a multiple" -- "$M/qwen2.5-1.5b.yaml" --ranks 30
 expect 2 "unknown option" "unknown flag" -- "$M/qwen2.5-1.5b.yaml" --frobnicate
 expect 2 "--epsilon 'x'" "bad epsilon" -- "$M/qwen2.5-1.5b.yaml" --epsilon x

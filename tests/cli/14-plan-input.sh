@@ -34,7 +34,7 @@ usage "no Muon matrix" "--adamw '*' leaves no Muon matrix" -- "$Y" --cost flops 
 usage "-o/--out '': expected a plan file path" "-o ''" -- "$Y" --cost flops -o ''
 # option values
 usage "--small-unit-bytes '99999999999999999999'" "--small-unit-bytes beyond int64" -- "$Y" --cost flops --small-unit-bytes 99999999999999999999
-usage "--small-unit-bytes '70368744177665': expected a whole number from 0 to 70368744177664" "--small-unit-bytes beyond range" -- "$Y" --cost flops --small-unit-bytes 70368744177665
+usage "--small-unit-bytes '70368744177665': expected a size from 0 B to 64 TiB" "--small-unit-bytes beyond range" -- "$Y" --cost flops --small-unit-bytes 70368744177665
 usage "--muon: role pattern 'a\[b'" "invalid --muon pattern" -- "$Y" --cost flops --muon 'a[b'
 usage "--adamw: role pattern 'x\\\\'" "invalid --adamw pattern" -- "$Y" --cost flops --adamw 'x\'
 run "$P" "$Y" --cost flops --muon 'nothing.*' --json

@@ -14,6 +14,8 @@ check_rc_nonzero "mismatched tables fail (not a timeout)"
 n=$(grep -c 'segment tables differ across ranks: first difference at segment 3 (rank 3 against rank 0' "$T_TMP/err")
 check_eq "$n" 8 "every rank names the first differing segment"
 check_err 'rank 3: .*count 7022' "the differing rank shows its own segment"
+n=$(grep -c "rank 3's segment 3 is {owner [0-9]*, bf16, offset [0-9]*, count 7022" "$T_TMP/err")
+check_eq "$n" 8 "every rank shows rank 3's differing segment (not its own copy of rank 0's)"
 
 # A stalled rank: the others give up within the deadline and name a peer.
 start=$(date +%s)

@@ -15,7 +15,7 @@ check_err 'DMUON_RANKS_PER_NODE: expected a positive integer' "names the variabl
 
 run "${MPIRUN[@]}" -np 2 "$V" --sizes 12Q
 check_rc_nz "bad --sizes"
-check_err "error: --sizes: '12Q' is not a size in bytes" "names the option and value"
+check_err "error: --sizes '12Q': expected a size from 1 B to 1 TiB" "names the option, value and range"
 
 run "${MPIRUN[@]}" -np 2 "$V" --layouts diagonal
 check_rc_nz "bad --layouts"
@@ -54,10 +54,11 @@ run "${MPIRUN[@]}" -np 4 "$V" --ranks-per-node 2 --sizes 7 --op agv --dtypes bf1
 check_rc 2 "every layout skipped"
 check_err "no size fits any of the layouts" "says why"
 
-# one rank: no reduction error to compare, singular words
+# one rank: nothing crosses ranks, so nothing would be checked: a usage error
 run "${MPIRUN[@]}" -np 1 "$V" --op rsv --sizes 96K --layouts node --dtypes bf16
-check_rc 0 "one rank"
-check_out '\(1 rank as 1 node x 1; worst BF16 relative error: n/a\)' "n/a and singular"
+check_rc 2 "one rank"
+check_err "1 rank: the operators move nothing between ranks.*mpirun -np 2 or more" "says to run on 2+ ranks"
+if grep -q "passed" "$T_TMP/out"; then bad "one rank: reports passed checks"; else ok; fi
 run "${MPIRUN[@]}" -np 4 "$V" --ranks-per-node 2 --op rsv --sizes 96K --layouts node --dtypes bf16 --paths chain -v
 check_rc 0 "4 ranks, verbose"
 check_out '^info .*(below|equal to|above) the ring order.*not checked: below 8 ranks' "the real relation and why it is not checked"

@@ -8,7 +8,7 @@ MPIRUN=(timeout 120 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_i
 QUICK=(-w 1 -n 2 --launches 1)
 
 run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 -b 16K -e 300K -f 16 "${QUICK[@]}" \
-    --json "$T_TMP/rows.json"
+    --json-file "$T_TMP/rows.json"
 check_rc 0 "8 ranks, agv/rsv/publish, 16 KiB and 256 KiB"
 check_out '^# dmuon-bench: 8 ranks as 4 nodes x 2' "header names the topology"
 for op in agv rsv publish; do
@@ -28,7 +28,7 @@ check_out '^rsv +65536 +f32 .* 0$' "f32 row with 0 wrong"
 
 run "${MPIRUN[@]}" -np 2 "$B" -b 0
 check_rc 2 "-b 0 is refused"
-check_err "dmuon-bench: error: -b '0': expected a size in bytes" "names the flag"
+check_err "dmuon-bench: error: -b '0': expected a size from 1 B to 1 TiB" "names the flag and the range"
 run "${MPIRUN[@]}" -np 2 "$B" --op scatter
 check_rc 2 "unknown --op"
 run "${MPIRUN[@]}" -np 2 "$B" --replay-publish x.plan
@@ -52,10 +52,10 @@ check_rc 2 "a missing plan file"
 once "missing.plan: no such plan file" "a missing plan file"
 mkdir -p "$T_TMP/adir"
 for j in "$T_TMP/adir" "$T_TMP/nodir/rows.json"; do
-    run "${MPIRUN[@]}" -np 4 "$B" -b 16K -e 16K "${QUICK[@]}" --json "$j"
-    check_rc 2 "--json $j refused"
-    once "error: --json " "--json $j"
-    check_eq "$(grep -c '^agv' "$T_TMP/out")" 0 "--json $j: refused before any timing"
+    run "${MPIRUN[@]}" -np 4 "$B" -b 16K -e 16K "${QUICK[@]}" --json-file "$j"
+    check_rc 2 "--json-file $j refused"
+    once "error: --json-file " "--json-file $j"
+    check_eq "$(grep -c '^agv' "$T_TMP/out")" 0 "--json-file $j: refused before any timing"
 done
 
 # Plan replay: a tiny model planned for 4 nodes x 2.
@@ -70,7 +70,7 @@ cat > "$T_TMP/tiny.yaml" <<'YAML'
 YAML
 run "${MPIRUN[@]}" -np 2 "$B" --plan "$T_TMP/none.plan"
 if grep -q "no plan reader" "$T_TMP/err" || \
-   ! "$DMUON_BIN/dmuon-plan" "$T_TMP/tiny.yaml" -n 4 -g 2 --sharding hsdp --cost elements \
+   ! "$DMUON_BIN/dmuon-plan" "$T_TMP/tiny.yaml" --nodes 4 -g 2 --sharding hsdp --cost elements \
        --small-unit-bytes 0 -o "$T_TMP/tiny.plan" > /dev/null 2>&1; then
     echo "note: plan replay not checked (planner not in this build)"
 else

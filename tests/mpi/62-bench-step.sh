@@ -5,7 +5,7 @@ source "$(dirname "$0")/../cli/lib.sh"
 B="$DMUON_BIN/dmuon-bench"
 MPIRUN=(timeout 240 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 run "${MPIRUN[@]}" -np 4 "$B" step --ranks-per-node 2 --layers 2 --width-div 8 --steps 1 \
-    --line all --json "$T_TMP/step.json"
+    --line all --json-file "$T_TMP/step.json"
 check_rc 0 "four lines on 4 ranks"
 for l in D C B A; do check_out "^line $l\$" "line $l reported"; done
 n=$(grep -cE '^ +[0-3] +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$T_TMP/out")
@@ -20,7 +20,7 @@ python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['lines
   assert all(k in d['lines'][0] for k in ('busiest_step_s','busiest_state_bytes','total_state_bytes','ranks'))" \
   "$T_TMP/step.json" && ok || bad "JSON has the four lines and their keys"
 run "${MPIRUN[@]}" -np 2 "$B" step --ranks-per-node 1 --layers 2 --width-div 8 --overlap --tokens 64 \
-    --json "$T_TMP/ov.json"
+    --json-file "$T_TMP/ov.json"
 check_rc 0 "--overlap on 2 ranks"
 check_out '^overlap \(slowest rank.*exposed wait [0-9.]+ s -> [0-9.]+ s with prefetch' "overlap summary"
 python3 -c "import json,sys; o=json.load(open(sys.argv[1]))['overlap']; assert o['pass_prefetch_s'] > 0 and o['pass_no_prefetch_s'] > 0" \

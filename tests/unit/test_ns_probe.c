@@ -201,9 +201,54 @@ static void test_partial_rows(void **state)
 #endif
 }
 
+/* A stop request stops before the first shape; the protocol stores nothing
+ * then, and everything it measured otherwise; the spread flags noise. */
+static void test_probe_run_stop(void **state)
+{
+    char dir[] = "/tmp/dmuon-probe-run-XXXXXX", path[96];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/run.sqlite", dir);
+    dmuon_probe_opts po;
+    dmuon_probe_opts_init(&po, DMUON_DEVICE_CPU);
+    po.warmup = 0;
+    po.iters = 1;
+    volatile sig_atomic_t stop = 1;
+    po.stop = &stop;
+    const int64_t shapes[3][2] = {{8, 8}, {16, 8}, {8, 8}};
+    dmuon_probe_run_opts ro = {path, false, -1};
+    dmuon_probe_result r;
+    assert_int_equal(dmuon_probe_run(&po, &ro, shapes, 3, MPI_COMM_NULL, &r), DMUON_EINTR);
+    assert_int_equal(r.n, 2);   /* the repeated 8x8 counted once */
+    assert_int_equal(r.measured, 0);
+    assert_int_equal(r.stored, 0);
+    dmuon_probe_result_release(&r);
+    stop = 0;
+    assert_int_equal(dmuon_probe_run(&po, &ro, shapes, 3, MPI_COMM_NULL, &r), DMUON_OK);
+    assert_int_equal(r.stored, 2);
+    dmuon_probe_result_release(&r);
+    /* --missing: nothing left to measure */
+    ro.missing = true;
+    assert_int_equal(dmuon_probe_run(&po, &ro, shapes, 3, MPI_COMM_NULL, &r), DMUON_OK);
+    assert_int_equal(r.considered, 2);
+    assert_int_equal(r.n, 0);
+    dmuon_probe_result_release(&r);
+    dmuon_cost_row row = {.min_ms = 0.01, .max_ms = 1.0};
+    assert_true(dmuon_probe_spread(&row) > DMUON_PROBE_NOISY_SPREAD);
+    row.max_ms = 0.02;
+    assert_true(dmuon_probe_spread(&row) < DMUON_PROBE_NOISY_SPREAD);
+    unlink(path);
+    char aux[128];
+    snprintf(aux, sizeof aux, "%s-wal", path);
+    unlink(aux);
+    snprintf(aux, sizeof aux, "%s-shm", path);
+    unlink(aux);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probe_run_stop),
         cmocka_unit_test(test_probe_rows),
         cmocka_unit_test(test_probe_errors),
         cmocka_unit_test(test_parse_shapes),

@@ -5,4 +5,5 @@ int bench_ns_main(int argc, char **argv);    /* ns.c   */
 int bench_plan_main(int argc, char **argv);  /* plan.c */
 int bench_ops_main(int argc, char **argv);   /* ops.c  */
 int bench_step_main(int argc, char **argv);  /* step.c */
+int bench_predict_main(int argc, char **argv); /* predict.c */
 #endif

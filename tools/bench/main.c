@@ -7,6 +7,7 @@
  *   dmuon-bench ns [options]            Gram vs direct Newton–Schulz, sgemm rate
  *   dmuon-bench plan [options]          planner speed on real and synthetic models
  *   dmuon-bench step [options]          the runtime's optimizer step per rank (MPI)
+ *   dmuon-bench predict [options]       the network model, fitted and checked
  *
  * This file only dispatches; each family lives in its own file here.
  */
@@ -14,9 +15,15 @@
 #include <string.h>
 
 #include "bench.h"
+#include "common/opt.h"
 
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--version")) {
+            tool_print_version("dmuon-bench");
+            return 0;
+        }
     /* argv[0] of a family names the tool and the family in its messages */
     if (argc > 1 && !strcmp(argv[1], "ns")) {
         argv[1] = "dmuon-bench ns";
@@ -30,11 +37,16 @@ int main(int argc, char **argv)
         argv[1] = "dmuon-bench plan";
         return bench_plan_main(argc - 1, argv + 1);
     }
+    if (argc > 1 && !strcmp(argv[1], "predict")) {
+        argv[1] = "dmuon-bench predict";
+        return bench_predict_main(argc - 1, argv + 1);
+    }
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
         printf("dmuon-bench: benchmarks measured side by side in one run.\n\n"
                "  dmuon-bench [options]             the communication operators (below)\n"
                "  dmuon-bench ns [options]          Gram vs direct Newton-Schulz, sgemm rate\n"
                "  dmuon-bench plan [options]        planner speed (real and synthetic models)\n"
+               "  dmuon-bench predict [options]     the network model, fitted and checked\n"
                "  dmuon-bench step [options]        the runtime's optimizer step per rank (MPI)\n\n");
     return bench_ops_main(argc, argv);
 }

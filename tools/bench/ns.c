@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "common/opt.h"
 #include "dmuon/timer.h"
 #include "dmuon/io.h"
 #include "dmuon/ns.h"
@@ -165,8 +166,7 @@ int bench_ns_main(int argc, char **argv)
     dmuon_rc rc = DMUON_OK;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char *end;
-        long long v;
+        int64_t v;
         switch (c) {
         case 'm':
             if (have_shapes) {
@@ -214,11 +214,9 @@ int bench_ns_main(int argc, char **argv)
         case 'w':
         case 'i':
         case 'x':
-            v = strtoll(optarg, &end, 10);
-            if (*end || !*optarg || v < (c == 'i' ? 1 : 0) || (c != 'x' && v > 1000000)) {
-                snprintf(msg, sizeof msg, "--%s '%s': expected an integer >= %d",
-                         c == 'w' ? "warmup" : c == 'i' ? "iters" : "max-elements", optarg,
-                         c == 'i' ? 1 : 0);
+            if (tool_parse_int(c == 'w' ? "--warmup" : c == 'i' ? "--iters" : "--max-elements",
+                               optarg, c == 'w' ? 0 : 1, c == 'x' ? INT64_MAX : 1000000, &v, msg,
+                               sizeof msg)) {
                 code = fail(DMUON_EINVAL, msg);
                 goto done;
             }

@@ -9,8 +9,13 @@
  * the slowest rank's time of each iteration; median over iterations, then
  * median over launches; lines interleaved launch by launch so ratios come
  * from the same run), the check after every launch (#wrong, summed over
- * ranks), the table and --json.  Lines live in ops_<line>.c; plan replay in
- * ops_replay.c.
+ * ranks), the table (with nccl-tests' algbw and busbw of ours) and --json /
+ * --json-file.  Lines live in ops_<line>.c; plan replay in ops_replay.c.
+ *
+ * Bandwidths (nccl-tests, doc/PERFORMANCE.md): algbw = bytes / time of ours;
+ * busbw = algbw * (N - 1) / N for AllGatherV and ReduceScatterV on N ranks
+ * (what each rank's links carry), and algbw * (R - 1) / R for the publish
+ * on R nodes (each parameter crosses R - 1 node boundaries).  GB/s = 1e9.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -20,9 +25,11 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "common/opt.h"
 #include "dmuon/bf16.h"
 #include "dmuon/io.h"
 #include "dmuon/layout.h"
+#include "dmuon/plan.h"
 #include "dmuon/sched.h"
 #include "ops.h"
 #include "ops_driver.h"
@@ -161,7 +168,7 @@ out:
 
 void bench_print_header(const bench_opts *o, const dmuon_topo *t, const char *what)
 {
-    if (t->rank)
+    if (t->rank || o->json_stdout)
         return;
     printf("# dmuon-bench: %d rank%s as %d node%s x %d%s, %s, -w %d -n %d --launches %d%s\n",
            t->size, t->size == 1 ? "" : "s", t->nodes, t->nodes == 1 ? "" : "s", t->per_node,
@@ -169,9 +176,21 @@ void bench_print_header(const bench_opts *o, const dmuon_topo *t, const char *wh
            o->replay_defaults ? " (replay defaults)" : "");
     printf("# time: median over launches of the median over iterations of the slowest rank "
            "(us); xN = baseline time / ours\n");
-    printf("%-8s %12s %5s %11s %11s %11s %11s %8s %8s %8s %7s%s\n", "#op", "bytes", "dtype",
-           "ours", "per_owner", "coalesced", "equal_len", "x_owner", "x_coal", "x_equal",
-           "#wrong", o->layer_col ? "  layer" : "");
+    printf("# algbw = bytes / time of ours, busbw = algbw x (N-1)/N (agv, rsv; N ranks) or "
+           "x (R-1)/R (publish; R nodes), GB/s\n");
+    printf("%-8s %12s %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7s%s\n", "#op", "bytes",
+           "dtype", "ours", "per_owner", "coalesced", "equal_len", "x_owner", "x_coal", "x_equal",
+           "algbw", "busbw", "#wrong", o->layer_col ? "  layer" : "");
+}
+
+/* nccl-tests' bandwidths of ours (see the top of this file), GB/s; 0 when
+ * the time is unknown. */
+static void bandwidths(const dmuon_topo *t, int op, int64_t bytes, double time_us, double *alg,
+                       double *bus)
+{
+    *alg = time_us > 0 ? (double)bytes / (time_us * 1e3) : 0;
+    int n = op == OP_PUB ? t->nodes : t->size;
+    *bus = n > 0 ? *alg * (double)(n - 1) / n : 0;
 }
 
 int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, int64_t bytes,
@@ -192,14 +211,22 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
             else
                 snprintf(ratio[l], 16, "n/a");
         }
-        if (o->layer_col)
-            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %7lld  %s\n", op_names[op],
-                   (long long)bytes, dmuon_dtype_name(dt), cell[0], cell[1], cell[2], cell[3],
-                   ratio[1], ratio[2], ratio[3], wrong, label ? label : "");
+        double alg = 0, bus = 0;
+        char bw[2][16];
+        bandwidths(t, op, bytes, r->ran[0] ? r->time_us[0] : 0, &alg, &bus);
+        snprintf(bw[0], 16, r->ran[0] ? "%.3f" : "n/a", alg);
+        snprintf(bw[1], 16, r->ran[0] ? "%.3f" : "n/a", bus);
+        if (o->json_stdout)
+            ;   /* rows only, as JSON at the end */
+        else if (o->layer_col)
+            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7lld  %s\n",
+                   op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0], cell[1],
+                   cell[2], cell[3], ratio[1], ratio[2], ratio[3], bw[0], bw[1], wrong,
+                   label ? label : "");
         else
-            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %7lld\n",
+            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7lld\n",
                    label ? label : op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0],
-                   cell[1], cell[2], cell[3], ratio[1], ratio[2], ratio[3], wrong);
+                   cell[1], cell[2], cell[3], ratio[1], ratio[2], ratio[3], bw[0], bw[1], wrong);
         fflush(stdout);
         for (int l = 0; l < BENCH_NLINES; l++) {
             if (!r->ran[l])
@@ -217,6 +244,7 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
             row->nodes = t->nodes;
             row->time_us = r->time_us[l];
             row->wrong = r->wrong[l];
+            bandwidths(t, op, bytes, r->time_us[l], &row->algbw, &row->busbw);
             snprintf(row->label, sizeof row->label, "%s", label ? label : "");
         }
     }
@@ -239,6 +267,8 @@ static dmuon_rc write_rows(FILE *f, void *ctx)
         dmuon_json_kint(&w, "ranks", r->ranks);
         dmuon_json_kint(&w, "nodes", r->nodes);
         dmuon_json_kdouble(&w, "time_us", r->time_us);
+        dmuon_json_kdouble(&w, "algbw_gbps", r->algbw);
+        dmuon_json_kdouble(&w, "busbw_gbps", r->busbw);
         dmuon_json_kint(&w, "wrong", r->wrong);
         if (r->label[0])
             dmuon_json_kstr(&w, "layer", r->label);
@@ -250,24 +280,6 @@ static dmuon_rc write_rows(FILE *f, void *ctx)
 }
 
 /* ------------------------------------------------------------- main ---- */
-
-static int parse_bytes(const char *s, int64_t *out)
-{
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || v <= 0)
-        return -1;
-    if (*end == 'K' || *end == 'k')
-        v *= 1024, end++;
-    else if (*end == 'M' || *end == 'm')
-        v *= 1024 * 1024, end++;
-    else if (*end == 'G' || *end == 'g')
-        v *= 1024LL * 1024 * 1024, end++;
-    if (*end)
-        return -1;
-    *out = v;
-    return 0;
-}
 
 /* Refuses a --json path that cannot be written before any timing: a
  * directory, a missing or unwritable parent folder, an unwritable file.  The
@@ -285,15 +297,15 @@ static void json_path_check(const char *path, char *bad, size_t n)
     else
         *slash = '\0';
     if (!*path)
-        snprintf(bad, n, "--json: expected a file name");
+        snprintf(bad, n, "--json-file: expected a file name");
     else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(bad, n, "--json %.200s: is a directory, expected a file", path);
+        snprintf(bad, n, "--json-file %.200s: is a directory, expected a file", path);
     else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        snprintf(bad, n, "--json %.200s: folder %.200s does not exist", path, dir);
+        snprintf(bad, n, "--json-file %.200s: folder %.200s does not exist", path, dir);
     else if (access(dir, W_OK | X_OK) != 0)
-        snprintf(bad, n, "--json %.200s: folder %.200s is not writable", path, dir);
+        snprintf(bad, n, "--json-file %.200s: folder %.200s is not writable", path, dir);
     else if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
-        snprintf(bad, n, "--json %.200s: the file is not writable", path);
+        snprintf(bad, n, "--json-file %.200s: the file is not writable", path);
 }
 
 static void usage(FILE *f)
@@ -306,13 +318,16 @@ static void usage(FILE *f)
 "the same total (MPI_Allgather / MPI_Reduce_scatter_block), in one table.\n"
 "Every launch checks its result (#wrong, summed over ranks; exit 1 if any).\n"
 "\n"
-"  -b, --minbytes B       smallest layer (default 16K)\n"
+"  -b, --minbytes B       smallest layer (default 16K; sizes: 16K = 16KB = 16KiB,\n"
+"                         1G = 1GiB; 1 B to 1 TiB)\n"
 "  -e, --maxbytes B       largest layer (default 64M)\n"
-"  -f, --stepfactor F     size factor between rows (default 2)\n"
-"  -w, --warmup N         warm-up iterations per launch (default 20)\n"
-"  -n, --iters N          timed iterations per launch (default 30)\n"
-"      --launches N       launches, median taken (default 5)\n"
-"      --ranks-per-node K virtual nodes of K consecutive ranks\n"
+"  -f, --stepfactor F     size factor between rows (2 to 1024, default 2)\n"
+"  -w, --warmup N         warm-up iterations per launch (0 to 1000000, default 20)\n"
+"  -n, --iters N          timed iterations per launch (1 to 1000000, default 30;\n"
+"                         as in nccl-tests: -n is not the rank count)\n"
+"      --launches N       launches, median taken (1 to 10000, default 5)\n"
+"      --ranks-per-node K virtual nodes of K consecutive ranks (with --plan,\n"
+"                         default: the plan's gpus_per_node)\n"
 "      --dtype T          bf16 or f32 (default bf16)\n"
 "      --op OP            agv, rsv, publish or all (default all)\n"
 "      --layout L         node (one owner per node, lengths 1:2:3; default),\n"
@@ -324,7 +339,9 @@ static void usage(FILE *f)
 "      --fp32-accum       ours: BF16 reduction with binary32 partials\n"
 "      --deadline-ms MS   deadline of one operator call (default\n"
 "                         $DMUON_DEADLINE_MS or 60000)\n"
-"      --json FILE        also write the rows as a JSON array\n"
+"      --json             the rows as one JSON array on stdout instead of the table\n"
+"      --json-file FILE   also write the rows as a JSON array to FILE\n"
+"      --version          print the dmuon version\n"
 "      --plan PLAN        replay every layer of a plan file (agv and rsv; not\n"
 "                         with --op publish, -b/-e/-f, --dtype or --layout)\n"
 "      --layers A:B       with --plan: only layers A..B-1 (0-based, counting\n"
@@ -333,7 +350,12 @@ static void usage(FILE *f)
 "                         (not with --plan)\n"
 "  With --plan or --replay-publish, -w/-n/--launches default to 2, 5 and 1\n"
 "  (a real plan has hundreds of layers); progress goes to stderr.\n"
-"  -h, --help             this text\n");
+"  -h, --help             this text\n"
+"Columns: ours / per_owner / coalesced / equal_len are times (us); x_* = baseline\n"
+"time / ours; algbw = bytes / time of ours and busbw = algbw x (N-1)/N for agv and\n"
+"rsv on N ranks, x (R-1)/R for publish on R nodes (nccl-tests' definitions), in GB/s.\n"
+"Sizes the host cannot hold (2 x the largest size per rank, more than MemAvailable)\n"
+"are refused before any timing.\n");
 }
 
 int bench_ops_main(int argc, char **argv)
@@ -356,7 +378,7 @@ int bench_ops_main(int argc, char **argv)
     dmuon_layout layout = DMUON_LAYOUT_NODE;
     char bad[640] = "";
     enum { O_LAUNCH = 256, O_RPN, O_DTYPE, O_OP, O_LAYOUT, O_LINES, O_PATH, O_CHUNK, O_DEAD,
-           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS };
+           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS, O_JSONF };
     static const struct option opts[] = {
         {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
         {"stepfactor", required_argument, 0, 'f'}, {"warmup", required_argument, 0, 'w'},
@@ -365,7 +387,8 @@ int bench_ops_main(int argc, char **argv)
         {"op", required_argument, 0, O_OP}, {"layout", required_argument, 0, O_LAYOUT},
         {"lines", required_argument, 0, O_LINES}, {"path", required_argument, 0, O_PATH},
         {"chunk-bytes", required_argument, 0, O_CHUNK}, {"deadline-ms", required_argument, 0, O_DEAD},
-        {"json", required_argument, 0, O_JSON}, {"plan", required_argument, 0, O_PLAN},
+        {"json", no_argument, 0, O_JSON}, {"json-file", required_argument, 0, O_JSONF},
+        {"plan", required_argument, 0, O_PLAN},
         {"replay-publish", required_argument, 0, O_REPLAY}, {"rail", required_argument, 0, O_RAIL},
         {"fp32-accum", no_argument, 0, O_FP32}, {"layers", required_argument, 0, O_LAYERS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
@@ -390,9 +413,9 @@ int bench_ops_main(int argc, char **argv)
         case 'b':
         case 'e':
         case O_CHUNK:
-            if (parse_bytes(optarg, &v))
-                snprintf(bad, sizeof bad, "%s '%s': expected a size in bytes (e.g. 16K)",
-                         opt == 'b' ? "-b" : opt == 'e' ? "-e" : "--chunk-bytes", optarg);
+            if (tool_parse_size(opt == 'b' ? "-b" : opt == 'e' ? "-e" : "--chunk-bytes", optarg,
+                                1, (int64_t)1 << 40, &v, bad, sizeof bad))
+                ;
             else if (opt == 'b')
                 o.minb = v;
             else if (opt == 'e')
@@ -409,16 +432,14 @@ int bench_ops_main(int argc, char **argv)
         case O_LAUNCH:
         case O_DEAD:
         case O_RAIL: {
-            char *end = NULL;
-            long x = strtol(optarg, &end, 10);
-            int min = opt == 'w' || opt == O_RAIL ? 0 : opt == 'f' ? 2 : 1;
-            if (end == optarg || *end || x < min || x > 1000000000L) {
-                snprintf(bad, sizeof bad, "%s '%s': expected an integer >= %d",
-                         opt == 'f' ? "-f" : opt == 'w' ? "-w" : opt == 'n' ? "-n"
-                         : opt == O_LAUNCH ? "--launches" : opt == O_DEAD ? "--deadline-ms"
-                         : "--rail", optarg, min);
+            int64_t x = 0;
+            int64_t lo = opt == 'w' || opt == O_RAIL ? 0 : opt == 'f' ? 2 : 1;
+            int64_t hi = opt == 'f' ? 1024 : opt == O_LAUNCH ? 10000 : opt == O_DEAD ? 86400000
+                       : opt == O_RAIL ? (1 << 20) - 1 : 1000000;
+            if (tool_parse_int(opt == 'f' ? "-f" : opt == 'w' ? "-w" : opt == 'n' ? "-n"
+                               : opt == O_LAUNCH ? "--launches" : opt == O_DEAD ? "--deadline-ms"
+                               : "--rail", optarg, lo, hi, &x, bad, sizeof bad))
                 break;
-            }
             if (opt == 'f')
                 o.factor = (int)x;
             else if (opt == 'w')
@@ -480,20 +501,22 @@ int bench_ops_main(int argc, char **argv)
             else
                 snprintf(bad, sizeof bad, "--path '%s': expected auto, chain or star", optarg);
             break;
-        case O_JSON: o.json = optarg; break;
+        case O_JSON: o.json_stdout = 1; break;
+        case O_JSONF: o.json = optarg; break;
         case O_FP32: o.fp32_accum = 1; break;
         case O_PLAN: o.plan = optarg; break;
         case O_REPLAY: o.replay_publish = optarg; break;
         case O_LAYERS: {
-            char *end = NULL, *end2 = NULL;
-            long a = strtol(optarg, &end, 10), b = -1;
-            if (end != optarg && *end == ':')
-                b = strtol(end + 1, &end2, 10);
-            if (end == optarg || *end != ':' || end2 == end + 1 || *end2 || a < 0 || b <= a ||
-                b > 1000000000L)
-                snprintf(bad, sizeof bad, "--layers '%s': expected A:B with 0 <= A < B", optarg);
-            o.layer_lo = (int)a;
-            o.layer_hi = (int)b;
+            char a[32] = "", *colon = strchr(optarg, ':');
+            int64_t x = 0, y = -1;
+            snprintf(a, sizeof a, "%.*s", colon ? (int)(colon - optarg) : 0, optarg);
+            if (!colon || tool_parse_int("--layers A", a, 0, 999999999, &x, bad, sizeof bad) ||
+                tool_parse_int("--layers B", colon + 1, 1, 1000000000, &y, bad, sizeof bad) ||
+                y <= x)
+                snprintf(bad, sizeof bad, "--layers '%s': expected A:B with 0 <= A < B <= "
+                         "1000000000", optarg);
+            o.layer_lo = (int)x;
+            o.layer_hi = (int)y;
             break;
         }
         case 'h':
@@ -551,6 +574,22 @@ int bench_ops_main(int argc, char **argv)
         return 2;
     }
 
+    /* a replayed plan knows its ranks per node */
+    const char *env_rpn = getenv("DMUON_RANKS_PER_NODE");
+    if (o.plan && per_node == 0 && !(env_rpn && *env_rpn)) {
+        dmuon_plan *pl = NULL;
+        int wsize = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+        if (dmuon_plan_load(o.plan, &pl) == DMUON_OK && dmuon_plan_ranks(pl) == wsize &&
+            dmuon_plan_nodes(pl) > 1) {
+            per_node = dmuon_plan_gpus_per_node(pl);
+            if (wrank == 0)
+                fprintf(stderr, "dmuon-bench: %d ranks per node, from the plan (give "
+                        "--ranks-per-node to override)\n", per_node);
+        }
+        dmuon_plan_free(pl);
+        dmuon_err_clear();   /* a plan that does not load fails in the replay, with its message */
+    }
     dmuon_topo t;
     dmuon_rc rc = dmuon_topo_init(&t, MPI_COMM_WORLD, per_node);
     if (rc != DMUON_OK) {
@@ -560,6 +599,16 @@ int bench_ops_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     dmuon_err_set_rank(t.rank);
+    if (!o.plan && !o.replay_publish) {
+        char what[160];
+        if (tool_check_host_memory(t.world, o.maxb, 2, "-e", what, sizeof what)) {
+            if (t.rank == 0)
+                fprintf(stderr, "dmuon-bench: error: %s\n", what);
+            dmuon_topo_release(&t);
+            MPI_Finalize();
+            return 2;
+        }
+    }
     MPI_Op bf16_sum;
     MPI_Op_create(bf16_sum_fn, 1, &bf16_sum);
     int wrong = 0;
@@ -608,8 +657,10 @@ int bench_ops_main(int argc, char **argv)
         if (t.rank == first_bad)
             fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
         fflush(stderr);
-    } else if (o.json && t.rank == 0) {
-        dmuon_rc jr = dmuon_write_atomic(o.json, write_rows, &o);
+    } else if (t.rank == 0) {
+        if (o.json_stdout)
+            write_rows(stdout, &o);
+        dmuon_rc jr = o.json ? dmuon_write_atomic(o.json, write_rows, &o) : DMUON_OK;
         if (jr != DMUON_OK) {
             fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
             rc = jr;

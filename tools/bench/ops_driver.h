@@ -16,6 +16,7 @@ typedef struct {
     int64_t bytes;
     dmuon_dtype dtype;
     double time_us;
+    double algbw, busbw;   /* GB/s of this line (see ops.c) */
     long long wrong;
     char label[64];
 } bench_row;
@@ -31,6 +32,8 @@ typedef struct {
     const char *json, *plan, *replay_publish;
     bench_row *rows;   /* rank 0: every reported row, for --json */
     int nrows;
+    int json_stdout;   /* --json: the rows as JSON on stdout instead of the table
+                          (json above is --json-file's path) */
 } bench_opts;
 
 typedef struct {

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "common/opt.h"
 #include "dmuon/io.h"
 #include "dmuon/model.h"
 #include "dmuon/plan.h"
@@ -92,21 +93,25 @@ int bench_plan_main(int argc, char **argv)
             moe = optarg;
             break;
         case 'r':
-            reps = atoi(optarg);
-            if (reps < 1 || reps > 100) {
-                fprintf(stderr, "dmuon-bench: error: --reps '%s': expected 1 to 100\n", optarg);
+        {
+            int64_t v;
+            char msg[256];
+            if (tool_parse_int("--reps", optarg, 1, 100, &v, msg, sizeof msg)) {
+                fprintf(stderr, "dmuon-bench: error: %s\n", msg);
                 return 2;
             }
+            reps = (int)v;
+        }
             break;
         case 'u':
         case 's': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            long lo = ch == 'u' ? 100 : 8, hi = ch == 'u' ? 10000000 : 1 << 20;
-            if (!*optarg || *end || v < lo || v > hi || (ch == 's' && v % 8)) {
-                fprintf(stderr, "dmuon-bench: error: --%s '%s': expected %ld to %ld%s\n",
-                        ch == 'u' ? "units" : "synthetic-ranks", optarg, lo, hi,
-                        ch == 's' ? ", a multiple of 8" : "");
+            int64_t v = 0;
+            char msg[256];
+            int64_t lo = ch == 'u' ? 100 : 8, hi = ch == 'u' ? 10000000 : 1 << 20;
+            if (tool_parse_int(ch == 'u' ? "--units" : "--synthetic-ranks", optarg, lo, hi, &v,
+                               msg, sizeof msg) || (ch == 's' && v % 8)) {
+                fprintf(stderr, "dmuon-bench: error: %s%s\n", v % 8 ? "" : msg,
+                        v % 8 ? "--synthetic-ranks: expected a multiple of 8" : "");
                 return 2;
             }
             if (ch == 'u')

@@ -40,7 +40,7 @@ static void usage(FILE *f)
             "                       --tokens rows per matrix, on the gathered weights) with\n"
             "                       prefetch on and off: pass time and exposed wait\n"
             "  --tokens T           rows of X for --overlap (default 256)\n"
-            "  --json FILE          also write the figures as JSON\n"
+            "  --json-file FILE     also write the figures as JSON\n"
             "  -h, --help\n\n"
             "Step time = wall time of dmuon_rt_step on each rank (Newton-Schulz of the matrices\n"
             "it owns, AdamW on its shards); the median over the timed steps per rank.\n");
@@ -317,7 +317,7 @@ int bench_step_main(int argc, char **argv)
     static const struct option lo[] = {
         {"model", 1, 0, 'm'},     {"layers", 1, 0, 'L'}, {"width-div", 1, 0, 'w'},
         {"line", 1, 0, 'l'},      {"sharding", 1, 0, 's'}, {"ranks-per-node", 1, 0, 'k'},
-        {"steps", 1, 0, 'n'},     {"json", 1, 0, 'j'},   {"help", 0, 0, 'h'},
+        {"steps", 1, 0, 'n'},     {"json-file", 1, 0, 'j'},   {"help", 0, 0, 'h'},
         {"small-unit-bytes", 1, 0, 'u'}, {"overlap", 0, 0, 'o'}, {"tokens", 1, 0, 'T'},
         {0, 0, 0, 0}};
     int c;
@@ -435,7 +435,7 @@ int bench_step_main(int argc, char **argv)
                dmuon_plan_cost_source(plan), rep->busiest_ns_over_mean, rep->units,
                (long long)rep->muon_matrices);
         if (json && !(jf = fopen(json, "w"))) {
-            fprintf(stderr, "%s: --json %s: cannot write\n", argv[0], json);
+            fprintf(stderr, "%s: --json-file %s: cannot write\n", argv[0], json);
             json_fail = 1;
         }
         if (jf) {

@@ -9,7 +9,6 @@
  * Flags are parsed here; everything else is libcore (dmuon/model.h,
  * dmuon/plan.h, dmuon/cost.h).
  */
-#include <errno.h>
 #include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -23,13 +22,14 @@
 #include "dmuon/io.h"
 #include "dmuon/model.h"
 #include "dmuon/plan.h"
+#include "common/opt.h"
 
 #define MAX_PATTERNS 64
 
 static const char usage[] =
-    "usage: dmuon-plan [plan] MODEL [options]\n"
-    "       dmuon-plan inspect MODEL [--tensors] [--json] [--muon PAT] [--adamw PAT]\n"
-    "       dmuon-plan show PLAN [--json]\n"
+    "usage: dmuon-plan [plan] (MODEL | --model MODEL) [options]\n"
+    "       dmuon-plan inspect (MODEL | --model MODEL) [--tensors] [--json] [--muon PAT] [--adamw PAT]\n"
+    "       dmuon-plan show PLAN|- [--json]\n"
     "       dmuon-plan --version\n"
     "\n"
     "Assigns every Muon matrix of MODEL one owner rank (LPT on Newton-Schulz time with a\n"
@@ -39,10 +39,12 @@ static const char usage[] =
     "MODEL: a Hugging Face config.json (llama, mistral, qwen2, qwen2_moe, gemma, gemma2,\n"
     "qwen3, qwen3_moe, mixtral, phi3, deepseek_v3, olmo2, gemma3_text, llama4_text, gpt_oss),\n"
     "a .safetensors file, a model.safetensors.index.json, a snapshot folder holding them\n"
-    "(the file used is printed), or a dmuon YAML inventory (models/*.yaml).\n"
+    "(the file used is printed), or a dmuon YAML inventory (models/*.yaml), given as the\n"
+    "argument or with --model.\n"
     "\n"
     "cluster:\n"
-    "  -n, --nodes R             nodes (default 1)\n"
+    "      --nodes R             nodes (default 1; -n is not used: it means iterations\n"
+    "                            in dmuon-bench and ranks in mpirun)\n"
     "  -g, --gpus-per-node K     ranks per node (default 8)\n"
     "  -N, --ranks N             total ranks; sets nodes = N / K (K = min(8, N) unless -g)\n"
     "      --sharding fsdp|hsdp  (default fsdp)\n"
@@ -51,7 +53,8 @@ static const char usage[] =
     "      --cost db|flops|elements|m2n\n"
     "                            NS cost per matrix (default db: measured, from the cost\n"
     "                            database; flops is an analytic Gram-NS estimate)\n"
-    "      --db PATH             cost database (default $DMUON_DB or db/dmuon.sqlite)\n"
+    "      --db PATH             cost database (default $DMUON_DB, else db/dmuon.sqlite of\n"
+    "                            this build tree, else $XDG_DATA_HOME/dmuon/dmuon.sqlite)\n"
     "      --device cpu|cuda|NAME  device whose times to use (default: this machine's CPU;\n"
     "                            NAME: a device name stored in the database)\n"
     "      --variant V           NS variant: gram-pe5 (default), direct-pe5, gram-muon5,\n"
@@ -67,7 +70,7 @@ static const char usage[] =
     "      --no-column-balance   HSDP: plain LPT over all ranks\n"
     "      --fuse-experts        one unit per expert tensor instead of one per expert matrix\n"
     "      --small-unit-bytes B  Muon parameters under B bytes share a per-layer unit\n"
-    "                            (0 to 70368744177664; default 16777216)\n"
+    "                            (0 to 64T; default 16M; sizes: 16M = 16MB = 16MiB)\n"
     "      --param-dtype T       communication dtype for bytes and offsets (default bf16)\n"
     "model:\n"
     "      --muon PAT            force role muon for names matching PAT (fnmatch; repeatable;\n"
@@ -75,7 +78,8 @@ static const char usage[] =
     "      --adamw PAT           force role adamw (repeatable)\n"
     "      --fused-layout        config.json: fused 3-D expert tensors instead of per-expert\n"
     "output:\n"
-    "  -o, --out PLAN            write the plan file (atomically)\n"
+    "  -o, --out PLAN            write the plan file (atomically); '-': the plan on stdout,\n"
+    "                            the report (or --json) on stderr\n"
     "      --compare             the ablations side by side in one table (writes no plan:\n"
     "                            not with -o)\n"
     "      --json                one JSON object on stdout instead of the table\n"
@@ -84,8 +88,9 @@ static const char usage[] =
     "      --version             print the dmuon version\n"
     "\n"
     "inspect takes --tensors (every tensor: shape, dtype, role, layer, matrices, unit),\n"
-    "--json, --muon, --adamw, --fused-layout; show takes --json; other flags are refused\n"
-    "there.\n"
+    "--json, --muon, --adamw, --fused-layout; show takes --json (PLAN '-' reads standard\n"
+    "input); other flags are refused there.  A note on stderr says when there are more\n"
+    "ranks than units (ranks that own nothing).\n"
     "\n"
     "exit: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime error\n";
 
@@ -111,17 +116,6 @@ static int usage_error(const char *fmt, const char *arg)
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n(see dmuon-plan --help)\n");
     return 2;
-}
-
-static bool parse_i64(const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno == ERANGE)
-        return false;
-    *out = v;
-    return true;
 }
 
 /* Warns (stderr) about role patterns that match no tensor name of m. */
@@ -398,46 +392,13 @@ static int cmd_show(const cli *c, const char *path)
 
 /* ---------------------------------------------------------------- plan -- */
 
-typedef struct {
-    const char *name;
-    dmuon_plan *p;
-} variant;
-
 static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts *base)
 {
-    dmuon_model_stats s;
-    dmuon_model_get_stats(m, &s);
-    variant v[10];
+    dmuon_plan_variant *v = NULL;
     size_t nv = 0;
-    dmuon_rc rc = DMUON_OK;
-    dmuon_plan_opts o;
-#define ADD(label, stmt)                                                  \
-    do {                                                                  \
-        o = *base;                                                        \
-        stmt;                                                             \
-        v[nv].name = label;                                               \
-        if ((rc = dmuon_plan_build(m, &o, &v[nv].p)) != DMUON_OK)         \
-            goto out;                                                     \
-        nv++;                                                             \
-    } while (0)
-    ADD("default", (void)0);
-    ADD("no-byte-cap", o.byte_cap = false);
-    ADD("no-layer-spread", o.layer_spread = false);
-    if (base->sharding == DMUON_SHARD_HSDP)
-        ADD("no-column-balance", o.column_balance = false);
-    if (s.expert_matrices > 0 && !base->fuse_experts)
-        ADD("fuse-experts", o.fuse_experts = true);
-    ADD("round-robin", o.strategy = DMUON_STRATEGY_ROUND_ROBIN);
-    if (base->cost != DMUON_COST_ELEMENTS)
-        ADD("cost elements", o.cost = DMUON_COST_ELEMENTS);
-    if (base->cost != DMUON_COST_M2N)
-        ADD("cost m2n", o.cost = DMUON_COST_M2N);
-#undef ADD
-    /* judge every variant by the base cost model (same units unless fused) */
-    for (size_t i = 1; i < nv; i++)
-        if (dmuon_plan_options(v[i].p)->cost != base->cost &&
-            (rc = dmuon_plan_reevaluate(v[i].p, v[0].p)) != DMUON_OK)
-            goto out;
+    dmuon_rc rc = dmuon_plan_ablations(m, base, &v, &nv);
+    if (rc)
+        return fail(c, rc);
     if (c->json) {
         dmuon_json w;
         dmuon_json_init(&w, stdout, false);
@@ -447,31 +408,35 @@ static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts
         for (size_t i = 0; i < nv; i++) {
             dmuon_json_begin_object(&w);
             dmuon_json_kstr(&w, "variant", v[i].name);
-            dmuon_plan_report_json(v[i].p, &w);
+            dmuon_plan_report_json(v[i].plan, &w);
             dmuon_json_end_object(&w);
         }
         dmuon_json_end_array(&w);
         dmuon_json_end_object(&w);
     } else {
+        const dmuon_plan_opts *o = base;
         printf("ablations of %s on %d ranks (%d x %d, %s); NS figures by %s\n",
-               dmuon_model_source(m), base->nodes * base->gpus_per_node, base->nodes,
-               base->gpus_per_node, dmuon_sharding_name(base->sharding),
-               dmuon_plan_cost_source(v[0].p));
+               dmuon_model_source(m), o->nodes * o->gpus_per_node, o->nodes, o->gpus_per_node,
+               dmuon_sharding_name(o->sharding), dmuon_plan_cost_source(v[0].plan));
+        if (strcmp(v[0].name, "default"))
+            printf("as given:%s%s%s%s%s (ablations already given are not repeated)\n",
+                   o->byte_cap ? "" : " --no-byte-cap", o->layer_spread ? "" : " --no-layer-spread",
+                   o->sharding == DMUON_SHARD_HSDP && !o->column_balance ? " --no-column-balance" : "",
+                   o->fuse_experts ? " --fuse-experts" : "",
+                   o->strategy == DMUON_STRATEGY_ROUND_ROBIN ? " --strategy round-robin" : "");
         printf("%-18s %7s %9s %9s %9s %10s %9s %8s %9s\n", "variant", "units", "ns/mean",
                "ns/bound", "bytes/mn", "max MiB", "rail/mn", "mat/rk", "root/unit");
         for (size_t i = 0; i < nv; i++) {
-            const dmuon_plan_report *r = dmuon_plan_get_report(v[i].p);
-            printf("%-18s %7zu %9.3f %9.3f %9.3f %10.1f %9.3f %8lld %9.2f\n", v[i].name, r->units,
-                   r->busiest_ns_over_mean, r->busiest_ns_over_lower_bound,
+            const dmuon_plan_report *r = dmuon_plan_get_report(v[i].plan);
+            printf("%-18s %7zu %9.3f %9.3f %9.3f %10.1f %9.3f %8lld %9.2f\n", v[i].name,
+                   r->units, r->busiest_ns_over_mean, r->busiest_ns_over_lower_bound,
                    r->heaviest_bytes_over_mean, (double)r->max_owner_bytes / 1048576.0,
                    r->heaviest_rail_over_mean, (long long)r->max_matrices_per_rank,
                    r->layer_root_over_largest_unit);
         }
     }
-out:
-    for (size_t i = 0; i < nv; i++)
-        dmuon_plan_free(v[i].p);
-    return rc ? fail(c, rc) : 0;
+    dmuon_plan_variants_free(v, nv);
+    return 0;
 }
 
 static void probe_progress(size_t done, size_t total, const dmuon_cost_row *row, void *ctx)
@@ -519,20 +484,31 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         goto out;
     if (c->out && (rc = dmuon_plan_write(p, c->out)) != DMUON_OK)
         goto out;
+    /* with -o - the plan is stdout's only content: the report goes to stderr */
+    FILE *rep = c->out && !strcmp(c->out, "-") ? stderr : stdout;
     if (c->json) {
         dmuon_json w;
-        dmuon_json_init(&w, stdout, false);
+        dmuon_json_init(&w, rep, false);
         dmuon_json_begin_object(&w);
         dmuon_plan_report_json(p, &w);
         dmuon_json_kstr(&w, "plan_file", c->out ? c->out : "");
         dmuon_json_end_object(&w);
     } else {
-        dmuon_plan_print_report(p, stdout);
-        if (c->out)
-            printf("\nplan written to %s\n", c->out);
+        dmuon_plan_print_report(p, rep);
+        if (c->out && rep == stderr)
+            fprintf(rep, "\nplan written to standard output\n");
+        else if (c->out)
+            fprintf(rep, "\nplan written to %s\n", c->out);
         else
-            printf("\n(no plan file written; add -o PLAN)\n");
+            fprintf(rep, "\n(no plan file written; add -o PLAN)\n");
     }
+    const dmuon_plan_report *r = dmuon_plan_get_report(p);
+    if ((int64_t)r->units < r->ranks)
+        fprintf(stderr, "dmuon-plan: note: %d ranks but only %zu unit%s: %lld rank%s own no "
+                "Muon matrix (empty owner windows; fewer ranks, or --small-unit-bytes 0 for "
+                "more units)\n", r->ranks, r->units, r->units == 1 ? "" : "s",
+                (long long)(r->ranks - (int64_t)r->units),
+                r->ranks - (int64_t)r->units == 1 ? "" : "s");
 out:
     dmuon_plan_free(p);
     dmuon_model_free(m);
@@ -542,9 +518,9 @@ out:
 /* ---------------------------------------------------------------- main -- */
 
 enum {
-    O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
+    O_NODES = 255, O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
-    O_COMPARE, O_JSON, O_VERSION, O_TENSORS
+    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL
 };
 
 /* The long name of the option getopt_long just returned. */
@@ -562,12 +538,12 @@ static const char *opt_name(const struct option *opts, int li, int ch)
 static bool applies_to(const char *cmd, const char *name)
 {
     static const char *const common[] = {"json", "verbose", "help", "version"};
-    static const char *const model[] = {"muon", "adamw", "fused-layout", "tensors"};
+    static const char *const model[] = {"muon", "adamw", "fused-layout", "tensors", "model"};
     for (size_t i = 0; i < 4; i++)
         if (!strcmp(name, common[i]))
             return true;
     if (!strcmp(cmd, "inspect"))
-        for (size_t i = 0; i < 4; i++)
+        for (size_t i = 0; i < 5; i++)
             if (!strcmp(name, model[i]))
                 return true;
     return false;
@@ -577,7 +553,7 @@ static bool applies_to(const char *cmd, const char *name)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"nodes", required_argument, 0, 'n'},
+        {"nodes", required_argument, 0, O_NODES},
         {"gpus-per-node", required_argument, 0, 'g'},
         {"ranks", required_argument, 0, 'N'},
         {"sharding", required_argument, 0, O_SHARDING},
@@ -606,56 +582,62 @@ int main(int argc, char **argv)
         {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},
+        {"model", required_argument, 0, O_MODEL},
         {0, 0, 0, 0},
     };
     cli c = {0};
     dmuon_plan_opts o;
     dmuon_plan_opts_init(&o);
     int64_t ranks = 0, v;
-    bool have_k = false, have_n = false, have_cost = false;
+    bool have_k = false, have_n = false;
     const char *flags_seen[64];
     size_t nflags = 0;
-    char devbuf[160];
-    const char *device = NULL;
+    char devbuf[160], err[512];
+    const char *device = NULL, *model_flag = NULL;
     int ch, li = -1;
     opterr = 0;
+    tool_cleanup_on_signal();
+#define NUM(flag, lo, hi, dst)                                                         \
+    do {                                                                               \
+        if (tool_parse_int(flag, optarg, lo, hi, &v, err, sizeof err))                 \
+            return usage_error("%s", err);                                             \
+        dst = v;                                                                       \
+    } while (0)
     while ((ch = getopt_long(argc, argv, "n:g:N:o:vh", opts, &li)) != -1) {
         if (ch != '?' && ch != ':' && nflags < 64)
             flags_seen[nflags++] = opt_name(opts, li, ch);
         li = -1;
         switch (ch) {
         case 'n':
-            if (!parse_i64(optarg, &v) || v < 1 || v > DMUON_PLAN_MAX_RANKS)
-                return usage_error("--nodes '%s': expected a whole number from 1 to 1048576",
-                                   optarg);
-            o.nodes = (int32_t)v;
+            return usage_error("%s", "-n is not a dmuon-plan flag (it means iterations in "
+                                     "dmuon-bench and ranks in mpirun): give --nodes R or "
+                                     "--ranks N");
+        case O_NODES:
+            NUM("--nodes", 1, DMUON_PLAN_MAX_RANKS, o.nodes);
             have_n = true;
             break;
         case 'g':
-            if (!parse_i64(optarg, &v) || v < 1 || v > DMUON_PLAN_MAX_RANKS)
-                return usage_error("--gpus-per-node '%s': expected a whole number from 1 to "
-                                   "1048576", optarg);
-            o.gpus_per_node = (int32_t)v;
+            NUM("--gpus-per-node", 1, DMUON_PLAN_MAX_RANKS, o.gpus_per_node);
             have_k = true;
             break;
         case 'N':
-            if (!parse_i64(optarg, &ranks) || ranks < 1 || ranks > DMUON_PLAN_MAX_RANKS)
-                return usage_error("--ranks '%s': expected a whole number from 1 to 1048576",
-                                   optarg);
+            NUM("--ranks", 1, DMUON_PLAN_MAX_RANKS, ranks);
+            break;
+        case O_MODEL:
+            if (model_flag)
+                return usage_error("%s", "--model given twice: plan one model per run");
+            model_flag = optarg;
             break;
         case O_SHARDING:
             if (dmuon_sharding_parse(optarg, &o.sharding))
                 return usage_error("--sharding '%s': expected fsdp or hsdp", optarg);
             break;
         case O_ZERO:
-            if (!parse_i64(optarg, &v) || (v != 2 && v != 3))
-                return usage_error("--zero '%s': expected 2 or 3", optarg);
-            o.zero_stage = (int)v;
+            NUM("--zero", 2, 3, o.zero_stage);
             break;
         case O_COST:
             if (dmuon_cost_kind_parse(optarg, &o.cost))
                 return usage_error("--cost '%s': expected db, flops, elements or m2n", optarg);
-            have_cost = true;
             break;
         case O_DB:
             o.cost_src.db_path = optarg;
@@ -686,13 +668,10 @@ int main(int argc, char **argv)
             if (dmuon_strategy_parse(optarg, &o.strategy))
                 return usage_error("--strategy '%s': expected lpt or round-robin", optarg);
             break;
-        case O_EPS: {
-            char *end;
-            o.epsilon = strtod(optarg, &end);
-            if (!*optarg || *end || !(o.epsilon >= 0 && o.epsilon <= 100))
-                return usage_error("--epsilon '%s': expected a number from 0 to 100", optarg);
+        case O_EPS:
+            if (tool_parse_double("--epsilon", optarg, 0, 100, &o.epsilon, err, sizeof err))
+                return usage_error("%s", err);
             break;
-        }
         case O_NOCAP:
             o.byte_cap = false;
             break;
@@ -706,10 +685,9 @@ int main(int argc, char **argv)
             o.fuse_experts = true;
             break;
         case O_SMALL:
-            if (!parse_i64(optarg, &o.small_unit_bytes) || o.small_unit_bytes < 0 ||
-                o.small_unit_bytes > DMUON_PLAN_MAX_SMALL_UNIT_BYTES)
-                return usage_error("--small-unit-bytes '%s': expected a whole number from 0 to "
-                                   "70368744177664", optarg);
+            if (tool_parse_size("--small-unit-bytes", optarg, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES,
+                                &o.small_unit_bytes, err, sizeof err))
+                return usage_error("%s", err);
             break;
         case O_PDTYPE:
             if (dmuon_dtype_parse(optarg, &o.param_dtype))
@@ -753,7 +731,7 @@ int main(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         case O_VERSION:
-            printf("dmuon-plan (dmuon) %s\n", dmuon_version());
+            tool_print_version("dmuon-plan");
             return 0;
         default:
             if (optopt && optopt < 256)
@@ -776,6 +754,14 @@ int main(int argc, char **argv)
         rest--;
     }
     bool is_show = !strcmp(cmd, "show");
+    if (model_flag && is_show)
+        return usage_error("%s", "--model does not apply to show (show takes one PLAN)");
+    if (model_flag && rest >= 1)
+        return usage_error("model given twice ('%s' and --model): give one", args[0]);
+    if (model_flag) {
+        args = (char **)&model_flag;
+        rest = 1;
+    }
     if (rest != 1) {
         if (is_show)
             return usage_error("%s", rest == 0 ? "show takes one PLAN; none given"
@@ -796,51 +782,28 @@ int main(int argc, char **argv)
     if (c.probe_missing && o.cost != DMUON_COST_DB)
         return usage_error("--probe-missing measures costs for --cost db, not --cost %s",
                            dmuon_cost_kind_name(o.cost));
-    (void)have_cost;
     if (!strcmp(cmd, "inspect"))
         return cmd_inspect(&c, args[0]);
     if (!strcmp(cmd, "show"))
         return cmd_show(&c, args[0]);
-
-    if (ranks) {
-        if (!have_k)
-            o.gpus_per_node = ranks < 8 ? (int32_t)ranks : 8;
-        if (ranks % o.gpus_per_node) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "%lld is not a multiple of --gpus-per-node %d%s", (long long)ranks,
-                     o.gpus_per_node,
-                     have_k ? "" : " (the default; give --gpus-per-node K with K dividing the "
-                                   "ranks, or --nodes R)");
-            return usage_error("--ranks %s", msg);
-        }
-        if (have_n && o.nodes != ranks / o.gpus_per_node)
-            return usage_error("%s", "--ranks disagrees with --nodes x --gpus-per-node");
-        o.nodes = (int32_t)(ranks / o.gpus_per_node);
-    }
-    if ((int64_t)o.nodes * o.gpus_per_node > DMUON_PLAN_MAX_RANKS)
-        return usage_error("%s", "nodes x gpus-per-node is above 1048576 ranks");
+    if (dmuon_plan_cluster_derive(&o, ranks, have_n, have_k) != DMUON_OK)
+        return usage_error("%s", dmuon_errmsg());
+    dmuon_device_kind kind;
+    if (c.probe_missing && device && dmuon_device_parse(device, &kind) != DMUON_OK)
+        return usage_error("--probe-missing measures this machine: give --device cpu or "
+                           "cuda, not '%s'", device);
     if (o.cost == DMUON_COST_DB) {
-        dmuon_device_kind kind;
-        if (!device || dmuon_device_parse(device, &kind) == DMUON_OK) {
-            dmuon_rc rc = dmuon_device_name(device ? kind : DMUON_DEVICE_CPU, devbuf,
-                                            sizeof devbuf);
-            if (rc)
-                return fail(&c, rc);
-            o.cost_src.device = devbuf;
-            c.device_kind = device ? kind : DMUON_DEVICE_CPU;
-        } else {
-            if (c.probe_missing)
-                return usage_error("--probe-missing measures this machine: give --device cpu or "
-                                   "cuda, not '%s'", device);
-            dmuon_err_clear();
-            dmuon_rc rc = dmuon_cost_device_check(o.cost_src.db_path, device);
-            if (rc != DMUON_OK) {
-                fprintf(stderr, "dmuon-plan: error: --device: %s\n(see dmuon-plan --help)\n",
-                        dmuon_errmsg());
-                return 2;
-            }
-            o.cost_src.device = device;   /* an explicit device name as stored */
+        bool local;
+        if (dmuon_cost_device_resolve(device, o.cost_src.db_path, devbuf, &c.device_kind,
+                                      &local) != DMUON_OK) {
+            fprintf(stderr, "dmuon-plan: error: --device: %s\n(see dmuon-plan --help)\n",
+                    dmuon_errmsg());
+            return 2;
         }
+        if (c.probe_missing && !local)
+            return usage_error("--probe-missing measures this machine: give --device cpu or "
+                               "cuda, not '%s'", device);
+        o.cost_src.device = devbuf;
     }
     return cmd_plan(&c, args[0], &o);
 }

@@ -10,18 +10,19 @@
  * rows measured before it, then exits 3.  Progress goes to stderr on rank 0;
  * the result table (or --json) to stdout.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "dmuon/costdb.h"
 #include "dmuon/io.h"
 #include "dmuon/ns.h"
 #include "dmuon/probe.h"
+#include "common/opt.h"
 
 
 static const char *usage_text =
@@ -37,7 +38,9 @@ static const char *usage_text =
     "                       inventory; its distinct Muon shapes are probed\n"
     "  --shapes MxN,...     probe these shapes (M rows x N columns) instead of a model's\n"
     "  --device cpu|cuda    where NS runs (default cpu)\n"
-    "  --db PATH            cost database (default $DMUON_DB or db/dmuon.sqlite)\n"
+    "  --db PATH            cost database (default $DMUON_DB, else db/dmuon.sqlite of this\n"
+"                       build tree, else $XDG_DATA_HOME/dmuon/dmuon.sqlite or\n"
+"                       ~/.local/share/dmuon/dmuon.sqlite)\n"
     "  --variant V          gram-pe5 (default), direct-pe5, gram-muon5, direct-muon5\n"
     "  --dtype D            fp32 (default) or bf16\n"
     "  --warmup W           untimed calls per shape (default cpu 1, cuda 5)\n"
@@ -61,7 +64,11 @@ static const char *usage_text =
     "The device is checked before the database is created, and the database is opened and\n"
     "read before timing starts.  All rows of a run are stored in one transaction; when a\n"
     "shape fails (e.g. out of memory), the shapes measured before it are stored, the\n"
-    "failing shape is named and the exit code is 3.\n"
+    "failing shape is named and the exit code is 3.  SIGINT or SIGTERM stops after the\n"
+"current shape and stores the shapes measured so far (a second one quits at once);\n"
+"the exit code is then 128 + the signal.  A shape whose slowest iteration took more\n"
+"than 10x its fastest is named in a warning (another process was using the device).\n"
+"--list and --check only read: they never change the database file.\n"
     "\n"
     "Exit: 0 ok, 2 bad input, 3 runtime error (device, database, MPI).\n";
 
@@ -170,93 +177,34 @@ static void progress(size_t done, size_t total, const dmuon_cost_row *r, void *c
             r->min_ms, r->max_ms, (long long)r->ranks, r->ranks == 1 ? "" : "s");
 }
 
-/* ------------------------------------------------------------ shape list -- */
+/* --------------------------------------------------------------- signals -- */
 
-/* Removes repeated shapes, keeping the first occurrence. */
-static void dedupe(int64_t (*s)[2], size_t *n)
+/* SIGINT/SIGTERM: the first one asks the probe to stop before the next
+ * shape (the library agrees on it across ranks) so the shapes measured so
+ * far are stored; a second one ends the process at once. */
+static volatile sig_atomic_t stop_requested, stop_signal;
+
+static void on_stop(int sig)
 {
-    size_t k = 0;
-    for (size_t i = 0; i < *n; i++) {
-        bool seen = false;
-        for (size_t j = 0; j < k && !seen; j++)
-            seen = s[j][0] == s[i][0] && s[j][1] == s[i][1];
-        if (!seen) {
-            s[k][0] = s[i][0];
-            s[k][1] = s[i][1];
-            k++;
-        }
+    if (stop_requested) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
     }
-    *n = k;
+    stop_requested = 1;
+    stop_signal = sig;
+    static const char msg[] = "dmuon-probe: stopping after the current shape; the shapes "
+                              "measured so far will be stored (again to quit at once)\n";
+    if (write(2, msg, sizeof msg - 1) < 0)
+        return;
 }
 
-/* Moves the shapes with more than max_el elements (max_el >= 0) from
- * s[0..*n) to skip[0..*nskip), keeping the order of both. */
-static void split_large(int64_t (*s)[2], size_t *n, int64_t (*skip)[2], size_t *nskip,
-                        long long max_el)
+static void list_shapes(const dmuon_cost_row *rows, size_t k, char *out, size_t cap)
 {
-    size_t k = 0;
-    *nskip = 0;
-    for (size_t i = 0; i < *n; i++) {
-        if (max_el >= 0 && s[i][0] * s[i][1] > max_el) {
-            skip[*nskip][0] = s[i][0];
-            skip[*nskip][1] = s[i][1];
-            (*nskip)++;
-        } else {
-            s[k][0] = s[i][0];
-            s[k][1] = s[i][1];
-            k++;
-        }
-    }
-    *n = k;
-}
-
-static void stamp_rows(dmuon_cost_row *rows, size_t n)
-{
-    char stamp[32];
-    time_t now = time(NULL);
-    struct tm tm;
-    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-    for (size_t i = 0; i < n; i++)
-        snprintf(rows[i].measured_at, sizeof rows[i].measured_at, "%s", stamp);
-}
-
-/* After dmuon_probe_shapes failed (rc): reports the failure, and when shapes
- * were measured before it (their rows have m > 0, see dmuon/probe.h), rank 0
- * stores those rows in one transaction and names them.  Returns the exit
- * code: 3 when anything was measured, else rc's. */
-static int stored_before_failure(dmuon_rc rc, dmuon_costdb *db, const char *db_path,
-                                 int64_t (*shapes)[2], dmuon_cost_row *rows, size_t n)
-{
-    char first[1024], list[512] = "";
-    size_t k = 0;
-    while (k < n && rows[k].m > 0)
-        k++;
-    snprintf(first, sizeof first, "%s", dmuon_errmsg());
-    int code = error(rc, first);
-    if (k == 0) {
-        if (rank == 0)
-            fprintf(stderr, "dmuon-probe: no shape was measured; %s is unchanged\n", db_path);
-        return code;
-    }
-    if (rank != 0)
-        return 3;
-    for (size_t i = 0, len = 0; i < k && len < sizeof list; i++)
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s%lldx%lld", i ? ", " : "",
+    out[0] = '\0';
+    for (size_t i = 0, len = 0; i < k && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%lldx%lld", i ? ", " : "",
                                 (long long)rows[i].m, (long long)rows[i].n);
-    stamp_rows(rows, k);
-    dmuon_rc s = dmuon_costdb_put_rows(db, rows, k);
-    if (s != DMUON_OK) {
-        error(s, dmuon_errmsg());
-        fprintf(stderr, "dmuon-probe: the %zu shape%s measured before %lldx%lld failed (%s) "
-                "could not be stored; %s is unchanged\n", k, k == 1 ? "" : "s",
-                (long long)shapes[k][0], (long long)shapes[k][1], list, db_path);
-        return 3;
-    }
-    fprintf(stderr, "dmuon-probe: %lldx%lld failed; the %zu shape%s measured before it (%s) "
-            "%s stored in %s; rerun with --missing to measure the rest\n",
-            (long long)shapes[k][0], (long long)shapes[k][1], k, k == 1 ? "" : "s", list,
-            k == 1 ? "is" : "are", db_path);
-    return 3;
 }
 
 /* ------------------------------------------------------------------ main -- */
@@ -271,18 +219,17 @@ static int run(int argc, char **argv)
         {"missing", no_argument, NULL, 'M'}, {"list", no_argument, NULL, 'l'},
         {"check", no_argument, NULL, 'C'}, {"max-elements", required_argument, NULL, 'x'},
         {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+        {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
     const char *model = NULL, *shapes_text = NULL, *db_path = dmuon_costdb_default_path();
     const char *variant = "gram-pe5", *dtype = "fp32";
     int warmup = -1, iters = -1;
-    long long max_el = -1;
+    int64_t max_el = -1;
     bool list = false, json = false, missing = false, check = false;
     dmuon_device_kind dev = DMUON_DEVICE_CPU;
     char msg[512];
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char *end;
-        long v;
+        int64_t v;
         switch (c) {
         case 'm': model = optarg; break;
         case 's': shapes_text = optarg; break;
@@ -295,29 +242,23 @@ static int run(int argc, char **argv)
         case 't': dtype = optarg; break;
         case 'w':
         case 'i':
-            v = strtol(optarg, &end, 10);
-            if (*end || !*optarg || v < (c == 'w' ? 0 : 1) || v > 1000000) {
-                snprintf(msg, sizeof msg, "--%s '%s': expected an integer %s", 
-                         c == 'w' ? "warmup" : "iters", optarg,
-                         c == 'w' ? ">= 0" : ">= 1");
+            if (tool_parse_int(c == 'w' ? "--warmup" : "--iters", optarg, c == 'w' ? 0 : 1,
+                               1000000, &v, msg, sizeof msg))
                 return error(DMUON_EINVAL, msg);
-            }
             if (c == 'w')
                 warmup = (int)v;
             else
                 iters = (int)v;
             break;
-        case 'x': {
-            errno = 0;
-            long long e = strtoll(optarg, &end, 10);
-            if (*end || !*optarg || *optarg == '-' || errno || e < 1) {
-                snprintf(msg, sizeof msg, "--max-elements '%s': expected an integer >= 1",
-                         optarg);
+        case 'x':
+            if (tool_parse_int("--max-elements", optarg, 1, INT64_MAX, &v, msg, sizeof msg))
                 return error(DMUON_EINVAL, msg);
-            }
-            max_el = e;
+            max_el = v;
             break;
-        }
+        case 'V':
+            if (rank == 0)
+                tool_print_version("dmuon-probe");
+            return 0;
         case 'M': missing = true; break;
         case 'l': list = true; break;
         case 'C': check = true; break;
@@ -358,134 +299,84 @@ static int run(int argc, char **argv)
     if (iters >= 1)
         po.iters = iters;
     po.progress = progress;
+    po.stop = &stop_requested;
 
-    int64_t(*shapes)[2] = NULL, (*skipped)[2] = NULL;
-    size_t n = 0, nskipped = 0;
+    int64_t(*shapes)[2] = NULL;
+    size_t n = 0;
     dmuon_rc rc = shapes_text ? dmuon_probe_parse_shapes(shapes_text, &shapes, &n)
                               : dmuon_probe_model_shapes(model, &shapes, &n);
     if (rc != DMUON_OK)
         return error(rc, dmuon_errmsg());
-    dedupe(shapes, &n);
-    if ((rc = dmuon_probe_check_shapes((const int64_t(*)[2])shapes, n)) != DMUON_OK) {
-        free(shapes);
-        return error(rc, dmuon_errmsg());
-    }
-    skipped = malloc((n ? n : 1) * sizeof *skipped);
-    if (!skipped) {
-        free(shapes);
-        return error(DMUON_ENOMEM, "out of memory");
-    }
-    split_large(shapes, &n, skipped, &nskipped, max_el);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 
-    dmuon_costdb *db = NULL;
-    dmuon_cost_row *rows = NULL;
-    char device[128] = "", var[32] = "", dt[8] = "";
-    int code = 0, ok;
-
-    /* 1. the device on every rank, before any file is created: a missing
-     *    GPU leaves no empty database behind */
-    rc = dmuon_probe_key(&po, MPI_COMM_WORLD, device, var, dt);
-    ok = rc == DMUON_OK;
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!ok) {
-        code = rc != DMUON_OK ? error(rc, dmuon_errmsg()) : 3;
-        goto done;
-    }
-
-    /* 2. rank 0 opens the database and reads it once, so a bad path or a
-     *    database of another schema fails before minutes of timing */
-    if (rank == 0) {
-        rc = dmuon_costdb_open(db_path, true, 30000, &db);
-        if (rc == DMUON_OK && dmuon_costdb_readonly(db))
-            rc = DMUON_FAIL(DMUON_EIO, "cost database '%s' is read-only (file or directory not "
-                            "writable): nothing would be stored; pass a writable --db", db_path);
-        if (rc == DMUON_OK) {
-            dmuon_cost_row probe_row;
-            dmuon_rc g = dmuon_costdb_get(db, device, var, dt, 1, 1, &probe_row);
-            rc = g == DMUON_ENOTFOUND ? DMUON_OK : g;
-        }
-    }
-    ok = rc == DMUON_OK;
-    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!ok) {
-        code = rank == 0 ? error(rc, dmuon_errmsg()) : 3;
-        goto done;
-    }
-    if (missing) {
-        size_t k = 0;
-        if (rank == 0) {
-            for (size_t i = 0; i < n && rc == DMUON_OK; i++) {
-                dmuon_cost_row row;
-                dmuon_rc g = dmuon_costdb_get(db, device, var, dt, shapes[i][0], shapes[i][1],
-                                              &row);
-                if (g == DMUON_ENOTFOUND) {
-                    shapes[k][0] = shapes[i][0];
-                    shapes[k][1] = shapes[i][1];
-                    k++;
-                } else if (g != DMUON_OK) {
-                    rc = g;
-                }
-            }
-        }
-        unsigned long long kk = k;
-        ok = rc == DMUON_OK;
-        MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (!ok) {
-            code = rc != DMUON_OK ? error(rc, dmuon_errmsg()) : 3;
-            goto done;
-        }
-        MPI_Bcast(&kk, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-        n = (size_t)kk;
-        MPI_Bcast(shapes, (int)(2 * n), MPI_INT64_T, 0, MPI_COMM_WORLD);
-        if (rank == 0)
-            fprintf(stderr, "dmuon-probe: %zu shape%s missing for '%s' %s %s\n", n,
-                    n == 1 ? "" : "s", device, var, dt);
-    }
+    dmuon_probe_run_opts ro = {db_path, missing, max_el};
+    dmuon_probe_result r;
+    rc = dmuon_probe_run(&po, &ro, (const int64_t(*)[2])shapes, n, MPI_COMM_WORLD, &r);
+    free(shapes);
+    int code = 0;
+    if (rank == 0 && missing && r.rows)
+        fprintf(stderr, "dmuon-probe: %zu shape%s missing for '%s' %s %s\n", r.n,
+                r.n == 1 ? "" : "s", r.device, r.variant, r.dtype);
     if (rank == 0)
-        for (size_t i = 0; i < nskipped; i++)
+        for (size_t i = 0; i < r.nskipped; i++)
             fprintf(stderr, "dmuon-probe: skipping %lldx%lld: %lld elements > --max-elements "
-                    "%lld\n", (long long)skipped[i][0], (long long)skipped[i][1],
-                    (long long)(skipped[i][0] * skipped[i][1]), max_el);
-    rows = calloc(n ? n : 1, sizeof *rows);
-    if (!rows) {
-        code = error(DMUON_ENOMEM, "out of memory");
+                    "%lld\n", (long long)r.skipped[i][0], (long long)r.skipped[i][1],
+                    (long long)(r.skipped[i][0] * r.skipped[i][1]), (long long)max_el);
+    if (rank == 0)
+        for (size_t i = 0; i < r.measured; i++)
+            if (dmuon_probe_spread(&r.rows[i]) > DMUON_PROBE_NOISY_SPREAD)
+                fprintf(stderr, "dmuon-probe: warning: %lldx%lld: the slowest iteration took "
+                        "%.0fx the fastest (%.4g to %.4g ms): another process was probably "
+                        "using the device; re-probe it on an idle machine\n",
+                        (long long)r.rows[i].m, (long long)r.rows[i].n,
+                        dmuon_probe_spread(&r.rows[i]), r.rows[i].min_ms, r.rows[i].max_ms);
+    if (rc != DMUON_OK) {
+        char done_list[512];
+        code = rc == DMUON_EINTR ? 128 + (int)stop_signal : error(rc, r.error[0] ? r.error
+                                                                             : dmuon_errmsg());
+        if (rc == DMUON_EINTR && rank == 0)
+            fprintf(stderr, "dmuon-probe: interrupted (%s)\n", r.error);
+        list_shapes(r.rows, r.measured, done_list, sizeof done_list);
+        if (rank == 0 && r.measured == 0 && r.rows)
+            fprintf(stderr, "dmuon-probe: no shape was measured; %s is unchanged\n", db_path);
+        else if (rank == 0 && r.stored == r.measured && r.measured > 0 && r.measured < r.n)
+            fprintf(stderr, "dmuon-probe: %lldx%lld %s; the %zu shape%s measured before it (%s) "
+                    "%s stored in %s; rerun with --missing to measure the rest\n",
+                    (long long)r.shapes[r.measured][0], (long long)r.shapes[r.measured][1],
+                    rc == DMUON_EINTR ? "was not measured" : "failed", r.measured,
+                    r.measured == 1 ? "" : "s", done_list, r.measured == 1 ? "is" : "are",
+                    db_path);
+        else if (rank == 0 && r.measured > 0)
+            fprintf(stderr, "dmuon-probe: the %zu shape%s measured before it (%s) could not be "
+                    "stored (%s); %s is unchanged\n", r.measured, r.measured == 1 ? "" : "s",
+                    done_list, r.store_error, db_path);
+        if (code != 2 && r.measured > 0 && rc != DMUON_EINTR)
+            code = 3;
         goto done;
     }
-
-    /* 3. time; on a failure part-way, the shapes measured before it are
-     *    still stored (one transaction), then the run fails */
-    if (n > 0) {
-        rc = dmuon_probe_shapes(&po, (const int64_t(*)[2])shapes, n, MPI_COMM_WORLD, rows);
-        if (rc != DMUON_OK) {
-            code = stored_before_failure(rc, db, db_path, shapes, rows, n);
-            goto done;
-        }
-    }
     if (rank == 0) {
-        stamp_rows(rows, n);
-        rc = dmuon_costdb_put_rows(db, rows, n);
-        if (rc != DMUON_OK) {
-            code = error(rc, dmuon_errmsg());
-            goto done;
-        }
         if (json) {
             dmuon_json w;
             list_ctx l = {&w, 0};
             dmuon_json_init(&w, stdout, true);
             dmuon_json_begin_object(&w);
             dmuon_json_kstr(&w, "db", db_path);
-            dmuon_json_kint(&w, "probed", (int64_t)n);
+            dmuon_json_kint(&w, "probed", (int64_t)r.n);
             dmuon_json_key(&w, "rows");
             dmuon_json_begin_array(&w);
-            for (size_t i = 0; i < n; i++)
-                list_row(&rows[i], &l);
+            for (size_t i = 0; i < r.n; i++)
+                list_row(&r.rows[i], &l);
             dmuon_json_end_array(&w);
             dmuon_json_key(&w, "skipped");
             dmuon_json_begin_array(&w);
-            for (size_t i = 0; i < nskipped; i++) {
+            for (size_t i = 0; i < r.nskipped; i++) {
                 dmuon_json_begin_object(&w);
-                dmuon_json_kint(&w, "m", skipped[i][0]);
-                dmuon_json_kint(&w, "n", skipped[i][1]);
+                dmuon_json_kint(&w, "m", r.skipped[i][0]);
+                dmuon_json_kint(&w, "n", r.skipped[i][1]);
                 dmuon_json_end_object(&w);
             }
             dmuon_json_end_array(&w);
@@ -493,21 +384,23 @@ static int run(int argc, char **argv)
             fputc('\n', stdout);
         } else {
             list_ctx l = {NULL, 0};
-            for (size_t i = 0; i < n; i++)
-                list_row(&rows[i], &l);
-            for (size_t i = 0; i < nskipped; i++)
+            for (size_t i = 0; i < r.n; i++)
+                list_row(&r.rows[i], &l);
+            for (size_t i = 0; i < r.nskipped; i++)
                 printf("# %lldx%lld skipped: %lld elements > --max-elements %lld\n",
-                       (long long)skipped[i][0], (long long)skipped[i][1],
-                       (long long)(skipped[i][0] * skipped[i][1]), max_el);
-            printf("# %zu shape%s probed on %d rank%s, stored in %s\n", n, n == 1 ? "" : "s",
+                       (long long)r.skipped[i][0], (long long)r.skipped[i][1],
+                       (long long)(r.skipped[i][0] * r.skipped[i][1]), (long long)max_el);
+            printf("# %zu shape%s probed on %d rank%s, stored in %s\n", r.n, r.n == 1 ? "" : "s",
                    nranks, nranks == 1 ? "" : "s", db_path);
         }
+        if (r.n > 0 && dev == DMUON_DEVICE_CPU)
+            fprintf(stderr, "dmuon-probe: rows stored under device '%s': dmuon-plan reads them "
+                    "when run with the same OpenBLAS thread count%s, or with --device '%s'\n",
+                    r.device, getenv("OPENBLAS_NUM_THREADS") ? " (OPENBLAS_NUM_THREADS)"
+                    : " (OPENBLAS_NUM_THREADS unset: the cores this process may use)", r.device);
     }
 done:
-    dmuon_costdb_close(db);
-    free(rows);
-    free(shapes);
-    free(skipped);
+    dmuon_probe_result_release(&r);
     return code;
 }
 

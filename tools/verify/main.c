@@ -12,9 +12,15 @@
 #include <string.h>
 
 #include "verify.h"
+#include "common/opt.h"
 
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--version")) {
+            tool_print_version("dmuon-verify");
+            return 0;
+        }
     /* argv[0] of a family names the tool and the family in its messages */
     if (argc > 1 && !strcmp(argv[1], "ns")) {
         argv[1] = "dmuon-verify ns";

@@ -20,6 +20,7 @@
 #include "dmuon/io.h"
 #include "dmuon/ns.h"
 #include "dmuon/probe.h"
+#include "common/opt.h"
 #include "verify.h"
 
 static const char *usage_text =
@@ -289,15 +290,13 @@ int verify_ns_main(int argc, char **argv)
                 return fail(msg);
             }
             break;
-        case 'x':
-            errno = 0;
-            max_el = strtoll(optarg, &end, 10);
-            if (*end || !*optarg || *optarg < '0' || *optarg > '9' || errno || max_el < 1) {
-                snprintf(msg, sizeof msg, "--max-elements '%s': expected an integer >= 1",
-                         optarg);
+        case 'x': {
+            int64_t v;
+            if (tool_parse_int("--max-elements", optarg, 1, INT64_MAX, &v, msg, sizeof msg))
                 return fail(msg);
-            }
+            max_el = v;
             break;
+        }
         case 'j': json = true; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return 2;
@@ -352,6 +351,17 @@ int verify_ns_main(int argc, char **argv)
     size_t ncases = 0, done_cases = 0, nskipped = 0;
     for (size_t i = 0; i < nshapes; i++)
         ncases += shapes[i][0] * shapes[i][1] > max_el ? 0 : (size_t)ninputs;
+    if (ncases == 0) {
+        long long smallest = -1;
+        for (size_t i = 0; i < nshapes; i++)
+            if (smallest < 0 || shapes[i][0] * shapes[i][1] < smallest)
+                smallest = (long long)(shapes[i][0] * shapes[i][1]);
+        free(shapes);
+        snprintf(msg, sizeof msg, "every shape has more than --max-elements %lld elements (the "
+                 "smallest has %lld): nothing would be checked; raise --max-elements (the "
+                 "float64 SVD reference costs O(m n min(m, n)))", max_el, smallest);
+        return fail(msg);
+    }
 
     run_state st = {0};
     dmuon_ns_opts other = opts;

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/opt.h"
+#include "dmuon/io.h"
 #include "dmuon/layout.h"
 #include "dmuon/sched.h"
 #include "ops.h"
@@ -62,32 +64,6 @@ void vctx_fault_point(vctx *c)
     }
 }
 
-/* "4K", "1M+6", "65536" → bytes. */
-static int parse_size(const char *s, int64_t *out)
-{
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10), add = 0;
-    if (end == s || v < 0)
-        return -1;
-    if (*end == 'K' || *end == 'k')
-        v *= 1024, end++;
-    else if (*end == 'M' || *end == 'm')
-        v *= 1024 * 1024, end++;
-    else if (*end == 'G' || *end == 'g')
-        v *= 1024LL * 1024 * 1024, end++;
-    if (*end == '+') {
-        char *e2;
-        add = strtoll(end + 1, &e2, 10);
-        if (e2 == end + 1)
-            return -1;
-        end = e2;
-    }
-    if (*end)
-        return -1;
-    *out = v + add;
-    return *out > 0 ? 0 : -1;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -103,8 +79,11 @@ static void usage(FILE *f)
 "                       $DMUON_RANKS_PER_NODE, else one node per host)\n"
 "  --op OP              agv, rsv, publish or all (default all)\n"
 "  --sizes LIST         layer sizes in bytes, e.g. 2K,96K,1M+6 (default\n"
-"                       2K,96K,1M+6); a size a layout cannot hold (fewer\n"
-"                       elements than it has segments) is skipped for it\n"
+"                       2K,96K,1M+6; 16K = 16KB = 16KiB, 1G = 1GiB; 1 B to\n"
+"                       1 TiB); a size a layout cannot hold (fewer elements\n"
+"                       than it has segments) is skipped for it; a size the\n"
+"                       host cannot hold (2 x size per rank > MemAvailable)\n"
+"                       is refused before any check\n"
 "  --layouts LIST       node, rank, sparse, tiny (default all four)\n"
 "  --dtypes LIST        bf16, f32 (default bf16,f32)\n"
 "  --paths LIST         auto, chain, star (default auto,chain)\n"
@@ -115,6 +94,11 @@ static void usage(FILE *f)
 "  --deadline-ms MS     deadline of one operator call (default\n"
 "                       $DMUON_DEADLINE_MS or 60000); a run makes many calls\n"
 "  -v, --verbose        print every check, not only failures\n"
+"  --json               one JSON object on stdout (counts, topology, error\n"
+"                       figures); progress and check lines go to stderr\n"
+"  --version            print the dmuon version\n"
+"Needs at least 2 ranks: with one, nothing crosses ranks and nothing is\n"
+"checked (exit 2).\n"
 "  -h, --help           this text\n"
 "Fault injection (for the failure tests):\n"
 "  --fault table:R      rank R builds its groups from a different table\n"
@@ -140,11 +124,11 @@ int verify_ops_main(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.steps = 3;
     c.fault_rank = -1;
-    int per_node = 0, code = 0;
+    int per_node = 0, code = 0, json = 0;
     char sizes_s[256] = "2K,96K,1M+6", layouts_s[128] = "node,rank,sparse,tiny";
     char dtypes_s[64] = "bf16,f32", paths_s[64] = "auto,chain", op_s[32] = "all";
     enum { O_RPN = 256, O_OP, O_SIZES, O_LAYOUTS, O_DTYPES, O_PATHS, O_CHUNK, O_SLOTS,
-           O_STEPS, O_DEADLINE, O_FAULT };
+           O_STEPS, O_DEADLINE, O_FAULT, O_JSON };
     static const struct option opts[] = {
         {"ranks-per-node", required_argument, 0, O_RPN}, {"op", required_argument, 0, O_OP},
         {"sizes", required_argument, 0, O_SIZES}, {"layouts", required_argument, 0, O_LAYOUTS},
@@ -152,6 +136,7 @@ int verify_ops_main(int argc, char **argv)
         {"chunk-bytes", required_argument, 0, O_CHUNK}, {"slots", required_argument, 0, O_SLOTS},
         {"steps", required_argument, 0, O_STEPS}, {"deadline-ms", required_argument, 0, O_DEADLINE},
         {"fault", required_argument, 0, O_FAULT}, {"verbose", no_argument, 0, 'v'},
+        {"json", no_argument, 0, O_JSON},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     char bad[300] = "";
@@ -185,12 +170,13 @@ int verify_ops_main(int argc, char **argv)
         case O_SLOTS:
         case O_STEPS:
         case O_DEADLINE:
-            if (parse_size(optarg, &v) || v > (1 << 30)) {
-                snprintf(bad, sizeof bad, "%s '%s': expected a positive integer",
-                         opt == O_CHUNK ? "--chunk-bytes" : opt == O_SLOTS ? "--slots"
-                         : opt == O_STEPS ? "--steps" : "--deadline-ms", optarg);
+            if (opt == O_CHUNK ? tool_parse_size("--chunk-bytes", optarg, 1, 1 << 30, &v, bad,
+                                                 sizeof bad)
+                               : tool_parse_int(opt == O_SLOTS ? "--slots" : opt == O_STEPS
+                                                ? "--steps" : "--deadline-ms", optarg, 1,
+                                                opt == O_DEADLINE ? 86400000 : 1000000, &v,
+                                                bad, sizeof bad))
                 break;
-            }
             if (opt == O_CHUNK && dmuon_chunk_bytes_check(v) != DMUON_OK)
                 snprintf(bad, sizeof bad, "--chunk-bytes '%s': expected a multiple of %d bytes, "
                          "at least %d", optarg, DMUON_CHUNK_ALIGN_BYTES, DMUON_CHUNK_MIN_BYTES);
@@ -222,6 +208,7 @@ int verify_ops_main(int argc, char **argv)
             }
             break;
         case 'v': c.verbose = 1; break;
+        case O_JSON: json = 1; break;
         case 'h':
             if (wrank == 0)
                 usage(stdout);
@@ -251,8 +238,8 @@ int verify_ops_main(int argc, char **argv)
     if (!bad[0]) {
         int n = split_list(sizes_s, items, 32);
         for (int i = 0; i < n && !bad[0]; i++)
-            if (parse_size(items[i], &sizes[nsizes++]))
-                snprintf(bad, sizeof bad, "--sizes: '%s' is not a size in bytes", items[i]);
+            tool_parse_size("--sizes", items[i], 1, (int64_t)1 << 40, &sizes[nsizes++], bad,
+                            sizeof bad);
         n = split_list(layouts_s, items, 8);
         for (int i = 0; i < n && !bad[0]; i++)
             if (dmuon_layout_parse(items[i], &layouts[nlayouts++]) != DMUON_OK)
@@ -306,6 +293,32 @@ int verify_ops_main(int argc, char **argv)
         dmuon_topo_release(&c.topo);
         MPI_Finalize();
         return 2;
+    }
+    if (c.topo.size < 2) {
+        if (c.topo.rank == 0)
+            fprintf(stderr, "dmuon-verify: error: 1 rank: the operators move nothing between "
+                    "ranks, so nothing would be checked; run under mpirun -np 2 or more (with "
+                    "--ranks-per-node for the two-level path)\n");
+        dmuon_topo_release(&c.topo);
+        MPI_Finalize();
+        return 2;
+    }
+    int64_t maxsize = 0;
+    for (int i = 0; i < nsizes; i++)
+        maxsize = sizes[i] > maxsize ? sizes[i] : maxsize;
+    if (tool_check_host_memory(c.topo.world, maxsize, 2, "--sizes", bad, sizeof bad)) {
+        if (c.topo.rank == 0)
+            fprintf(stderr, "dmuon-verify: error: %s\n", bad);
+        dmuon_topo_release(&c.topo);
+        MPI_Finalize();
+        return 2;
+    }
+    /* --json: stdout holds the one JSON object; everything else goes to stderr */
+    int saved_stdout = -1;
+    if (json) {
+        fflush(stdout);
+        saved_stdout = dup(1);
+        dup2(2, 1);
     }
     if (c.topo.rank == 0)
         fprintf(stderr, "dmuon-verify: %d rank%s as %d node%s x %d%s\n", c.topo.size,
@@ -374,7 +387,30 @@ int verify_ops_main(int argc, char **argv)
         MPI_Finalize();
         return dmuon_rc_exit_code(rc);
     }
-    if (c.topo.rank == 0) {
+    if (json) {
+        fflush(stdout);
+        dup2(saved_stdout, 1);
+        close(saved_stdout);
+    }
+    if (c.topo.rank == 0 && json) {
+        dmuon_json w;
+        dmuon_json_init(&w, stdout, false);
+        dmuon_json_begin_object(&w);
+        dmuon_json_kint(&w, "passed", c.passed);
+        dmuon_json_kint(&w, "failed", c.failed);
+        dmuon_json_kint(&w, "skipped", skipped);
+        dmuon_json_kint(&w, "ranks", c.topo.size);
+        dmuon_json_kint(&w, "nodes", c.topo.nodes);
+        dmuon_json_kint(&w, "ranks_per_node", c.topo.per_node);
+        if (c.have_worst) {
+            dmuon_json_kdouble(&w, "worst_bf16_rel_error", c.worst_ours);
+            dmuon_json_kdouble(&w, "ring_order_rel_error", c.worst_ring);
+        }
+        dmuon_json_kbool(&w, "ok", c.failed == 0);
+        dmuon_json_end_object(&w);
+        fputc('\n', stdout);
+        fflush(stdout);
+    } else if (c.topo.rank == 0) {
         char worst[96], skip[48] = "";
         if (c.have_worst)
             snprintf(worst, sizeof worst, "ours %.5f, ring order %.5f", c.worst_ours,

@@ -5,7 +5,8 @@
  * Muon matrix, owners in range, byte cap unless no candidate fitted, layer
  * spreading, HSDP leaders in the owner's column, windows and segment tables,
  * recorded digests, and that re-running the assignment gives the same
- * owners); with --model, also that the plan was made from that model.
+ * owners), and that the strict load of libdmuon accepts it (an edited
+ * summary or digest is a violation); with --model, also that the plan was made from that model.
  * Exit 0 when every check passes, 1 on a violation, 2 on unreadable input.
  */
 #include <getopt.h>
@@ -16,6 +17,7 @@
 #include "dmuon/io.h"
 #include "dmuon/model.h"
 #include "dmuon/plan.h"
+#include "common/opt.h"
 #include "verify.h"
 
 static const char usage[] =
@@ -80,6 +82,17 @@ int verify_plan_main(int argc, char **argv)
     } else {
         if (dmuon_plan_check(p, &violations) != DMUON_OK)
             snprintf(first, sizeof first, "%s", dmuon_errmsg());
+        /* what libdmuon and dmuon-plan show will do with the file: the strict
+         * load recomputes the digests and the summary, so an edited file
+         * fails here too, not only when a trainer loads it */
+        dmuon_plan *strict = NULL;
+        if (dmuon_plan_load(plan, &strict) != DMUON_OK) {
+            if (!violations)
+                snprintf(first, sizeof first, "the plan would be refused when loaded "
+                         "(libdmuon, dmuon-plan show): %s", dmuon_errmsg());
+            violations++;
+        }
+        dmuon_plan_free(strict);
         if (model) {
             rc = dmuon_model_load(model, NULL, &m);
             if (rc != DMUON_OK) {

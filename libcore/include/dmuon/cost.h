@@ -97,9 +97,11 @@ dmuon_rc dmuon_cost_missing(const dmuon_model *model, const dmuon_cost_source *s
 
 /* Formats the dmuon-probe command that measures the given shapes into out
  * (cap bytes, NUL-terminated, truncated with "..." if too long):
- *   dmuon-probe --model MODEL --shapes 1536x8960,256x1536 --db PATH --device cpu|cuda
- *               [--variant V] [--dtype T]
- * (--variant whenever src names one).  When src's device is not this
+ *   dmuon-probe --model MODEL --missing --db PATH --device cpu|cuda [--variant V] [--dtype T]
+ * or, when model_path is NULL,
+ *   dmuon-probe --shapes 1536x8960,256x1536 --db PATH --device cpu|cuda ...
+ * (--variant whenever src names one; dmuon-probe refuses --model with
+ * --shapes, and --missing measures exactly the shapes the database lacks).  When src's device is not this
  * machine's CPU or CUDA device, a note says to run it on a machine with that
  * device. */
 void dmuon_cost_probe_command(const char *model_path, const dmuon_cost_source *src,
@@ -110,6 +112,16 @@ void dmuon_cost_probe_command(const char *model_path, const dmuon_cost_source *s
  * Errors: DMUON_ENOTFOUND (no database, or no row for that device: the
  * message lists the stored devices), DMUON_EDB. */
 dmuon_rc dmuon_cost_device_check(const char *db_path, const char *device);
+
+/* Resolves a --device argument for --cost db: NULL, "cpu" or "cuda" is this
+ * machine's device of that kind (its name as dmuon/device.h gives it,
+ * *local = true); anything else is a device name as stored in the database
+ * at db_path (NULL: the default), checked to have rows there (*local =
+ * false: this machine cannot measure it).  Writes the name into out (160
+ * bytes) and the kind into *kind.  Errors: those of dmuon_device_name and
+ * dmuon_cost_device_check. */
+dmuon_rc dmuon_cost_device_resolve(const char *arg, const char *db_path, char out[160],
+                                   dmuon_device_kind *kind, bool *local);
 
 /* Measures the shapes the database lacks (dmuon-plan --probe-missing).
  * Times every Muon shape of model missing from src's database for this

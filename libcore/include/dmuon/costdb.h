@@ -6,8 +6,10 @@
  * probes may use it at once.  dmuon_costdb_put_rows writes all rows of one
  * run in a single transaction that replaces rows with the same key; a process
  * killed mid-run leaves the database as it was before the run.
- * Default location: $DMUON_DB, else "db/dmuon.sqlite" (relative to the
- * current directory).
+ * Default location (never relative to the working directory): $DMUON_DB,
+ * else db/dmuon.sqlite of the build tree the program runs from (the folder
+ * up to three levels above the executable that holds db/schema.sql), else
+ * $XDG_DATA_HOME/dmuon/dmuon.sqlite, else ~/.local/share/dmuon/dmuon.sqlite.
  */
 #ifndef DMUON_COSTDB_H
 #define DMUON_COSTDB_H
@@ -37,14 +39,20 @@ typedef struct {
     char measured_at[32];   /* filled by put_rows when empty */
 } dmuon_cost_row;
 
-/* Default database path: $DMUON_DB if set and non-empty, else
- * "db/dmuon.sqlite".  Never NULL. */
+/* Default database path (see the top of this file); absolute unless HOME
+ * is unset too.  Never NULL; the string lives as long as the process
+ * (or, for $DMUON_DB, as the environment entry).  Thread-safe. */
 const char *dmuon_costdb_default_path(void);
 
 /* Opens (and with create=true creates) the database at path, enables WAL and
  * a busy timeout of busy_ms milliseconds, creates or migrates the schema and
  * checks the ns_cost table's layout.  A database whose file or directory the
  * caller cannot write is opened read-only: lookups work, put_rows fails.
+ * With create=false the file is always opened read-only and never changed
+ * (no WAL switch, no schema): an empty file or a SQLite database without
+ * dmuon's schema is DMUON_EINVAL.  With create=true a database that holds
+ * another program's tables is DMUON_EINVAL too, and nothing is added to it.
+ * Creating the default database creates its folder.
  * Errors: DMUON_EINVAL (empty path, or path is a directory or other
  * non-regular file), DMUON_ENOTFOUND (file missing and !create), DMUON_EIO
  * (create asked but the directory is missing or not writable),

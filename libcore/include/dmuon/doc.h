@@ -23,9 +23,12 @@ typedef struct {
     bool loaded;
 } dmuon_doc;
 
-/* Parses the first document of the file at path.  Errors: DMUON_EIO (cannot
- * open/read), DMUON_EPARSE (syntax; message gives line and column, or an
- * empty file).  On success release with dmuon_doc_release. */
+/* Parses the first document of the file at path ("-": standard input, named
+ * "(stdin)" in messages).  Errors: DMUON_EINVAL (path is a directory),
+ * DMUON_ENOTFOUND (no such file), DMUON_EIO (cannot open/read), DMUON_EPARSE (syntax; message gives line and column, or an
+ * empty file, or content after the document, or a mapping with the same
+ * key twice: "FILE:LINE: duplicate key 'K' (first at line L)", with columns
+ * when both are on one line).  On success release with dmuon_doc_release. */
 dmuon_rc dmuon_doc_load_file(dmuon_doc *doc, const char *path);
 
 /* Parses len bytes of buf; name is used in messages.  Errors as above. */

@@ -28,6 +28,14 @@ typedef dmuon_rc (*dmuon_write_fn)(FILE *f, void *ctx);
  * path), or whatever fn returned. */
 dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx);
 
+/* Removes the temporary file of the atomic write in progress in this
+ * process, if any.  Async-signal-safe: a tool's SIGINT/SIGTERM handler calls
+ * it before the process dies, so no "PATH.tmp.XXXXXX" is left behind (the
+ * path is kept in a static buffer while a write runs; one write at a time
+ * per process is tracked).  For tests, DMUON_TEST_WRITE_STALL_MS=N makes
+ * dmuon_write_atomic sleep N ms after creating the temporary file. */
+void dmuon_write_abandon(void);
+
 /* Reads at most max_bytes of the file at path into a malloc'ed, NUL-
  * terminated buffer (*len excludes the NUL).  Errors: DMUON_EIO, DMUON_ENOMEM,
  * DMUON_EINVAL if the file is larger than max_bytes. */

@@ -187,6 +187,36 @@ typedef struct {
  * DMUON_EDB, DMUON_ENOMEM. */
 dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmuon_plan **out);
 
+/* The cluster from what a user gave (plan_setup.c): with ranks > 0 (0: not
+ * given), gpus_per_node becomes min(8, ranks) unless have_gpus, ranks must be
+ * a multiple of it, and nodes = ranks / gpus_per_node (which must equal
+ * o->nodes when have_nodes).  Then 1 <= nodes x gpus_per_node <= 2^20 is
+ * checked.  Updates o->nodes and o->gpus_per_node.  Errors: DMUON_EINVAL
+ * with a message that says which flag to change. */
+dmuon_rc dmuon_plan_cluster_derive(dmuon_plan_opts *o, int64_t ranks, bool have_nodes,
+                                   bool have_gpus);
+
+/* One row of a comparison: a label (static string) and its plan (owned). */
+typedef struct {
+    const char *name;
+    dmuon_plan *plan;
+} dmuon_plan_variant;
+
+/* The ablation set of dmuon-plan --compare (paper Appendix B): the base
+ * options first ("default", or "as given" when base already holds an
+ * ablation), then every ablation base does not already hold — no byte cap,
+ * no layer spreading, no column balancing (HSDP), fused expert units (MoE
+ * models), round-robin, and costs by element count and by m^2 n — each
+ * judged by the base cost model (dmuon_plan_reevaluate).  No two variants
+ * have the same options.  *out is a malloc'ed array of *n variants; free it
+ * with dmuon_plan_variants_free.  Errors: those of dmuon_plan_build,
+ * DMUON_ENOMEM. */
+dmuon_rc dmuon_plan_ablations(const dmuon_model *m, const dmuon_plan_opts *base,
+                              dmuon_plan_variant **out, size_t *n);
+
+/* Frees n variants and the array; accepts NULL. */
+void dmuon_plan_variants_free(dmuon_plan_variant *v, size_t n);
+
 /* Writes the plan file (YAML, dmuon_plan: DMUON_PLAN_VERSION) atomically;
  * "-" writes to stdout.  The same plan gives a byte-identical file.
  * Errors: DMUON_EIO. */

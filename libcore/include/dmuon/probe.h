@@ -19,6 +19,8 @@
 #define DMUON_PROBE_H
 
 #include <mpi.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +44,8 @@ typedef struct {
     uint64_t seed;              /* input generator seed */
     dmuon_probe_progress_fn progress;   /* may be NULL */
     void *progress_ctx;
+    volatile sig_atomic_t *stop;  /* may be NULL; non-zero on any rank before a shape:
+                                     stop there (agreed across ranks), DMUON_EINTR */
 } dmuon_probe_opts;
 
 /* Defaults for device: gram-pe5 fp32; cpu warmup 1, iters 3 (one NS on a
@@ -73,7 +77,8 @@ dmuon_rc dmuon_probe_key(const dmuon_probe_opts *o, MPI_Comm comm, char device[1
  * shape; nothing timed), DMUON_EUNSUPPORTED,
  * DMUON_EDEVICE, DMUON_ENOMEM, DMUON_ENUMERIC (from dmuon_ns_run),
  * DMUON_EMISMATCH (ranks measure under different device names or options),
- * DMUON_ECOMM (MPI failed, or another rank failed: the message names it). */
+ * DMUON_ECOMM (MPI failed, or another rank failed: the message names it),
+ * DMUON_EINTR (opts->stop was set; the shapes before it are measured). */
 dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes)[2], size_t n,
                             MPI_Comm comm, dmuon_cost_row *rows_out);
 
@@ -94,5 +99,71 @@ dmuon_rc dmuon_probe_model_shapes(const char *path, int64_t (**shapes)[2], size_
  * into a malloc'ed array *shapes of *n pairs (caller free()s).  Errors:
  * DMUON_EINVAL naming the item and what was expected, DMUON_ENOMEM. */
 dmuon_rc dmuon_probe_parse_shapes(const char *text, int64_t (**shapes)[2], size_t *n);
+
+/* ---------------------------------------------------- the probe protocol -- */
+
+/* Where and what a probe run stores (dmuon_probe_run). */
+typedef struct {
+    const char *db_path;      /* NULL: dmuon_costdb_default_path() */
+    bool missing;             /* measure only the shapes the database lacks */
+    int64_t max_elements;     /* skip shapes with more elements; < 0: none */
+} dmuon_probe_run_opts;
+
+/* What a probe run did; release with dmuon_probe_result_release.  The same
+ * on every rank (rank 0's figures are broadcast). */
+typedef struct {
+    char device[128], variant[32], dtype[8];   /* the rows' database key */
+    int64_t (*shapes)[2];     /* the shapes to measure, in order: given, without
+                                 repeats, without skipped ones, with --missing
+                                 only the missing ones */
+    size_t n;
+    int64_t (*skipped)[2];    /* shapes above max_elements, in order */
+    size_t nskipped;
+    size_t considered;        /* shapes before the missing filter */
+    dmuon_cost_row *rows;     /* n rows; rows[0..measured) were measured */
+    size_t measured;          /* shapes measured (n on success) */
+    size_t stored;            /* rows stored in the database */
+    char error[1024];         /* the failure's message ("" on success), kept even
+                                 when storing the measured rows failed after it */
+    char store_error[512];    /* why the measured rows could not be stored, or "" */
+} dmuon_probe_result;
+
+/* The measurement protocol of dmuon-probe and dmuon-plan --probe-missing
+ * (paper Appendix B "Measurement protocol"), collective over comm (or
+ * MPI_COMM_NULL for one process), in this order, so that nothing is timed
+ * before every input is known good and nothing measured is lost:
+ *   1. the n shapes lose repeats and are checked (dmuon_probe_check_shapes);
+ *      shapes above ro->max_elements are set aside (res->skipped);
+ *   2. every rank opens its device and computes the key (dmuon_probe_key)
+ *      before any file is created: a missing GPU leaves no database behind;
+ *   3. rank 0 opens (creates) the database and reads it once: a bad path, a
+ *      read-only or foreign database fails before minutes of timing;
+ *   4. with ro->missing, rank 0 keeps only the shapes the database lacks
+ *      for the key (dmuon_probe_filter_missing) and sends them to all;
+ *   5. the shapes are timed (dmuon_probe_shapes);
+ *   6. rank 0 stores every measured row in one transaction — on success all
+ *      of them, on a failure or a stop part-way the ones measured before it.
+ * Returns DMUON_OK or the first failure's rc (res->error keeps its message;
+ * res->measured and res->stored say what was kept).  Errors: those of the
+ * functions named above; DMUON_EIO (a read-only database); DMUON_EINTR. */
+dmuon_rc dmuon_probe_run(const dmuon_probe_opts *po, const dmuon_probe_run_opts *ro,
+                         const int64_t (*shapes)[2], size_t n, MPI_Comm comm,
+                         dmuon_probe_result *res);
+
+/* Frees the arrays of res; accepts a zeroed or released result. */
+void dmuon_probe_result_release(dmuon_probe_result *res);
+
+/* The missing-shape filter (the one every caller uses): keeps in
+ * shapes[0..*n) only those without a row for (device, variant, dtype) in db,
+ * in order, and updates *n.  Errors: DMUON_EDB. */
+dmuon_rc dmuon_probe_filter_missing(dmuon_costdb *db, const char *device, const char *variant,
+                                    const char *dtype, int64_t (*shapes)[2], size_t *n);
+
+/* The spread of a measured row, max_ms / min_ms (1 when min_ms is 0).  A
+ * spread above DMUON_PROBE_NOISY_SPREAD means another process was using the
+ * device while it was timed (concurrent probes: 100x seen), and the median
+ * is suspect. */
+#define DMUON_PROBE_NOISY_SPREAD 10.0
+double dmuon_probe_spread(const dmuon_cost_row *row);
 
 #endif

@@ -30,6 +30,7 @@ typedef enum {
     DMUON_EDEVICE,      /* CUDA / cuBLAS failure or no device */
     DMUON_EUNSUPPORTED, /* valid request this build or input cannot serve */
     DMUON_ECHECK,       /* a verification check failed (wrong data, invariant) */
+    DMUON_EINTR,        /* stopped on request (a caller's stop flag, e.g. on SIGINT) */
     DMUON_RC_COUNT
 } dmuon_rc;
 

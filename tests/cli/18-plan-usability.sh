@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# dmuon-plan as a new user meets it: the missing-costs hint is a command that
+# works, -o - and show - pipe, --compare with ablation flags repeats nothing,
+# more ranks than units is said, a plan given where a model is expected is
+# named, directories are bad input (2), --model works like the argument,
+# -n is refused with the flags to use, an interrupted write leaves no file.
+source "$(dirname "$0")/lib.sh"
+P="$DMUON_BIN/dmuon-plan"
+PR="$DMUON_BIN/dmuon-probe"
+INV="$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml"
+Q="$DMUON_ROOT/models/qwen2.5-1.5b.yaml"
+export OPENBLAS_NUM_THREADS=1
+
+# 1. the hint for missing costs runs as printed, and then the plan works
+run "$P" "$INV" --ranks 4 --db "$T_TMP/h.sqlite"
+check_rc 2 "no costs yet"
+cmd=$(grep -oE 'measure them with: dmuon-probe [^(]*' "$T_TMP/err" | sed 's/^measure them with: //; s/ *$//')
+case "$cmd" in "dmuon-probe --model $INV --missing --db $T_TMP/h.sqlite --device cpu") ok ;;
+     *) bad "hint: got '$cmd'" ;; esac
+run $DMUON_BIN/$cmd --iters 1 --warmup 0
+check_rc 0 "the hinted probe command runs"
+run "$P" "$INV" --ranks 4 --db "$T_TMP/h.sqlite"
+check_rc 0 "the plan works after the hinted probe"
+
+# 8. rows probed with another thread count are named, with the flag to use them
+run env OPENBLAS_NUM_THREADS=2 "$P" "$INV" --ranks 4 --db "$T_TMP/h.sqlite"
+check_rc 2 "x2 finds no x2 rows"
+check_err "holds [0-9]+ of these shapes for device 'cpu: .* x1'" "names the x1 rows"
+dev=$(grep -oE "plan with --device 'cpu: [^']* x1'" "$T_TMP/err" | head -n1 | sed "s/^plan with --device '//; s/'$//")
+run env OPENBLAS_NUM_THREADS=2 "$P" "$INV" --ranks 4 --db "$T_TMP/h.sqlite" --device "$dev"
+check_rc 0 "and --device with that name plans"
+
+# 2. -o -: the plan alone on stdout, the report on stderr; show - reads stdin
+run "$P" "$INV" --ranks 4 --cost flops -o -
+check_rc 0 "-o -"
+check_eq "$(head -n 2 "$T_TMP/out" | tail -n 1)" "dmuon_plan: 1" "stdout starts with the plan"
+if grep -qE 'plan written|ns/mean|^ *rank' "$T_TMP/out"; then bad "-o -: report text on stdout"; else ok; fi
+check_err "plan written to standard output" "-o -: report on stderr"
+"$P" "$INV" --ranks 4 --cost flops -o - 2> /dev/null | "$P" show - > "$T_TMP/show" 2> "$T_TMP/err"
+check_eq "$?" 0 "plan -o - | show -"
+grep -q "ranks" "$T_TMP/show" && ok || bad "show - printed no report"
+run "$P" "$INV" --ranks 4 --cost flops -o - --json
+check_rc 0 "-o - --json"
+python3 -c 'import json,sys; json.loads(open(sys.argv[1]).read())' "$T_TMP/err" 2> /dev/null && ok || bad "-o - --json: stderr is not one JSON document"
+if grep -q '^{' "$T_TMP/out"; then bad "-o - --json: JSON on stdout"; else ok; fi
+
+# 9. --compare with an ablation flag: the given options once, no repeated row
+run "$P" "$Q" --ranks 32 --cost flops --compare --no-byte-cap
+check_rc 0 "--compare --no-byte-cap"
+check_out "^as given +" "first row is the options as given"
+if grep -qE '^no-byte-cap ' "$T_TMP/out"; then bad "--compare repeats no-byte-cap"; else ok; fi
+dups=$(grep -oE '^(as given|no-[a-z-]+|round-robin|cost [a-z0-9]+|fuse-experts) ' "$T_TMP/out" | sort | uniq -d | wc -l)
+check_eq "$dups" 0 "no label twice"
+given=$(grep -E '^as given ' "$T_TMP/out" | sed -E 's/^as given +//')
+"$P" "$Q" --ranks 32 --cost flops --compare > "$T_TMP/cmp0"
+nocap=$(grep -E '^no-byte-cap ' "$T_TMP/cmp0" | sed -E 's/^no-byte-cap +//')
+check_eq "$given" "$nocap" "'as given' (--no-byte-cap) = the no-byte-cap row of a plain --compare"
+
+# 11. more ranks than units is said
+run "$P" "$INV" --ranks 1024 --cost flops
+check_rc 0 "1024 ranks"
+check_err "note: 1024 ranks but only [0-9]+ units: [0-9]+ ranks own no Muon matrix" "more ranks than units"
+
+# 12. directories and plans where models go
+run "$P" show "$T_TMP"
+check_rc 2 "show DIR"
+check_err "is a directory" "show DIR: says so"
+"$P" "$INV" --ranks 4 --cost flops -o "$T_TMP/p.yaml" > /dev/null
+run "$P" inspect "$T_TMP/p.yaml"
+check_rc 2 "inspect PLAN"
+check_err "is a dmuon plan file, not a model inventory: read it with dmuon-plan show" "inspect PLAN: says use show"
+
+# 13. --model is the argument; -n is refused; --version
+"$P" "$INV" --ranks 4 --cost flops > "$T_TMP/a" 2>&1
+"$P" --model "$INV" --ranks 4 --cost flops > "$T_TMP/b" 2>&1
+check_cmp "$T_TMP/a" "$T_TMP/b" "--model MODEL = MODEL"
+run "$P" inspect --model "$INV"
+check_rc 0 "inspect --model"
+run "$P" "$INV" --model "$INV" --cost flops
+check_rc 2 "a model both ways"
+run "$P" "$INV" -n 2 --cost flops
+check_rc 2 "-n"
+check_err "give --nodes R or --ranks N" "-n names the flags to use"
+run "$P" "$INV" --ranks 4 --cost flops --small-unit-bytes 1MiB -o "$T_TMP/s1.yaml"
+check_rc 0 "--small-unit-bytes 1MiB"
+run "$P" "$INV" --ranks 4 --cost flops --small-unit-bytes 1048576 -o "$T_TMP/s2.yaml"
+check_cmp "$T_TMP/s1.yaml" "$T_TMP/s2.yaml" "1MiB = 1048576"
+
+# 7. an interrupted plan write leaves neither the plan nor its temporary file
+set -m   # job control: a background job keeps SIGINT (not ignored)
+for sig in INT TERM; do
+    rm -f "$T_TMP"/int.yaml*
+    DMUON_TEST_WRITE_STALL_MS=5000 "$P" "$INV" --ranks 4 --cost flops -o "$T_TMP/int.yaml" > /dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 50); do ls "$T_TMP"/int.yaml.tmp.* > /dev/null 2>&1 && break; sleep 0.1; done
+    ls "$T_TMP"/int.yaml.tmp.* > /dev/null 2>&1 && ok || bad "SIG$sig: no temporary file seen"
+    kill -s "$sig" "$pid"; wait "$pid"; rc=$?
+    check_eq "$rc" "$((128 + $(kill -l "$sig")))" "SIG$sig: dies by the signal"
+    left=$(ls "$T_TMP" | grep -c '^int\.yaml')
+    check_eq "$left" 0 "SIG$sig: no plan file, no PLAN.tmp.* left"
+done
+set +m
+finish

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# make install PREFIX=DIR: the tools, libdmuon.a/.so, the headers, the schema
+# and dmuon.pc; a program built with `pkg-config --cflags --libs dmuon`
+# (shared) and with `pkg-config --static` against libdmuon.a runs; the
+# installed planner does not need cuBLAS.  DMUON_INSTALL_EXAMPLE=FILE.c
+# builds another example (it gets one argument: a plan file).
+source "$(dirname "$0")/lib.sh"
+EX=${DMUON_INSTALL_EXAMPLE:-$DMUON_ROOT/tests/install/plan_summary.c}
+PFX="$T_TMP/prefix"
+# the plain build, whatever make invoked this test with
+run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$DMUON_ROOT" install PREFIX="$PFX"
+check_rc 0 "make install PREFIX=$PFX"
+for f in bin/dmuon-plan bin/dmuon-probe bin/dmuon-bench bin/dmuon-verify lib/libdmuon.a \
+         lib/libdmuon.so include/dmuon/plan.h include/dmuon/rc.h share/dmuon/schema.sql \
+         lib/pkgconfig/dmuon.pc; do
+    [ -e "$PFX/$f" ] && ok || bad "not installed: $f"
+done
+export PKG_CONFIG_PATH="$PFX/lib/pkgconfig"
+check_eq "$(pkg-config --modversion dmuon)" \
+    "$(sed -n 's/^#define DMUON_VERSION "\(.*\)"/\1/p' "$DMUON_ROOT/libcore/include/dmuon/version.h")" \
+    "dmuon.pc version"
+grep -q '^Libs.private: .*-lyaml .*-lsqlite3 .*-lopenblas' "$PFX/lib/pkgconfig/dmuon.pc" && ok \
+    || bad "dmuon.pc: Libs.private lacks libyaml, SQLite or OpenBLAS"
+"$PFX/bin/dmuon-plan" "$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml" --nodes 2 -g 2 \
+    --sharding hsdp --cost flops -o "$T_TMP/p.yaml" > /dev/null
+check_eq "$?" 0 "the installed planner writes a plan"
+if readelf -d "$PFX/bin/dmuon-plan" | grep -q 'NEEDED.*cublas'; then
+    bad "the installed dmuon-plan needs libcublas"; else ok; fi
+# shared: the pkg-config line as documented
+cc -o "$T_TMP/ex_shared" "$EX" $(pkg-config --cflags --libs dmuon) 2> "$T_TMP/err"
+check_eq "$?" 0 "build $EX with pkg-config --cflags --libs dmuon"
+run env LD_LIBRARY_PATH="$PFX/lib" "$T_TMP/ex_shared" "$T_TMP/p.yaml"
+check_rc 0 "the shared-linked example runs"
+check_out "^ranks 4 nodes 2 gpus_per_node 2 units [1-9]" "and reads the plan"
+ldd "$T_TMP/ex_shared" | grep -q "$PFX/lib/libdmuon.so" 2> /dev/null || \
+    LD_LIBRARY_PATH="$PFX/lib" ldd "$T_TMP/ex_shared" | grep -q "$PFX/lib/libdmuon.so" && ok || bad "not linked to the installed libdmuon.so"
+# static: libdmuon.a with what Libs.private lists
+cc -o "$T_TMP/ex_static" "$EX" $(pkg-config --cflags dmuon) "$PFX/lib/libdmuon.a" \
+    $(pkg-config --static --libs dmuon | sed 's/ -ldmuon / /') 2> "$T_TMP/err"
+check_eq "$?" 0 "build $EX against libdmuon.a with pkg-config --static --libs"
+run "$T_TMP/ex_static" "$T_TMP/p.yaml"
+check_rc 0 "the static example runs"
+check_out "^rank 3 window [0-9]+ bytes" "and prints every rank"
+if ldd "$T_TMP/ex_static" | grep -q libdmuon; then bad "static example loads libdmuon.so"; else ok; fi
+finish

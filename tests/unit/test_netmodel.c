@@ -1,0 +1,211 @@
+/*
+ * test_netmodel.c — the network model (dmuon/netmodel.h): replayed times
+ * against hand-derived ones on small schedules, pipelining bounds, the
+ * baselines' closed forms, the fit recovering known parameters, and the
+ * errors.  No MPI.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmuon/layout.h"
+#include "dmuon/netmodel.h"
+
+/* Round numbers so expected times can be written down by hand. */
+static dmuon_net_params simple(void)
+{
+    dmuon_net_params p;
+    memset(&p, 0, sizeof p);
+    p.v[DMUON_NP_INTRA_BW] = 1e9;     /* 1 us per KB */
+    p.v[DMUON_NP_INTRA_LAT] = 2e-6;
+    p.v[DMUON_NP_RAIL_BW] = 1e8;      /* 10 us per KB */
+    p.v[DMUON_NP_NODE_BW] = 1e12;
+    p.v[DMUON_NP_HOP_LAT] = 5e-6;
+    p.v[DMUON_NP_CHUNK_OH] = 1e-6;
+    p.v[DMUON_NP_CALL_OH] = 3e-6;
+    p.v[DMUON_NP_RED_BW] = 0;
+    p.v[DMUON_NP_RING_EFF] = 1;
+    p.v[DMUON_NP_RING_CHUNK] = 1000;
+    return p;
+}
+
+static double predict(const dmuon_net_params *p, dmuon_net_op op, int R, int K,
+                      const dmuon_segment *s, int n, int64_t chunk, dmuon_path path,
+                      dmuon_net_line l)
+{
+    dmuon_sched_opts so = {path, chunk, 0};
+    dmuon_net_case c = {op, R, K, s, n, NULL, &so};
+    double t = -1;
+    assert_int_equal(dmuon_net_predict(p, &c, l, &t), DMUON_OK);
+    return t;
+}
+
+/* One node, one rank: every chunk costs chunk_oh + reading the window;
+ * the chunk count comes from the schedule (sched.c), so a smaller chunk
+ * adds exactly chunk_oh per extra chunk. */
+static void test_one_rank_chunks(void **state)
+{
+    dmuon_net_params p = simple();
+    dmuon_segment s = {0, DMUON_BF16, 0, 5000, 0};   /* 10000 bytes */
+    double t1 = predict(&p, DMUON_NET_AGV, 1, 1, &s, 1, 10000, DMUON_PATH_AUTO, DMUON_NET_OURS);
+    double t4 = predict(&p, DMUON_NET_AGV, 1, 1, &s, 1, 2504, DMUON_PATH_AUTO, DMUON_NET_OURS);
+    /* 3 + 1 + 10 us; with 2504-byte chunks 4 chunks: 3 + 4·1 + 10 us */
+    assert_true(fabs(t1 - 14e-6) < 1e-12);
+    assert_true(fabs(t4 - 17e-6) < 1e-12);
+}
+
+/* Two nodes × one rank, one 1000-byte chunk owned on node 0:
+ * node 0: chunk_oh 1 + read 1 → send at 2 us; the message takes 10 us and
+ * 5 us of hop: arrives at 17; node 1: chunk_oh → 18; plus the call 3 → 21. */
+static void test_two_nodes_one_chunk(void **state)
+{
+    dmuon_net_params p = simple();
+    dmuon_segment s = {0, DMUON_BF16, 0, 500, 0};
+    double t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_CHAIN, DMUON_NET_OURS);
+    assert_true(fabs(t - 21e-6) < 1e-12);
+    /* reduce on 2 × 1, owner node 0: node 1 (first of the chain) loads its
+     * input (intra_lat 2 + 1 us) after chunk_oh 1, sends at 4, arrives at
+     * 19; node 0: 1 + 2 + 1, then the window write 1 → 24; + call → 27. */
+    t = predict(&p, DMUON_NET_RSV, 2, 1, &s, 1, 0, DMUON_PATH_CHAIN, DMUON_NET_OURS);
+    assert_true(fabs(t - 24e-6 - 3e-6) < 1e-12);
+}
+
+/* A chain pipelines: n chunks over R nodes take about (n + R − 2) message
+ * times, far less than n·(R − 1); the rail bandwidth bounds it below. */
+static void test_chain_pipelines(void **state)
+{
+    dmuon_net_params p = simple();
+    dmuon_segment s = {0, DMUON_BF16, 0, 32 * 500, 0};  /* 32 chunks of 1000 bytes */
+    double t = predict(&p, DMUON_NET_AGV, 4, 1, &s, 1, 1000, DMUON_PATH_CHAIN, DMUON_NET_OURS);
+    double msg = 10e-6;
+    assert_true(t >= 32 * msg);                 /* every byte crosses each link */
+    assert_true(t <= (32 + 4) * msg + 3 * 5e-6 + 40e-6);
+    assert_true(t < 32 * 3 * msg);              /* not store and forward per segment */
+    /* the star path sends R − 1 copies from the source: slower here */
+    double ts = predict(&p, DMUON_NET_AGV, 4, 1, &s, 1, 1000, DMUON_PATH_STAR, DMUON_NET_OURS);
+    assert_true(ts >= 3 * 32 * msg);
+}
+
+/* Baselines: closed forms, checked against the header's formulas by hand
+ * on 2 × 1 with one 1000-byte segment (ring_chunk 1000, so the fill is one
+ * hop of 5 + 10 us): broadcast = call 3 + fill 15 + 10 us transfer = 28 us. */
+static void test_baselines(void **state)
+{
+    dmuon_net_params p = simple();
+    dmuon_segment s = {0, DMUON_BF16, 0, 500, 0};
+    double t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(fabs(t - 28e-6) < 1e-12);
+    t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_PER_OWNER);
+    assert_true(fabs(t - 28e-6) < 1e-12);
+    /* all-gather of T = 1000 on N = 2: call 3 + fill(500: 5 + 5) + 500 bytes
+     * out of the node (5 us) = 18 us */
+    t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_EQUAL);
+    assert_true(fabs(t - 18e-6) < 1e-12);
+    /* per-owner pays the fill once: two segments cost less than two calls */
+    dmuon_segment two[2] = {{0, DMUON_BF16, 0, 500, 0}, {1, DMUON_BF16, 1000, 500, 0}};
+    double po = predict(&p, DMUON_NET_AGV, 2, 1, two, 2, 0, DMUON_PATH_AUTO, DMUON_NET_PER_OWNER);
+    assert_true(fabs(po - (2 * 13e-6 + 15e-6)) < 1e-12);
+    /* on 4 × 1 a ring fills over 3 hops, a tree (Open MPI) over log2 4 = 2:
+     * 3 + 3·15 + 10 = 58 us against 3 + 2·15 + 10 = 43 us */
+    t = predict(&p, DMUON_NET_AGV, 4, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(fabs(t - 58e-6) < 1e-12);
+    p.tree = 1;
+    t = predict(&p, DMUON_NET_AGV, 4, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(fabs(t - 43e-6) < 1e-12);
+    p.tree = 0;
+    /* the publish has no equal-length line */
+    dmuon_sched_opts so = {0};
+    dmuon_net_case c = {DMUON_NET_PUBLISH, 2, 1, &s, 1, NULL, &so};
+    assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_EQUAL, &t), DMUON_EINVAL);
+    c.nodes = 0;
+    assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_EINVAL);
+}
+
+/* The publish of one rail replays a chain of whole parameters: on 3 nodes
+ * × 2, a parameter owned by rank 2 (node 1, rail 0) reaches nodes 2 and 0;
+ * one chunk: 1 + 15 + 1 + 15 + 1 + call 3 = 36 us. */
+static void test_publish_chain(void **state)
+{
+    dmuon_net_params p = simple();
+    dmuon_segment s = {2, DMUON_BF16, 0, 500, 0};
+    double t = predict(&p, DMUON_NET_PUBLISH, 3, 2, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_OURS);
+    assert_true(fabs(t - 36e-6) < 1e-12);
+}
+
+/* The fit finds parameters that reproduce cells generated from known
+ * ones, starting elsewhere. */
+static void test_fit_recovers(void **state)
+{
+    dmuon_net_params truth;
+    unsigned mask = 0;
+    assert_int_equal(dmuon_net_preset("namespace", &truth, &mask), DMUON_OK);
+    truth.v[DMUON_NP_HOP_LAT] = 40e-6;
+    truth.v[DMUON_NP_CALL_OH] = 90e-6;
+    enum { NC = 24 };
+    dmuon_net_case cases[NC];
+    dmuon_net_line lines[NC];
+    double meas[NC];
+    dmuon_segment *segs[6];
+    int nseg[6], k = 0;
+    int64_t sizes[3] = {16384, 262144, 4 << 20};
+    for (int i = 0; i < 6; i++) {
+        int R = i < 3 ? 2 : 4;
+        assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, sizes[i % 3], DMUON_BF16, R, 2,
+                                           &segs[i], &nseg[i]), DMUON_OK);
+        for (int l = 0; l < 4; l++) {
+            dmuon_net_case c = {i % 2 ? DMUON_NET_RSV : DMUON_NET_AGV, R, 2, segs[i], nseg[i],
+                                NULL, NULL};
+            cases[k] = c;
+            lines[k] = (dmuon_net_line)l;
+            assert_int_equal(dmuon_net_predict(&truth, &cases[k], lines[k], &meas[k]), DMUON_OK);
+            k++;
+        }
+    }
+    dmuon_net_params p = truth;
+    unsigned free_mask = (1u << DMUON_NP_HOP_LAT) | (1u << DMUON_NP_CALL_OH);
+    p.v[DMUON_NP_HOP_LAT] = 10e-6;
+    p.v[DMUON_NP_CALL_OH] = 20e-6;
+    double rms = 1;
+    assert_int_equal(dmuon_net_fit(&p, free_mask, cases, lines, meas, NC, 600, &rms), DMUON_OK);
+    assert_true(rms < 1e-3);
+    assert_true(fabs(p.v[DMUON_NP_HOP_LAT] / 40e-6 - 1) < 0.02);
+    assert_true(fabs(p.v[DMUON_NP_CALL_OH] / 90e-6 - 1) < 0.02);
+    double bad = 0;
+    assert_int_equal(dmuon_net_fit(&p, free_mask, cases, lines, &bad, 1, 10, &rms), DMUON_EINVAL);
+    for (int i = 0; i < 6; i++)
+        free(segs[i]);
+}
+
+static void test_names(void **state)
+{
+    dmuon_net_line l;
+    assert_int_equal(dmuon_net_line_parse("equal_length", &l), DMUON_OK);
+    assert_int_equal(l, DMUON_NET_EQUAL);
+    assert_int_equal(dmuon_net_line_parse("ring", &l), DMUON_EINVAL);
+    assert_string_equal(dmuon_net_param_name(DMUON_NP_RING_CHUNK), "ring_chunk");
+    assert_null(dmuon_net_param_name(DMUON_NP_COUNT));
+    dmuon_net_params p;
+    unsigned m;
+    assert_int_equal(dmuon_net_preset("h100", &p, &m), DMUON_OK);
+    assert_true(p.mcast == 1 && p.v[DMUON_NP_RAIL_BW] == 50e9 && !(m & (1u << DMUON_NP_RAIL_BW)));
+    assert_int_equal(p.tree, 0);
+    assert_int_equal(dmuon_net_preset("namespace", &p, &m), DMUON_OK);
+    assert_true(p.tree == 1 && p.mcast == 0);
+    assert_int_equal(dmuon_net_preset("a100", &p, &m), DMUON_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_rank_chunks),  cmocka_unit_test(test_two_nodes_one_chunk),
+        cmocka_unit_test(test_chain_pipelines),  cmocka_unit_test(test_baselines),
+        cmocka_unit_test(test_publish_chain),    cmocka_unit_test(test_fit_recovers),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

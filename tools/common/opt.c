@@ -1,0 +1,188 @@
+/*
+ * opt.c — the shared number and size grammar of the dmuon tools (see opt.h).
+ * Invariant: a parser either returns 0 with *out in the caller's range, or
+ * -1 with a message that quotes the flag, the text and the accepted range.
+ */
+#include "opt.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "dmuon/io.h"
+#include "dmuon/version.h"
+
+/* Decimal digits with an optional '-' into *v; *end after them.  False on
+ * no digits or overflow. */
+static int digits(const char *s, long long *v, const char **end)
+{
+    const char *p = s;
+    if (*p == '-')
+        p++;
+    if (!isdigit((unsigned char)*p))
+        return 0;
+    char *e;
+    errno = 0;
+    *v = strtoll(s, &e, 10);
+    *end = e;
+    return errno != ERANGE;
+}
+
+int tool_parse_int(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out,
+                   char *err, size_t n)
+{
+    long long v = 0;
+    const char *end = text;
+    if (!text || !digits(text, &v, &end) || *end || v < lo || v > hi) {
+        snprintf(err, n, "%s '%s': expected a whole number from %lld to %lld", flag,
+                 text ? text : "", (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static const struct {
+    const char *suffix;
+    int shift;
+} units[] = {
+    {"", 0},    {"k", 10},  {"kb", 10}, {"kib", 10}, {"m", 20},  {"mb", 20}, {"mib", 20},
+    {"g", 30},  {"gb", 30}, {"gib", 30}, {"t", 40}, {"tb", 40}, {"tib", 40},
+};
+
+char *tool_format_size(int64_t b, char *buf, size_t n)
+{
+    static const char *const name[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int k = 0;
+    double v = (double)b;
+    while (k < 6 && (b >> (10 * (k + 1))) > 0 && (b & ((1LL << (10 * (k + 1))) - 1)) == 0)
+        k++;
+    if (k > 0 || b < 1024) {
+        snprintf(buf, n, "%lld %s", (long long)(b >> (10 * k)), name[k]);
+        return buf;
+    }
+    for (k = 0; k < 6 && v >= 1024; k++)
+        v /= 1024;
+    snprintf(buf, n, "%.1f %s (%lld bytes)", v, name[k], (long long)b);
+    return buf;
+}
+
+int tool_parse_size(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out,
+                    char *err, size_t n)
+{
+    long long v = 0, add = 0;
+    const char *end = text;
+    int ok = text && *text != '-' && digits(text, &v, &end);
+    int shift = -1;
+    if (ok) {
+        const char *s = end;
+        size_t len = strcspn(s, "+");
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (strlen(units[i].suffix) == len && !strncasecmp(s, units[i].suffix, len))
+                shift = units[i].shift;
+        ok = shift >= 0;
+        end = s + len;
+    }
+    if (ok && *end == '+') {
+        const char *e2;
+        ok = end[1] != '-' && digits(end + 1, &add, &e2) && !*e2;
+        end = e2;
+    } else if (ok) {
+        ok = !*end;
+    }
+    /* overflow: v << shift + add must fit in int64_t */
+    int overflow = ok && (v > (INT64_MAX >> shift) || (v << shift) > INT64_MAX - add);
+    if (!ok || overflow || (v << shift) + add < lo || (v << shift) + add > hi) {
+        char a[48], b[48];
+        snprintf(err, n, "%s '%s': expected a size from %s to %s (e.g. 4096, 16K, 16KB, 16KiB, "
+                 "1G; K = 1024)", flag, text ? text : "", tool_format_size(lo, a, sizeof a),
+                 tool_format_size(hi, b, sizeof b));
+        return -1;
+    }
+    *out = (v << shift) + add;
+    return 0;
+}
+
+int tool_parse_double(const char *flag, const char *text, double lo, double hi, double *out,
+                      char *err, size_t n)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = text && *text ? strtod(text, &end) : NAN;
+    if (!text || !*text || *end || errno == ERANGE || !isfinite(v) || v < lo || v > hi) {
+        snprintf(err, n, "%s '%s': expected a number from %g to %g", flag, text ? text : "", lo,
+                 hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void tool_print_version(const char *tool) { printf("%s (dmuon) %s\n", tool, dmuon_version()); }
+
+int64_t tool_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long kb = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+int tool_check_host_memory(MPI_Comm world, int64_t bytes, int factor, const char *flag,
+                           char *err, size_t n)
+{
+    MPI_Comm local;
+    int here = 1, bad = 0;
+    if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(local, &here);
+        MPI_Comm_free(&local);
+    }
+    int64_t avail = tool_mem_available(), need = 0;
+    if (__builtin_mul_overflow(bytes, (int64_t)factor * here, &need))
+        need = -1;
+    if (avail > 0 && (need < 0 || need > avail))
+        bad = 1;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world);
+    if (!bad)
+        return 0;
+    char a[48], b[48], c[48];
+    snprintf(err, n, "%s %s needs at least %s on this host (%d x the size for each of its %d "
+             "rank%s), which has %s available: give a smaller size or fewer ranks per host",
+             flag, tool_format_size(bytes, a, sizeof a),
+             need > 0 ? tool_format_size(need, b, sizeof b) : "more than 8 EiB", factor, here,
+             here == 1 ? "" : "s", avail > 0 ? tool_format_size(avail, c, sizeof c) : "less");
+    return -1;
+}
+
+static void on_signal(int sig)
+{
+    dmuon_write_abandon();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void tool_cleanup_on_signal(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa, old;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        /* keep a handler someone installed before (MPI, a caller) */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+            sigaction(sigs[i], &sa, NULL);
+    }
+}

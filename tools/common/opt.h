@@ -1,0 +1,61 @@
+/*
+ * tools/common/opt.h — what every dmuon tool shares on its command line:
+ * one grammar for whole numbers and sizes, one range message, one --version
+ * line, and the signal handling around atomic writes.  The same flag means
+ * the same in every tool because every tool parses it here.
+ *
+ * Sizes (bytes): DIGITS [SUFFIX] [+DIGITS], SUFFIX one of
+ *   k K kB KB KiB kiB  (2^10)   m M MB MiB (2^20)   g G GB GiB (2^30)
+ *   t T TB TiB (2^40), letters case-insensitive.
+ * Every multiple is binary (16K = 16KB = 16KiB = 16384 bytes), as in
+ * nccl-tests and the OSU benchmarks; "1M+6" is 1048582 bytes.  A value that
+ * does not fit in int64_t, or lies outside the caller's range, is an error
+ * whose message gives the range — never clamped.
+ *
+ * The parsers write a one-line message "FLAG 'TEXT': expected ..." into
+ * err[0..n) and return -1 on failure, 0 on success (*out set only then).
+ */
+#ifndef DMUON_TOOL_OPT_H
+#define DMUON_TOOL_OPT_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A whole number (decimal, optional leading '-') in [lo, hi]. */
+int tool_parse_int(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out,
+                   char *err, size_t n);
+
+/* A size in bytes (grammar above) in [lo, hi]. */
+int tool_parse_size(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out,
+                    char *err, size_t n);
+
+/* A finite decimal number in [lo, hi]. */
+int tool_parse_double(const char *flag, const char *text, double lo, double hi, double *out,
+                      char *err, size_t n);
+
+/* Writes bytes as "N B", "N KiB", "N.N MiB", ... into buf[0..n); returns buf. */
+char *tool_format_size(int64_t bytes, char *buf, size_t n);
+
+/* Prints "TOOL (dmuon) VERSION" on stdout: the --version line of every tool. */
+void tool_print_version(const char *tool);
+
+/* Bytes of memory this host can still give (MemAvailable of /proc/meminfo),
+ * or -1 when unknown. */
+int64_t tool_mem_available(void);
+
+/* Refuses, before any allocation, a per-rank size the host cannot hold:
+ * when factor x bytes x (ranks of world on this host) exceeds MemAvailable,
+ * writes "FLAG SIZE needs at least ... on this host, which has ... available"
+ * to err and returns -1 (on every rank: the answer is agreed over world).
+ * factor is a lower bound of the buffers per byte of layer (a layer buffer
+ * and a receive buffer: 2), so no size that fits is refused.  Collective. */
+int tool_check_host_memory(MPI_Comm world, int64_t bytes, int factor, const char *flag,
+                           char *err, size_t n);
+
+/* Installs SIGINT/SIGTERM/SIGHUP handlers that remove the temporary file of
+ * an atomic write in progress (dmuon_write_abandon in dmuon/io.h), then
+ * terminate by the same signal as before.  Call once at start-up. */
+void tool_cleanup_on_signal(void);
+
+#endif
