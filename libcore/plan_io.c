@@ -467,7 +467,7 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         dmuon_plan_param *q = &p->params[i];
         DMUON_TRY(need_map(c, it, "params[]"));
         DMUON_TRY(only_keys(c, it, "a parameter", (const char *const[]){"name", "layer",
-                  "role", "numel", "matrices", "m", "n", NULL}));
+                  "role", "numel", "matrices", "m", "n", "transposed", "layout", NULL}));
         DMUON_TRY(dmuon_doc_field_str(d, it, "name", true, &s));
         q->name = strdup(s);
         if (!q->name)
