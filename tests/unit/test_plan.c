@@ -511,6 +511,16 @@ static dmuon_rc load_edited(const char *path, const char *text, const char *from
     return dmuon_plan_load(path, out);
 }
 
+/* Writes p to tmpdir/name (its path into path[cap]) and reads the file's
+ * text into *text (the caller frees it). */
+static void written(const dmuon_plan *p, const char *name, char *path, size_t cap, char **text)
+{
+    size_t len;
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    assert_int_equal(dmuon_plan_write(p, path), DMUON_OK);
+    read_all(path, text, &len);
+}
+
 /* The matrix placement of transposed and strided expert tensors travels
  * through the plan file; a file without it is the plain placement. */
 static void test_plan_file_layouts(void **state)
@@ -527,12 +537,9 @@ static void test_plan_file_layouts(void **state)
     assert_int_equal(dmuon_model_build("t", t, sizeof t / sizeof t[0], NULL, &m), DMUON_OK);
     dmuon_plan *p = plan(m, 1, 4, DMUON_SHARD_FSDP, NULL), *q;
     char a[256], b[256];
-    snprintf(a, sizeof a, "%s/lay.yaml", tmpdir);
     snprintf(b, sizeof b, "%s/lay2.yaml", tmpdir);
-    assert_int_equal(dmuon_plan_write(p, a), DMUON_OK);
     char *x;
-    size_t lx;
-    read_all(a, &x, &lx);
+    written(p, "lay.yaml", a, sizeof a, &x);
     assert_non_null(strstr(x, "\"m.layers.0.mlp.experts.gate_up_proj\", layer: 0, role: muon, "
                               "numel: 192, matrices: 4, m: 6, n: 8, transposed: true, "
                               "layout: interleaved}"));
@@ -578,8 +585,7 @@ static void test_plan_file_layouts(void **state)
     /* a plain model's plan file has neither field, and loads as the plain placement */
     dmuon_model *m2 = load("models/qwen2.5-1.5b.yaml");
     dmuon_plan *p2 = plan(m2, 1, 8, DMUON_SHARD_FSDP, NULL);
-    assert_int_equal(dmuon_plan_write(p2, a), DMUON_OK);
-    read_all(a, &x, &lx);
+    written(p2, "plain.yaml", a, sizeof a, &x);
     assert_null(strstr(x, "transposed"));
     assert_null(strstr(x, "layout:"));
     free(x);
