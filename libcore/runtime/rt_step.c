@@ -11,6 +11,11 @@
  *   2. clipping by the global norm;
  *   3. owned matrices in layer order (Muon), each segment published as soon
  *      as its matrices are done (HSDP, line D);
+ *      Newton–Schulz always sees the real out x in matrix: a transposed or
+ *      strided one (gate/up halves or interleaved columns of a fused expert
+ *      tensor) is gathered from the storage into scratch with its layout's
+ *      strides (mat_place) and written back; the update scale uses the real
+ *      m and n; parameters, gradients and momentum stay in storage order;
  *   4. even shards: AdamW; line B: the Nesterov direction of each Muon
  *      matrix is gathered whole and every rank runs Newton–Schulz on it;
  *   5. the new parameters written where the next gathers read them.
