@@ -11,9 +11,16 @@
 #   make SANITIZER=address,undefined   a sanitizer build (goes to build/san)
 #   make WERROR=1     strict warnings as errors (CI sets this)
 #
+#   make nccl-wheel   fetch NCCL's PyPI wheel (nvidia-nccl-cu13) into build/third_party
+#   make CUDA_ARCH=100  GPU code for another architecture (default 90: H100/H200)
+#   make NCCL_HOME=DIR  NCCL from DIR (DIR/include/nccl.h, DIR/lib/libnccl.so.2)
+#
 # Required: a C11 compiler, Open MPI (mpicc), libyaml, SQLite 3, OpenBLAS,
-# LAPACKE, cmocka (tests).  Optional: CUDA toolkit + cuBLAS + NCCL >= 2.28.
-# .ci/run installs the Debian packages for the required parts.
+# LAPACKE, cmocka (tests).  Optional: CUDA toolkit + cuBLAS + NCCL.  NCCL's
+# device API is pinned to one release, $(NCCL_PIN), from the nvidia-nccl-cu13
+# wheel that the first build with CUDA unpacks into build/third_party (nothing
+# committed); without network the build goes on with the toolkit's NCCL for the
+# host API only and says so.  .ci/run installs the Debian packages.
 
 SANITIZER ?=
 ifeq ($(SANITIZER),)
@@ -35,13 +42,46 @@ HAVE_CUDA :=
 else
 HAVE_CUDA := $(if $(NVCC),$(if $(wildcard $(CUDA_HOME)/include/cublas_v2.h),1,),)
 endif
-HAVE_NCCL := $(if $(HAVE_CUDA),$(if $(wildcard $(CUDA_HOME)/include/nccl_device.h),1,),)
+CUDA_ARCH ?= 90
+
+# NCCL: NCCL_HOME if given; else the pinned wheel, fetched once into the build
+# tree (build/third_party/nccl-<pin>.mk records that the fetch ran, so a machine
+# without network tries once and then builds without it); else the toolkit's.
+# One libnccl.so.2 per process: host and device API use the same NCCL.
+NCCL_PIN       := 2.32.3
+NCCL_WHEEL_DIR := build/third_party/nccl-$(NCCL_PIN)
+NCCL_WHEEL     := $(NCCL_WHEEL_DIR)/nvidia/nccl
+NCCL_STAMP     := $(NCCL_WHEEL_DIR).mk
+ifeq ($(HAVE_CUDA)$(NCCL_HOME),1)
+ifeq ($(wildcard $(NCCL_WHEEL)/include/nccl_device.h),)
+ifeq ($(filter clean deps nccl-wheel,$(MAKECMDGOALS)),)
+-include $(NCCL_STAMP)
+endif
+endif
+NCCL_HOME := $(if $(wildcard $(NCCL_WHEEL)/include/nccl_device.h),$(abspath $(NCCL_WHEEL)),)
+NCCL_WHY  := $(if $(wildcard $(NCCL_STAMP)),the wheel was not fetched: see $(NCCL_WHEEL_DIR).log; retry: make nccl-wheel,make nccl-wheel or NCCL_HOME=DIR)
+else
+NCCL_WHY  := NCCL_HOME=$(NCCL_HOME) holds an older NCCL
+endif
+NCCL_INC  := $(if $(NCCL_HOME),$(NCCL_HOME)/include,$(CUDA_HOME)/include)
+NCCL_LIB  := $(patsubst %/,%,$(dir $(firstword $(wildcard $(addsuffix /libnccl.so.2,\
+             $(if $(NCCL_HOME),$(NCCL_HOME)/lib $(NCCL_HOME)/lib64,$(CUDA_HOME)/lib64))))))
+HAVE_NCCL := $(if $(HAVE_CUDA),$(if $(wildcard $(NCCL_INC)/nccl.h),$(if $(NCCL_LIB),1,),),)
+ifeq ($(HAVE_NCCL),1)
+NCCL_CODE := $(shell sed -n 's/^\#define NCCL_VERSION_CODE *\([0-9]*\).*/\1/p' $(NCCL_INC)/nccl.h)
+NCCL_VER  := $(shell sed -n 's/^\#define NCCL_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' $(NCCL_INC)/nccl.h | paste -sd.)
+# the device API as used here (requirements initializer, GIN) needs >= 2.30
+HAVE_NCCL_DEV := $(if $(wildcard $(NCCL_INC)/nccl_device.h),$(shell [ "0$(NCCL_CODE)" -ge 23000 ] && echo 1),)
+endif
+NCCL_BANNER := $(if $(HAVE_NCCL),$(NCCL_VER) ($(NCCL_INC) and $(NCCL_LIB)/libnccl.so.2) for the host API; device API $(if $(HAVE_NCCL_DEV),built for sm_$(CUDA_ARCH),skipped (needs >= 2.30 - pinned $(NCCL_PIN) - $(NCCL_WHY))),not used)
 MPI_VERSION := $(shell mpirun --version 2>/dev/null | head -n1)
 
 OPT       ?= -O2 -g
 WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter
+NVWARN    := -Xcompiler -Wall,-Wextra
 ifeq ($(WERROR),1)
 WARN      += -Werror
+NVWARN    += -Werror all-warnings -Xcompiler -Werror
 endif
 CPPFLAGS  := -Ilibcore/include -Ilibcore -I$(BUILD)/gen -D_GNU_SOURCE
 CFLAGS    := -std=c11 $(OPT) $(WARN) -fPIC -pthread
@@ -50,15 +90,20 @@ ifneq ($(SANITIZER),)
 CFLAGS    += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS   += -fsanitize=$(SANITIZER)
 endif
+ifeq ($(HAVE_NCCL),1)
+# NCCL's headers as system headers, ahead of the toolkit's own nccl.h
+CPPFLAGS  += -DDMUON_HAVE_NCCL=1 -isystem $(NCCL_INC) -isystem $(CUDA_HOME)/include
+NCCL_FLAGS := -isystem $(NCCL_INC)
+NCCL_LINK := -L$(NCCL_LIB) -Wl,-rpath,$(NCCL_LIB) -l:libnccl.so.2
+ifeq ($(HAVE_NCCL_DEV),1)
+CPPFLAGS  += -DDMUON_HAVE_NCCL_DEV=1
+endif
+endif
 ifeq ($(HAVE_CUDA),1)
 CPPFLAGS  += -DDMUON_HAVE_CUDA=1
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
-NVFLAGS   := -O2 -std=c++17 -arch=sm_90 -Xcompiler -fPIC -Ilibcore/include -Ilibcore \
-             -isystem $(CUDA_HOME)/include
-endif
-ifeq ($(HAVE_NCCL),1)
-CPPFLAGS  += -DDMUON_HAVE_NCCL=1
-LDLIBS    += -lnccl
+LDLIBS    += $(NCCL_LINK) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+NVFLAGS   := -O2 -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVWARN) -Xcompiler -fPIC -Ilibcore/include \
+             -Ilibcore $(filter -D%,$(CPPFLAGS)) $(NCCL_FLAGS) -isystem $(CUDA_HOME)/include
 endif
 
 # ---- sources --------------------------------------------------------------
@@ -66,6 +111,9 @@ LIB_SRC   := $(sort $(wildcard libcore/*.c libcore/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(HAVE_CUDA),1)
 CU_SRC    := $(sort $(wildcard kernels/*.cu))
+ifneq ($(HAVE_NCCL_DEV),1)
+CU_SRC    := $(filter-out kernels/nccl_dev%,$(CU_SRC))   # device-API kernels
+endif
 LIB_OBJ   += $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
 TOOLS     := probe plan bench verify
@@ -79,8 +127,9 @@ FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/tests/%)
 STATIC    := $(BUILD)/libdmuon.a
 SHARED    := $(BUILD)/libdmuon.so
 
-.PHONY: all lib tools tests test test-fast test-san demo bench clean config deps install fuzz
+.PHONY: all lib tools tests test test-fast test-san demo bench clean config deps install fuzz nccl-wheel
 .PHONY: cluster-test cluster-bench
+COMMA := ,
 # keep object files (no 'rm' of intermediates after the test summary)
 .SECONDARY:
 all: config lib tools
@@ -89,7 +138,21 @@ config:
 	@echo "dmuon build: $(BUILD)  sanitizer: $(or $(SANITIZER),none)"
 	@echo "  MPI : $(or $(MPI_VERSION),NOT FOUND (install openmpi-bin libopenmpi-dev))"
 	@echo "  CUDA: $(if $(HAVE_CUDA),found ($(CUDA_HOME)) - GPU code built,not used)"
-	@echo "  NCCL: $(if $(HAVE_NCCL),found,not used)"
+	@echo "  NCCL: $(NCCL_BANNER)"
+
+# Fetched once when CUDA is found and NCCL_HOME is not set; make reads the
+# stamp, so the build restarts with the wheel in place or, on failure, goes
+# on without it (CI never fails for lack of network).
+$(NCCL_STAMP):
+	@mkdir -p $(dir $@)
+	@bash tools/nccl-wheel.sh $(NCCL_PIN) $(NCCL_WHEEL_DIR) || \
+	    echo "nccl-wheel: building without NCCL's device API (GPU device-API part skipped)"
+	@echo "# make: tools/nccl-wheel.sh $(NCCL_PIN) ran at $$(date -u +%FT%TZ)" > $@
+
+nccl-wheel:
+	@mkdir -p $(dir $(NCCL_STAMP))
+	bash tools/nccl-wheel.sh $(NCCL_PIN) $(NCCL_WHEEL_DIR)
+	@echo "# make nccl-wheel ran at $$(date -u +%FT%TZ)" > $(NCCL_STAMP)
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOL_BINS)
@@ -101,13 +164,19 @@ $(BUILD)/gen/schema_sql.h: db/schema.sql
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 $(BUILD)/libcore/costdb.o: $(BUILD)/gen/schema_sql.h
 
-$(BUILD)/%.o: %.c $(wildcard libcore/include/dmuon/*.h libcore/*.h libcore/*/*.h tools/common/*.h)
+# header dependencies: each object's .d file, written by the compiler (-MMD;
+# -MP adds an empty rule per header so a deleted header does not stop make)
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/kernels/%.o: kernels/%.cu $(wildcard libcore/include/dmuon/*.h)
+$(BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+ALL_OBJ   := $(LIB_OBJ) $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*/*.c)) \
+             $(UNIT_SRC:%.c=$(BUILD)/%.o)
+-include $(ALL_OBJ:.o=.d)
 
 $(STATIC): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -23,6 +23,7 @@ struct dmuon_costdb {
     sqlite3 *db;
     char *path;
     bool readonly;
+    int version;          /* user_version after open (read-only: may be older) */
 };
 
 #define COLUMNS "device, variant, dtype, m, n, median_ms, min_ms, max_ms, samples, ranks, " \
@@ -191,9 +192,12 @@ static dmuon_rc migrate(dmuon_costdb *c)
     DMUON_TRY_GOTO(rc, user_version(c, &v), rollback);
     if (v == DMUON_COSTDB_VERSION)
         return exec(c, "COMMIT", "cannot commit");
-    /* Version 0 -> 1: a fresh database (foreign ones were refused before).
-     * Later versions add ALTERs here. */
-    DMUON_TRY_GOTO(rc, exec(c, schema_sql, "cannot create the schema"), rollback);
+    /* Any older version (0: a fresh database): the schema's statements are
+     * idempotent, so running them creates what is missing (1 -> 2: the
+     * ns_kernel table) and sets the version.  A version that changes an
+     * existing table adds its ALTERs here, guarded by v. */
+    DMUON_TRY_GOTO(rc, exec(c, schema_sql, v ? "cannot migrate the schema" : "cannot create the schema"),
+                   rollback);
     DMUON_TRY_GOTO(rc, exec(c, "COMMIT", "cannot commit the schema"), rollback);
     return DMUON_OK;
 rollback:
@@ -306,7 +310,9 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
                             "database dmuon-probe wrote with --db", path);
             goto fail;
         }
-        if (v != DMUON_COSTDB_VERSION) {
+        c->version = v;
+        /* version 1 lacks only ns_kernel: its lookups miss */
+        if (v < 1 || v > DMUON_COSTDB_VERSION) {
             rc = DMUON_FAIL(v > DMUON_COSTDB_VERSION ? DMUON_EVERSION : DMUON_EDB,
                             "cost database '%s' (opened read-only) has schema version %d, %s "
                             "this dmuon's %d%s", path, v, v > DMUON_COSTDB_VERSION ? "newer than"
@@ -320,6 +326,7 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
         DMUON_TRY_GOTO(rc, set_wal(c, busy_ms > 0 ? busy_ms : 10000), fail);
         DMUON_TRY_GOTO(rc, exec(c, "PRAGMA synchronous=NORMAL", "cannot set synchronous"), fail);
         DMUON_TRY_GOTO(rc, migrate(c), fail);
+        c->version = DMUON_COSTDB_VERSION;
     }
     DMUON_TRY_GOTO(rc, check_layout(c), fail);
     *out = c;
@@ -476,6 +483,95 @@ dmuon_rc dmuon_costdb_each(dmuon_costdb *c, const char *device,
     if (s != SQLITE_ROW && s != SQLITE_DONE)
         return db_fail(c, "listing failed");
     return DMUON_OK;
+}
+
+/* ------------------------------------------------- NS kernel choices -- */
+
+#define KCOLUMNS "device, dtype, s, k, kernel, kernel_ms, gemm_ms, max_diff, libraries, measured_at"
+
+dmuon_rc dmuon_costdb_put_kernel(dmuon_costdb *c, const dmuon_kernel_row *r)
+{
+    static const char sql[] = "INSERT OR REPLACE INTO ns_kernel (" KCOLUMNS
+                              ") VALUES (?,?,?,?,?,?,?,?,?,?)";
+    sqlite3_stmt *st = NULL;
+    dmuon_rc rc = DMUON_OK;
+    char now[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (r->s <= 0 || r->k <= 0 || !r->device[0] || !r->dtype[0] || !r->kernel[0] ||
+        !isfinite(r->kernel_ms) || !isfinite(r->gemm_ms) || !isfinite(r->max_diff) ||
+        r->kernel_ms < 0 || r->gemm_ms < 0 || r->max_diff < 0)
+        return DMUON_FAIL(DMUON_EINVAL, "kernel choice %lldx%lld for '%s': expected positive "
+                          "shape, names and finite non-negative figures",
+                          (long long)r->s, (long long)r->k, r->device);
+    if (c->readonly)
+        return DMUON_FAIL(DMUON_EIO, "cost database '%s' is read-only (file or directory not "
+                          "writable): cannot store a kernel choice", c->path);
+    DMUON_TRY(exec(c, "BEGIN IMMEDIATE", "cannot start a write transaction"));
+    if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        rc = db_fail(c, "cannot prepare the kernel insert");
+        goto rollback;
+    }
+    sqlite3_bind_text(st, 1, r->device, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->dtype, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, r->s);
+    sqlite3_bind_int64(st, 4, r->k);
+    sqlite3_bind_text(st, 5, r->kernel, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 6, r->kernel_ms);
+    sqlite3_bind_double(st, 7, r->gemm_ms);
+    sqlite3_bind_double(st, 8, r->max_diff);
+    sqlite3_bind_text(st, 9, r->libraries, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 10, r->measured_at[0] ? r->measured_at : now, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        rc = db_fail(c, "cannot store a kernel choice");
+        goto rollback;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    DMUON_TRY_GOTO(rc, exec(c, "COMMIT", "cannot commit"), rollback);
+    return DMUON_OK;
+rollback:
+    sqlite3_finalize(st);
+    sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+dmuon_rc dmuon_costdb_get_kernel(dmuon_costdb *c, const char *device, const char *dtype,
+                                 int64_t s, int64_t k, dmuon_kernel_row *r)
+{
+    static const char sql[] = "SELECT " KCOLUMNS " FROM ns_kernel WHERE device=? AND dtype=? "
+                              "AND s=? AND k=?";
+    sqlite3_stmt *st;
+    if (c->version < 2)
+        return DMUON_ENOTFOUND;
+    if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return db_fail(c, "cannot prepare a kernel lookup");
+    sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, dtype, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, s);
+    sqlite3_bind_int64(st, 4, k);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        memset(r, 0, sizeof *r);
+        copy_text(r->device, sizeof r->device, sqlite3_column_text(st, 0));
+        copy_text(r->dtype, sizeof r->dtype, sqlite3_column_text(st, 1));
+        r->s = sqlite3_column_int64(st, 2);
+        r->k = sqlite3_column_int64(st, 3);
+        copy_text(r->kernel, sizeof r->kernel, sqlite3_column_text(st, 4));
+        r->kernel_ms = sqlite3_column_double(st, 5);
+        r->gemm_ms = sqlite3_column_double(st, 6);
+        r->max_diff = sqlite3_column_double(st, 7);
+        copy_text(r->libraries, sizeof r->libraries, sqlite3_column_text(st, 8));
+        copy_text(r->measured_at, sizeof r->measured_at, sqlite3_column_text(st, 9));
+    }
+    sqlite3_finalize(st);
+    if (step == SQLITE_ROW)
+        return DMUON_OK;
+    if (step == SQLITE_DONE)
+        return DMUON_ENOTFOUND;
+    return db_fail(c, "kernel lookup failed");
 }
 
 dmuon_rc dmuon_costdb_check(dmuon_costdb *c)

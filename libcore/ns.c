@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ns_kernel.h"
 #ifdef DMUON_HAVE_CUDA
 #include "ns_cuda.h"
 #endif
@@ -38,6 +39,10 @@ struct dmuon_ns {
     float *a, *a2;            /* s x l */
     float *r, *r2, *p, *q, *qn, *t;   /* s x s */
     float *b1, *b2;           /* BF16-rounded operand copies, s x l each (bf16 only) */
+    /* per-shape kernel choice of the symmetric products (GPU; ns_kernel.h) */
+    ns_sym_cache sym_cache;
+    dmuon_costdb *db;         /* borrowed, may be NULL */
+    char device[128], libraries[128];
 #ifdef DMUON_HAVE_CUDA
     dmuon_ns_cuda *cuda;
 #endif
@@ -64,8 +69,11 @@ dmuon_rc dmuon_ns_create(dmuon_device_kind kind, int device_index, const dmuon_n
     ns->kind = kind;
     ns->opts = *opts;
 #ifdef DMUON_HAVE_CUDA
-    if (kind == DMUON_DEVICE_CUDA)
+    if (kind == DMUON_DEVICE_CUDA) {
         DMUON_TRY_GOTO(rc, dmuon_ns_cuda_create(device_index, &ns->cuda), fail);
+        DMUON_TRY_GOTO(rc, dmuon_device_name(kind, ns->device, sizeof ns->device), fail);
+        dmuon_device_libraries(kind, ns->libraries, sizeof ns->libraries);
+    }
 #endif
     *out = ns;
     return DMUON_OK;
@@ -91,6 +99,42 @@ void dmuon_ns_free(dmuon_ns *ns)
 }
 
 dmuon_device_kind dmuon_ns_device(const dmuon_ns *ns) { return ns->kind; }
+
+void dmuon_ns_set_costdb(dmuon_ns *ns, dmuon_costdb *db) { ns->db = db; }
+
+/* The kernels of the two symmetric products of an m x n NS: A·Aᵀ (s x l)
+ * and R·R (s x s).  The CPU always uses ssyrk. */
+static dmuon_rc sym_kernels(dmuon_ns *ns, int64_t m, int64_t n, ns_sym kern[2])
+{
+    const int64_t s = m < n ? m : n, l = m < n ? n : m;
+    kern[0] = kern[1] = NS_SYM_SYRK;
+#ifdef DMUON_HAVE_CUDA
+    if (ns->kind == DMUON_DEVICE_CUDA) {
+        const int64_t k[2] = {l, s};
+        for (int i = 0; i < 2; i++)
+            DMUON_TRY(ns_sym_choose(&ns->sym_cache, ns->db, ns->device, ns->libraries,
+                                    ns->opts.dtype, s, k[i], dmuon_ns_cuda_measure_sym,
+                                    ns->cuda, &kern[i], NULL));
+    }
+#else
+    (void)s;
+    (void)l;
+#endif
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_ns_kernels(dmuon_ns *ns, int64_t m, int64_t n, const char **gram,
+                          const char **square)
+{
+    ns_sym kern[2];
+    if (m < 1 || n < 1)
+        return DMUON_FAIL(DMUON_EINVAL, "ns: shape %lld x %lld (expected positive dimensions)",
+                          (long long)m, (long long)n);
+    DMUON_TRY(sym_kernels(ns, m, n, kern));
+    *gram = ns_sym_name(kern[0]);
+    *square = ns_sym_name(kern[1]);
+    return DMUON_OK;
+}
 const dmuon_ns_opts *dmuon_ns_get_opts(const dmuon_ns *ns) { return &ns->opts; }
 
 /* ------------------------------------------------------------- memory -- */
@@ -381,7 +425,10 @@ dmuon_rc dmuon_ns_run(dmuon_ns *ns, const float *x, int64_t m, int64_t n, float 
     DMUON_TRY(check_args(x, m, n, out));
 #ifdef DMUON_HAVE_CUDA
     if (ns->kind == DMUON_DEVICE_CUDA) {
-        DMUON_TRY(dmuon_ns_cuda_run(ns->cuda, &ns->opts, x, m, n, out));
+        ns_sym kern[2];
+        DMUON_TRY(sym_kernels(ns, m, n, kern));
+        const int k2[2] = {(int)kern[0], (int)kern[1]};
+        DMUON_TRY(dmuon_ns_cuda_run(ns->cuda, &ns->opts, x, m, n, out, k2));
         return DMUON_OK;
     }
 #endif
@@ -413,6 +460,12 @@ done:
 dmuon_rc dmuon_ns_time_sgemm(dmuon_ns *ns, int64_t p, int64_t q, int64_t k, int warmup,
                              int iters, double *median_ms)
 {
+    return dmuon_ns_time_gemm(ns, DMUON_F32, p, q, k, warmup, iters, median_ms);
+}
+
+dmuon_rc dmuon_ns_time_gemm(dmuon_ns *ns, dmuon_dtype dtype, int64_t p, int64_t q, int64_t k,
+                            int warmup, int iters, double *median_ms)
+{
     dmuon_rc rc = DMUON_OK;
     float *host = NULL, *a = NULL, *b = NULL, *c = NULL;
     double *t = NULL;
@@ -439,7 +492,10 @@ dmuon_rc dmuon_ns_time_sgemm(dmuon_ns *ns, int64_t p, int64_t q, int64_t k, int 
     for (int i = 0; i < warmup + iters; i++) {
         double t0 = dmuon_now_ms();
 #ifdef DMUON_HAVE_CUDA
-        if (ns->kind == DMUON_DEVICE_CUDA)
+        if (ns->kind == DMUON_DEVICE_CUDA && dtype == DMUON_BF16)
+            DMUON_TRY_GOTO(rc, dmuon_ns_cuda_gemm_bf16(ns->cuda, (int)p, (int)q, (int)k, a, b, c),
+                           done);
+        else if (ns->kind == DMUON_DEVICE_CUDA)
             DMUON_TRY_GOTO(rc, dmuon_ns_cuda_sgemm(ns->cuda, (int)p, (int)q, (int)k, a, b, c),
                            done);
         else

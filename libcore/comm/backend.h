@@ -71,6 +71,10 @@ struct dmuon_comm_ops {
     /* Symmetric memory: fill base, peer and impl of s (topo, bytes set). */
     dmuon_rc (*symm_alloc)(dmuon_symm *s);
     void (*symm_free)(dmuon_symm *s);
+    /* Device memory only (NULL for host memory, which symm.c memcpys):
+     * synchronous copies host → part / part → host of a checked range. */
+    dmuon_rc (*symm_put)(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
+    dmuon_rc (*symm_get)(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
 
     /* Groups: control-area bytes for a checked table (not collective);
      * create over the filled-in g (control area at g->ctrl_offset, zeroed
@@ -109,5 +113,7 @@ dmuon_rc dmuon_comm_backend_get(dmuon_backend b, const char *what, const dmuon_c
 
 /* The MPI backend (mpi_symm.c, mpi_collv.c, mpi_publish.c). */
 extern const dmuon_comm_ops dmuon_mpi_ops;
+/* The NCCL backends (nccl_backend.h), in builds with NCCL. */
+extern const dmuon_comm_ops dmuon_nccl_ops, dmuon_nccl_dev_ops;
 
 #endif

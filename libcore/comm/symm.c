@@ -8,6 +8,7 @@
 #include "dmuon/symm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 
@@ -68,3 +69,32 @@ void *dmuon_symm_peer(const dmuon_symm *s, int local)
 int64_t dmuon_symm_bytes(const dmuon_symm *s) { return s->bytes; }
 
 dmuon_backend dmuon_symm_backend(const dmuon_symm *s) { return s->backend; }
+
+int dmuon_symm_on_device(const dmuon_symm *s) { return s->ops->symm_put != NULL; }
+
+static dmuon_rc check_copy(const dmuon_symm *s, int64_t offset, int64_t bytes)
+{
+    if (offset < 0 || bytes < 0 || offset > s->bytes || bytes > s->bytes - offset)
+        return DMUON_FAIL(DMUON_EINVAL, "symmetric memory: copy of %lld bytes at offset %lld: "
+                          "expected a range inside its %lld bytes", (long long)bytes,
+                          (long long)offset, (long long)s->bytes);
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_symm_put(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes)
+{
+    DMUON_TRY(check_copy(s, offset, bytes));
+    if (s->ops->symm_put)
+        return s->ops->symm_put(s, offset, src, bytes);
+    memcpy(s->base + offset, src, (size_t)bytes);
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_symm_get(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes)
+{
+    DMUON_TRY(check_copy(s, offset, bytes));
+    if (s->ops->symm_get)
+        return s->ops->symm_get(s, offset, dst, bytes);
+    memcpy(dst, s->base + offset, (size_t)bytes);
+    return DMUON_OK;
+}

@@ -36,4 +36,24 @@ run "$B" ns --coeffs pe9
 check_rc 2 "bad coefficient set"
 run "$B" ns --iters 0
 check_rc 2 "iters 0"
+
+# the GEMM-rate target: gram/op is Gram time over its operation count at the
+# measured GEMM rate, > 0; a generous target passes, a tiny one fails
+run "$B" ns --shapes 32x96 --iters 1 --warmup 0 --target 1000
+check_rc 0 "bench ns within --target 1000"
+check_out '^32x96 .* syrk/syrk +0$' "row names the kernels (CPU: ssyrk)"
+run "$B" ns --shapes 32x96 --iters 1 --warmup 0 --target 1e-6 --json
+check_rc 1 "bench ns over --target 1e-6"
+check_out '"within_target": false' "json says over target"
+check_err 'over --target 1e-06' "stderr says why"
+ratio=$(sed -n 's/.*"gram_over_op": \([0-9.e+-]*\).*/\1/p' "$T_TMP/out")
+check_eq "$(awk -v r="$ratio" 'BEGIN { print (r > 0 && r < 1e6) ? "ok" : "bad" }')" ok "gram_over_op positive ($ratio)"
+run "$B" ns --target 0
+check_rc 2 "target 0"
+run "$B" ns --target x
+check_rc 2 "target not a number"
+# --db creates a database at the current schema version (CPU stores no choices)
+run "$B" ns --shapes 16x48 --iters 1 --warmup 0 --db "$T_TMP/k.sqlite"
+check_rc 0 "bench ns --db"
+check_eq "$(sqlite3 "$T_TMP/k.sqlite" 'PRAGMA user_version; SELECT count(*) FROM ns_kernel' | tr '\n' ' ')" "2 0 " "database at version 2 with an empty ns_kernel"
 finish

@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
-# GPU checks of the Newton–Schulz engine, for a machine with one NVIDIA GPU
-# (written for an H200) and the CUDA toolkit.  Not part of `make test`, which
-# must pass without a GPU.  Runs in about 4 minutes:
+# GPU checks, for a machine with one NVIDIA GPU (written for an H200) and the
+# CUDA toolkit: one run of this script does every GPU check of the project in
+# about 8 minutes.  Not part of `make test`, which must pass without a GPU.
 #
-#   1. build (make -j16), which compiles kernels/*.cu when nvcc is found,
-#      or take binaries built elsewhere (DMUON_GPU_PREBUILT=1);
+#   1. build (make -j16): kernels/*.cu when nvcc is found, NCCL's device API
+#      when NCCL >= 2.30 is available (the pinned wheel in build/third_party,
+#      or NCCL_HOME), or take binaries built elsewhere (DMUON_GPU_PREBUILT=1);
 #   2. dmuon-verify ns --device cuda: FP32 and BF16 numerics against the
 #      float64 SVD reference computed on the CPU (small shapes and the
-#      Qwen2.5-1.5B shapes);
+#      Qwen2.5-1.5B shapes), including inputs with ||X||_F = 1e-39 and 1e38
+#      (their lines are counted: one per shape and norm must say "ok");
 #   3. dmuon-probe --device cuda of Qwen2.5-1.5B's Muon shapes into a
 #      temporary database, then --list, --check, and dmuon-plan from them;
-#   4. dmuon-bench ns --device cuda: Gram vs direct NS and the cuBLAS sgemm
-#      rate on the same shapes, FP32 and BF16.
+#   4. dmuon-bench ns --device cuda: Gram vs direct NS, the cuBLAS sgemm and
+#      BF16 GEMM rates, the per-shape kernel choice stored in the database's
+#      ns_kernel table (a second run reads it back), and the target of
+#      paper C.3: gram-pe5 BF16 on the Qwen2.5-1.5B shapes within 1.2 x its
+#      operation count at the measured BF16 GEMM rate (--target 1.2);
+#   5. the operators on one GPU with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL >=
+#      2.30.3; LSA only, multimem and GIN are off): dmuon-verify --backend
+#      nccl-dev with 2, 4 and 8 ranks as one node (gathers bit-exact,
+#      integer/one/two reductions exact, random BF16/F32 reductions bit for
+#      bit in sched.h's documented order), --backend nccl with 2 and 4 ranks
+#      (line C; NCCL's own order for random inputs), and a short dmuon-bench
+#      of both backends.
 #
 # Usage: bash tests/gpu/run.sh      (log: $OUT/gpu.log, or ./gpu.log)
-# DMUON_GPU_PREBUILT=1 uses binaries already in bin/ instead of building.
-# Exit: 0 when every step passed, 1 otherwise; 2 when no GPU is visible.
+# DMUON_GPU_PREBUILT=1 uses binaries already in bin/ instead of building
+# (their libnccl.so.2 must resolve here: see the ldd line in the log).
+# Exit: 0 when every step ran and passed; 1 when a step failed; 3 when none
+# failed but some were skipped (the log's summary names them and why); 2
+# when no GPU is visible.
 set -u
 cd "$(dirname "$0")/../.."
 out_dir=${OUT:-.}
@@ -23,7 +38,8 @@ mkdir -p "$out_dir"
 log="$out_dir/gpu.log"
 : > "$log"
 say() { echo "$*" | tee -a "$log"; }
-failed=0
+failed=0 skipped=0
+failed_names="" skipped_names=""
 step() {   # step NAME TIMEOUT_S CMD...
     local name=$1 limit=$2; shift 2
     say ""
@@ -32,8 +48,28 @@ step() {   # step NAME TIMEOUT_S CMD...
     timeout "$limit" "$@" >> "$log" 2>&1
     local rc=$?
     say "== $name: exit $rc after $(( $(date +%s) - t0 )) s"
-    [ "$rc" -eq 0 ] || failed=$((failed + 1))
+    if [ "$rc" -ne 0 ]; then
+        failed=$((failed + 1))
+        failed_names="$failed_names $name"
+    fi
     return $rc
+}
+skip() {   # skip NAME REASON
+    say ""
+    say "== $1: SKIPPED: $2"
+    skipped=$((skipped + 1))
+    skipped_names="$skipped_names $1"
+}
+# check NAME: a step that only greps the log (no command of its own)
+check() {  # check NAME DESCRIPTION CONDITION-CMD...
+    local name=$1 what=$2; shift 2
+    if "$@"; then
+        say "== $name: ok ($what)"
+    else
+        say "== $name: FAILED ($what)"
+        failed=$((failed + 1))
+        failed_names="$failed_names $name"
+    fi
 }
 
 say "dmuon GPU checks, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(uname -n)"
@@ -48,28 +84,41 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # 1. build: the whole project here, or binaries built with CUDA elsewhere
-# (DMUON_GPU_PREBUILT=1 with bin/ filled)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ "${DMUON_GPU_PREBUILT:-0}" = 1 ] && [ -x bin/dmuon-verify ]; then
     say "using prebuilt binaries in bin/ (DMUON_GPU_PREBUILT=1)"
-elif ! step build 150 make -j16 || ! grep -q 'CUDA: found' "$log"; then
+elif ! step build 240 make -j16 || ! grep -q 'CUDA: found' "$log"; then
     say "the build failed or found no CUDA (see $log); build on a machine with the"
     say "Debian packages of 'make deps' and the CUDA toolkit, copy bin/ here and rerun"
     say "with DMUON_GPU_PREBUILT=1 (the runtime libraries must be installed)"
     exit 1
 fi
+grep -E '^  (CUDA|NCCL):' "$log" | tail -n 2 | sed 's/^/   /'
+say "   libraries of dmuon-verify:"
+ldd bin/dmuon-verify 2>&1 | grep -E 'nccl|cublas|cudart|not found' | sed 's/^/     /' | tee -a "$log"
 V=(bin/dmuon-verify ns); B=(bin/dmuon-bench ns)
 
 shapes=256x1536,1536x1536,8960x1536,1536x8960   # Qwen2.5-1.5B Muon shapes
 
-# 2. numerics against the float64 reference (computed on the CPU)
+# 2. numerics against the float64 reference (computed on the CPU), with the
+#    norm extremes (every case of dmuon-verify ns runs 1e-39 and 1e38)
+norm_lines() {   # norm_lines FROM-LINE: "||X||_F = ... ok" lines after it
+    tail -n +"$1" "$log" | grep -cE 'ns [0-9]+x[0-9]+: \|\|X\|\|_F = (1e-39|1e\+38) ok'
+}
+small="64x64,32x96,96x32,1x37,37x1,33x97,256x1536"
+from=$(( $(wc -l < "$log") + 1 ))
 step verify-fp32-small 60 "${V[@]}" --device cuda
+check norms-fp32 "14 norm-extreme lines ok (7 shapes x 1e-39, 1e38)" \
+    test "$(norm_lines "$from")" -eq 14
+from=$(( $(wc -l < "$log") + 1 ))
 step verify-bf16-small 60 "${V[@]}" --device cuda --dtype bf16
-step verify-direct-small 60 "${V[@]}" --device cuda --variant direct-pe5 \
-    --shapes 64x64,32x96,96x32,1x37,37x1,33x97
+check norms-bf16 "14 norm-extreme lines ok (BF16)" test "$(norm_lines "$from")" -eq 14
+step verify-direct-small 60 "${V[@]}" --device cuda --variant direct-pe5 --shapes "$small"
+from=$(( $(wc -l < "$log") + 1 ))
 step verify-fp32-model 150 "${V[@]}" --device cuda --shapes 256x1536,1536x1536 \
     --inputs gaussian,lowrank
+check norms-model "4 norm-extreme lines ok (Qwen shapes)" test "$(norm_lines "$from")" -eq 4
 
 # 3. probe the model's distinct Muon shapes, then plan from those costs
 probe_args=(--device cuda --db "$tmp/c.sqlite" --warmup 5 --iters 20)
@@ -79,10 +128,79 @@ step probe-check 10 bin/dmuon-probe --check --db "$tmp/c.sqlite"
 step plan-from-gpu-costs 30 bin/dmuon-plan models/qwen2.5-1.5b.yaml --ranks 32 \
     --device cuda --db "$tmp/c.sqlite"
 
-# 4. Gram vs direct and the sgemm rate
-step bench-fp32 90 "${B[@]}" --device cuda --shapes "$shapes,4096x4096,1024x8192" --warmup 5 --iters 20
-step bench-bf16 60 "${B[@]}" --device cuda --dtype bf16 --shapes "$shapes" --warmup 5 --iters 20
+# 4. Gram vs direct, the GEMM rates, the kernel choices, the 1.2x target
+kdb="$tmp/k.sqlite"
+step bench-fp32 90 "${B[@]}" --device cuda --shapes "$shapes,4096x4096,1024x8192" \
+    --warmup 5 --iters 20 --db "$kdb"
+step bench-bf16-target 60 "${B[@]}" --device cuda --dtype bf16 --shapes "$shapes" \
+    --warmup 5 --iters 20 --db "$kdb" --target 1.2
+if command -v sqlite3 > /dev/null; then
+    say "   kernel choices stored (ns_kernel):"
+    sqlite3 -header -column "$kdb" 'SELECT device, dtype, s, k, kernel, kernel_ms, gemm_ms,
+        max_diff FROM ns_kernel ORDER BY dtype, s, k' 2>&1 | tee -a "$log" | sed 's/^/     /'
+    n_before=$(sqlite3 "$kdb" 'SELECT count(*) FROM ns_kernel' 2>/dev/null || echo 0)
+    check kernel-choices "kernel choices stored for fp32 and bf16" \
+        test "$(sqlite3 "$kdb" "SELECT count(DISTINCT dtype) FROM ns_kernel")" -eq 2
+    stamp=$(sqlite3 "$kdb" 'SELECT max(measured_at) FROM ns_kernel')
+    sleep 1
+    step bench-bf16-cached 60 "${B[@]}" --device cuda --dtype bf16 --shapes "$shapes" \
+        --warmup 2 --iters 5 --db "$kdb"
+    check kernel-cache "a second run reads the choices (no new measurement)" \
+        test "$(sqlite3 "$kdb" 'SELECT count(*) FROM ns_kernel')" -eq "$n_before" -a \
+             "$(sqlite3 "$kdb" 'SELECT max(measured_at) FROM ns_kernel')" = "$stamp"
+else
+    skip kernel-choices "sqlite3 not installed (make deps)"
+fi
+
+# 5. the operators on this one GPU, several ranks (LSA path)
+MPIRUN=(mpirun --oversubscribe --bind-to none -x NCCL_MULTI_RANK_GPU_ENABLE=1
+        -x OPENBLAS_NUM_THREADS=1 -x NCCL_DEBUG=${NCCL_DEBUG:-WARN})
+export NCCL_MULTI_RANK_GPU_ENABLE=1
+ops_args=(--sizes 2K,1M+6 --paths chain --deadline-ms 60000)
+probe_backend() {   # probe_backend B: 0 when B can run 2 ranks here
+    timeout 60 "${MPIRUN[@]}" -np 2 bin/dmuon-verify --backend "$1" --ranks-per-node 2 \
+        --op agv --sizes 2K --layouts rank --dtypes f32 --paths chain > "$tmp/probe.$1" 2>&1
+}
+for b in nccl-dev nccl; do
+    if probe_backend $b; then
+        say "   backend $b: runs 2 ranks on this GPU"
+        eval "have_${b//-/_}=1"
+    else
+        why=$(grep -m1 -E 'error' "$tmp/probe.$b" | sed 's/^.*error: //')
+        say "   backend $b: cannot run here: ${why:-see below}"
+        sed 's/^/     /' "$tmp/probe.$b" | head -n 20 >> "$log"
+        eval "have_${b//-/_}=0"
+        eval "why_${b//-/_}=\"\${why:-probe failed}\""
+    fi
+done
+for np in 2 4 8; do
+    if [ "$have_nccl_dev" = 1 ]; then
+        step "comm-nccl-dev-$np" 150 "${MPIRUN[@]}" -np $np bin/dmuon-verify --backend nccl-dev \
+            --ranks-per-node $np "${ops_args[@]}"
+    else
+        skip "comm-nccl-dev-$np" "$why_nccl_dev"
+    fi
+done
+for np in 2 4; do
+    if [ "$have_nccl" = 1 ]; then
+        step "comm-nccl-$np" 120 "${MPIRUN[@]}" -np $np bin/dmuon-verify --backend nccl \
+            --ranks-per-node $np "${ops_args[@]}"
+    else
+        skip "comm-nccl-$np" "$why_nccl"
+    fi
+done
+for b in nccl-dev nccl; do
+    v="have_${b//-/_}"
+    if [ "${!v}" = 1 ]; then
+        step "bench-ops-$b" 90 "${MPIRUN[@]}" -np 4 bin/dmuon-bench --backend $b \
+            --ranks-per-node 4 -b 64K -e 16M -f 4 -w 5 -n 10 --launches 2
+    else
+        skip "bench-ops-$b" "backend $b cannot run here"
+    fi
+done
 
 say ""
-say "== GPU checks: $failed step(s) failed; log: $log"
-[ "$failed" -eq 0 ]
+say "== GPU checks: $failed step(s) failed${failed_names:+ (${failed_names# })}, $skipped skipped${skipped_names:+ (${skipped_names# })}; log: $log"
+[ "$failed" -eq 0 ] || exit 1
+[ "$skipped" -eq 0 ] || exit 3
+exit 0

@@ -275,6 +275,46 @@ static void test_scale_invariance(void **state)
     free(x); free(xs); free(ref);
 }
 
+/* Inputs at the ends of FP32's range: ‖X‖_F = 1e-39 (every element
+ * subnormal) and 1e38 (the sum of squares far beyond FLT_MAX).  The result
+ * must follow the float64 SVD reference of that very input (the subnormal
+ * elements carry fewer bits, so it is not compared with the unscaled input),
+ * and equal the result of the same matrix rescaled to norm 1 in double. */
+static void test_norm_extremes(void **state)
+{
+    const int64_t shapes[2][2] = {{20, 52}, {52, 20}};   /* wide and tall (transposed) */
+    const double norms[2] = {1e-39, 1e38};
+    for (int sh = 0; sh < 2; sh++) {
+        const int64_t m = shapes[sh][0], n = shapes[sh][1];
+        float *x = gaussian(m, n, 11 + (unsigned)sh), *xe = malloc((size_t)(m * n) * sizeof *xe),
+              *xn = malloc((size_t)(m * n) * sizeof *xn);
+        assert_true(xe && xn);
+        double fro = 0.0;
+        for (int64_t i = 0; i < m * n; i++)
+            fro += (double)x[i] * x[i];
+        for (int k = 0; k < 2; k++) {
+            double fe = 0.0;
+            for (int64_t i = 0; i < m * n; i++) {
+                xe[i] = (float)(x[i] * (norms[k] / sqrt(fro)));
+                fe += (double)xe[i] * xe[i];
+            }
+            assert_true(fabs(sqrt(fe) / norms[k] - 1.0) < 1e-3);   /* the norm asked for */
+            if (k == 0)
+                assert_true(fabsf(xe[0]) < 1.17549435e-38f);          /* subnormal */
+            for (int64_t i = 0; i < m * n; i++)
+                xn[i] = (float)(xe[i] / sqrt(fe));
+            float *o = run_ns("gram-pe5", "fp32", xe, m, n);
+            float *on = run_ns("gram-pe5", "fp32", xn, m, n);
+            check_gains(xe, o, m, n, 0.719, 1.134, 1e-3, 1e-3);
+            if (max_rel(o, on, m * n) > 1e-5)
+                fail_msg("%lldx%lld at norm %g differs from norm 1 by %.3e", (long long)m,
+                         (long long)n, norms[k], max_rel(o, on, m * n));
+            free(o); free(on);
+        }
+        free(x); free(xe); free(xn);
+    }
+}
+
 static void test_zero_nan_inf(void **state)
 {
     const int64_t m = 7, n = 11;
@@ -364,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_numerics_shapes),
         cmocka_unit_test(test_numerics_inputs),
         cmocka_unit_test(test_scale_invariance),
+        cmocka_unit_test(test_norm_extremes),
         cmocka_unit_test(test_zero_nan_inf),
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_check_detects_wrong_output),

@@ -10,7 +10,12 @@
  * compared element by element; #wrong counts elements that differ by more
  * than 1e-2 of the largest element (FP32; BF16: 0.3, since BF16 rounding
  * leaves the weakest directions of a Gaussian input unresolved, see
- * dmuon-verify ns) and makes the exit code 1.
+ * dmuon-verify ns) and makes the exit code 1.  gram/op is the Gram time over
+ * its operation count at the GEMM rate of the NS's precision measured on the
+ * same product (BF16: cublasGemmEx on BF16 operands); --target F makes a
+ * shape with gram/op > F fail too (the paper's C.3 goal: F = 1.2).  The row
+ * names the kernels of the symmetric products (chosen per shape on a GPU,
+ * cached in --db's ns_kernel table).
  */
 #include <getopt.h>
 #include <math.h>
@@ -22,6 +27,7 @@
 #include "bench.h"
 #include "common/opt.h"
 #include "dmuon/timer.h"
+#include "dmuon/costdb.h"
 #include "dmuon/io.h"
 #include "dmuon/ns.h"
 #include "dmuon/probe.h"
@@ -46,6 +52,11 @@ static const char *usage_text =
     "  --iters I            timed calls per case (default cpu 3, cuda 20)\n"
     "  --max-elements N     skip shapes with more than N elements (default cpu 2^25,\n"
     "                       cuda unlimited); skipped shapes are listed\n"
+    "  --db PATH            cost database for the GPU's per-shape kernel choices (table\n"
+    "                       ns_kernel; without it they are measured once per run)\n"
+    "  --target F           fail (exit 1) a shape whose Gram time exceeds F times its\n"
+    "                       operation count at the measured GEMM rate of the NS's dtype\n"
+    "                       (bf16: cuBLAS GemmEx on BF16 operands; the gram/op column)\n"
     "  --json               machine-readable output on stdout\n"
     "  -h, --help           this text\n";
 
@@ -59,8 +70,10 @@ static int fail(dmuon_rc rc, const char *msg)
 
 typedef struct {
     int64_t m, n;
-    double gram_ms, direct_ms, sgemm_ms;
-    double gram_gflops, direct_gflops, sgemm_gflops;
+    double gram_ms, direct_ms, sgemm_ms, gemm_ms;
+    double gram_gflops, direct_gflops, sgemm_gflops, gemm_gflops;
+    double gram_over_op;      /* gram_ms / (its operation count at gemm_gflops) */
+    const char *kern_gram, *kern_square;
     int64_t wrong;
 } result;
 
@@ -71,7 +84,8 @@ static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int 
     const size_t count = (size_t)(m * n);
     float *host = malloc(count * sizeof *host), *h1 = malloc(count * sizeof *h1),
           *h2 = malloc(count * sizeof *h2);
-    double *t = malloc(3 * (size_t)iters * sizeof *t);
+    double *t = malloc(4 * (size_t)iters * sizeof *t);
+    const dmuon_dtype dt = dmuon_ns_get_opts(g)->dtype;
     float *x = NULL, *o1 = NULL, *o2 = NULL;
     if (!host || !h1 || !h2 || !t) {
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for a %lld x %lld case", (long long)m,
@@ -86,28 +100,35 @@ static dmuon_rc bench_shape(dmuon_ns *g, dmuon_ns *d, int64_t m, int64_t n, int 
     memset(r, 0, sizeof *r);
     r->m = m;
     r->n = n;
-    /* interleaved per iteration (Gram, direct, sgemm), so a change in the
-     * machine's load during the run affects all three alike */
+    /* interleaved per iteration (Gram, direct, sgemm, BF16 GEMM), so a
+     * change in the machine's load during the run affects all alike */
     const int64_t s = m < n ? m : n, l = m < n ? n : m;
+    DMUON_TRY_GOTO(rc, dmuon_ns_kernels(g, m, n, &r->kern_gram, &r->kern_square), done);
     for (int i = 0; i < warmup + iters; i++) {
-        double t0 = dmuon_now_ms(), one;
+        double t0 = dmuon_now_ms(), one, bf = 0.0;
         DMUON_TRY_GOTO(rc, dmuon_ns_run(g, x, m, n, o1), done);
         double t1 = dmuon_now_ms();
         DMUON_TRY_GOTO(rc, dmuon_ns_run(d, x, m, n, o2), done);
         double t2 = dmuon_now_ms();
         DMUON_TRY_GOTO(rc, dmuon_ns_time_sgemm(g, s, l, s, 0, 1, &one), done);
+        if (dt == DMUON_BF16)
+            DMUON_TRY_GOTO(rc, dmuon_ns_time_gemm(g, DMUON_BF16, s, l, s, 0, 1, &bf), done);
         if (i >= warmup) {
             t[i - warmup] = t1 - t0;
             t[iters + i - warmup] = t2 - t1;
             t[2 * iters + i - warmup] = one;
+            t[3 * iters + i - warmup] = dt == DMUON_BF16 ? bf : one;
         }
     }
     r->gram_ms = dmuon_median(t, (size_t)iters);
     r->direct_ms = dmuon_median(t + iters, (size_t)iters);
     r->sgemm_ms = dmuon_median(t + 2 * iters, (size_t)iters);
+    r->gemm_ms = dmuon_median(t + 3 * iters, (size_t)iters);
     r->gram_gflops = dmuon_ns_flops(dmuon_ns_get_opts(g), m, n) / (r->gram_ms * 1e6);
     r->direct_gflops = dmuon_ns_flops(dmuon_ns_get_opts(d), m, n) / (r->direct_ms * 1e6);
     r->sgemm_gflops = 2.0 * (double)s * (double)s * (double)l / (r->sgemm_ms * 1e6);
+    r->gemm_gflops = 2.0 * (double)s * (double)s * (double)l / (r->gemm_ms * 1e6);
+    r->gram_over_op = r->gram_ms * r->gemm_gflops * 1e6 / dmuon_ns_flops(dmuon_ns_get_opts(g), m, n);
     DMUON_TRY_GOTO(rc, dmuon_ns_mem_get(g, h1, o1, count), done);
     DMUON_TRY_GOTO(rc, dmuon_ns_mem_get(g, h2, o2, count), done);
     double big = 0.0;
@@ -152,7 +173,11 @@ int bench_ns_main(int argc, char **argv)
         {"device", required_argument, NULL, 'd'}, {"warmup", required_argument, NULL, 'w'},
         {"iters", required_argument, NULL, 'i'}, {"max-elements", required_argument, NULL, 'x'},
         {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'},
+        {"db", required_argument, NULL, 'D'}, {"target", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0}};
+    const char *db_path = NULL;
+    double target = -1.0;
+    dmuon_costdb *db = NULL;
     int64_t(*shapes)[2] = NULL;
     size_t n = 0;
     const char *set = "pe5", *dtype = "fp32";
@@ -161,7 +186,7 @@ int bench_ns_main(int argc, char **argv)
     bool json = false, have_model = false, have_shapes = false;
     static const char excl[] = "--model and --shapes exclude each other: give one";
     dmuon_device_kind dev = DMUON_DEVICE_CPU;
-    char msg[512];
+    char msg[512], *end = NULL;
     int c, code = 0;
     dmuon_rc rc = DMUON_OK;
     optind = 1;
@@ -228,6 +253,15 @@ int bench_ns_main(int argc, char **argv)
                 max_el = v;
             break;
         case 'j': json = true; break;
+        case 'D': db_path = optarg; break;
+        case 'T':
+            target = strtod(optarg, &end);
+            if (*end || !*optarg || !(target > 0.0)) {
+                snprintf(msg, sizeof msg, "--target '%s': expected a number > 0", optarg);
+                code = fail(DMUON_EINVAL, msg);
+                goto done;
+            }
+            break;
         case 'h': fputs(usage_text, stdout); goto done;
         default: fputs(usage_text, stderr); code = 2; goto done;
         }
@@ -275,6 +309,14 @@ int bench_ns_main(int argc, char **argv)
         code = fail(rc, dmuon_errmsg());
         goto done;
     }
+    if (db_path && (rc = dmuon_costdb_open(db_path, true, 30000, &db)) != DMUON_OK) {
+        dmuon_ns_free(g);
+        dmuon_ns_free(d);
+        code = fail(rc, dmuon_errmsg());
+        goto done;
+    }
+    dmuon_ns_set_costdb(g, db);
+    dmuon_ns_set_costdb(d, db);
     char device[128];
     if (dmuon_device_name(dev, device, sizeof device) != DMUON_OK)
         snprintf(device, sizeof device, "%s", dev == DMUON_DEVICE_CUDA ? "cuda" : "cpu");
@@ -298,10 +340,14 @@ int bench_ns_main(int argc, char **argv)
         if (go.dtype == DMUON_BF16)
             printf("# bf16: the sgemm reference is FP32; on GPUs whose BF16 products run on "
                    "tensor cores the fractions exceed 1\n");
-        printf("%-11s %11s %11s %8s %9s %9s %9s %9s %9s %7s\n", "shape", "gram_ms", "direct_ms",
-               "dir/gram", "gram_GF/s", "dir_GF/s", "sgemm_GF", "gram/sg", "dir/sg", "#wrong");
+        printf("# gemm_GF = GEMM rate at the NS's dtype on that product; gram/op = Gram time "
+               "over its operation count at that rate%s; kernels = X.X^T/R.R products\n",
+               target > 0 ? " (--target gates it)" : "");
+        printf("%-11s %11s %11s %8s %9s %9s %9s %9s %9s %9s %8s %-9s %7s\n", "shape", "gram_ms",
+               "direct_ms", "dir/gram", "gram_GF/s", "dir_GF/s", "sgemm_GF", "gram/sg", "dir/sg",
+               "gemm_GF", "gram/op", "kernels", "#wrong");
     }
-    int64_t wrong = 0;
+    int64_t wrong = 0, over = 0;
     for (size_t i = 0; i < n; i++) {
         const int64_t m = shapes[i][0], k = shapes[i][1];
         if (max_el >= 0 && m * k > max_el) {
@@ -325,6 +371,10 @@ int bench_ns_main(int argc, char **argv)
         if (rc != DMUON_OK)
             break;
         wrong += r.wrong;
+        const bool over_target = target > 0 && r.gram_over_op > target;
+        over += over_target;
+        char kernels[40];
+        snprintf(kernels, sizeof kernels, "%s/%s", r.kern_gram, r.kern_square);
         char shape[48];
         snprintf(shape, sizeof shape, "%lldx%lld", (long long)m, (long long)k);
         if (json) {
@@ -340,13 +390,20 @@ int bench_ns_main(int argc, char **argv)
             dmuon_json_kdouble(&w, "sgemm_gflops", r.sgemm_gflops);
             dmuon_json_kdouble(&w, "gram_fraction_of_sgemm", r.gram_gflops / r.sgemm_gflops);
             dmuon_json_kdouble(&w, "direct_fraction_of_sgemm", r.direct_gflops / r.sgemm_gflops);
+            dmuon_json_kdouble(&w, "gemm_gflops", r.gemm_gflops);
+            dmuon_json_kdouble(&w, "gram_over_op", r.gram_over_op);
+            dmuon_json_kstr(&w, "kernel_gram", r.kern_gram);
+            dmuon_json_kstr(&w, "kernel_square", r.kern_square);
+            if (target > 0)
+                dmuon_json_kbool(&w, "within_target", !over_target);
             dmuon_json_kint(&w, "wrong", r.wrong);
             dmuon_json_end_object(&w);
         } else {
-            printf("%-11s %11.3f %11.3f %8.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7lld\n", shape,
-                   r.gram_ms, r.direct_ms, r.direct_ms / r.gram_ms, r.gram_gflops,
-                   r.direct_gflops, r.sgemm_gflops, r.gram_gflops / r.sgemm_gflops,
-                   r.direct_gflops / r.sgemm_gflops, (long long)r.wrong);
+            printf("%-11s %11.3f %11.3f %8.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %-9s "
+                   "%7lld%s\n", shape, r.gram_ms, r.direct_ms, r.direct_ms / r.gram_ms,
+                   r.gram_gflops, r.direct_gflops, r.sgemm_gflops, r.gram_gflops / r.sgemm_gflops,
+                   r.direct_gflops / r.sgemm_gflops, r.gemm_gflops, r.gram_over_op, kernels,
+                   (long long)r.wrong, over_target ? "  OVER TARGET" : "");
         }
         fflush(stdout);
     }
@@ -358,6 +415,7 @@ int bench_ns_main(int argc, char **argv)
     }
     dmuon_ns_free(g);
     dmuon_ns_free(d);
+    dmuon_costdb_close(db);
     if (rc != DMUON_OK) {
         code = fail(rc, dmuon_errmsg());
         goto done;
@@ -365,6 +423,11 @@ int bench_ns_main(int argc, char **argv)
     if (wrong) {
         fprintf(stderr, "dmuon-bench: ns: %lld elements differ between Gram and direct NS\n",
                 (long long)wrong);
+        code = 1;
+    }
+    if (over) {
+        fprintf(stderr, "dmuon-bench: ns: %lld shape(s) over --target %g (Gram time / operation "
+                "count at the GEMM rate)\n", (long long)over, target);
         code = 1;
     }
 done:

@@ -328,6 +328,11 @@ static void usage(FILE *f)
 "      --launches N       launches, median taken (1 to 10000, default 5)\n"
 "      --ranks-per-node K virtual nodes of K consecutive ranks (with --plan,\n"
 "                         default: the plan's gpus_per_node)\n"
+"      --backend B        ours on mpi (default), nccl (NCCL host API, GPU) or\n"
+"                         nccl-dev (NCCL device API, GPU, one node); on a GPU\n"
+"                         backend ours and equal_length (ncclAllGather /\n"
+"                         ncclReduceScatter) run unless --lines says otherwise\n"
+"                         (per_owner and coalesced are MPI on host memory)\n"
 "      --dtype T          bf16 or f32 (default bf16)\n"
 "      --op OP            agv, rsv, publish or all (default all)\n"
 "      --layout L         node (one owner per node, lengths 1:2:3; default),\n"
@@ -378,7 +383,9 @@ int bench_ops_main(int argc, char **argv)
     dmuon_layout layout = DMUON_LAYOUT_NODE;
     char bad[640] = "";
     enum { O_LAUNCH = 256, O_RPN, O_DTYPE, O_OP, O_LAYOUT, O_LINES, O_PATH, O_CHUNK, O_DEAD,
-           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS, O_JSONF };
+           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS, O_JSONF, O_BACKEND };
+    dmuon_backend backend = DMUON_BACKEND_MPI;
+    int lines_given = 0;
     static const struct option opts[] = {
         {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
         {"stepfactor", required_argument, 0, 'f'}, {"warmup", required_argument, 0, 'w'},
@@ -391,6 +398,7 @@ int bench_ops_main(int argc, char **argv)
         {"plan", required_argument, 0, O_PLAN},
         {"replay-publish", required_argument, 0, O_REPLAY}, {"rail", required_argument, 0, O_RAIL},
         {"fp32-accum", no_argument, 0, O_FP32}, {"layers", required_argument, 0, O_LAYERS},
+        {"backend", required_argument, 0, O_BACKEND},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     /* flags given, for the --plan conflicts and the replay defaults */
@@ -458,6 +466,10 @@ int bench_ops_main(int argc, char **argv)
             if (dmuon_topo_parse_per_node(optarg, &per_node) != DMUON_OK)
                 snprintf(bad, sizeof bad, "--ranks-per-node: %s", dmuon_errmsg());
             break;
+        case O_BACKEND:
+            if (dmuon_backend_parse(optarg, &backend) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--backend: %s", dmuon_errmsg());
+            break;
         case O_DTYPE:
             if (dmuon_dtype_parse(optarg, &o.dtype) != DMUON_OK ||
                 (o.dtype != DMUON_BF16 && o.dtype != DMUON_F32))
@@ -476,6 +488,7 @@ int bench_ops_main(int argc, char **argv)
             break;
         case O_LINES: {
             o.lines = 0;
+            lines_given = 1;
             char buf[128];
             snprintf(buf, sizeof buf, "%s", optarg);
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -599,6 +612,16 @@ int bench_ops_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     dmuon_err_set_rank(t.rank);
+    t.backend = backend;
+    if ((rc = dmuon_backend_check(backend)) != DMUON_OK) {   /* the same on every rank */
+        if (wrank == 0)
+            fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
+        dmuon_topo_release(&t);
+        MPI_Finalize();
+        return dmuon_rc_exit_code(rc);
+    }
+    if (backend != DMUON_BACKEND_MPI && !lines_given)
+        o.lines = 1 | 8;   /* ours and equal_length (NCCL's primitives on the GPU) */
     if (!o.plan && !o.replay_publish) {
         char what[160];
         if (tool_check_host_memory(t.world, o.maxb, 2, "-e", what, sizeof what)) {

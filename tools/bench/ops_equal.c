@@ -3,6 +3,10 @@
  * the same total, cut into N equal blocks (MPI_Allgather,
  * MPI_Reduce_scatter_block; BF16 through the user-defined sum).  A reference
  * for what regular layouts cost; publish has no equal-length counterpart.
+ * On a GPU backend (nccl, nccl-dev) the same primitives are NCCL's
+ * (ncclAllGather, ncclReduceScatter) on symmetric GPU memory
+ * (dmuon_allgather_equal, dmuon_reduce_scatter_equal), filled and checked
+ * through host copies.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +18,8 @@ typedef struct {
     dmuon_dtype dt;
     int64_t block;            /* bytes (AGV) or elements (RSV) per rank */
     unsigned char *send, *recv;
+    dmuon_symm *mem;          /* GPU backends: [send | recv] on the device */
+    int64_t send_bytes, recv_off, recv_bytes;
 } eq_state;
 
 static int eq_supports(const bench_case *c)
@@ -55,6 +61,21 @@ static dmuon_rc eq_setup(const bench_case *c, void **out)
         for (int b = 0; b < t->size; b++)
             for (int64_t k = 0; k < be; k++)
                 bench_store(s->dt, s->send, b * be + k, bench_rsv_val(t->rank, b, k));
+    if (t->backend != DMUON_BACKEND_MPI) {
+        s->send_bytes = (int64_t)(c->op == OP_AGV ? one : all);
+        s->recv_bytes = (int64_t)(c->op == OP_AGV ? all : one);
+        s->recv_off = (s->send_bytes + 4095) / 4096 * 4096;
+        dmuon_rc rc = dmuon_symm_alloc(t, s->recv_off + s->recv_bytes, &s->mem);
+        if (rc == DMUON_OK)
+            rc = dmuon_symm_put(s->mem, 0, s->send, s->send_bytes);
+        if (rc != DMUON_OK) {
+            dmuon_symm_free(s->mem);
+            free(s->send);
+            free(s->recv);
+            free(s);
+            return rc;
+        }
+    }
     *out = s;
     return DMUON_OK;
 }
@@ -64,6 +85,11 @@ static dmuon_rc eq_run(void *st)
     eq_state *s = st;
     const bench_case *c = s->c;
     int rc;
+    if (s->mem)
+        return c->op == OP_AGV
+                   ? dmuon_allgather_equal(s->mem, 0, s->recv_off, s->block, c->gopts.deadline_ms)
+                   : dmuon_reduce_scatter_equal(s->mem, 0, s->recv_off, s->block, s->dt,
+                                                c->gopts.deadline_ms);
     if (c->op == OP_AGV)
         rc = MPI_Allgather(s->send, (int)s->block, MPI_BYTE, s->recv, (int)s->block, MPI_BYTE,
                            c->topo->world);
@@ -78,6 +104,8 @@ static int64_t eq_check(void *st)
     eq_state *s = st;
     const dmuon_topo *t = s->c->topo;
     int64_t bad = 0;
+    if (s->mem && dmuon_symm_get(s->mem, s->recv_off, s->recv, s->recv_bytes) != DMUON_OK)
+        return s->recv_bytes;   /* could not read the result back: count it all wrong */
     if (s->c->op == OP_AGV) {
         for (int r = 0; r < t->size; r++)
             for (int64_t k = 0; k < s->block; k++)
@@ -94,6 +122,7 @@ static void eq_teardown(void *st)
     eq_state *s = st;
     if (!s)
         return;
+    dmuon_symm_free(s->mem);
     free(s->send);
     free(s->recv);
     free(s);

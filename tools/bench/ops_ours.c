@@ -14,13 +14,30 @@ typedef struct {
     dmuon_symm *mem;          /* the group's or the publish's memory */
     dmuon_group *g;
     dmuon_group_span sp;
-    unsigned char *buf, *win; /* this rank's layer buffer and owner window */
+    unsigned char *buf, *win; /* this rank's layer buffer and owner window (a host
+                                 copy when the memory is on the GPU) */
+    unsigned char *host;      /* that host copy of the span (GPU backends) */
     dmuon_publish *p;
     dmuon_segment *params;
     int64_t step;
 } ours_state;
 
-static int ours_supports(const bench_case *c) { return 1; }
+/* publish runs on the MPI backend only */
+static int ours_supports(const bench_case *c)
+{
+    return c->op != OP_PUB || c->topo->backend == DMUON_BACKEND_MPI;
+}
+
+/* Host copy ↔ GPU of the layer buffer and owner window (no-op on host memory). */
+static dmuon_rc ours_stage(ours_state *s, int in)
+{
+    const int64_t off[2] = {s->sp.buffer_offset, s->sp.window_offset};
+    const int64_t len[2] = {dmuon_group_buffer_bytes(s->g), dmuon_group_window_bytes(s->g)};
+    for (int i = 0; i < 2 && s->host; i++)
+        DMUON_TRY(in ? dmuon_symm_put(s->mem, off[i], s->host + off[i], len[i])
+                     : dmuon_symm_get(s->mem, off[i], s->host + off[i], len[i]));
+    return DMUON_OK;
+}
 
 static dmuon_rc ours_setup(const bench_case *c, void **out)
 {
@@ -53,6 +70,14 @@ static dmuon_rc ours_setup(const bench_case *c, void **out)
         DMUON_TRY_GOTO(rc, dmuon_group_create(t, c->segs, c->n, &c->gopts, s->mem,
                                               s->sp.ctrl_offset, &s->g), fail);
         unsigned char *base = dmuon_symm_base(s->mem);
+        if (dmuon_symm_on_device(s->mem)) {
+            s->host = calloc(1, (size_t)s->sp.bytes);
+            if (!s->host) {
+                rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for the host copy");
+                goto fail;
+            }
+            base = s->host;
+        }
         unsigned char *buf = s->buf = base + s->sp.buffer_offset;
         unsigned char *win = s->win = base + s->sp.window_offset;
         for (int i = 0; i < c->n; i++) {
@@ -66,12 +91,14 @@ static dmuon_rc ours_setup(const bench_case *c, void **out)
                     bench_store(g->dtype, buf + g->offset, k, bench_rsv_val(t->rank, i, k));
             }
         }
+        DMUON_TRY_GOTO(rc, ours_stage(s, 1), fail);
     }
     *out = s;
     return DMUON_OK;
 fail:
     dmuon_symm_free(s->mem);
     free(s->params);
+    free(s->host);
     free(s);
     return rc;
 }
@@ -115,6 +142,8 @@ static int64_t ours_check(void *st)
                     bad += copy[s->params[i].offset + k] != bench_agv_byte(i, k);
         return bad;
     }
+    if (ours_stage(s, 0) != DMUON_OK)
+        return 1 + c->n;   /* the results could not be read back: all wrong */
     const unsigned char *buf = s->buf, *win = s->win;
     for (int i = 0; i < c->n; i++) {
         const dmuon_segment *g = &c->segs[i];
@@ -139,6 +168,7 @@ static void ours_teardown(void *st)
     dmuon_publish_free(s->p);
     dmuon_symm_free(s->mem);
     free(s->params);
+    free(s->host);
     free(s);
 }
 

@@ -20,7 +20,17 @@ dmuon_rc dmuon_ns_cuda_create(int device_index, dmuon_ns_cuda **out)
 }
 void dmuon_ns_cuda_free(dmuon_ns_cuda *c) {}
 dmuon_rc dmuon_ns_cuda_run(dmuon_ns_cuda *c, const dmuon_ns_opts *o, const float *dev_x,
-                           int64_t m, int64_t n, float *dev_out)
+                           int64_t m, int64_t n, float *dev_out, const int kern[2])
+{
+    return NO_CUDA_NS;
+}
+dmuon_rc dmuon_ns_cuda_measure_sym(void *ctx, dmuon_dtype dtype, int64_t s, int64_t k,
+                                   dmuon_kernel_row *row)
+{
+    return NO_CUDA_NS;
+}
+dmuon_rc dmuon_ns_cuda_gemm_bf16(dmuon_ns_cuda *c, int p, int q, int k, const float *dev_a,
+                                 const float *dev_b, float *dev_c)
 {
     return NO_CUDA_NS;
 }

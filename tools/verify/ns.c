@@ -5,7 +5,8 @@
  * Per shape and input kind it runs the chosen variant and reports the gains
  * of the input's singular directions, the Gram-vs-direct difference and the
  * scale invariance; per shape it checks that a zero input gives a zero
- * output and that NaN/Inf inputs are refused.  The SVD reference costs
+ * output, that NaN/Inf inputs are refused and that inputs with ‖X‖_F = 1e-39
+ * and 1e38 give the output of the same matrix at norm 1.  The SVD reference costs
  * O(m·n·min(m,n)) on the CPU, so shapes above --max-elements are listed as
  * skipped and every case announces itself on stderr.  Exit 0 when every
  * check passes, 1 when one fails, 2 on bad usage, 3 on a runtime error.
@@ -31,7 +32,8 @@ static const char *usage_text =
     "(its singular value along that direction) must lie in the coefficients' band around 1;\n"
     "every gain must match the scalar polynomial map; Gram and direct NS must agree;\n"
     "1e-9 and 1e+6 scaled inputs must give the same output; zero in gives zero out;\n"
-    "NaN/Inf in is an error.\n"
+    "NaN/Inf in is an error; inputs with ||X||_F = 1e-39 (subnormal) and 1e38 must give\n"
+    "the output of the same matrix at norm 1.\n"
     "\n"
     "The float64 SVD reference runs on the CPU whatever --device says and costs\n"
     "O(m*n*min(m,n)) per case (a 1536x8960 case takes minutes), hence --max-elements.\n"
@@ -189,7 +191,64 @@ done:
     return rc;
 }
 
-/* Zero in → zero out; NaN / Inf in → DMUON_ENUMERIC.  Returns runtime rc. */
+/* Inputs at the ends of FP32's range, ‖X‖_F = 1e-39 (subnormal elements)
+ * and 1e38 (sum of squares beyond FLT_MAX): NS must succeed and equal NS of
+ * the same matrix rescaled to norm 1 in double, within the scale tolerance
+ * (BF16: NORM_BF16, the rounding of a few elements to BF16 may flip).
+ * Uses the caller's buffers x, o (count floats each) and two of its own. */
+#define NORM_BF16 0.1
+static dmuon_rc check_norms(run_state *st, int64_t m, int64_t n, float *x, float *o,
+                            int *bad_special)
+{
+    dmuon_rc rc = DMUON_OK;
+    const size_t count = (size_t)(m * n);
+    const double norms[2] = {1e-39, 1e38};
+    const double gate = st->opts->dtype == DMUON_BF16 ? NORM_BF16 : st->tol.scale;
+    float *xn = malloc(count * sizeof *xn), *on = malloc(count * sizeof *on);
+    if (!xn || !on) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int k = 0; k < 2; k++) {
+        DMUON_TRY_GOTO(rc, dmuon_ns_test_input(DMUON_NS_INPUT_GAUSSIAN, m, n, 7, x), done);
+        double fro = 0.0, fe = 0.0;
+        for (size_t j = 0; j < count; j++)
+            fro += (double)x[j] * x[j];
+        for (size_t j = 0; j < count; j++) {
+            x[j] = (float)(x[j] * (norms[k] / sqrt(fro)));
+            fe += (double)x[j] * x[j];
+        }
+        for (size_t j = 0; j < count; j++)
+            xn[j] = (float)(x[j] / sqrt(fe));
+        DMUON_TRY_GOTO(rc, dmuon_ns_run_host(st->ns, xn, m, n, on), done);
+        dmuon_rc r = dmuon_ns_run_host(st->ns, x, m, n, o);
+        const double d = r == DMUON_OK ? max_rel_diff(o, on, count) : INFINITY;
+        st->checks++;
+        if (r != DMUON_OK || !(d <= gate)) {
+            st->failed++;
+            (*bad_special)++;
+            if (r != DMUON_OK)
+                fprintf(stderr, "dmuon-verify: ns %lldx%lld: the input with ||X||_F = %g gave "
+                        "'%s': %s\n", (long long)m, (long long)n, norms[k], dmuon_rc_name(r),
+                        dmuon_errmsg());
+            else
+                fprintf(stderr, "dmuon-verify: ns %lldx%lld: the input with ||X||_F = %g "
+                        "differs from the same matrix at norm 1 by %.3e (gate %g)\n",
+                        (long long)m, (long long)n, norms[k], d, gate);
+            dmuon_err_clear();
+        } else {
+            fprintf(stderr, "dmuon-verify: ns %lldx%lld: ||X||_F = %g ok (%.2e from norm 1)\n",
+                    (long long)m, (long long)n, norms[k], d);
+        }
+    }
+done:
+    free(xn);
+    free(on);
+    return rc;
+}
+
+/* Zero in → zero out; NaN / Inf in → DMUON_ENUMERIC; the norm extremes of
+ * check_norms.  Returns runtime rc. */
 static dmuon_rc check_special(run_state *st, int64_t m, int64_t n, int *bad_special)
 {
     dmuon_rc rc = DMUON_OK;
@@ -228,6 +287,7 @@ static dmuon_rc check_special(run_state *st, int64_t m, int64_t n, int *bad_spec
         }
         dmuon_err_clear();
     }
+    DMUON_TRY_GOTO(rc, check_norms(st, m, n, x, o, bad_special), done);
 done:
     free(x);
     free(o);
@@ -454,7 +514,7 @@ int verify_ns_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     if (!json) {
-        printf("# %d checks, %d failed (zero/NaN/Inf checks: %d failed)\n", st.checks, st.failed,
+        printf("# %d checks, %d failed (zero/NaN/Inf/norm-extreme checks: %d failed)\n", st.checks, st.failed,
                bad_special);
         if (nskipped)
             printf("# %zu shape%s skipped (more than --max-elements %lld elements)\n", nskipped,

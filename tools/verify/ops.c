@@ -75,6 +75,9 @@ static void usage(FILE *f)
 "ring-order reduction; publish delivers every parameter with its step flag.\n"
 "Prints one summary line \"N passed, M failed\"; exit 1 if any check failed.\n"
 "\n"
+"  --backend B          mpi (default), nccl (NCCL host API, GPU) or nccl-dev\n"
+"                       (NCCL device API kernels, GPU; one node); publish runs\n"
+"                       on mpi only\n"
 "  --ranks-per-node K   virtual nodes of K consecutive ranks (default:\n"
 "                       $DMUON_RANKS_PER_NODE, else one node per host)\n"
 "  --op OP              agv, rsv, publish or all (default all)\n"
@@ -128,7 +131,8 @@ int verify_ops_main(int argc, char **argv)
     char sizes_s[256] = "2K,96K,1M+6", layouts_s[128] = "node,rank,sparse,tiny";
     char dtypes_s[64] = "bf16,f32", paths_s[64] = "auto,chain", op_s[32] = "all";
     enum { O_RPN = 256, O_OP, O_SIZES, O_LAYOUTS, O_DTYPES, O_PATHS, O_CHUNK, O_SLOTS,
-           O_STEPS, O_DEADLINE, O_FAULT, O_JSON };
+           O_STEPS, O_DEADLINE, O_FAULT, O_JSON, O_BACKEND };
+    dmuon_backend backend = DMUON_BACKEND_MPI;
     static const struct option opts[] = {
         {"ranks-per-node", required_argument, 0, O_RPN}, {"op", required_argument, 0, O_OP},
         {"sizes", required_argument, 0, O_SIZES}, {"layouts", required_argument, 0, O_LAYOUTS},
@@ -137,6 +141,7 @@ int verify_ops_main(int argc, char **argv)
         {"steps", required_argument, 0, O_STEPS}, {"deadline-ms", required_argument, 0, O_DEADLINE},
         {"fault", required_argument, 0, O_FAULT}, {"verbose", no_argument, 0, 'v'},
         {"json", no_argument, 0, O_JSON},
+        {"backend", required_argument, 0, O_BACKEND},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     char bad[300] = "";
@@ -162,6 +167,10 @@ int verify_ops_main(int argc, char **argv)
                 snprintf(bad, sizeof bad, "--ranks-per-node: %s", dmuon_errmsg());
             break;
         case O_OP: snprintf(op_s, sizeof op_s, "%s", optarg); break;
+        case O_BACKEND:
+            if (dmuon_backend_parse(optarg, &backend) != DMUON_OK)
+                snprintf(bad, sizeof bad, "--backend: %s", dmuon_errmsg());
+            break;
         case O_SIZES: snprintf(sizes_s, sizeof sizes_s, "%s", optarg); break;
         case O_LAYOUTS: snprintf(layouts_s, sizeof layouts_s, "%s", optarg); break;
         case O_DTYPES: snprintf(dtypes_s, sizeof dtypes_s, "%s", optarg); break;
@@ -286,6 +295,14 @@ int verify_ops_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     dmuon_err_set_rank(c.topo.rank);
+    c.topo.backend = backend;
+    if ((rc = dmuon_backend_check(backend)) != DMUON_OK) {   /* the same on every rank */
+        if (c.topo.rank == 0)
+            fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
+        dmuon_topo_release(&c.topo);
+        MPI_Finalize();
+        return dmuon_rc_exit_code(rc);
+    }
     if (c.fault_rank >= c.topo.size) {
         if (wrank == 0)
             fprintf(stderr, "dmuon-verify: error: --fault: rank %d is not one of the %d ranks\n",
@@ -321,9 +338,10 @@ int verify_ops_main(int argc, char **argv)
         dup2(2, 1);
     }
     if (c.topo.rank == 0)
-        fprintf(stderr, "dmuon-verify: %d rank%s as %d node%s x %d%s\n", c.topo.size,
+        fprintf(stderr, "dmuon-verify: %d rank%s as %d node%s x %d%s, backend %s\n", c.topo.size,
                 c.topo.size == 1 ? "" : "s", c.topo.nodes, c.topo.nodes == 1 ? "" : "s",
-                c.topo.per_node, c.topo.virtual_nodes ? " (virtual nodes)" : "");
+                c.topo.per_node, c.topo.virtual_nodes ? " (virtual nodes)" : "",
+                dmuon_backend_name(backend));
     int skipped = 0, tried = 0;
 
     for (int o = 0; o < nops && rc == DMUON_OK; o++)
@@ -332,6 +350,12 @@ int verify_ops_main(int argc, char **argv)
                 for (int d = 0; d < ndtypes && rc == DMUON_OK; d++) {
                     if (ops[o] == &verify_op_publish && (d > 0 || s > 1))
                         continue;   /* publish moves bytes: one type, two sizes suffice */
+                    if (ops[o] == &verify_op_publish && backend != DMUON_BACKEND_MPI) {
+                        if (c.topo.rank == 0 && l == 0 && s == 0)
+                            printf("skip publish: not built on the %s backend\n",
+                                   dmuon_backend_name(backend));
+                        continue;
+                    }
                     dmuon_segment *segs = NULL;
                     int n = 0;
                     tried++;

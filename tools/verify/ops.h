@@ -52,11 +52,18 @@ typedef struct {
     dmuon_symm *mem;
     dmuon_group *g;
     dmuon_group_span sp;
-    unsigned char *buf, *win;   /* this rank's layer buffer and owner window */
+    unsigned char *buf, *win;   /* this rank's layer buffer and owner window (host
+                                   memory: on a GPU backend, copies of the device's) */
+    unsigned char *host;        /* the host copy of the span (GPU backends only) */
 } vgroup;
 dmuon_rc vgroup_open(vctx *c, const dmuon_segment *segs, int n, const dmuon_group_opts *o,
                      vgroup *v);
 void vgroup_close(vgroup *v);
+/* The operators on a vgroup: on device memory the layer buffer and the
+ * owner window are copied from buf/win to the GPU before the call and back
+ * after it, so cases read and write buf/win alike on every backend. */
+dmuon_rc vgroup_allgatherv(vgroup *v);
+dmuon_rc vgroup_reduce_scatterv(vgroup *v);
 
 /* Deterministic 64-bit mix of (seed, a, b): splitmix64 finalizer. */
 uint64_t vhash(uint64_t seed, uint64_t a, uint64_t b);

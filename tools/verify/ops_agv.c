@@ -30,7 +30,7 @@ static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *l
                     win[segs[i].window_offset + k] = pattern(rep, i, k);
             }
         vctx_fault_point(c);
-        DMUON_TRY_GOTO(rc, dmuon_allgatherv(v.g, v.sp.buffer_offset, v.sp.window_offset), done);
+        DMUON_TRY_GOTO(rc, vgroup_allgatherv(&v), done);
         int64_t bad = 0, bad_win = 0;
         for (int i = 0; i < n; i++) {
             int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);

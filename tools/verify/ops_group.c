@@ -3,6 +3,7 @@
  * group over symmetric memory of its own (control area, layer buffer, owner
  * window; dmuon_group_span_of).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops.h"
@@ -18,6 +19,16 @@ dmuon_rc vgroup_open(vctx *c, const dmuon_segment *segs, int n, const dmuon_grou
     DMUON_TRY_GOTO(rc, dmuon_group_create(&c->topo, segs, n, o, v->mem, v->sp.ctrl_offset,
                                           &v->g), fail);
     unsigned char *base = dmuon_symm_base(v->mem);
+    if (dmuon_symm_on_device(v->mem)) {   /* GPU memory: cases work on a host copy */
+        v->host = calloc(1, (size_t)v->sp.bytes);
+        if (!v->host) {
+            rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for the host copy of a group");
+            dmuon_group_free(v->g);
+            v->g = NULL;
+            goto fail;
+        }
+        base = v->host;
+    }
     v->buf = base + v->sp.buffer_offset;
     v->win = base + v->sp.window_offset;
     return DMUON_OK;
@@ -31,5 +42,31 @@ void vgroup_close(vgroup *v)
 {
     dmuon_group_free(v->g);
     dmuon_symm_free(v->mem);
+    free(v->host);
     memset(v, 0, sizeof *v);
+}
+
+/* Host copy ↔ device for the layer buffer and the owner window. */
+static dmuon_rc stage(vgroup *v, int in)
+{
+    const int64_t off[2] = {v->sp.buffer_offset, v->sp.window_offset};
+    const int64_t len[2] = {dmuon_group_buffer_bytes(v->g), dmuon_group_window_bytes(v->g)};
+    for (int i = 0; i < 2 && v->host; i++)
+        DMUON_TRY(in ? dmuon_symm_put(v->mem, off[i], v->host + off[i], len[i])
+                     : dmuon_symm_get(v->mem, off[i], v->host + off[i], len[i]));
+    return DMUON_OK;
+}
+
+dmuon_rc vgroup_allgatherv(vgroup *v)
+{
+    DMUON_TRY(stage(v, 1));
+    DMUON_TRY(dmuon_allgatherv(v->g, v->sp.buffer_offset, v->sp.window_offset));
+    return stage(v, 0);
+}
+
+dmuon_rc vgroup_reduce_scatterv(vgroup *v)
+{
+    DMUON_TRY(stage(v, 1));
+    DMUON_TRY(dmuon_reduce_scatterv(v->g, v->sp.buffer_offset, v->sp.window_offset));
+    return stage(v, 0);
 }

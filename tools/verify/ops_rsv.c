@@ -113,8 +113,9 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
     }
     memset(win, 0xcd, (size_t)dmuon_group_window_bytes(v.g));
     vctx_fault_point(c);
-    DMUON_TRY_GOTO(rc, dmuon_reduce_scatterv(v.g, v.sp.buffer_offset, v.sp.window_offset),
-                   done);
+    DMUON_TRY_GOTO(rc, vgroup_reduce_scatterv(&v), done);
+    /* the nccl backend sums in NCCL's order: only order-free inputs compare */
+    const int nccl_order = t->backend == DMUON_BACKEND_NCCL;
 
     int64_t bad = 0, bad_in = 0;
     double worst = 0, worst_ring = 0;
@@ -150,20 +151,27 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
             uint32_t a, b;
             memcpy(&a, &got, 4);
             memcpy(&b, &want, 4);
-            bad += a != b;
+            bad += a != b && !(kind == IN_RANDOM && nccl_order);
         }
     }
     char what[200];
     snprintf(what, sizeof what, "%s inputs%s: owners hold the %s bit for bit (%lld wrong here)",
              in_names[kind], fp32acc ? ", fp32 accumulation" : "",
              kind == IN_RANDOM ? "documented-order sum" : "exact sum", (long long)bad);
-    vctx_check(c, bad == 0, label, what);
+    if (kind == IN_RANDOM && nccl_order) {
+        if (t->rank == 0 && c->verbose)
+            printf("info %s: random inputs: NCCL's reduction order, not compared bit for bit\n",
+                   label);
+    } else {
+        vctx_check(c, bad == 0, label, what);
+    }
     vctx_check(c, bad_in == 0, label, "layer buffers are left unchanged");
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         total += segs[i].count;
     /* the error comparison needs enough elements to mean something */
-    if (kind == IN_RANDOM && segs[0].dtype == DMUON_BF16 && !fp32acc && total >= 1000) {
+    if (kind == IN_RANDOM && segs[0].dtype == DMUON_BF16 && !fp32acc && total >= 1000 &&
+        !nccl_order) {
         MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, t->world);
         MPI_Allreduce(MPI_IN_PLACE, &worst_ring, 1, MPI_DOUBLE, MPI_MAX, t->world);
         if (worst > c->worst_ours)
@@ -197,7 +205,8 @@ static dmuon_rc rsv_run(vctx *c, const dmuon_segment *segs, int n, const char *l
 {
     for (int kind = 0; kind < IN_COUNT; kind++)
         DMUON_TRY(one(c, segs, n, label, kind, 0));
-    if (n > 0 && segs[0].dtype == DMUON_BF16)
+    /* FP32 accumulation: not offered by the nccl backend */
+    if (n > 0 && segs[0].dtype == DMUON_BF16 && c->topo.backend != DMUON_BACKEND_NCCL)
         DMUON_TRY(one(c, segs, n, label, IN_RANDOM, 1));
     return DMUON_OK;
 }

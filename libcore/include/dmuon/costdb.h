@@ -20,7 +20,9 @@
 
 #include "dmuon/rc.h"
 
-#define DMUON_COSTDB_VERSION 1
+/* Schema versions: 1 ns_cost; 2 adds ns_kernel (read-only databases of
+ * version 1 still serve ns_cost lookups; their kernel lookups miss). */
+#define DMUON_COSTDB_VERSION 2
 
 typedef struct dmuon_costdb dmuon_costdb;
 
@@ -83,6 +85,32 @@ dmuon_rc dmuon_costdb_get(dmuon_costdb *db, const char *device, const char *vari
  * Errors: DMUON_EDB. */
 dmuon_rc dmuon_costdb_each(dmuon_costdb *db, const char *device,
                            int (*fn)(const dmuon_cost_row *row, void *ctx), void *ctx);
+
+/* ------------------------------------------------- NS kernel choices -- */
+
+/* The kernel chosen for C = A·Aᵀ (A s x k row-major as NS stores it, C s x s)
+ * on one GPU model and product precision (table ns_kernel). */
+typedef struct {
+    char device[128];       /* "cuda: <GPU name>" */
+    char dtype[8];          /* "fp32" | "bf16" */
+    int64_t s, k;
+    char kernel[16];        /* dmuon_ns_sym_kernel_name: "syrk" | "gemm" | "tri" */
+    double kernel_ms, gemm_ms;   /* one timed call each, milliseconds */
+    double max_diff;        /* max |C − C_gemm| / max |C_gemm| */
+    char libraries[128];
+    char measured_at[32];   /* filled by put_kernel when empty */
+} dmuon_kernel_row;
+
+/* Inserts or replaces one choice (one transaction).  Errors: DMUON_EINVAL
+ * (s or k <= 0, empty device/dtype/kernel, negative or non-finite figure),
+ * DMUON_EIO (read-only database), DMUON_EDB. */
+dmuon_rc dmuon_costdb_put_kernel(dmuon_costdb *db, const dmuon_kernel_row *row);
+
+/* Looks one choice up.  Returns DMUON_OK and fills *row, or DMUON_ENOTFOUND
+ * (no message recorded; also for a read-only version-1 database without the
+ * table), or DMUON_EDB. */
+dmuon_rc dmuon_costdb_get_kernel(dmuon_costdb *db, const char *device, const char *dtype,
+                                 int64_t s, int64_t k, dmuon_kernel_row *row);
 
 /* Runs PRAGMA integrity_check; DMUON_OK if it answers "ok", else DMUON_ECHECK
  * with the first problem in the message. */

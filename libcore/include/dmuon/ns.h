@@ -34,7 +34,8 @@
  *   user  any list of 1..DMUON_NS_MAX_STEPS tuples.
  *
  * Precision (dtype): "fp32" — every product in FP32 (OpenBLAS ssyrk for the
- * symmetric products X·Xᵀ and R·R, sgemm otherwise; cuBLAS Ssyrk/Sgemm).
+ * symmetric products X·Xᵀ and R·R, sgemm otherwise; on CUDA the symmetric
+ * products use the kernel chosen per shape, see dmuon_ns_set_costdb).
  * "bf16" — every product's inputs are rounded to BF16 (round to nearest even)
  * and accumulated and stored in FP32, which is the GPU path's mixed
  * precision (cuBLAS GemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F).
@@ -60,6 +61,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dmuon/costdb.h"
 #include "dmuon/device.h"
 #include "dmuon/rc.h"
 #include "dmuon/types.h"
@@ -161,6 +163,22 @@ void dmuon_ns_free(dmuon_ns *ns);
 dmuon_device_kind dmuon_ns_device(const dmuon_ns *ns);
 const dmuon_ns_opts *dmuon_ns_get_opts(const dmuon_ns *ns);
 
+/* Attaches the cost database whose ns_kernel table caches, per GPU model,
+ * which kernel computes the symmetric products of each shape (paper C.3:
+ * cuBLAS SYRK, cuBLAS GEMM or the block-triangular batched GEMM, each checked
+ * against GEMM and timed once on the shape's first use).  Without a database
+ * the choice is made once per context.  db is borrowed: it must stay open
+ * until dmuon_ns_free or until replaced (NULL detaches).  CPU contexts
+ * always use OpenBLAS ssyrk and ignore it. */
+void dmuon_ns_set_costdb(dmuon_ns *ns, dmuon_costdb *db);
+
+/* The kernels the context uses for an m x n input's symmetric products
+ * X·Xᵀ (*gram) and R·R (*square): "syrk", "gemm" or "tri" (static strings;
+ * measured now if not yet known, as dmuon_ns_run would).  Errors:
+ * DMUON_EINVAL (m or n < 1), DMUON_EDEVICE, DMUON_ENOMEM, DMUON_EDB. */
+dmuon_rc dmuon_ns_kernels(dmuon_ns *ns, int64_t m, int64_t n, const char **gram,
+                          const char **square);
+
 /* Runs NS on x (m x n, row-major FP32) and writes the result (m x n,
  * row-major FP32) to out.  Pointers are in the context's memory: host memory
  * for the CPU, device memory (dmuon_ns_mem_alloc) for CUDA.  out may equal x;
@@ -193,6 +211,13 @@ dmuon_rc dmuon_ns_mem_get(dmuon_ns *ns, float *dst_host, const float *src, size_
  * DMUON_EDEVICE. */
 dmuon_rc dmuon_ns_time_sgemm(dmuon_ns *ns, int64_t p, int64_t q, int64_t k, int warmup,
                              int iters, double *median_ms);
+
+/* dmuon_ns_time_sgemm at a product precision: DMUON_F32 as above; DMUON_BF16
+ * on CUDA rounds both operands to BF16 and runs cublasGemmEx with FP32
+ * accumulation (the rate BF16 NS is held to); on the CPU BF16 times sgemm
+ * (OpenBLAS here lacks sbgemm, see the header comment).  Same errors. */
+dmuon_rc dmuon_ns_time_gemm(dmuon_ns *ns, dmuon_dtype dtype, int64_t p, int64_t q, int64_t k,
+                            int warmup, int iters, double *median_ms);
 
 /* ------------------------------------------------------------ numerics -- */
 

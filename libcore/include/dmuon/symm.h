@@ -7,9 +7,10 @@
  *
  * Backends (dmuon_topo.backend): MPI allocates one node-shared window per
  * node (MPI_Win_allocate_shared over t->node), so every rank can load and
- * store its node peers' memory directly (dmuon_symm_peer).  A GPU backend
- * will allocate the same thing with ncclMemAlloc and register it as a
- * symmetric window; the type is opaque for that reason.
+ * store its node peers' memory directly (dmuon_symm_peer).  The NCCL
+ * backends allocate the same thing on the GPU with ncclMemAlloc and register
+ * it as a symmetric window (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC;
+ * comm/nccl_symm.c); the type is opaque for that reason.
  */
 #ifndef DMUON_SYMM_H
 #define DMUON_SYMM_H
@@ -59,5 +60,16 @@ int64_t dmuon_symm_bytes(const dmuon_symm *s);
 
 /* The backend that allocated it. */
 dmuon_backend dmuon_symm_backend(const dmuon_symm *s);
+
+/* Whether this rank's part is device (GPU) memory: the NCCL backends; then
+ * dmuon_symm_base is a device pointer and dmuon_symm_peer gives NULL. */
+int dmuon_symm_on_device(const dmuon_symm *s);
+
+/* Copies bytes between host memory and this rank's part at offset (a plain
+ * memcpy for host memory, cudaMemcpy for device memory; synchronous; not
+ * collective).  Errors: DMUON_EINVAL (the range is not inside the part),
+ * DMUON_EDEVICE (the copy failed). */
+dmuon_rc dmuon_symm_put(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
+dmuon_rc dmuon_symm_get(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
 
 #endif

@@ -18,9 +18,11 @@
 #include "dmuon/rc.h"
 
 /* The communication backend that symmetric memory, groups and publishes
- * built over a topology use (comm/backend.h).  Only MPI is built today; the
- * NCCL values are reserved for the GPU backends, and anything built over a
- * topology that selects them fails with DMUON_EUNSUPPORTED. */
+ * built over a topology use (comm/backend.h).  MPI is always built; the NCCL
+ * backends only in builds with CUDA and NCCL (nccl-dev: NCCL >= 2.30), and
+ * anything built over a topology that selects a missing one fails with
+ * DMUON_EUNSUPPORTED.  The NCCL backends put symmetric memory on the GPU
+ * (device memory: use dmuon_symm_put / dmuon_symm_get from the host). */
 typedef enum {
     DMUON_BACKEND_MPI = 0,     /* node-shared MPI windows + point-to-point on rails */
     DMUON_BACKEND_NCCL,        /* NCCL host API (not in this build) */
@@ -30,6 +32,15 @@ typedef enum {
 
 /* "mpi", "nccl", "nccl-dev"; "?" for another value. */
 const char *dmuon_backend_name(dmuon_backend b);
+
+/* Parses "mpi", "nccl" or "nccl-dev".  Errors: DMUON_EINVAL naming the value
+ * and the names. */
+dmuon_rc dmuon_backend_parse(const char *text, dmuon_backend *out);
+
+/* Whether backend b can run here (not collective): DMUON_OK, or
+ * DMUON_EUNSUPPORTED with a message saying why ("built without GPU support",
+ * "built with NCCL x.y.z, the device API needs >= 2.30", "no GPU found"). */
+dmuon_rc dmuon_backend_check(dmuon_backend b);
 
 typedef struct {
     MPI_Comm world;   /* duplicate of the communicator given to init */

@@ -1,0 +1,257 @@
+/*
+ * nccl_collv.c — the NCCL host-API backend (nccl_backend.h): groups,
+ * AllGatherV and ReduceScatterV as the paper's line C, and the standard
+ * primitives as baselines.
+ *
+ * AllGatherV: one ncclBroadcast per segment, root = its owner, from the
+ * owner's window (window_offset + segment.window_offset) to every rank's
+ * layer buffer (buffer_offset + segment.offset), as bytes.  ReduceScatterV:
+ * one ncclReduce per segment (ncclSum, BF16 or F32), root = its owner, from
+ * every rank's layer buffer to the owner's window.  All segments of a call go
+ * into one ncclGroupStart/ncclGroupEnd on the memory's stream, then the call
+ * waits for the stream (deadline: the group's deadline_ms, polling
+ * ncclCommGetAsyncError; past it the communicator is aborted and the group
+ * is unusable).  NCCL chooses its own reduction order, so ReduceScatterV here
+ * equals sched.h's documented order only where every order gives the same
+ * bits (integer-valued inputs); FP32 accumulation of BF16 is not offered
+ * (DMUON_EUNSUPPORTED at create).
+ *
+ * Invariants: the schedule of dmuon/sched.h is not used (NCCL routes);
+ * nothing is allocated per call; the group keeps no state of its own.
+ */
+#include "nccl_backend.h"
+
+#include "dmuon/collv.h"
+
+#ifdef DMUON_HAVE_NCCL
+
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+dmuon_rc dmuon_nccl_wait(nccl_symm *m, int deadline_ms, const char *what)
+{
+    const double end = now_ms() + deadline_ms;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(m->stream);
+        if (e == cudaSuccess)
+            return DMUON_OK;
+        if (e != cudaErrorNotReady)
+            return DMUON_FAIL(DMUON_EDEVICE, "%s: %s", what, cudaGetErrorString(e));
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(m->comm, &async);
+        if (async != ncclSuccess && async != ncclInProgress) {
+            dmuon_nccl_comm_forget(m->comm);
+            ncclCommAbort(m->comm);
+            m->comm = NULL;
+            return DMUON_FAIL(DMUON_ECOMM, "%s: NCCL: %s", what, ncclGetErrorString(async));
+        }
+        if (now_ms() > end) {
+            dmuon_nccl_comm_forget(m->comm);
+            ncclCommAbort(m->comm);
+            m->comm = NULL;
+            return DMUON_FAIL(DMUON_ETIMEOUT, "%s: not done after the deadline of %d ms (NCCL "
+                              "communicator aborted)", what, deadline_ms);
+        }
+        usleep(50);
+    }
+}
+
+static dmuon_rc usable(const nccl_symm *m, const char *what)
+{
+    if (!m->comm)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: the NCCL communicator was aborted by an earlier "
+                          "failure", what);
+    if (cudaSetDevice(m->device) != cudaSuccess)
+        return DMUON_FAIL(DMUON_EDEVICE, "%s: cannot select GPU %d", what, m->device);
+    return DMUON_OK;
+}
+
+/* -------------------------------------------------------------- groups -- */
+
+dmuon_rc dmuon_nccl_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                     const dmuon_group_opts *opts, int64_t *bytes)
+{
+    *bytes = DMUON_GROUP_CTRL_ALIGN;   /* nothing of its own; a non-empty area keeps spans uniform */
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_nccl_group_create(dmuon_group *g)
+{
+    if (g->opts.fp32_accum)
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: the nccl backend reduces in NCCL's "
+                          "order and precision; FP32 accumulation of BF16 is not offered");
+    g->impl = g->mem->impl;   /* no state of its own (group_free does nothing) */
+    return DMUON_OK;
+}
+
+void dmuon_nccl_group_free(dmuon_group *g) { g->impl = NULL; }
+
+static ncclDataType_t nccl_type(dmuon_dtype t)
+{
+    return t == DMUON_BF16 ? ncclBfloat16 : ncclFloat32;
+}
+
+dmuon_rc dmuon_nccl_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
+{
+    nccl_symm *m = g->mem->impl;
+    unsigned char *base = g->mem->base;
+    DMUON_TRY(usable(m, "allgatherv"));
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g->nseg && r == ncclSuccess; i++) {
+        const dmuon_segment *sg = &g->segs[i];
+        const size_t bytes = (size_t)sg->count * dmuon_dtype_size(sg->dtype);
+        r = ncclBroadcast(base + window_offset + sg->window_offset, base + buffer_offset + sg->offset,
+                          bytes, ncclUint8, sg->owner, m->comm, m->stream);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r != ncclSuccess || e != ncclSuccess)
+        return DMUON_FAIL(DMUON_ECOMM, "allgatherv: ncclBroadcast group of %d segments: %s",
+                          g->nseg, ncclGetErrorString(r != ncclSuccess ? r : e));
+    return dmuon_nccl_wait(m, g->opts.deadline_ms, "allgatherv");
+}
+
+dmuon_rc dmuon_nccl_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
+                                    int64_t window_offset)
+{
+    nccl_symm *m = g->mem->impl;
+    unsigned char *base = g->mem->base;
+    DMUON_TRY(usable(m, "reducescatterv"));
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g->nseg && r == ncclSuccess; i++) {
+        const dmuon_segment *sg = &g->segs[i];
+        r = ncclReduce(base + buffer_offset + sg->offset, base + window_offset + sg->window_offset,
+                       (size_t)sg->count, nccl_type(sg->dtype), ncclSum, sg->owner, m->comm,
+                       m->stream);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r != ncclSuccess || e != ncclSuccess)
+        return DMUON_FAIL(DMUON_ECOMM, "reducescatterv: ncclReduce group of %d segments: %s",
+                          g->nseg, ncclGetErrorString(r != ncclSuccess ? r : e));
+    return dmuon_nccl_wait(m, g->opts.deadline_ms, "reducescatterv");
+}
+
+/* ------------------------------------------------------------ publish -- */
+
+dmuon_rc dmuon_nccl_publish_create(dmuon_publish *p)
+{
+    return DMUON_FAIL(DMUON_EUNSUPPORTED, "publish: not built on the %s backend (use mpi)",
+                      dmuon_backend_name(p->mem->backend));
+}
+
+void dmuon_nccl_publish_free(dmuon_publish *p) { p->impl = NULL; }
+
+/* ---------------------------------------------------------- baselines -- */
+
+static dmuon_rc range_ok(const dmuon_symm *s, int64_t off, int64_t len, const char *what)
+{
+    if (off < 0 || len < 0 || off > s->bytes || len > s->bytes - off)
+        return DMUON_FAIL(DMUON_EINVAL, "%s: range at %lld (%lld bytes) is not inside the %lld "
+                          "bytes of symmetric memory", what, (long long)off, (long long)len,
+                          (long long)s->bytes);
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_nccl_allgather_equal(dmuon_symm *s, int64_t send_offset, int64_t recv_offset,
+                                    int64_t bytes_per_rank, int deadline_ms)
+{
+    nccl_symm *m = s->impl;
+    const int N = s->topo->size;
+    DMUON_TRY(range_ok(s, send_offset, bytes_per_rank, "ncclAllGather"));
+    DMUON_TRY(range_ok(s, recv_offset, bytes_per_rank * N, "ncclAllGather"));
+    DMUON_TRY(usable(m, "ncclAllGather"));
+    ncclResult_t r = ncclAllGather(s->base + send_offset, s->base + recv_offset,
+                                   (size_t)bytes_per_rank, ncclUint8, m->comm, m->stream);
+    if (r != ncclSuccess)
+        return DMUON_FAIL(DMUON_ECOMM, "ncclAllGather: %s", ncclGetErrorString(r));
+    return dmuon_nccl_wait(m, deadline_ms, "ncclAllGather");
+}
+
+dmuon_rc dmuon_nccl_reduce_scatter_equal(dmuon_symm *s, int64_t send_offset,
+                                         int64_t recv_offset, int64_t count_per_rank,
+                                         dmuon_dtype dtype, int deadline_ms)
+{
+    nccl_symm *m = s->impl;
+    const int N = s->topo->size;
+    if (dtype != DMUON_BF16 && dtype != DMUON_F32)
+        return DMUON_FAIL(DMUON_EINVAL, "ncclReduceScatter: element type %s (expected bf16 or "
+                          "f32)", dmuon_dtype_name(dtype));
+    const int64_t esz = (int64_t)dmuon_dtype_size(dtype);
+    DMUON_TRY(range_ok(s, send_offset, count_per_rank * esz * N, "ncclReduceScatter"));
+    DMUON_TRY(range_ok(s, recv_offset, count_per_rank * esz, "ncclReduceScatter"));
+    DMUON_TRY(usable(m, "ncclReduceScatter"));
+    ncclResult_t r = ncclReduceScatter(s->base + send_offset, s->base + recv_offset,
+                                       (size_t)count_per_rank, nccl_type(dtype), ncclSum, m->comm,
+                                       m->stream);
+    if (r != ncclSuccess)
+        return DMUON_FAIL(DMUON_ECOMM, "ncclReduceScatter: %s", ncclGetErrorString(r));
+    return dmuon_nccl_wait(m, deadline_ms, "ncclReduceScatter");
+}
+
+/* ------------------------------------------------------------ the ops -- */
+
+static dmuon_rc no_publish(dmuon_publish *p, int64_t step) { return DMUON_EUNSUPPORTED; }
+static dmuon_rc no_post(dmuon_publish *p, int param, int64_t step) { return DMUON_EUNSUPPORTED; }
+static dmuon_rc no_progress(dmuon_publish *p) { return DMUON_EUNSUPPORTED; }
+static int64_t no_flag(const dmuon_publish *p, int param) { return -1; }
+
+const dmuon_comm_ops dmuon_nccl_ops = {
+    .name = "nccl",
+    .symm_alloc = dmuon_nccl_symm_alloc,
+    .symm_free = dmuon_nccl_symm_free,
+    .symm_put = dmuon_nccl_symm_put,
+    .symm_get = dmuon_nccl_symm_get,
+    .group_ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
+    .group_create = dmuon_nccl_group_create,
+    .group_free = dmuon_nccl_group_free,
+    .allgatherv = dmuon_nccl_allgatherv,
+    .reduce_scatterv = dmuon_nccl_reduce_scatterv,
+    .publish_create = dmuon_nccl_publish_create,
+    .publish_free = dmuon_nccl_publish_free,
+    .publish_begin = no_publish,
+    .publish_post = no_post,
+    .publish_progress = no_progress,
+    .publish_wait = no_post,
+    .publish_end = no_publish,
+    .publish_flag = no_flag,
+};
+
+#endif
+
+/* ------------------------------------------- public baseline wrappers -- */
+
+dmuon_rc dmuon_allgather_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
+                               int64_t bytes_per_rank, int deadline_ms)
+{
+#ifdef DMUON_HAVE_NCCL
+    if (mem->backend == DMUON_BACKEND_NCCL || mem->backend == DMUON_BACKEND_NCCL_DEV) {
+        int d;
+        DMUON_TRY(dmuon_deadline_ms(deadline_ms, &d));
+        return dmuon_nccl_allgather_equal(mem, send_offset, recv_offset, bytes_per_rank, d);
+    }
+#endif
+    return DMUON_FAIL(DMUON_EUNSUPPORTED, "allgather baseline: not offered on the %s backend",
+                      dmuon_backend_name(mem->backend));
+}
+
+dmuon_rc dmuon_reduce_scatter_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
+                                    int64_t count_per_rank, dmuon_dtype dtype, int deadline_ms)
+{
+#ifdef DMUON_HAVE_NCCL
+    if (mem->backend == DMUON_BACKEND_NCCL || mem->backend == DMUON_BACKEND_NCCL_DEV) {
+        int d;
+        DMUON_TRY(dmuon_deadline_ms(deadline_ms, &d));
+        return dmuon_nccl_reduce_scatter_equal(mem, send_offset, recv_offset, count_per_rank,
+                                               dtype, d);
+    }
+#endif
+    return DMUON_FAIL(DMUON_EUNSUPPORTED, "reduce-scatter baseline: not offered on the %s "
+                      "backend", dmuon_backend_name(mem->backend));
+}
