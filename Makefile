@@ -8,6 +8,8 @@
 #   make bench        side-by-side benchmarks (planner speed, NS, operators)
 #   make cluster-test dmuon-verify across 2 and 4 namespace hosts (root; also in make test)
 #   make cluster-bench the operator benchmarks across namespace hosts (root)
+#   make install PREFIX=DIR   tools, libdmuon.{a,so}, headers, schema, dmuon.pc
+#   make fuzz [FUZZ_SECONDS=60]   libFuzzer on each input parser (clang)
 #   make SANITIZER=address,undefined   a sanitizer build (goes to build/san)
 #   make WERROR=1     strict warnings as errors (CI sets this)
 #
@@ -151,8 +153,8 @@ $(NCCL_STAMP):
 
 nccl-wheel:
 	@mkdir -p $(dir $(NCCL_STAMP))
-	bash tools/nccl-wheel.sh $(NCCL_PIN) $(NCCL_WHEEL_DIR)
 	@echo "# make nccl-wheel ran at $$(date -u +%FT%TZ)" > $(NCCL_STAMP)
+	bash tools/nccl-wheel.sh $(NCCL_PIN) $(NCCL_WHEEL_DIR)
 
 lib: $(STATIC) $(SHARED)
 tools: $(TOOL_BINS)

@@ -8,7 +8,8 @@ source "$(dirname "$0")/lib.sh"
 EX=${DMUON_INSTALL_EXAMPLE:-$DMUON_ROOT/tests/install/plan_summary.c}
 PFX="$T_TMP/prefix"
 # the plain build, whatever make invoked this test with
-run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$DMUON_ROOT" install PREFIX="$PFX"
+run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$DMUON_ROOT" install \
+    PREFIX="$PFX" SANITIZER= BUILD=build BINDIR=bin
 check_rc 0 "make install PREFIX=$PFX"
 for f in bin/dmuon-plan bin/dmuon-probe bin/dmuon-bench bin/dmuon-verify lib/libdmuon.a \
          lib/libdmuon.so include/dmuon/plan.h include/dmuon/rc.h share/dmuon/schema.sql \
@@ -42,4 +43,15 @@ run "$T_TMP/ex_static" "$T_TMP/p.yaml"
 check_rc 0 "the static example runs"
 check_out "^rank 3 window [0-9]+ bytes" "and prints every rank"
 if ldd "$T_TMP/ex_static" | grep -q libdmuon; then bad "static example loads libdmuon.so"; else ok; fi
+
+# the README's trainer example, built against the installed tree as the
+# README says (pkg-config), and run under mpirun
+awk '/^## Using libdmuon in a trainer/{s=1} s && /^```c$/{c=1; next} c && /^```$/{exit} c{print}' \
+    "$DMUON_ROOT/README.md" > "$T_TMP/trainer.c"
+cc -o "$T_TMP/trainer" "$T_TMP/trainer.c" $(pkg-config --cflags --libs dmuon) 2> "$T_TMP/err"
+check_eq "$?" 0 "the README's trainer example builds with pkg-config --cflags --libs dmuon"
+run env LD_LIBRARY_PATH="$PFX/lib" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    timeout 120 mpirun --oversubscribe -np 2 "$T_TMP/trainer"
+check_rc 0 "the installed trainer example runs on 2 ranks"
+check_out "^step 9 loss" "and takes ten steps"
 finish

@@ -18,10 +18,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Writes prefix (plen bytes, may be 0) then data to NAME in the harness's
- * folder; returns the path (static buffer) or NULL. */
-static inline const char *fuzz_file(const char *name, const void *prefix, size_t plen,
-                                    const uint8_t *data, size_t size)
+/* Writes prefix (plen bytes, may be 0), data, then zeros zero bytes to NAME
+ * in the harness's folder; returns the path (static buffer) or NULL. */
+static inline const char *fuzz_file_z(const char *name, const void *prefix, size_t plen,
+                                      const uint8_t *data, size_t size, size_t zeros)
 {
     static char dir[64], path[128];
     if (!dir[0]) {
@@ -39,8 +39,16 @@ static inline const char *fuzz_file(const char *name, const void *prefix, size_t
     if (plen)
         fwrite(prefix, 1, plen, f);
     fwrite(data, 1, size, f);
+    for (size_t i = 0; i < zeros; i++)
+        fputc(0, f);
     fclose(f);
     return path;
+}
+
+static inline const char *fuzz_file(const char *name, const void *prefix, size_t plen,
+                                    const uint8_t *data, size_t size)
+{
+    return fuzz_file_z(name, prefix, plen, data, size, 0);
 }
 
 #endif

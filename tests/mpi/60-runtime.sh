@@ -3,8 +3,8 @@
 # FSDP ZeRO-2 / ZeRO-3 and HSDP on 4 ranks (2 virtual nodes x 2) and 8 ranks
 # (4 x 2), the four lines, recomputation, F32 parameters, merged units, the
 # shape-dependent update scale (the model holds transposed and strided
-# gate/up expert tensors), and the error paths.  Every run compares every gathered parameter of every
-# step with the reference bit for bit; lines B, C and D must end with the
+# gate/up expert tensors), and the error paths.  Every run compares every
+# gathered parameter of every step with the reference bit for bit; lines B, C and D must end with the
 # same weights, and a second run must repeat the first bit for bit.
 source "$(dirname "$0")/../cli/lib.sh"
 R="$DMUON_BUILD/tests/mpi/rt_check"
@@ -47,6 +47,11 @@ check_eq "$(digest)" "$d_shape" "line B gives line D's weights with the shape sc
 case_ok 8 "D, recomputation, F32 parameters, 8 ranks" --line D --recompute --dtype f32
 case_ok 4 "D, merged small units" --line D --small-unit-bytes 16777216
 case_ok 4 "D, error paths (registration, hook order, NaN gradient)" --line D --errors
+
+case_ok 4 "D, global-norm clipping (1e-5 relative: the norm's summation order differs)" \
+    --line D --clip 0.05 --dtype f32
+case_ok 4 "B, global-norm clipping" --line B --clip 0.05 --dtype f32
+case_ok 4 "D, all-zero gradients: only weight decay moves the weights" --line D --zero-grads
 
 # a plan for other nodes than the run's
 run "${MPIRUN[@]}" -np 4 "$R" --mismatch

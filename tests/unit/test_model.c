@@ -346,7 +346,7 @@ static void test_safetensors_errors(void **state)
                     "non-negative integer");
     const char *dup = "{\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [0, 4]}, "
                       "\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [4, 8]}}";
-    expect_st_error("dup.safetensors", dup, strlen(dup), 8, DMUON_EPARSE, "duplicate key 'w.weight'");
+    expect_st_error("dup.safetensors", dup, strlen(dup), 8, DMUON_EPARSE, "duplicate key 'w.weight' (first at line 1, column 2)");
     const char *off = "{\"w.weight\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [0, 6]}}";
     expect_st_error("off.safetensors", off, strlen(off), 8, DMUON_EPARSE, "data_offsets");
     const char *dt = "{\"w.weight\": {\"dtype\": \"Q4\", \"shape\": [2], \"data_offsets\": [0, 1]}}";

@@ -183,6 +183,50 @@ done:
     return rc;
 }
 
+/* A runtime for plan with every parameter of model registered from one
+ * pseudo-random vector (*init: the largest parameter's size, kept for the
+ * synthetic gradients; the caller frees it) and opened. */
+static dmuon_rc open_runtime(const dmuon_plan *plan, const dmuon_model *model, dmuon_line line,
+                             int rpn, int prefetch, dmuon_rt **out, float **init, int64_t *maxn)
+{
+    dmuon_rt_opts ro;
+    dmuon_rt_opts_init(&ro);
+    ro.line = line;
+    ro.ranks_per_node = rpn;
+    ro.prefetch = prefetch;
+    *out = NULL;
+    *init = NULL;
+    size_t np = dmuon_model_param_count(model);
+    *maxn = 1;
+    for (size_t i = 0; i < np; i++)
+        if (dmuon_model_param(model, i)->numel > *maxn)
+            *maxn = dmuon_model_param(model, i)->numel;
+    float *v = malloc((size_t)*maxn * sizeof *v);
+    if (!v)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    uint32_t x = 12345;
+    for (int64_t i = 0; i < *maxn; i++) {
+        x = x * 1664525u + 1013904223u;
+        v[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.02f;
+    }
+    dmuon_rt *rt = NULL;
+    dmuon_rc rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+    for (size_t i = 0; i < np && rc == DMUON_OK; i++) {
+        const dmuon_param *p = dmuon_model_param(model, i);
+        rc = dmuon_rt_register(rt, p->name, p->ndim, p->shape, v);
+    }
+    if (rc == DMUON_OK)
+        rc = dmuon_rt_open(rt);
+    if (rc != DMUON_OK) {
+        dmuon_rt_free(rt);
+        free(v);
+        return rc;
+    }
+    *out = rt;
+    *init = v;
+    return DMUON_OK;
+}
+
 /* One line's run: fills per-rank figures on rank 0 (figs: size entries). */
 static dmuon_rc run_line(const dmuon_plan *plan, const dmuon_model *model, dmuon_line line,
                          int rpn, int steps, rank_fig *figs)
@@ -190,36 +234,13 @@ static dmuon_rc run_line(const dmuon_plan *plan, const dmuon_model *model, dmuon
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    dmuon_rt_opts ro;
-    dmuon_rt_opts_init(&ro);
-    ro.line = line;
-    ro.ranks_per_node = rpn;
     dmuon_rt *rt = NULL;
-    dmuon_rc rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
-    if (rc != DMUON_OK)
-        return rc;
-    size_t np = dmuon_model_param_count(model);
+    float *init = NULL;
     int64_t maxn = 1;
-    for (size_t i = 0; i < np; i++)
-        if (dmuon_model_param(model, i)->numel > maxn)
-            maxn = dmuon_model_param(model, i)->numel;
-    float *init = malloc((size_t)maxn * sizeof *init);
+    size_t np = dmuon_model_param_count(model);
     double *times = calloc((size_t)steps + 1, sizeof *times);
-    if (!init || !times) {
-        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-        goto done;
-    }
-    uint32_t x = 12345;
-    for (int64_t i = 0; i < maxn; i++) {
-        x = x * 1664525u + 1013904223u;
-        init[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.02f;
-    }
-    for (size_t i = 0; i < np && rc == DMUON_OK; i++) {
-        const dmuon_param *p = dmuon_model_param(model, i);
-        rc = dmuon_rt_register(rt, p->name, p->ndim, p->shape, init);
-    }
-    if (rc == DMUON_OK)
-        rc = dmuon_rt_open(rt);
+    dmuon_rc rc = times ? open_runtime(plan, model, line, rpn, 1, &rt, &init, &maxn)
+                        : DMUON_FAIL(DMUON_ENOMEM, "out of memory");
     const size_t L = dmuon_plan_layer_count(plan);
     double ns_s = 0, mats = 0;
     for (int s = 0; s <= steps && rc == DMUON_OK; s++) {
@@ -260,7 +281,6 @@ static dmuon_rc run_line(const dmuon_plan *plan, const dmuon_model *model, dmuon
         rank_fig mine = {times[1 + steps / 2], ns_s / steps, mats, (double)st.state_bytes};
         MPI_Gather(&mine, 4, MPI_DOUBLE, figs, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     }
-done:
     free(init);
     free(times);
     dmuon_rt_free(rt);
@@ -272,28 +292,10 @@ done:
 static dmuon_rc run_overlap(const dmuon_plan *plan, const dmuon_model *model, int rpn,
                             int prefetch, int tokens, int passes, double out[2])
 {
-    dmuon_rt_opts ro;
-    dmuon_rt_opts_init(&ro);
-    ro.ranks_per_node = rpn;
-    ro.prefetch = prefetch;
     dmuon_rt *rt = NULL;
-    dmuon_rc rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
-    if (rc != DMUON_OK)
-        return rc;
-    size_t np = dmuon_model_param_count(model);
+    float *init = NULL;
     int64_t maxn = 1;
-    for (size_t i = 0; i < np; i++)
-        if (dmuon_model_param(model, i)->numel > maxn)
-            maxn = dmuon_model_param(model, i)->numel;
-    float *init = calloc((size_t)maxn, sizeof *init);
-    if (!init)
-        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-    for (size_t i = 0; i < np && rc == DMUON_OK; i++) {
-        const dmuon_param *p = dmuon_model_param(model, i);
-        rc = dmuon_rt_register(rt, p->name, p->ndim, p->shape, init);
-    }
-    if (rc == DMUON_OK)
-        rc = dmuon_rt_open(rt);
+    dmuon_rc rc = open_runtime(plan, model, DMUON_LINE_D, rpn, prefetch, &rt, &init, &maxn);
     double mine[2] = {0, 0};
     if (rc == DMUON_OK)
         rc = forward_passes(rt, plan, model, tokens, passes, &mine[0], &mine[1]);

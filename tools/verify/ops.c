@@ -338,10 +338,11 @@ int verify_ops_main(int argc, char **argv)
         dup2(2, 1);
     }
     if (c.topo.rank == 0)
-        fprintf(stderr, "dmuon-verify: %d rank%s as %d node%s x %d%s, backend %s\n", c.topo.size,
+        fprintf(stderr, "dmuon-verify: %d rank%s as %d node%s x %d%s%s%s\n", c.topo.size,
                 c.topo.size == 1 ? "" : "s", c.topo.nodes, c.topo.nodes == 1 ? "" : "s",
                 c.topo.per_node, c.topo.virtual_nodes ? " (virtual nodes)" : "",
-                dmuon_backend_name(backend));
+                backend == DMUON_BACKEND_MPI ? "" : ", backend ",
+                backend == DMUON_BACKEND_MPI ? "" : dmuon_backend_name(backend));
     int skipped = 0, tried = 0;
 
     for (int o = 0; o < nops && rc == DMUON_OK; o++)
