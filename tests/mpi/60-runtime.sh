@@ -4,8 +4,9 @@
 # (4 x 2), the four lines, recomputation, F32 parameters, merged units, the
 # shape-dependent update scale (the model holds transposed and strided
 # gate/up expert tensors), and the error paths.  Every run compares every
-# gathered parameter of every step with the reference bit for bit; lines B, C and D must end with the
-# same weights, and a second run must repeat the first bit for bit.
+# gathered parameter of every step with the reference bit for bit; lines B,
+# C and D must end with the same weights, and a second run must repeat the
+# first bit for bit.
 source "$(dirname "$0")/../cli/lib.sh"
 R="$DMUON_BUILD/tests/mpi/rt_check"
 MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
