@@ -1,15 +1,18 @@
 # dmuon — one build for everything.
 #
 #   make deps         install the Debian packages below when missing
-#   make              libcore (static + shared) and bin/dmuon-{plan,probe,bench,verify}
+#   make              libcore (static + shared) and bin/dmuon-{plan,probe,bench,verify,train}
 #   make test         unit, CLI and MPI tests; then the same suite under ASan+UBSan
 #   make test-fast    the suite once, no sanitizer build
 #   make demo         plan the bundled models (measured costs on this machine)
-#   make bench        side-by-side benchmarks (planner speed, NS, operators)
+#   make bench        side-by-side benchmarks (planner speed, NS, operators, the trainer's lines)
 #   make cluster-test dmuon-verify across 2 and 4 namespace hosts (root; also in make test)
 #   make cluster-bench the operator benchmarks across namespace hosts (root)
 #   make install PREFIX=DIR   tools, libdmuon.{a,so}, headers, schema, dmuon.pc
 #   make fuzz [FUZZ_SECONDS=60]   libFuzzer on each input parser (clang)
+#   make train        train the example model, line D on 8 ranks, on the fortunes text
+#   make equiv        the trainer's loss equivalence of the lines (D vs B, FSDP vs HSDP, 8 vs 1 rank)
+#   make plots        SVG plots (gnuplot) of the trainer's logs from make equiv and make bench
 #   make SANITIZER=address,undefined   a sanitizer build (goes to build/san)
 #   make WERROR=1     strict warnings as errors (CI sets this)
 #
@@ -118,7 +121,7 @@ CU_SRC    := $(filter-out kernels/nccl_dev%,$(CU_SRC))   # device-API kernels
 endif
 LIB_OBJ   += $(CU_SRC:%.cu=$(BUILD)/%.o)
 endif
-TOOLS     := probe plan bench verify
+TOOLS     := probe plan bench verify train
 TOOL_BINS := $(TOOLS:%=$(BINDIR)/dmuon-%)
 UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -253,6 +256,14 @@ $(BUILD)/tests/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay_m
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) $(LDLIBS)
 
+# The trainer's model test also links the model sources of tools/train.
+TRAIN_MODEL_OBJ := $(patsubst %,$(BUILD)/tools/train/%.o,model config data)
+$(BUILD)/tests/unit/test_train_model.o: CPPFLAGS += -Itools/train
+$(BUILD)/tests/unit/test_train_model.o: $(wildcard tools/train/*.h)
+$(BUILD)/tests/test_train_model: $(BUILD)/tests/unit/test_train_model.o $(TRAIN_MODEL_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) -lcmocka $(LDLIBS)
+
 # MPI test programs, run by the scripts in tests/mpi/
 $(BUILD)/tests/mpi/%: $(BUILD)/tests/mpi/%.o $(STATIC)
 	@mkdir -p $(dir $@)
@@ -287,6 +298,21 @@ demo: all
 
 bench: all
 	bash tools/bench.sh $(BINDIR)
+
+# the trainer: line D on 8 ranks (4 virtual nodes x 2) on the fortunes text;
+# equivalence of the lines (200 steps); plots of the logs
+.PHONY: train equiv plots
+train: all
+	@mkdir -p build/train
+	OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	    mpirun -np 8 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+	    $(BINDIR)/dmuon-train --ranks-per-node 2 --line D --log build/train/train.csv --min-val-drop 0.4
+
+equiv: all
+	bash tools/train-equiv.sh $(BINDIR)
+
+plots:
+	bash tools/train-plots.sh
 
 deps:
 	bash tools/install-deps.sh

@@ -20,3 +20,6 @@ echo
 echo "== prefetch overlap: line D forward passes, 2 ranks (one per core) and 8 ranks"
 mpirun -np 2 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step --ranks-per-node 1 --overlap --tokens 512
 mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step --ranks-per-node 2 --overlap --tokens 512
+echo
+echo "== the trainer's four lines A/B/C/D: step time per phase, 8 ranks as 4 virtual nodes x 2 (tools/train-bench.sh)"
+bash tools/train-bench.sh "$bin"

@@ -47,6 +47,9 @@ typedef struct {
     int ndim;
     int64_t shape[8];         /* as registered */
     int64_t reg_numel;        /* elements of the shape given at registration */
+    int reg_count;            /* registrations of this name */
+    bool bad_shape;           /* a 2-D matrix registered with another shape */
+    char reg_shape_text[96];
     float *init;              /* numel values until open */
 } rt_param;
 

@@ -430,6 +430,9 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
 {
     if (!rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: load before open");
+    if (rt->steps > 0 || rt->micro > 0 || rt->in_micro)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: load after %s: load right after open, before "
+                          "the first micro-batch", rt->steps > 0 ? "a step" : "a micro-batch began");
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;

@@ -29,6 +29,7 @@
 
 #include "dmuon/bf16.h"
 #include "dmuon/timer.h"
+#include "plan_internal.h"
 
 /* ------------------------------------------------------------ options -- */
 
@@ -110,11 +111,14 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     /* option errors are local but identical on every rank (same options) */
     if (rc != DMUON_OK)
         goto fail;
-    int size = 0;
+    int size = 0, wrank = 0;
     MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &wrank);
+    dmuon_err_set_rank(wrank);
     if (size != dmuon_plan_ranks(plan)) {
-        rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan is for %d ranks (%d nodes x %d), "
+        rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan is for %d ranks (%d node%s x %d), "
                         "this run has %d", (int)dmuon_plan_ranks(plan), (int)dmuon_plan_nodes(plan),
+                        dmuon_plan_nodes(plan) == 1 ? "" : "s",
                         (int)dmuon_plan_gpus_per_node(plan), size);
         goto fail;
     }
@@ -127,6 +131,18 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
                         "(%s)", (int)dmuon_plan_gpus_per_node(plan), rt->topo.per_node,
                         rt->topo.virtual_nodes ? "virtual nodes" : "MPI_COMM_TYPE_SHARED");
         goto fail;
+    }
+    {   /* the same plan on every rank */
+        uint64_t mine = dmuon_plan_units_digest(plan) ^ (dmuon_plan_segments_digest(plan) << 1);
+        uint64_t lo = mine, hi = mine;
+        MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, rt->topo.world);
+        MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, rt->topo.world);
+        if (lo != hi) {
+            rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the ranks were given different plans "
+                            "(units or segment tables differ): load the same plan file on "
+                            "every rank");
+            goto fail;
+        }
     }
     rt->hsdp = dmuon_plan_sharding(plan) == DMUON_SHARD_HSDP;
     rt->owners = rt->opts.line == DMUON_LINE_C || rt->opts.line == DMUON_LINE_D;
@@ -206,6 +222,18 @@ dmuon_rc dmuon_rt_register(dmuon_rt *rt, const char *name, int ndim, const int64
     for (int d = 0; d < ndim; d++)
         numel = shape[d] > 0 && numel <= INT64_MAX / shape[d] ? numel * shape[d] : -1;
     p->reg_numel = numel;
+    p->reg_count++;
+    /* a 2-D Muon matrix must come as the plan's m x n (the element count
+     * alone would accept its transpose) */
+    p->bad_shape = p->matrices == 1 && p->m > 0 && ndim == 2 &&
+                   (shape[0] != p->m || shape[1] != p->n);
+    {
+        size_t len = 0;
+        p->reg_shape_text[0] = 0;
+        for (int d = 0; d < ndim && len + 24 < sizeof p->reg_shape_text; d++)
+            len += (size_t)snprintf(p->reg_shape_text + len, sizeof p->reg_shape_text - len,
+                                    "%s%lld", d ? " x " : "", (long long)shape[d]);
+    }
     p->ndim = ndim < 8 ? ndim : 8;
     for (int d = 0; d < p->ndim; d++)
         p->shape[d] = shape[d];
@@ -235,14 +263,19 @@ static dmuon_rc check_registrations(dmuon_rt *rt)
             len += (size_t)snprintf(msg + len, sizeof msg - len, __VA_ARGS__);     \
     } while (0)
     for (size_t i = 0; i < rt->nunknown; i++)
-        ADD("%s'%s' is not a parameter of the plan", problems ? "; " : "", rt->unknown[i]);
+        ADD("%s'%s' is not a parameter of the plan", len ? "; " : "", rt->unknown[i]);
     for (size_t i = 0; i < rt->nparams; i++) {
         const rt_param *p = &rt->params[i];
         if (!p->registered)
-            ADD("%s'%s' was never registered", problems ? "; " : "", p->name);
+            ADD("%s'%s' was never registered", len ? "; " : "", p->name);
         else if (p->reg_numel != p->numel)
-            ADD("%s'%s' has %lld elements, the plan %lld", problems ? "; " : "", p->name,
+            ADD("%s'%s' has %lld elements, the plan %lld", len ? "; " : "", p->name,
                 (long long)p->reg_numel, (long long)p->numel);
+        else if (p->bad_shape)
+            ADD("%s'%s' is registered as %s, the plan's matrix is %lld x %lld", len ? "; " : "",
+                p->name, p->reg_shape_text, (long long)p->m, (long long)p->n);
+        if (p->registered && p->reg_count > 1)
+            ADD("%s'%s' was registered %d times", len ? "; " : "", p->name, p->reg_count);
     }
 #undef ADD
     if (!problems)
@@ -647,6 +680,17 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt)
 
 /* ---------------------------------------------------------- the hooks -- */
 
+/* Prefixes the recorded message of a failed operator call with the layer
+ * (the operators name rank, peer and queue, not the layer). */
+static dmuon_rc in_layer(const dmuon_rt *rt, dmuon_rc rc, const char *what, size_t l)
+{
+    if (rc == DMUON_OK)
+        return rc;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dmuon_errmsg());
+    return DMUON_FAIL(rc, "%s of layer '%s': %s", what, dmuon_plan_layer_name(rt->plan, l), msg);
+}
+
 static dmuon_rc usable(const dmuon_rt *rt, const char *hook, size_t l)
 {
     if (!rt->opened)
@@ -753,7 +797,7 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
     if (prefetch) {
         rc = L->inflight ? DMUON_OK : rt_gather_start(rt, l);
         rt->stats.gather_s += (dmuon_now_ms() - t0) / 1e3;
-        DMUON_TRY(rt_fail_comm(rt, rc));
+        DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gather", l)));
         if (L->inflight)
             return DMUON_OK;
     } else {
@@ -761,7 +805,7 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
         double dt = (dmuon_now_ms() - t0) / 1e3;
         rt->stats.gather_s += dt;
         rt->stats.comm_wait_s += dt;
-        DMUON_TRY(rt_fail_comm(rt, rc));
+        DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gather", l)));
     }
     int64_t n = L->own_elems + L->even_elems;
     free(L->w);
@@ -859,7 +903,7 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
     double dt = (dmuon_now_ms() - t0) / 1e3;
     rt->stats.reduce_s += dt;
     rt->stats.comm_wait_s += dt;
-    DMUON_TRY(rt_fail_comm(rt, rc));
+    DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l)));
     L->in_bwd = false;
     L->bwd_done = true;
     DMUON_TRY(release(rt, 1, l));
@@ -938,6 +982,23 @@ static dmuon_rc repack(dmuon_rt *rt)
     }
     free(sizes);
     DMUON_TRY(rc);
+    /* every rank must have recorded the same order, or the layouts differ */
+    uint64_t d = DMUON_DIGEST_SEED;
+    for (int s = 0; s < 2; s++)
+        d = dmuon_digest(rt->rec[s].ev, rt->rec[s].nev * sizeof *rt->rec[s].ev, d);
+    uint64_t ref = d;
+    MPI_Request q;
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(&ref, 1, MPI_UINT64_T, 0, rt->topo.world, &q), &q,
+                          "hook order: MPI_Ibcast", SIZE_MAX));
+    int differs[2] = {ref != d ? rt->topo.rank : rt->topo.size, 0}, first[2];
+    differs[1] = differs[0];
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(differs, first, 1, MPI_2INT, MPI_MINLOC,
+                                             rt->topo.world, &q), &q,
+                          "hook order: MPI_Iallreduce", SIZE_MAX));
+    if (first[0] != rt->topo.size)
+        return DMUON_FAIL(DMUON_EMISMATCH, "runtime: rank %d called the layer hooks of the first "
+                          "micro-batch in another order than rank 0 (every rank must run the "
+                          "layers in the same order)", first[0]);
     rt_pool_drop(rt);
     rt->packed = true;
     DMUON_TRY(rt_agree(rt, rt_pool_build(rt)));
@@ -950,10 +1011,15 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step before open");
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: step after a communication failure");
-    if (rt->in_micro || rt->micro == 0)
-        return DMUON_FAIL(DMUON_EINVAL, "runtime: step with %s",
-                          rt->in_micro ? "a micro-batch not ended (post_backward missing for "
-                                         "some layer)" : "no micro-batch since the last step");
+    if (rt->in_micro) {
+        size_t l = 0;
+        while (l + 1 < rt->nlayers && rt->layers[l].bwd_done)
+            l++;
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: step with a micro-batch not ended: layer '%s' "
+                          "has had no post_backward", dmuon_plan_layer_name(rt->plan, l));
+    }
+    if (rt->micro == 0)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: step with no micro-batch since the last step");
     if (!lrs || !isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step needs finite learning rates");
     /* every parameter block is given back before the step (ZeRO-2 keeps

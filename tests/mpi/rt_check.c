@@ -399,20 +399,41 @@ int main(int argc, char **argv)
         ref_g[p] = calloc((size_t)pp->numel, 4);
         for (int64_t i = 0; i < pp->numel; i++)
             ref_w[p][i] = init_value((int)p, i, seed);
-        if (errors && p == 0) {   /* a wrong shape and an unknown name first */
-            int64_t bad[2] = {pp->shape[0] + 1, pp->shape[1]};
-            dmuon_rt_register(rt, pp->name, 2, bad, ref_w[p]);
-            dmuon_rt_register(rt, "model.no_such.weight", 1, bad, ref_w[p]);
-            dmuon_rc orc = dmuon_rt_open(rt);
-            check(orc == DMUON_EINVAL && strstr(dmuon_errmsg(), "model.no_such.weight") &&
-                      strstr(dmuon_errmsg(), "never registered") &&
-                      strstr(dmuon_errmsg(), "elements"),
-                  "open lists an unknown name, a wrong shape and missing parameters: %s",
-                  dmuon_errmsg());
-            dmuon_rt_free(rt);
-            rt = NULL;
-            dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+    }
+    if (errors) {   /* every registration problem at once, then a clean runtime */
+        for (size_t p = 0; p < np; p++) {
+            const dmuon_param *pp = dmuon_model_param(model, p);
+            int64_t sh[8];
+            memcpy(sh, pp->shape, sizeof sh);
+            if (p == 0)
+                sh[0]++;                             /* wrong element count */
+            if (strstr(pp->name, "layers.0.self_attn.k_proj")) {
+                sh[0] = pp->shape[1];                /* the transpose */
+                sh[1] = pp->shape[0];
+            }
+            if (strstr(pp->name, "layers.0.self_attn.q_proj"))
+                dmuon_rt_register(rt, pp->name, pp->ndim, sh, ref_w[p]);   /* twice */
+            if (strcmp(pp->name, "model.norm.weight"))                     /* one missing */
+                dmuon_rt_register(rt, pp->name, pp->ndim, sh, ref_w[p]);
         }
+        dmuon_rt_register(rt, "model.no_such.weight", 1, dmuon_model_param(model, 0)->shape,
+                          ref_w[0]);
+        dmuon_rc orc = dmuon_rt_open(rt);
+        const char *e = dmuon_errmsg();
+        check(orc == DMUON_EINVAL && strstr(e, "5 registration problems") &&
+                  strstr(e, "'model.no_such.weight' is not a parameter") &&
+                  strstr(e, "'model.norm.weight' was never registered") &&
+                  strstr(e, "'model.embed_tokens.weight' has 2080 elements, the plan 2048") &&
+                  strstr(e, "k_proj.weight' is registered as 32 x 16, the plan's matrix is 16 x 32") &&
+                  strstr(e, "q_proj.weight' was registered 2 times") && !strstr(e, ": ;"),
+              "open lists an unknown name, a wrong count, a transposed matrix, a double and a "
+              "missing registration: %s", e);
+        dmuon_rt_free(rt);
+        rt = NULL;
+        dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+    }
+    for (size_t p = 0; p < np; p++) {
+        const dmuon_param *pp = dmuon_model_param(model, p);
         dmuon_rt_register(rt, pp->name, pp->ndim, pp->shape, ref_w[p]);
     }
     rc = dmuon_rt_open(rt);
@@ -559,6 +580,13 @@ int main(int argc, char **argv)
           "%lld gathered values differ from the reference", line, sharding, zero, dtype, size,
           per_node, steps, micro, recompute ? ", recompute" : "", (long long)mismatches,
           (long long)compared);
+    if (errors) {   /* the last forward left a micro-batch open */
+        dmuon_rt_lrs z = {0.01, 0.01};
+        check(dmuon_rt_step(rt, &z) == DMUON_EINVAL && strstr(dmuon_errmsg(), "'(root)' has had no "
+              "post_backward"), "step inside a micro-batch names the layer: %s", dmuon_errmsg());
+        check(dmuon_rt_load(rt, "/nonexistent") == DMUON_EINVAL && strstr(dmuon_errmsg(), "load after"),
+              "load after steps is refused: %s", dmuon_errmsg());
+    }
     if (save_dir) {
         rc = dmuon_rt_save(rt, save_dir);
         check(rc == DMUON_OK, "save %s (%s)", save_dir, rc ? dmuon_errmsg() : "");
