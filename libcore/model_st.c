@@ -2,197 +2,50 @@
  * model_st.c — inventories from safetensors headers: one .safetensors file,
  * or a model.safetensors.index.json and the shards its weight_map names.
  *
- * Format (huggingface/safetensors): 8 bytes little-endian u64 header length
- * L, then L bytes of JSON: {"NAME": {"dtype": "BF16", "shape": [..],
- * "data_offsets": [BEGIN, END]}, ..., "__metadata__": {...}}, then the data.
- * Only the first 8 + L bytes are read.  Checks: the file holds at least 8
- * bytes and the whole header; L is at most 100 MiB; every shape entry is a
- * non-negative integer (zero-size tensors are valid safetensors); the dtype
- * is one the format defines; data_offsets match the shape's byte size and
- * lie inside the file, unless the file ends right after its header (a
- * header-only copy: then the offsets must still match the sizes).  A
- * scalar (shape []) is recorded as shape [1].
+ * The header is read and checked by the project's one safetensors reader
+ * (st.c, st_internal.h), allowing all the format allows: every shape entry
+ * is a non-negative integer (zero-size tensors are valid safetensors); the
+ * dtype is any the format defines (mapped to the dmuon storage type of the
+ * same size, the stored name kept); data_offsets match the shape's byte
+ * size and lie inside the file, unless the file ends right after its header
+ * (a header-only copy: then the offsets must still match the sizes); no two
+ * tensors overlap.  Only the first 8 + L bytes are read.  A scalar (shape
+ * []) is recorded as shape [1].
  */
 #include "model_internal.h"
+#include "st_internal.h"
 
 #include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#define ST_MAX_HEADER (100u << 20)
-
-/* The dtypes of the safetensors format with their size and the dmuon
- * storage type of the same size (dmuon/model.h). */
-static const struct {
-    const char *name;
-    unsigned size;
-    dmuon_dtype dt;
-} st_types[] = {
-    {"F64", 8, DMUON_F64},    {"F32", 4, DMUON_F32},    {"F16", 2, DMUON_F16},
-    {"BF16", 2, DMUON_BF16},  {"I64", 8, DMUON_I64},    {"U64", 8, DMUON_I64},
-    {"I32", 4, DMUON_I32},    {"U32", 4, DMUON_I32},    {"I16", 2, DMUON_F16},
-    {"U16", 2, DMUON_F16},    {"I8", 1, DMUON_U8},      {"U8", 1, DMUON_U8},
-    {"BOOL", 1, DMUON_U8},    {"F8_E4M3", 1, DMUON_U8}, {"F8_E5M2", 1, DMUON_U8},
-    {"F8_E8M0", 1, DMUON_U8},
-};
-
-/* Reads the header of one file and appends its tensors to l.  With want
- * (index route), only names for which want(name) is true are added. */
+/* Reads the header of one file (st.c, with everything the format allows:
+ * zero-size dimensions, header-only files, every dtype) and appends its
+ * tensors to l in header order. */
 static dmuon_rc read_header(const char *path, dmuon_spec_list *l)
 {
     dmuon_rc rc = DMUON_OK;
-    char *hdr = NULL;
-    dmuon_doc d = {0};
+    dmuon_st_header h = {0};
     FILE *f = fopen(path, "rb");
     if (!f)
         return DMUON_FAIL(errno == ENOENT ? DMUON_ENOTFOUND : DMUON_EIO,
                           "cannot open safetensors file '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = DMUON_FAIL(DMUON_EIO, "'%s' is not a regular file", path);
-        goto out;
-    }
-    unsigned char lenb[8];
-    if (fread(lenb, 1, 8, f) != 8) {
-        rc = DMUON_FAIL(DMUON_EPARSE,
-                        "%s: truncated safetensors file: %lld bytes, expected at least the "
-                        "8-byte header length",
-                        path, (long long)st.st_size);
-        goto out;
-    }
-    uint64_t L = 0;
-    for (int i = 7; i >= 0; i--)
-        L = (L << 8) | lenb[i];
-    if (L > (uint64_t)st.st_size - 8) {
-        rc = DMUON_FAIL(DMUON_EPARSE,
-                        "%s: header length %llu goes beyond the end of the file (%lld bytes); "
-                        "expected a safetensors file",
-                        path, (unsigned long long)L, (long long)st.st_size);
-        goto out;
-    }
-    if (L > ST_MAX_HEADER || L < 2) {
-        rc = DMUON_FAIL(DMUON_EPARSE, "%s: header length %llu: expected 2 to %u bytes", path,
-                        (unsigned long long)L, ST_MAX_HEADER);
-        goto out;
-    }
-    hdr = malloc(L + 1);
-    if (!hdr) {
-        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for the header of '%s'", path);
-        goto out;
-    }
-    if (fread(hdr, 1, L, f) != L) {
-        rc = DMUON_FAIL(DMUON_EPARSE, "%s: truncated header", path);
-        goto out;
-    }
-    hdr[L] = '\0';
-    if (hdr[0] != '{') {
-        rc = DMUON_FAIL(DMUON_EPARSE, "%s: header does not start with '{': not a JSON object",
-                        path);
-        goto out;
-    }
-    DMUON_TRY_GOTO(rc, dmuon_doc_load_buffer(&d, path, hdr, L), out);
-    yaml_node_t *root = dmuon_doc_root(&d);
-    if (!root || root->type != YAML_MAPPING_NODE) {
-        rc = DMUON_FAIL(DMUON_EPARSE, "%s: header: expected a JSON object of tensors", path);
-        goto out;
-    }
-    uint64_t data_len = (uint64_t)st.st_size - 8 - L;
-    bool header_only = data_len == 0;
-    for (size_t i = 0; i < dmuon_doc_map_len(root); i++) {
-        const char *name = dmuon_doc_map_key(&d, root, i);
-        yaml_node_t *v = dmuon_doc_map_value(&d, root, i);
-        if (!name) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s: header: entry %zu: expected a string key", path, i);
-            goto out;
-        }
-        if (!strcmp(name, "__metadata__"))
-            continue;
-        if (!v || v->type != YAML_MAPPING_NODE) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': expected an object with dtype, shape "
-                                          "and data_offsets", path, name);
-            goto out;
-        }
-        const char *dts;
-        DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&d, v, "dtype", true, &dts), out);
-        size_t ti, nt = sizeof st_types / sizeof st_types[0];
-        for (ti = 0; ti < nt; ti++)
-            if (!strcmp(dts, st_types[ti].name))
-                break;
-        if (ti == nt) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'dtype': unsupported type '%s' "
-                                          "(expected F64, F32, F16, BF16, I64, U64, I32, U32, "
-                                          "I16, U16, I8, U8, BOOL, F8_E4M3, F8_E5M2 or F8_E8M0)",
-                            path, name, dts);
-            goto out;
-        }
-        dmuon_dtype dt = st_types[ti].dt;
-        yaml_node_t *sh = dmuon_doc_get(&d, v, "shape");
-        if (!sh || sh->type != YAML_SEQUENCE_NODE) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': expected a list of "
-                                          "positive integers", path, name);
-            goto out;
-        }
-        size_t nd = dmuon_doc_seq_len(sh);
-        if (nd > DMUON_MODEL_MAX_DIMS) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': %zu dimensions, at "
-                                          "most %d supported", path, name, nd, DMUON_MODEL_MAX_DIMS);
-            goto out;
-        }
-        int64_t shape[DMUON_MODEL_MAX_DIMS] = {1};
-        uint64_t bytes = st_types[ti].size;
-        for (size_t k = 0; k < nd; k++) {
-            DMUON_TRY_GOTO(rc, dmuon_doc_to_int(&d, dmuon_doc_seq_at(&d, sh, k), "shape",
-                                                &shape[k]), out);
-            if (shape[k] < 0) {
-                rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': dimension %zu is "
-                                              "%lld, expected a non-negative integer",
-                                path, name, k, (long long)shape[k]);
-                goto out;
-            }
-            if (shape[k] && bytes > (UINT64_MAX >> 1) / (uint64_t)shape[k]) {
-                rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': too many elements",
-                                path, name);
-                goto out;
-            }
-            bytes *= (uint64_t)shape[k];
-        }
-        yaml_node_t *off = dmuon_doc_get(&d, v, "data_offsets");
-        if (!off || off->type != YAML_SEQUENCE_NODE || dmuon_doc_seq_len(off) != 2) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'data_offsets': expected "
-                                          "[begin, end]", path, name);
-            goto out;
-        }
-        int64_t b0, b1;
-        DMUON_TRY_GOTO(rc, dmuon_doc_to_int(&d, dmuon_doc_seq_at(&d, off, 0), "data_offsets",
-                                            &b0), out);
-        DMUON_TRY_GOTO(rc, dmuon_doc_to_int(&d, dmuon_doc_seq_at(&d, off, 1), "data_offsets",
-                                            &b1), out);
-        if (b0 < 0 || b1 < b0 || (uint64_t)(b1 - b0) != bytes ||
-            (!header_only && (uint64_t)b1 > data_len)) {
-            if (header_only)
-                rc = DMUON_FAIL(DMUON_EPARSE,
-                                "%s: tensor '%s': field 'data_offsets': [%lld, %lld] does not "
-                                "hold its %llu bytes (%s of shape with %zu dimensions)",
-                                path, name, (long long)b0, (long long)b1,
-                                (unsigned long long)bytes, dts, nd);
-            else
-                rc = DMUON_FAIL(DMUON_EPARSE,
-                                "%s: tensor '%s': field 'data_offsets': [%lld, %lld] does not "
-                                "hold %llu bytes inside the %llu data bytes of the file",
-                                path, name, (long long)b0, (long long)b1,
-                                (unsigned long long)bytes, (unsigned long long)data_len);
-            goto out;
-        }
-        DMUON_TRY_GOTO(rc, dmuon_spec_add_stored(l, name, dt, st_types[ti].name,
-                                                 nd ? (int)nd : 1, shape), out);
+    DMUON_TRY_GOTO(rc, dmuon_st_header_read(f, path, DMUON_ST_ZERO_DIMS | DMUON_ST_HEADER_ONLY |
+                                                         DMUON_ST_ALL_DTYPES, &h),
+                   out);
+    for (size_t i = 0; i < h.n; i++) {
+        const dmuon_st_tensor *t = &h.t[i];
+        int64_t shape[DMUON_MODEL_MAX_DIMS] = {1};   /* a scalar is recorded as [1] */
+        for (int k = 0; k < t->ndim; k++)
+            shape[k] = t->shape[k];
+        DMUON_TRY_GOTO(rc, dmuon_spec_add_stored(l, t->name, t->dtype, t->stored,
+                                                 t->ndim ? t->ndim : 1, shape), out);
     }
 out:
-    dmuon_doc_release(&d);
-    free(hdr);
+    dmuon_st_header_release(&h);
     fclose(f);
     return rc;
 }

@@ -377,6 +377,15 @@ uint64_t dmuon_plan_units_digest(const dmuon_plan *p)
         int64_t v[4] = {mb->param, mb->first_matrix, mb->n_matrices, mb->layer_offset};
         h = dmuon_digest(v, sizeof v, h);
     }
+    /* the matrix placement of the parameters, only where it is not the
+     * plain one (digests of plans without such parameters stay as they were) */
+    for (size_t i = 0; i < p->nparams; i++) {
+        const dmuon_plan_param *q = &p->params[i];
+        if (q->transposed || q->layout != DMUON_MAT_CONTIGUOUS) {
+            int64_t w[3] = {(int64_t)i, q->transposed, q->layout};
+            h = dmuon_digest(w, sizeof w, h);
+        }
+    }
     return h;
 }
 
@@ -704,8 +713,9 @@ dmuon_rc dmuon_plan_build(const dmuon_model *m, const dmuon_plan_opts *opts, dmu
     }
     for (size_t i = 0; i < p->nparams; i++) {
         const dmuon_param *q = dmuon_model_param(m, i);
-        p->params[i] = (dmuon_plan_param){strdup(q->name), q->layer, q->role, q->numel,
-                                          q->matrices, q->mat_m, q->mat_n};
+        p->params[i] = (dmuon_plan_param){strdup(q->name), q->layer,      q->role,
+                                          q->numel,        q->matrices,   q->mat_m,
+                                          q->mat_n,        q->transposed, q->layout};
         if (!p->params[i].name) {
             rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
             goto fail;

@@ -84,6 +84,10 @@ static void check_coverage(const dmuon_plan *p, span *sp, viol *v)
             if (q->layer != un->layer)
                 bad(v, "unit '%s' (layer %d) holds '%s' of layer %d", un->name, un->layer, q->name,
                     q->layer);
+            if (q->layout != DMUON_MAT_CONTIGUOUS && (mb->first_matrix % 2 || mb->n_matrices % 2))
+                bad(v, "unit '%s' splits the gate/up pair of '%s' (layout %s: matrices [%lld, "
+                       "+%lld))", un->name, q->name, dmuon_mat_layout_name(q->layout),
+                    (long long)mb->first_matrix, (long long)mb->n_matrices);
         }
         if (el != un->elements || mats != un->matrices || el * (int64_t)dsz != un->bytes)
             bad(v, "unit '%s': elements/bytes/matrices %lld/%lld/%lld do not match its members "

@@ -67,7 +67,9 @@ dmuon_rc dmuon_plan_finish(dmuon_plan *p);
 /* The balance report from units, windows and fallback flags. */
 dmuon_rc dmuon_plan_compute_report(dmuon_plan *p);
 
-/* Digests over the units (owners included) and over the segment tables. */
+/* Digests over the units (owners included; with the matrix placement of
+ * the parameters that are transposed or strided) and over the segment
+ * tables. */
 uint64_t dmuon_plan_units_digest(const dmuon_plan *p);
 uint64_t dmuon_plan_segments_digest(const dmuon_plan *p);
 

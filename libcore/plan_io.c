@@ -14,7 +14,9 @@
  *   layers:   - {name, bytes, segments: [{owner, dtype, offset, count,
  *                window_offset}, ...]}  (offset and window_offset in bytes,
  *                count in elements of dtype: dmuon_segment of dmuon/types.h)
- *   params:   - {name, layer, role, numel, matrices, m, n}
+ *   params:   - {name, layer, role, numel, matrices, m, n[, transposed: true]
+ *                [, layout: halves|interleaved]}  (absent: not transposed,
+ *                contiguous; see dmuon_plan_param)
  *   units:    - {id, name, layer, owner, elements, bytes, matrices, ns_ms,
  *                window_offset, fallback, members: [[param, first, count, offset]],
  *                leaders: [...] (HSDP)}
@@ -126,9 +128,14 @@ static dmuon_rc write_plan(FILE *f, void *ctx)
         put_str(f, q->name);
         fprintf(f, ", layer: %d, role: %s, numel: %lld", q->layer,
                 q->role == DMUON_ROLE_MUON ? "muon" : "adamw", (long long)q->numel);
-        if (q->role == DMUON_ROLE_MUON)
+        if (q->role == DMUON_ROLE_MUON) {
             fprintf(f, ", matrices: %lld, m: %lld, n: %lld", (long long)q->matrices,
                     (long long)q->mat_m, (long long)q->mat_n);
+            if (q->transposed)
+                fprintf(f, ", transposed: true");
+            if (q->layout != DMUON_MAT_CONTIGUOUS)
+                fprintf(f, ", layout: %s", dmuon_mat_layout_name(q->layout));
+        }
         fprintf(f, "}\n");
     }
     fprintf(f, "units:\n");
@@ -460,7 +467,7 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
         dmuon_plan_param *q = &p->params[i];
         DMUON_TRY(need_map(c, it, "params[]"));
         DMUON_TRY(only_keys(c, it, "a parameter", (const char *const[]){"name", "layer",
-                  "role", "numel", "matrices", "m", "n", NULL}));
+                  "role", "numel", "matrices", "m", "n", "transposed", "layout", NULL}));
         DMUON_TRY(dmuon_doc_field_str(d, it, "name", true, &s));
         q->name = strdup(s);
         if (!q->name)
@@ -481,6 +488,25 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
                 return DMUON_FAIL(DMUON_EPARSE, "%s:%d: parameter '%s': matrices x m x n does "
                                                 "not equal numel %lld",
                                   c->path, dmuon_doc_line(it), q->name, (long long)q->numel);
+            DMUON_TRY(dmuon_doc_field_bool(d, it, "transposed", false, &q->transposed));
+            const char *lay = NULL;
+            DMUON_TRY(dmuon_doc_field_str(d, it, "layout", false, &lay));
+            q->layout = DMUON_MAT_CONTIGUOUS;
+            if (lay && !strcmp(lay, "halves"))
+                q->layout = DMUON_MAT_HALVES;
+            else if (lay && !strcmp(lay, "interleaved"))
+                q->layout = DMUON_MAT_INTERLEAVED;
+            else if (lay && strcmp(lay, "contiguous"))
+                return DMUON_FAIL(DMUON_EPARSE, "%s:%d: parameter '%s': field 'layout': '%s', "
+                                                "expected contiguous, halves or interleaved",
+                                  c->path, dmuon_doc_line(it), q->name, lay);
+            if (q->layout != DMUON_MAT_CONTIGUOUS && (!q->transposed || q->matrices % 2))
+                return DMUON_FAIL(DMUON_EPARSE, "%s:%d: parameter '%s': layout %s needs "
+                                                "transposed: true and an even matrix count "
+                                                "(gate and up of each expert), got %s and %lld",
+                                  c->path, dmuon_doc_line(it), q->name,
+                                  dmuon_mat_layout_name(q->layout),
+                                  q->transposed ? "true" : "false", (long long)q->matrices);
         } else if (!strcmp(s, "adamw")) {
             q->role = DMUON_ROLE_ADAMW;
         } else {
@@ -567,6 +593,13 @@ static dmuon_rc load_tables(ld *c, dmuon_plan *p, yaml_node_t *root)
                                                 "Muon parameter '%s'",
                                   c->path, dmuon_doc_line(it), u->name, k, (long long)t[1],
                                   (long long)t[2], (long long)t[3], q->name);
+            if (q->layout != DMUON_MAT_CONTIGUOUS && (t[1] % 2 || t[2] % 2))
+                return DMUON_FAIL(DMUON_EPARSE, "%s:%d: unit '%s': member %zu: matrices "
+                                                "[%lld, +%lld) split a gate/up pair of '%s' "
+                                                "(layout %s: an expert's two matrices share "
+                                                "one unit)",
+                                  c->path, dmuon_doc_line(it), u->name, k, (long long)t[1],
+                                  (long long)t[2], q->name, dmuon_mat_layout_name(q->layout));
             p->members[p->nmembers++] = (dmuon_plan_member){(int32_t)t[0], t[1], t[2], t[3]};
         }
         if (p->leaders) {
@@ -806,6 +839,18 @@ dmuon_rc dmuon_plan_match_model(const dmuon_plan *p, const dmuon_model *m)
                               r->role == DMUON_ROLE_MUON ? "muon" : "adamw",
                               dmuon_model_source(m), q->name, (long long)q->numel,
                               q->role == DMUON_ROLE_MUON ? "muon" : "adamw");
+        if (q->role == DMUON_ROLE_MUON &&
+            (q->mat_m != r->mat_m || q->mat_n != r->mat_n || q->transposed != r->transposed ||
+             q->layout != r->layout))
+            return DMUON_FAIL(DMUON_EMISMATCH,
+                              "parameter '%s' differs: plan has %lld x %lld matrices%s, layout "
+                              "%s; model '%s' has %lld x %lld%s, layout %s",
+                              r->name, (long long)r->mat_m, (long long)r->mat_n,
+                              r->transposed ? " (transposed)" : "",
+                              dmuon_mat_layout_name(r->layout), dmuon_model_source(m),
+                              (long long)q->mat_m, (long long)q->mat_n,
+                              q->transposed ? " (transposed)" : "",
+                              dmuon_mat_layout_name(q->layout));
     }
     if (dmuon_model_digest(m) != p->model_digest) {
         dmuon_digest_hex(p->model_digest, a);

@@ -2,29 +2,65 @@
  * st.c — reading and checking safetensors headers (st_internal.h).
  *
  * Invariant: a header that passes dmuon_st_header_read describes tensors
- * that lie wholly inside the file's data part, each holding exactly the
- * bytes its dtype and shape need, and no two of them share a byte; every
+ * each holding exactly the bytes its dtype and shape need, lying wholly
+ * inside the file's data part (unless the caller allows a header-only file
+ * and the data part is absent), and no two of them share a byte; every
  * error message starts with the file's path and names the tensor and field.
+ * The checkpoints read with no flag (their files always hold their data);
+ * the model inventories accept all the format allows (DMUON_ST_* flags).
  */
 #include "st_internal.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The dtypes of the safetensors format with their size and the dmuon
+ * storage type of the same size; own: the dmuon type is the stored type
+ * itself (accepted without DMUON_ST_ALL_DTYPES, and the name written for
+ * that dmuon type). */
+static const struct {
+    const char *name;
+    unsigned size;
+    dmuon_dtype dt;
+    bool own;
+} st_types[] = {
+    {"F64", 8, DMUON_F64, true},      {"F32", 4, DMUON_F32, true},
+    {"F16", 2, DMUON_F16, true},      {"BF16", 2, DMUON_BF16, true},
+    {"I64", 8, DMUON_I64, true},      {"U64", 8, DMUON_I64, false},
+    {"I32", 4, DMUON_I32, true},      {"U32", 4, DMUON_I32, false},
+    {"I16", 2, DMUON_F16, false},     {"U16", 2, DMUON_F16, false},
+    {"I8", 1, DMUON_U8, false},       {"U8", 1, DMUON_U8, true},
+    {"BOOL", 1, DMUON_U8, false},     {"F8_E4M3", 1, DMUON_U8, false},
+    {"F8_E5M2", 1, DMUON_U8, false},  {"F8_E8M0", 1, DMUON_U8, false},
+};
+#define N_ST_TYPES (sizeof st_types / sizeof st_types[0])
+
 const char *dmuon_st_dtype_name(dmuon_dtype t)
 {
-    switch (t) {
-    case DMUON_F32: return "F32";
-    case DMUON_BF16: return "BF16";
-    case DMUON_F16: return "F16";
-    case DMUON_F64: return "F64";
-    case DMUON_I32: return "I32";
-    case DMUON_I64: return "I64";
-    case DMUON_U8: return "U8";
-    default: return "?";
+    for (size_t i = 0; i < N_ST_TYPES; i++)
+        if (st_types[i].own && st_types[i].dt == t)
+            return st_types[i].name;
+    return "?";
+}
+
+/* The names accepted under flags, for messages: "F64, F32, ... or U8". */
+static void accepted_names(unsigned flags, char *buf, size_t cap)
+{
+    size_t len = 0, n = 0, k = 0;
+    for (size_t i = 0; i < N_ST_TYPES; i++)
+        n += st_types[i].own || (flags & DMUON_ST_ALL_DTYPES);
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_ST_TYPES && len < cap; i++) {
+        if (!st_types[i].own && !(flags & DMUON_ST_ALL_DTYPES))
+            continue;
+        k++;
+        int w = snprintf(buf + len, cap - len, "%s%s", k == 1 ? "" : k == n ? " or " : ", ",
+                         st_types[i].name);
+        len += w > 0 ? (size_t)w : 0;
     }
 }
 
@@ -60,37 +96,50 @@ static bool pread_all(int fd, void *buf, size_t len, uint64_t off)
     return true;
 }
 
-/* One tensor entry v named name: dtype, shape, data_offsets. */
+/* One tensor entry v named name: dtype, shape, data_offsets.  header_only:
+ * the file has no data part and flags allow it. */
 static dmuon_rc parse_tensor(dmuon_st_header *h, const char *path, const char *name,
-                             yaml_node_t *v, uint64_t data_len, dmuon_st_tensor *t)
+                             yaml_node_t *v, uint64_t data_len, unsigned flags,
+                             bool header_only, dmuon_st_tensor *t)
 {
     dmuon_doc *d = &h->doc;
+    bool zero_ok = flags & DMUON_ST_ZERO_DIMS;
     if (!v || v->type != YAML_MAPPING_NODE)
         return DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': expected an object with dtype, shape "
                                         "and data_offsets", path, name);
     const char *dts;
     DMUON_TRY(dmuon_doc_field_str(d, v, "dtype", true, &dts));
-    if (dmuon_dtype_parse(dts, &t->dtype) != DMUON_OK)
-        return DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'dtype': unsupported type '%s'",
-                          path, name, dts);
+    size_t ti;
+    for (ti = 0; ti < N_ST_TYPES; ti++)
+        if (!strcmp(dts, st_types[ti].name) && (st_types[ti].own || (flags & DMUON_ST_ALL_DTYPES)))
+            break;
+    if (ti == N_ST_TYPES) {
+        char names[200];
+        accepted_names(flags, names, sizeof names);
+        return DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'dtype': unsupported type '%s' "
+                                        "(expected %s)", path, name, dts, names);
+    }
+    t->dtype = st_types[ti].dt;
+    t->stored = st_types[ti].name;
+    const char *want = zero_ok ? "non-negative" : "positive";
     yaml_node_t *sh = dmuon_doc_get(d, v, "shape");
     if (!sh || sh->type != YAML_SEQUENCE_NODE)
         return DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': expected a list of "
-                                        "positive integers", path, name);
+                                        "%s integers", path, name, want);
     size_t nd = dmuon_doc_seq_len(sh);
     if (nd > DMUON_ST_MAX_DIMS)
         return DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': %zu dimensions, at "
                                         "most %d supported", path, name, nd, DMUON_ST_MAX_DIMS);
     t->name = name;
     t->ndim = (int)nd;
-    uint64_t bytes = dmuon_dtype_size(t->dtype);
+    uint64_t bytes = st_types[ti].size;
     for (size_t k = 0; k < nd; k++) {
         DMUON_TRY(dmuon_doc_to_int(d, dmuon_doc_seq_at(d, sh, k), "shape", &t->shape[k]));
-        if (t->shape[k] <= 0)
+        if (t->shape[k] < 0 || (t->shape[k] == 0 && !zero_ok))
             return DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': dimension %zu is "
-                                            "%lld, expected a positive integer",
-                              path, name, k, (long long)t->shape[k]);
-        if (bytes > (UINT64_MAX >> 1) / (uint64_t)t->shape[k])
+                                            "%lld, expected a %s integer",
+                              path, name, k, (long long)t->shape[k], want);
+        if (t->shape[k] && bytes > (UINT64_MAX >> 1) / (uint64_t)t->shape[k])
             return DMUON_FAIL(DMUON_EPARSE, "%s: tensor '%s': field 'shape': too many elements",
                               path, name);
         bytes *= (uint64_t)t->shape[k];
@@ -102,22 +151,31 @@ static dmuon_rc parse_tensor(dmuon_st_header *h, const char *path, const char *n
     int64_t b0, b1;
     DMUON_TRY(dmuon_doc_to_int(d, dmuon_doc_seq_at(d, off, 0), "data_offsets", &b0));
     DMUON_TRY(dmuon_doc_to_int(d, dmuon_doc_seq_at(d, off, 1), "data_offsets", &b1));
-    if (b0 < 0 || b1 < b0 || (uint64_t)(b1 - b0) != bytes || (uint64_t)b1 > data_len)
+    if (b0 < 0 || b1 < b0 || (uint64_t)(b1 - b0) != bytes ||
+        (!header_only && (uint64_t)b1 > data_len)) {
+        if (header_only)
+            return DMUON_FAIL(DMUON_EPARSE,
+                              "%s: tensor '%s': field 'data_offsets': [%lld, %lld] does not "
+                              "hold its %llu bytes (%s of shape with %zu dimensions)",
+                              path, name, (long long)b0, (long long)b1,
+                              (unsigned long long)bytes, dts, nd);
         return DMUON_FAIL(DMUON_EPARSE,
                           "%s: tensor '%s': field 'data_offsets': [%lld, %lld] does not hold "
                           "%llu bytes inside the %llu data bytes of the file",
                           path, name, (long long)b0, (long long)b1, (unsigned long long)bytes,
                           (unsigned long long)data_len);
+    }
     t->begin = (uint64_t)b0;
     t->end = (uint64_t)b1;
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_st_header_read(FILE *f, const char *path, dmuon_st_header *h)
+dmuon_rc dmuon_st_header_read(FILE *f, const char *path, unsigned flags, dmuon_st_header *h)
 {
     dmuon_rc rc = DMUON_OK;
     char *hdr = NULL;
     dmuon_st_tensor **order = NULL;
+    size_t nbytes = 0;   /* entries of order: the tensors holding bytes */
     int fd = fileno(f);
     memset(h, 0, sizeof *h);
     struct stat st;
@@ -178,6 +236,7 @@ dmuon_rc dmuon_st_header_read(FILE *f, const char *path, dmuon_st_header *h)
         goto fail;
     }
     uint64_t data_len = h->file_size - h->data_start;
+    bool header_only = data_len == 0 && (flags & DMUON_ST_HEADER_ONLY);
     for (size_t i = 0; i < nmap; i++) {
         const char *name = dmuon_doc_map_key(&h->doc, root, i);
         yaml_node_t *v = dmuon_doc_map_value(&h->doc, root, i);
@@ -189,12 +248,14 @@ dmuon_rc dmuon_st_header_read(FILE *f, const char *path, dmuon_st_header *h)
             h->meta = v;
             continue;
         }
-        DMUON_TRY_GOTO(rc, parse_tensor(h, path, name, v, data_len, &h->t[h->n]), fail);
-        order[h->n] = &h->t[h->n];
+        DMUON_TRY_GOTO(rc, parse_tensor(h, path, name, v, data_len, flags, header_only,
+                                       &h->t[h->n]), fail);
+        if (h->t[h->n].end > h->t[h->n].begin)   /* tensors of no byte overlap nothing */
+            order[nbytes++] = &h->t[h->n];
         h->n++;
     }
-    qsort(order, h->n, sizeof *order, cmp_begin);
-    for (size_t i = 1; i < h->n; i++)
+    qsort(order, nbytes, sizeof *order, cmp_begin);
+    for (size_t i = 1; i < nbytes; i++)
         if (order[i]->begin < order[i - 1]->end) {
             rc = DMUON_FAIL(DMUON_EPARSE,
                             "%s: tensor '%s': field 'data_offsets': [%llu, %llu] overlaps "

@@ -27,6 +27,10 @@ label=${2:-plain}
 export DMUON_BIN=$(cd "$root" && cd "${DMUON_BIN:-bin}" && pwd)
 export DMUON_BUILD=$(cd "$root" && cd "${DMUON_BUILD:-build}" && pwd)
 export DMUON_ROOT=$root
+# test-only Python packages (make deps puts them in build/pyenv)
+if [ -z "${DMUON_PYTHON:-}" ] && [ -x "$root/build/pyenv/bin/python" ]; then
+    export DMUON_PYTHON=$root/build/pyenv/bin/python
+fi
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1

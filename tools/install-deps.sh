@@ -1,16 +1,35 @@
 #!/usr/bin/env bash
-# Installs the Debian packages dmuon's build and tests need, when missing.
-# Run as root (or with sudo); does nothing when everything is present.
+# Installs the Debian packages dmuon's build and tests need, when missing
+# (run as root or with sudo), then the test-only Python packages in a
+# virtual environment at build/pyenv (never committed; tests/run.sh uses it
+# as DMUON_PYTHON when it exists).  A failing pip is reported, not fatal:
+# the tests that need those packages skip without them.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 pkgs="build-essential pkg-config libyaml-dev libsqlite3-dev sqlite3 libopenblas-dev
       liblapacke-dev libopenmpi-dev openmpi-bin libcmocka-dev
-      fortunes gnuplot-nox clang libclang-rt-14-dev iproute2 util-linux"
+      fortunes gnuplot-nox clang libclang-rt-14-dev iproute2 util-linux python3 python3-venv"
+pyenv() {
+    local env="$root/build/pyenv"
+    if [ -x "$env/bin/python" ] && "$env/bin/python" -c 'import safetensors.numpy, numpy' 2>/dev/null; then
+        echo "test python packages: present in $env"
+        return 0
+    fi
+    if python3 -m venv "$env" && "$env/bin/python" -m pip install -q safetensors numpy; then
+        echo "test python packages: safetensors and numpy installed in $env"
+    else
+        echo "note: could not install the test-only Python packages (safetensors, numpy) into" \
+             "$env; the tests that read exports with them will skip" >&2
+    fi
+    return 0
+}
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -z "$missing" ]; then
     echo "dependencies: all present"
+    pyenv
     exit 0
 fi
 echo "dependencies: installing$missing"
@@ -19,3 +38,4 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends $missing
+pyenv

@@ -1331,7 +1331,7 @@ static dmuon_rc read_file(const char *dir, const manifest *m, const ptable *t, i
         }
         goto out;
     }
-    DMUON_TRY_GOTO(rc, dmuon_st_header_read(f, path, &h), out);
+    DMUON_TRY_GOTO(rc, dmuon_st_header_read(f, path, 0, &h), out);
     byname = malloc((h.n ? h.n : 1) * sizeof *byname);
     dg = malloc((nu ? nu : 1) * sizeof *dg);
     if (!byname || !dg) {

@@ -36,7 +36,11 @@ typedef struct {
     const char *name;
     int32_t layer;
     dmuon_role role;          /* effective role in this line (A: all AdamW) */
-    int64_t numel, matrices, m, n;
+    int64_t numel, matrices, m, n;   /* Muon: matrices of m x n (out x in) */
+    bool transposed;          /* the storage holds each matrix as [in, out] */
+    dmuon_mat_layout layout;  /* where matrix j lies (dmuon/model.h); the
+                                 optimizer state stays in storage order, NS
+                                 runs on the real m x n matrix */
     bool owned;               /* in the layer's owned region (Muon, lines C/D) */
     int64_t off;              /* element offset in the layer's F32 view */
     bool registered;

@@ -11,6 +11,11 @@
  *   2. clipping by the global norm;
  *   3. owned matrices in layer order (Muon), each segment published as soon
  *      as its matrices are done (HSDP, line D);
+ *      Newton–Schulz always sees the real out x in matrix: a transposed or
+ *      strided one (gate/up halves or interleaved columns of a fused expert
+ *      tensor) is gathered from the storage into scratch with its layout's
+ *      strides (mat_place) and written back; the update scale uses the real
+ *      m and n; parameters, gradients and momentum stay in storage order;
  *   4. even shards: AdamW; line B: the Nesterov direction of each Muon
  *      matrix is gathered whole and every rank runs Newton–Schulz on it;
  *   5. the new parameters written where the next gathers read them.
@@ -31,6 +36,67 @@
 static float *piece_grad(dmuon_rt *rt, const rt_piece *pc)
 {
     return (pc->owned ? rt->own_g : rt->even_g) + pc->pos;
+}
+
+/* --------------------------------------------------- matrix placement -- */
+
+/* Where Muon matrix j of p lies in p's storage (dmuon/model.h, "Muon
+ * matrices"): element (r, c) of the real m x n (out x in) matrix is storage
+ * element *base + r * *rs + c * *cs.
+ *   contiguous:            base j*m*n, rows n apart (row-major m x n)
+ *   contiguous transposed: base j*m*n, rs 1, cs m (row-major n x m, [in, out])
+ *   halves [E, n, 2m]:     base e*2mn + h*m, rs 1, cs 2m (e = j/2, h = j%2:
+ *                          gate columns [0, m), up [m, 2m))
+ *   interleaved:           base e*2mn + h, rs 2, cs 2m (gate even, up odd) */
+static void mat_place(const rt_param *p, int64_t j, int64_t *base, int64_t *rs, int64_t *cs)
+{
+    int64_t m = p->m, n = p->n;
+    switch (p->layout) {
+    case DMUON_MAT_HALVES:
+        *base = (j / 2) * 2 * m * n + (j % 2) * m;
+        *rs = 1;
+        *cs = 2 * m;
+        return;
+    case DMUON_MAT_INTERLEAVED:
+        *base = (j / 2) * 2 * m * n + j % 2;
+        *rs = 2;
+        *cs = 2 * m;
+        return;
+    default:
+        *base = j * m * n;
+        *rs = p->transposed ? 1 : n;
+        *cs = p->transposed ? m : 1;
+    }
+}
+
+/* Matrices of p that share one contiguous block of storage: an expert's
+ * gate and up in a strided layout, else each matrix alone. */
+static int64_t mats_per_block(const rt_param *p)
+{
+    return p->layout == DMUON_MAT_CONTIGUOUS ? 1 : 2;
+}
+
+/* The plain placement: matrix j is the row-major block [j*m*n, (j+1)*m*n). */
+static bool plain_place(const rt_param *p)
+{
+    return p->layout == DMUON_MAT_CONTIGUOUS && !p->transposed;
+}
+
+/* Copies matrix j of p out of storage (src[k] is storage element lo + k)
+ * into dst (m x n row-major), or, with back, from dst into the storage. */
+static void mat_copy(const rt_param *p, int64_t j, float *src, int64_t lo, float *dst, bool back)
+{
+    int64_t base, rs, cs;
+    mat_place(p, j, &base, &rs, &cs);
+    base -= lo;
+    for (int64_t r = 0; r < p->m; r++)
+        for (int64_t c = 0; c < p->n; c++) {
+            float *s = &src[base + r * rs + c * cs], *d = &dst[r * p->n + c];
+            if (back)
+                *s = *d;
+            else
+                *d = *s;
+        }
 }
 
 static dmuon_rc grow_scratch(dmuon_rt *rt, int64_t n)
@@ -109,12 +175,26 @@ static dmuon_rc step_owned(dmuon_rt *rt, double lr)
             continue;
         const rt_param *p = &rt->params[pc->param];
         int64_t mn = p->m * p->n;
-        DMUON_TRY(grow_scratch(rt, mn));
+        bool plain = plain_place(p);
+        DMUON_TRY(grow_scratch(rt, plain ? mn : 4 * mn));
+        /* other placements: master, momentum and gradient of the real
+         * matrix gathered into scratch, updated there, written back */
+        float *sw = rt->scratch + mn, *sm = sw + mn, *sg = sm + mn;
+        float *w0 = rt->own_w + pc->pos, *m0 = rt->own_m + pc->pos, *g0 = rt->own_g + pc->pos;
         for (int64_t a = 0; a < pc->hi - pc->lo; a += mn) {
-            int64_t w = pc->pos + a;
+            int64_t w = pc->pos + a, j = (pc->lo + a) / mn;
             double t0 = dmuon_now_ms();
-            DMUON_TRY(dmuon_muon_update(rt->ns, o, lr, p->m, p->n, rt->own_w + w, rt->own_m + w,
-                                        rt->own_g + w, rt->scratch));
+            if (plain) {
+                DMUON_TRY(dmuon_muon_update(rt->ns, o, lr, p->m, p->n, rt->own_w + w,
+                                            rt->own_m + w, rt->own_g + w, rt->scratch));
+            } else {
+                mat_copy(p, j, w0, pc->lo, sw, false);
+                mat_copy(p, j, m0, pc->lo, sm, false);
+                mat_copy(p, j, g0, pc->lo, sg, false);
+                DMUON_TRY(dmuon_muon_update(rt->ns, o, lr, p->m, p->n, sw, sm, sg, rt->scratch));
+                mat_copy(p, j, w0, pc->lo, sw, true);
+                mat_copy(p, j, m0, pc->lo, sm, true);
+            }
             rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
             rt->stats.ns_matrices++;
             if (rt->pub)
@@ -143,8 +223,10 @@ static dmuon_rc step_replicated(dmuon_rt *rt, size_t l, double lr)
     int64_t big = L->even_pad + L->shard;
     for (int j = 0; j < L->np; j++) {
         const rt_param *p = &rt->params[L->params[j]];
-        if (p->role == DMUON_ROLE_MUON && big < L->even_pad + L->shard + p->m * p->n)
-            big = L->even_pad + L->shard + p->m * p->n;
+        /* the direction of one block (one or two matrices) and one matrix */
+        int64_t need = L->even_pad + L->shard + 3 * p->m * p->n;
+        if (p->role == DMUON_ROLE_MUON && big < need)
+            big = need;
     }
     DMUON_TRY(grow_scratch(rt, big));
     float *full = rt->scratch, *mine = full + L->even_pad, *odir = mine + L->shard;
@@ -165,21 +247,33 @@ static dmuon_rc step_replicated(dmuon_rt *rt, size_t l, double lr)
         if (p->role != DMUON_ROLE_MUON)
             continue;
         int64_t mn = p->m * p->n, base = p->off - L->own_elems;
+        int64_t per = mats_per_block(p), span = per * mn;
+        bool plain = plain_place(p);
+        float *mat = odir + span;   /* one real matrix (other placements) */
         double scale = dmuon_muon_scale_of(o, p->m, p->n);
-        for (int64_t a = 0; a < p->matrices; a++) {
-            double t0 = dmuon_now_ms();
-            DMUON_TRY(dmuon_ns_run_host(rt->ns, full + base + a * mn, p->m, p->n, odir));
-            rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
-            rt->stats.ns_matrices++;
+        for (int64_t b = 0; b < p->matrices / per; b++) {
+            /* odir: the block's directions in storage order */
+            for (int64_t a = b * per; a < (b + 1) * per; a++) {
+                double t0 = dmuon_now_ms();
+                if (plain) {
+                    DMUON_TRY(dmuon_ns_run_host(rt->ns, full + base + a * mn, p->m, p->n, odir));
+                } else {
+                    mat_copy(p, a, full + base, 0, mat, false);
+                    DMUON_TRY(dmuon_ns_run_host(rt->ns, mat, p->m, p->n, mat));
+                    mat_copy(p, a, odir, b * span, mat, true);
+                }
+                rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
+                rt->stats.ns_matrices++;
+            }
             for (size_t i = 0; i < rt->npieces; i++) {
                 const rt_piece *pc = &rt->pieces[i];
                 if (pc->owned || pc->param != L->params[j])
                     continue;
-                int64_t lo = pc->lo > a * mn ? pc->lo : a * mn;
-                int64_t hi = pc->hi < (a + 1) * mn ? pc->hi : (a + 1) * mn;
+                int64_t lo = pc->lo > b * span ? pc->lo : b * span;
+                int64_t hi = pc->hi < (b + 1) * span ? pc->hi : (b + 1) * span;
                 if (lo < hi)
                     dmuon_muon_apply(o, lr, scale, hi - lo, rt->even_w + pc->pos + (lo - pc->lo),
-                                     odir + (lo - a * mn));
+                                     odir + (lo - b * span));
             }
         }
     }

@@ -180,6 +180,8 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         p->matrices = pp[i].matrices;
         p->m = pp[i].mat_m;
         p->n = pp[i].mat_n;
+        p->transposed = pp[i].transposed;
+        p->layout = pp[i].layout;
         p->role = rt->opts.line == DMUON_LINE_A ? DMUON_ROLE_ADAMW : pp[i].role;
         p->owned = rt->owners && pp[i].role == DMUON_ROLE_MUON;
     }
@@ -389,6 +391,11 @@ static dmuon_rc lay_out(dmuon_rt *rt)
                     pc->pos + (pc->hi - pc->lo) > rt->win_elems)
                     return DMUON_FAIL(DMUON_ECHECK, "runtime: unit '%s' of rank %d does not sit "
                                       "in its owner's window", units[u].name, rt->topo.rank);
+                if (p->layout != DMUON_MAT_CONTIGUOUS &&
+                    (mem[k].first_matrix % 2 || mem[k].n_matrices % 2))
+                    return DMUON_FAIL(DMUON_ECHECK, "runtime: unit '%s' splits the gate/up pair "
+                                      "of '%s' (layout %s)", units[u].name, p->name,
+                                      dmuon_mat_layout_name(p->layout));
             }
         }
     qsort(rt->pieces, rt->npieces, sizeof *rt->pieces, piece_order);

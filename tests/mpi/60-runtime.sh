@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The training runtime against the single-process reference (rt_check):
 # FSDP ZeRO-2 / ZeRO-3 and HSDP on 4 ranks (2 virtual nodes x 2) and 8 ranks
-# (4 x 2), the four lines, recomputation, F32 parameters, merged units, and
-# the error paths.  Every run compares every gathered parameter of every
-# step with the reference bit for bit; lines B, C and D must end with the
-# same weights, and a second run must repeat the first bit for bit.
+# (4 x 2), the four lines, recomputation, F32 parameters, merged units, the
+# shape-dependent update scale (the model holds transposed and strided
+# gate/up expert tensors), and the error paths.  Every run compares every
+# gathered parameter of every step with the reference bit for bit; lines B,
+# C and D must end with the same weights, and a second run must repeat the
+# first bit for bit.
 source "$(dirname "$0")/../cli/lib.sh"
 R="$DMUON_BUILD/tests/mpi/rt_check"
 MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
@@ -38,6 +40,11 @@ case_ok 8 "D, HSDP ZeRO-2, 8 ranks" --line D --sharding hsdp --zero 2
 check_eq "$(digest)" "$d8" "8 ranks: HSDP and FSDP give the same weights"
 case_ok 8 "B, HSDP, 8 ranks" --line B --sharding hsdp
 check_eq "$(digest)" "$d8" "8 ranks: line B gives line D's weights"
+case_ok 4 "D, update scale sqrt(max(1, m/n)) (transposed and strided m x n matter)" --line D --shape-scale
+d_shape=$(digest)
+if [ "$d_shape" != "$d_fsdp" ]; then ok; else bad "the shape scale must change the weights"; fi
+case_ok 4 "B, update scale sqrt(max(1, m/n))" --line B --shape-scale
+check_eq "$(digest)" "$d_shape" "line B gives line D's weights with the shape scale"
 case_ok 8 "D, recomputation, F32 parameters, 8 ranks" --line D --recompute --dtype f32
 case_ok 4 "D, merged small units" --line D --small-unit-bytes 16777216
 case_ok 4 "D, error paths (registration, hook order, NaN gradient)" --line D --errors

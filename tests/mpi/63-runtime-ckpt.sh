@@ -31,15 +31,16 @@ resume 8 "8 ranks, HSDP plan" --sharding hsdp
 resume 4 "4 ranks, line C" --line C
 resume 4 "4 ranks, HSDP, line B (momentum in even shards)" --line B --sharding hsdp
 
-if python3 -c 'import safetensors.numpy' 2>/dev/null; then
-    python3 - "$T_TMP/full.safetensors" <<'PY' && ok || bad "the export loads with the Python safetensors library"
+PY=${DMUON_PYTHON:-python3}
+if "$PY" -c 'import safetensors.numpy' 2>/dev/null; then
+    "$PY" - "$T_TMP/full.safetensors" <<'PY' && ok || bad "the export loads with the Python safetensors library"
 import sys
 from safetensors.numpy import load_file
 t = load_file(sys.argv[1])
 assert "model.layers.0.self_attn.q_proj.weight" in t and t["lm_head.weight"].shape == (64, 32)
 PY
 else
-    echo "note: Python safetensors not installed; export read-back skipped"
+    echo "note: Python safetensors not importable ($PY); export read-back skipped (make deps installs it)"
 fi
 
 # damaged checkpoints: every rank refuses, nothing half-loaded

@@ -2,7 +2,10 @@
  * rt_check.c — the runtime against an independent single-process reference.
  *
  * A small llama-shaped model (embedding, L blocks of q/k/v/o, gate/up/down,
- * two norms, one block with a 3-D expert stack; final norm, head) is planned
+ * two norms, one block with a 3-D expert stack; final norm, head; fused
+ * experts stored [in, out]: block 0 a llama4_text-style gate_up_proj
+ * [E, H, 2I] (gate | up halves) and down_proj [E, I, H], block 2 a
+ * gpt_oss-style interleaved gate_up_proj with its bias) is planned
  * for the run's cluster; every rank feeds the runtime synthetic gradients
  * that are multiples of 2^-10 with small numerators, so every sum over ranks
  * and micro-batches is exact in binary32 in any order.  The reference sums
@@ -12,6 +15,9 @@
  * the reference's master rounded to the plan's parameter dtype, exactly
  * (tolerance 0, stated).  Line B orthogonalises the same Nesterov directions
  * on every rank, line A runs AdamW everywhere; the reference follows the line.
+ * The reference takes each real out x in matrix out of its storage with its
+ * own index arithmetic (dmuon/model.h, "Muon matrices"), updates it, and
+ * puts it back.
  *
  * Prints per-check lines, a digest of every gathered weight (for the
  * two-runs-identical check of the driver script) and "N passed, M failed".
@@ -109,10 +115,18 @@ static size_t make_specs(dmuon_tensor_spec *t, int layers)
         if (l == 1) {
             P("mlp.experts.down_proj", E, H, FF / 2);
             P("mlp.experts.up_proj", E, FF / 2, H);
+        } else if (l == 2) {   /* gpt_oss: [in, out], gate/up interleaved (the bias tells) */
+            P("mlp.experts.gate_up_proj", E, H, FF);
+            P("mlp.experts.gate_up_proj_bias", E, FF, 0);
+            P("mlp.experts.down_proj", E, FF / 2, H);
         } else {
             P("mlp.gate_proj.weight", FF, H, 0);
             P("mlp.up_proj.weight", FF, H, 0);
             P("mlp.down_proj.weight", H, FF, 0);
+        }
+        if (l == 0) {   /* llama4_text: [in, out], gate | up halves of the last dimension */
+            P("feed_forward.experts.gate_up_proj", E, H, FF);
+            P("feed_forward.experts.down_proj", E, FF / 2, H);
         }
 #undef P
     }
@@ -170,6 +184,20 @@ static float init_value(int param, int64_t i, int seed)
            16384.0f;
 }
 
+/* Storage element of element (r, c) of Muon matrix j (out x in, m x n) of
+ * pp: plain row-major blocks; transposed blocks [in][out]; a fused
+ * [E, in, 2m] gate_up_proj with expert e = j / 2 and gate (j even) / up (j
+ * odd) in the halves [0, m) / [m, 2m) or the even / odd columns. */
+static int64_t ref_at(const dmuon_param *pp, int64_t j, int64_t r, int64_t c)
+{
+    int64_t m = pp->mat_m, n = pp->mat_n, e = j / 2, up = j % 2;
+    switch (pp->layout) {
+    case DMUON_MAT_HALVES: return (e * n + c) * 2 * m + up * m + r;
+    case DMUON_MAT_INTERLEAVED: return (e * n + c) * 2 * m + 2 * r + up;
+    default: return pp->transposed ? j * m * n + c * m + r : j * m * n + r * n + c;
+    }
+}
+
 /* The reference's step t (its tt-th update): exact sums of every rank's
  * gradients, then whole-matrix Muon / AdamW on the full parameters. */
 static void ref_step(const dmuon_model *model, int t, int size, int micro, int seed,
@@ -212,9 +240,26 @@ static void ref_step(const dmuon_model *model, int t, int size, int micro, int s
             continue;
         }
         int64_t mn = pp->mat_m * pp->mat_n;
-        for (int64_t a = 0; a < pp->matrices; a++)
-            dmuon_muon_update(ns, o, muon_lr, pp->mat_m, pp->mat_n, ref_w[p] + a * mn,
-                              ref_m[p] + a * mn, ref_g[p] + a * mn, NULL);
+        float *w = malloc((size_t)mn * 4), *mo = malloc((size_t)mn * 4), *g = malloc((size_t)mn * 4);
+        for (int64_t a = 0; a < pp->matrices; a++) {
+            for (int64_t r = 0; r < pp->mat_m; r++)
+                for (int64_t c = 0; c < pp->mat_n; c++) {
+                    int64_t k = ref_at(pp, a, r, c);
+                    w[r * pp->mat_n + c] = ref_w[p][k];
+                    mo[r * pp->mat_n + c] = ref_m[p][k];
+                    g[r * pp->mat_n + c] = ref_g[p][k];
+                }
+            dmuon_muon_update(ns, o, muon_lr, pp->mat_m, pp->mat_n, w, mo, g, NULL);
+            for (int64_t r = 0; r < pp->mat_m; r++)
+                for (int64_t c = 0; c < pp->mat_n; c++) {
+                    int64_t k = ref_at(pp, a, r, c);
+                    ref_w[p][k] = w[r * pp->mat_n + c];
+                    ref_m[p][k] = mo[r * pp->mat_n + c];
+                }
+        }
+        free(w);
+        free(mo);
+        free(g);
     }
 }
 
@@ -228,7 +273,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *line = "D", *sharding = "fsdp", *dtype = "bf16";
     int zero = 3, per_node = 2, steps = 3, micro = 2, layers = 3, seed = 1, recompute = 0,
-        errors = 0, mismatch = 0, stall = -1, deadline = 20000, start = 0, expect_load_error = 0;
+        errors = 0, mismatch = 0, shape_scale = 0, stall = -1, deadline = 20000, start = 0, expect_load_error = 0;
     const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL;
     int64_t small_unit = 0;
     static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
@@ -236,7 +281,7 @@ int main(int argc, char **argv)
                                  {"steps", 1, 0, 't'},      {"micro", 1, 0, 'm'},
                                  {"layers", 1, 0, 'L'},     {"seed", 1, 0, 'S'},
                                  {"dtype", 1, 0, 'd'},      {"recompute", 0, 0, 'r'},
-                                 {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'}, {"stall", 1, 0, 'X'}, {"global-grads", 0, 0, 'G'}, {"clip", 1, 0, 'C'}, {"zero-grads", 0, 0, 'Z'}, {"save", 1, 0, 'V'}, {"load", 1, 0, 'O'}, {"start", 1, 0, 'T'}, {"saved-ranks", 1, 0, 'R'}, {"export", 1, 0, 'E'}, {"expect-load-error", 0, 0, 'F'}, {"deadline-ms", 1, 0, 'D'},
+                                 {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'}, {"stall", 1, 0, 'X'}, {"global-grads", 0, 0, 'G'}, {"clip", 1, 0, 'C'}, {"zero-grads", 0, 0, 'Z'}, {"save", 1, 0, 'V'}, {"load", 1, 0, 'O'}, {"start", 1, 0, 'T'}, {"saved-ranks", 1, 0, 'R'}, {"export", 1, 0, 'E'}, {"expect-load-error", 0, 0, 'F'}, {"deadline-ms", 1, 0, 'D'}, {"shape-scale", 0, 0, 'Q'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -256,6 +301,7 @@ int main(int argc, char **argv)
         case 'x': mismatch = 1; break;
         case 'X': stall = atoi(optarg); break;
         case 'D': deadline = atoi(optarg); break;
+        case 'Q': shape_scale = 1; break;
         case 'G': g_global = 1; break;
         case 'C': g_clip = atof(optarg); break;
         case 'Z': g_zero = 1; break;
@@ -306,6 +352,22 @@ int main(int argc, char **argv)
     ro.optim.muon_weight_decay = 0.01;
     ro.optim.adamw_weight_decay = 0.02;
     ro.optim.clip_norm = g_clip;
+    if (shape_scale)   /* √max(1, m/n): not symmetric in m and n */
+        ro.optim.scale = DMUON_MUON_SCALE_SHAPE;
+
+    /* the model has the placements it is meant to test */
+    int placed[3] = {0, 0, 0};   /* halves, interleaved, transposed contiguous */
+    for (size_t p = 0; p < dmuon_model_param_count(model); p++) {
+        const dmuon_param *pp = dmuon_model_param(model, p);
+        placed[0] += pp->role == DMUON_ROLE_MUON && pp->layout == DMUON_MAT_HALVES;
+        placed[1] += pp->role == DMUON_ROLE_MUON && pp->layout == DMUON_MAT_INTERLEAVED;
+        placed[2] += pp->role == DMUON_ROLE_MUON && pp->layout == DMUON_MAT_CONTIGUOUS &&
+                     pp->transposed && pp->mat_m != pp->mat_n;
+    }
+    if (layers >= 3 && !mismatch)
+        check(placed[0] == 1 && placed[1] == 1 && placed[2] == 2,
+              "the model has one halves, one interleaved gate_up_proj and two transposed "
+              "down_proj (%d, %d, %d)", placed[0], placed[1], placed[2]);
 
     /* reference state: full parameters */
     size_t np = dmuon_model_param_count(model);

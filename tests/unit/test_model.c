@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "dmuon/model.h"
+#include "st_internal.h"
 
 #include "testutil.h"
 
@@ -407,6 +408,74 @@ static void test_safetensors_accepted(void **state)
     dmuon_model_free(m);
 }
 
+/* The one safetensors reader (st.c): what the model route allows with its
+ * flags, and the strict rules the checkpoints read with (no flag). */
+static dmuon_rc st_read(const char *path, unsigned flags, dmuon_st_header *h)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    dmuon_rc rc = dmuon_st_header_read(f, path, flags, h);
+    fclose(f);
+    return rc;
+}
+
+static void test_st_reader_flags(void **state)
+{
+    char p[1200];
+    dmuon_st_header h;
+    const unsigned all = DMUON_ST_ZERO_DIMS | DMUON_ST_HEADER_ONLY | DMUON_ST_ALL_DTYPES;
+    /* every stored type the format defines: allowed with ALL_DTYPES only */
+    const char *types =
+        "{\"a\": {\"dtype\": \"U64\", \"shape\": [2], \"data_offsets\": [0, 16]}, "
+        "\"b\": {\"dtype\": \"U16\", \"shape\": [2], \"data_offsets\": [16, 20]}, "
+        "\"c\": {\"dtype\": \"F8_E8M0\", \"shape\": [4], \"data_offsets\": [20, 24]}, "
+        "\"d\": {\"dtype\": \"BOOL\", \"shape\": [], \"data_offsets\": [24, 25]}}";
+    write_st(p, sizeof p, "types.safetensors", types, strlen(types), 25);
+    assert_int_equal(st_read(p, DMUON_ST_ALL_DTYPES, &h), DMUON_OK);
+    assert_int_equal(h.n, 4);
+    assert_string_equal(h.t[0].stored, "U64");
+    assert_int_equal(h.t[0].dtype, DMUON_I64);
+    assert_string_equal(h.t[1].stored, "U16");
+    assert_int_equal(h.t[1].dtype, DMUON_F16);
+    assert_string_equal(h.t[2].stored, "F8_E8M0");
+    assert_int_equal(h.t[2].dtype, DMUON_U8);
+    assert_int_equal(h.t[3].ndim, 0);
+    dmuon_st_header_release(&h);
+    assert_int_equal(st_read(p, 0, &h), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "unsupported type 'U64'"));
+    assert_non_null(strstr(dmuon_errmsg(), "expected F64, F32, F16, BF16, I64, I32 or U8"));
+    /* a zero-size dimension */
+    const char *zero = "{\"w\": {\"dtype\": \"F32\", \"shape\": [0, 3], \"data_offsets\": [0, 0]}, "
+                       "\"v\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}";
+    write_st(p, sizeof p, "zero2.safetensors", zero, strlen(zero), 8);
+    assert_int_equal(st_read(p, DMUON_ST_ZERO_DIMS, &h), DMUON_OK);   /* overlaps nothing */
+    assert_int_equal(h.t[0].shape[0], 0);
+    dmuon_st_header_release(&h);
+    assert_int_equal(st_read(p, 0, &h), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "dimension 0 is 0, expected a positive integer"));
+    /* a header-only file: only with HEADER_ONLY, and the sizes still count */
+    const char *two = "{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}";
+    write_st(p, sizeof p, "hdr.safetensors", two, strlen(two), 0);
+    assert_int_equal(st_read(p, DMUON_ST_HEADER_ONLY, &h), DMUON_OK);
+    dmuon_st_header_release(&h);
+    assert_int_equal(st_read(p, 0, &h), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "inside the 0 data bytes"));
+    /* a file with some data is no header-only copy: offsets must lie inside */
+    write_st(p, sizeof p, "short2.safetensors", two, strlen(two), 4);
+    assert_int_equal(st_read(p, all, &h), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "inside the 4 data bytes"));
+    /* overlapping tensors: refused under every flag */
+    const char *ov = "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
+                     "\"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}";
+    write_st(p, sizeof p, "ov.safetensors", ov, strlen(ov), 12);
+    assert_int_equal(st_read(p, all, &h), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "overlaps"));
+    dmuon_model *m = (dmuon_model *)1;
+    assert_int_equal(load_abs(p, &m), DMUON_EPARSE);   /* the model route reads with st.c */
+    assert_null(m);
+    assert_non_null(strstr(dmuon_errmsg(), "overlaps tensor 'a'"));
+}
+
 /* ------------------------------------------------------- config / yaml -- */
 
 static void expect_file_error(const char *name, const char *text, dmuon_rc want,
@@ -541,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_and_index),
         cmocka_unit_test(test_safetensors_errors),
         cmocka_unit_test(test_safetensors_accepted),
+        cmocka_unit_test(test_st_reader_flags),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_paths_and_patterns),

@@ -511,6 +511,95 @@ static dmuon_rc load_edited(const char *path, const char *text, const char *from
     return dmuon_plan_load(path, out);
 }
 
+/* Writes p to tmpdir/name (its path into path[cap]) and reads the file's
+ * text into *text (the caller frees it). */
+static void written(const dmuon_plan *p, const char *name, char *path, size_t cap, char **text)
+{
+    size_t len;
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    assert_int_equal(dmuon_plan_write(p, path), DMUON_OK);
+    read_all(path, text, &len);
+}
+
+/* The matrix placement of transposed and strided expert tensors travels
+ * through the plan file; a file without it is the plain placement. */
+static void test_plan_file_layouts(void **state)
+{
+    dmuon_tensor_spec t[] = {
+        {"m.layers.0.mlp.experts.gate_up_proj", 3, {2, 8, 12}, DMUON_BF16},   /* gpt_oss */
+        {"m.layers.0.mlp.experts.gate_up_proj_bias", 2, {2, 12}, DMUON_BF16},
+        {"m.layers.0.mlp.experts.down_proj", 3, {2, 6, 8}, DMUON_BF16},
+        {"m.layers.1.ff.experts.gate_up_proj", 3, {2, 8, 12}, DMUON_BF16},    /* llama4_text */
+        {"m.layers.1.ff.experts.down_proj", 3, {2, 6, 8}, DMUON_BF16},
+        {"m.layers.1.o_proj.weight", 2, {8, 8}, DMUON_BF16},
+    };
+    dmuon_model *m = NULL;
+    assert_int_equal(dmuon_model_build("t", t, sizeof t / sizeof t[0], NULL, &m), DMUON_OK);
+    dmuon_plan *p = plan(m, 1, 4, DMUON_SHARD_FSDP, NULL), *q;
+    char a[256], b[256];
+    snprintf(b, sizeof b, "%s/lay2.yaml", tmpdir);
+    char *x;
+    written(p, "lay.yaml", a, sizeof a, &x);
+    assert_non_null(strstr(x, "\"m.layers.0.mlp.experts.gate_up_proj\", layer: 0, role: muon, "
+                              "numel: 192, matrices: 4, m: 6, n: 8, transposed: true, "
+                              "layout: interleaved}"));
+    assert_non_null(strstr(x, "\"m.layers.1.ff.experts.gate_up_proj\", layer: 1, role: muon, "
+                              "numel: 192, matrices: 4, m: 6, n: 8, transposed: true, "
+                              "layout: halves}"));
+    assert_non_null(strstr(x, "\"m.layers.0.mlp.experts.down_proj\", layer: 0, role: muon, "
+                              "numel: 96, matrices: 2, m: 8, n: 6, transposed: true}"));
+    assert_non_null(strstr(x, "\"m.layers.1.o_proj.weight\", layer: 1, role: muon, numel: 64, "
+                              "matrices: 1, m: 8, n: 8}"));
+    assert_int_equal(load_edited(b, x, "dmuon_plan: 1", "dmuon_plan: 1", &q), DMUON_OK);
+    size_t np, nq;
+    const dmuon_plan_param *pp = dmuon_plan_params(p, &np), *qq = dmuon_plan_params(q, &nq);
+    assert_int_equal(np, nq);
+    for (size_t i = 0; i < np; i++) {
+        assert_int_equal(pp[i].transposed, qq[i].transposed);
+        assert_int_equal(pp[i].layout, qq[i].layout);
+        assert_int_equal(pp[i].transposed, dmuon_model_param(m, i)->transposed);
+        assert_int_equal(pp[i].layout, dmuon_model_param(m, i)->layout);
+    }
+    assert_int_equal(dmuon_plan_match_model(q, m), DMUON_OK);
+    dmuon_plan_free(q);
+    /* an edited placement: the units digest covers it */
+    assert_int_equal(load_edited(b, x, "layout: interleaved", "layout: halves", &q),
+                     DMUON_EMISMATCH);
+    assert_non_null(strstr(dmuon_errmsg(), "digests.units"));
+    assert_int_equal(load_edited(b, x, "layout: interleaved", "layout: diagonal", &q),
+                     DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "'diagonal', expected contiguous, halves or "
+                                           "interleaved"));
+    assert_int_equal(load_edited(b, x, "transposed: true, layout: halves", "layout: halves", &q),
+                     DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "needs transposed: true"));
+    /* a member that splits a gate/up pair */
+    const char *mem = strstr(x, "name: \"m.layers.0.mlp.experts.gate_up_proj[0,1]\"");
+    assert_non_null(mem);
+    const char *mb = strstr(mem, "members: [[0, 0, 2, ");
+    assert_non_null(mb);
+    assert_int_equal(load_edited(b, x, "members: [[0, 0, 2, ", "members: [[0, 0, 1, ", &q),
+                     DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "split a gate/up pair"));
+    free(x);
+    /* a plain model's plan file has neither field, and loads as the plain placement */
+    dmuon_model *m2 = load("models/qwen2.5-1.5b.yaml");
+    dmuon_plan *p2 = plan(m2, 1, 8, DMUON_SHARD_FSDP, NULL);
+    written(p2, "plain.yaml", a, sizeof a, &x);
+    assert_null(strstr(x, "transposed"));
+    assert_null(strstr(x, "layout:"));
+    free(x);
+    assert_int_equal(dmuon_plan_load(a, &q), DMUON_OK);
+    pp = dmuon_plan_params(q, &np);
+    for (size_t i = 0; i < np; i++)
+        assert_true(!pp[i].transposed && pp[i].layout == DMUON_MAT_CONTIGUOUS);
+    dmuon_plan_free(q);
+    dmuon_plan_free(p2);
+    dmuon_model_free(m2);
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
 /* Loading recomputes from the units and options what the file records. */
 static void test_plan_load_recomputes(void **state)
 {
@@ -787,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_assign_matches_reference),
         cmocka_unit_test(test_cap_holds_when_feasible),
         cmocka_unit_test(test_plan_file_roundtrip),
+        cmocka_unit_test(test_plan_file_layouts),
         cmocka_unit_test(test_plan_load_recomputes),
         cmocka_unit_test(test_check_catches_damage),
         cmocka_unit_test(test_bad_cluster),

@@ -170,7 +170,7 @@ typedef struct {
  * JSON/YAML, truncated or oversized safetensors header, header length beyond
  * the file, a negative dimension (a zero one outside safetensors), a
  * safetensors dtype the format does not define, data_offsets that do not
- * hold the tensor, duplicate tensor name, a field of the wrong form, a
+ * hold the tensor or overlap another tensor's, duplicate tensor name, a field of the wrong form, a
  * model_type not supported: that message lists the supported types and
  * points at the safetensors route; the message names the file, the line or
  * tensor/field and what was expected), DMUON_EINVAL (a role pattern that is

@@ -136,13 +136,22 @@ typedef struct {
     int64_t layer_offset;     /* bytes, into the layer buffer */
 } dmuon_plan_member;
 
-/* One parameter as the plan records it. */
+/* One parameter as the plan records it.  Muon matrices: mat_m x mat_n is
+ * the real matrix (out x in); transposed and layout say where matrix j lies
+ * in the storage (dmuon_param of dmuon/model.h): DMUON_MAT_CONTIGUOUS with
+ * transposed false is the plain case, elements [j*m*n, (j+1)*m*n) row-major
+ * m x n; HALVES and INTERLEAVED are always transposed, with an even matrix
+ * count, and no member splits a gate/up pair (2e, 2e+1).  The plan file
+ * writes "transposed: true" and "layout: NAME" only where they differ from
+ * the plain case (a file without them is the plain case). */
 typedef struct {
     const char *name;
     int32_t layer;
     dmuon_role role;
     int64_t numel;
     int64_t matrices, mat_m, mat_n;
+    bool transposed;              /* storage holds each matrix as [in, out] */
+    dmuon_mat_layout layout;      /* where matrix j lies in the storage */
 } dmuon_plan_param;
 
 /* Balance figures (paper §3.3, Appendix B). */
@@ -218,7 +227,9 @@ dmuon_rc dmuon_plan_write(const dmuon_plan *p, const char *path);
  * (DMUON_ENOTFOUND / DMUON_EPARSE with file, line and field), value ranges
  * (DMUON_EPARSE: owners, leaders and segment owners outside [0, ranks), a
  * segment dtype other than param_dtype, small_unit_bytes outside
- * 0..DMUON_PLAN_MAX_SMALL_UNIT_BYTES), and recomputes from the stored units
+ * 0..DMUON_PLAN_MAX_SMALL_UNIT_BYTES, a parameter's layout unknown or a
+ * strided one not transposed or with an odd matrix count, a member
+ * splitting a strided gate/up pair), and recomputes from the stored units
  * and options, in this order, what the file records (DMUON_EMISMATCH naming
  * the field): ranks = nodes x gpus_per_node; the unit count against
  * summary.units ("expected N units, found M"); the options digest; the units
@@ -239,7 +250,8 @@ dmuon_rc dmuon_plan_load(const char *path, dmuon_plan **out);
 dmuon_rc dmuon_plan_load_ex(const char *path, unsigned flags, dmuon_plan **out);
 
 /* Checks that plan p was made from model m (inventory digest, parameter
- * table): DMUON_EMISMATCH naming the first difference. */
+ * table: names, sizes, roles, matrix split, orientation and layout):
+ * DMUON_EMISMATCH naming the first difference. */
 dmuon_rc dmuon_plan_match_model(const dmuon_plan *p, const dmuon_model *m);
 
 /* Frees the plan; accepts NULL. */

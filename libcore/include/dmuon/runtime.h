@@ -175,7 +175,11 @@ typedef struct {
 /* The optimizer step after the last micro-batch: global-norm clipping (if
  * opts.optim.clip_norm > 0), then on each owner the Muon update of every
  * matrix it owns and AdamW on its shards; HSDP: each updated parameter is
- * published to its leaders as soon as it is done.  A non-finite gradient
+ * published to its leaders as soon as it is done.  Newton–Schulz runs on
+ * the real out x in matrix (mat_m x mat_n of dmuon_plan_param): a
+ * transposed or strided (gate/up halves, interleaved) matrix is read from
+ * the storage with its layout's strides and the result written back there;
+ * parameters, gradients and optimizer state stay in storage order.  A non-finite gradient
  * anywhere fails the step on every rank with DMUON_ENUMERIC naming the
  * parameter, and changes no state.  Collective.  Errors: DMUON_EINVAL (a
  * micro-batch not ended), DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM. */
