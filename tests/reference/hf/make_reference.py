@@ -23,9 +23,9 @@ writes, under the directory of this file:
 It is not run by the tests: the tests read the committed output.  Run it in a
 virtual environment outside the repository:
 
-  python3 -m venv /work/venv-hf
-  /work/venv-hf/bin/pip install torch transformers safetensors
-  /work/venv-hf/bin/python tests/reference/hf/make_reference.py
+  python3 -m venv $HOME/venv-hf
+  $HOME/venv-hf/bin/pip install torch transformers safetensors
+  $HOME/venv-hf/bin/python tests/reference/hf/make_reference.py
 
 The versions used are written to versions.json.
 """

@@ -4,7 +4,7 @@ and 7) from its text and writes them as dmuon-bench rows (the --json row
 format plus "source", and "model"/"sharding" for Table 7), for
 `dmuon-bench predict --cells`.
 
-    python3 tools/bench/paper/tables.py /work/shared/seed/*.txt > tools/bench/paper/tables.json
+    python3 tools/bench/paper/tables.py PAPER.txt > tools/bench/paper/tables.json   (PAPER.txt: the DMuon-2 paper as text)
 
 Table 5 (AllGatherV) and 6 (ReduceScatterV): each cell is "per-owner / ours"
 over "ncclBroadcast / ncclAllGather" (ncclReduce / ncclReduceScatter), times
