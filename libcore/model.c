@@ -540,6 +540,7 @@ void dmuon_model_free(dmuon_model *m)
 
 const char *dmuon_model_source(const dmuon_model *m) { return m->source; }
 const char *dmuon_model_format(const dmuon_model *m) { return m->format; }
+const char *dmuon_model_quantization(const dmuon_model *m) { return m->quant_method; }
 uint64_t dmuon_model_digest(const dmuon_model *m) { return m->digest; }
 size_t dmuon_model_param_count(const dmuon_model *m) { return m->nparams; }
 size_t dmuon_model_layer_count(const dmuon_model *m) { return m->nlayers; }

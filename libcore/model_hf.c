@@ -606,6 +606,17 @@ dmuon_rc dmuon_model_load_hf_config(const char *path, dmuon_doc *d, const dmuon_
     emitter e = {.l = &l, .dt = dt};
     DMUON_TRY_GOTO(rc, emit_model(&e, &c, opts && opts->fused_experts), out);
     DMUON_TRY_GOTO(rc, dmuon_model_new(path, "config", l.t, l.stored, l.n, opts, out), out);
+    {   /* a quantized checkpoint's config: the inventory is its module layout */
+        yaml_node_t *q = dmuon_doc_get(d, root, "quantization_config");
+        if (q && !dmuon_doc_is_null(q)) {
+            const char *qm = NULL;
+            if (q->type == YAML_MAPPING_NODE)
+                (void)dmuon_doc_field_str(d, q, "quant_method", false, &qm);
+            dmuon_err_clear();
+            snprintf((*out)->quant_method, sizeof (*out)->quant_method, "%s",
+                     qm && *qm ? qm : "unknown");
+        }
+    }
 out:
     free(c.sparse);
     dmuon_spec_list_release(&l);

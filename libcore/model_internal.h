@@ -16,6 +16,7 @@ struct dmuon_model {
     char **layers;         /* nlayers names */
     size_t nlayers;
     uint64_t digest;
+    char quant_method[32]; /* config.json quantization_config.quant_method, or "" */
 };
 
 /* Builds the model from specs (model.c); format is recorded.  stored (NULL,

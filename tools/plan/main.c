@@ -158,6 +158,14 @@ static void note_inventory(const dmuon_model *m)
                         "Muon matrices\n",
                 s.quantized, s.quantized == 1 ? "" : "s", dmuon_model_source(m),
                 s.quantized == 1 ? "is" : "are");
+    if (*dmuon_model_quantization(m))
+        fprintf(stderr, "dmuon-plan: note: %s declares a quantized checkpoint (quant_method "
+                        "'%s'): planned as its unquantized (%s) module layout, whose 2-D "
+                        "weights are Muon matrices; the checkpoint's own tensors (its "
+                        "safetensors files) plan its quantized tensors as AdamW\n",
+                dmuon_model_source(m), dmuon_model_quantization(m),
+                dmuon_dtype_name(dmuon_model_param_count(m) ? dmuon_model_param(m, 0)->dtype
+                                                            : DMUON_BF16));
 }
 
 /* The plan units of each parameter, for inspect --tensors: a plan with

@@ -209,6 +209,12 @@ void dmuon_model_free(dmuon_model *m);
 const char *dmuon_model_source(const dmuon_model *m);
 const char *dmuon_model_format(const dmuon_model *m);
 
+/* The quant_method of a config.json's quantization_config ("fp8", "mxfp4",
+ * ... or "unknown" when it has none), "" when the config declares no
+ * quantization or the input is not a config.json.  The config route lists
+ * the unquantized module layout either way; valid while m lives. */
+const char *dmuon_model_quantization(const dmuon_model *m);
+
 /* Digest of the normalised inventory (names, shapes, dtypes, roles, matrix
  * split), independent of the input form's formatting. */
 uint64_t dmuon_model_digest(const dmuon_model *m);
