@@ -36,6 +36,7 @@ typedef struct {
     const char *name;
     int32_t layer;
     dmuon_role role;          /* effective role in this line (A: all AdamW) */
+    dmuon_role plan_role;     /* the plan's role (weight decay group) */
     int64_t numel, matrices, m, n;   /* Muon: matrices of m x n (out x in) */
     bool transposed;          /* the storage holds each matrix as [in, out] */
     dmuon_mat_layout layout;  /* where matrix j lies (dmuon/model.h); the

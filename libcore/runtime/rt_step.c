@@ -306,10 +306,8 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
             continue;
         const rt_param *p = &rt->params[pc->param];
         if (p->role == DMUON_ROLE_ADAMW) {
-            bool muon_in_a = rt->opts.line == DMUON_LINE_A && rt->plan &&
-                             dmuon_plan_params(rt->plan, &(size_t){0})[pc->param].role ==
-                                 DMUON_ROLE_MUON;
-            double decay = muon_in_a ? o->muon_weight_decay : o->adamw_weight_decay;
+            double decay = p->plan_role == DMUON_ROLE_MUON ? o->muon_weight_decay
+                                                           : o->adamw_weight_decay;
             dmuon_adamw_update(o, lrs->adamw_lr, decay, t, pc->hi - pc->lo, rt->even_w + pc->pos,
                                rt->even_m + pc->pos, rt->even_v + pc->pos, rt->even_g + pc->pos);
         }

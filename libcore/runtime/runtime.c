@@ -182,6 +182,7 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         p->n = pp[i].mat_n;
         p->transposed = pp[i].transposed;
         p->layout = pp[i].layout;
+        p->plan_role = pp[i].role;
         p->role = rt->opts.line == DMUON_LINE_A ? DMUON_ROLE_ADAMW : pp[i].role;
         p->owned = rt->owners && pp[i].role == DMUON_ROLE_MUON;
     }
@@ -425,45 +426,33 @@ static dmuon_rc lay_out(dmuon_rt *rt)
             pc->seg = -1;
         }
     }
-    /* HSDP: each rail's segments in layer order in its copy */
+    /* HSDP: the publish copy layout of libcore (each rail's segments back to
+     * back, in layer order) over every layer's table */
     if (rt->hsdp && rt->owners) {
-        const int K = rt->topo.per_node;
-        int64_t *rail = calloc((size_t)K, sizeof *rail);
-        if (!rail)
-            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
         int npub = 0;
         for (size_t l = 0; l < rt->nlayers; l++)
             npub += (int)rt->layers[l].nseg;
         rt->pub_table = calloc((size_t)(npub ? npub : 1), sizeof *rt->pub_table);
-        if (!rt->pub_table) {
-            free(rail);
+        if (!rt->pub_table)
             return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-        }
         for (size_t l = 0; l < rt->nlayers; l++) {
             rt_layer *L = &rt->layers[l];
             if (!L->nseg)
                 continue;
             L->seg_copy = calloc(L->nseg, sizeof *L->seg_copy);
             L->seg_pub = calloc(L->nseg, sizeof *L->seg_pub);
-            if (!L->seg_copy || !L->seg_pub) {
-                free(rail);
+            if (!L->seg_copy || !L->seg_pub)
                 return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-            }
             for (size_t s = 0; s < L->nseg; s++) {
-                int col = L->segs[s].owner % K;
-                L->seg_copy[s] = rail[col];
                 L->seg_pub[s] = rt->npub;
-                dmuon_segment *e = &rt->pub_table[rt->npub++];
-                *e = L->segs[s];
-                e->offset = rail[col];
-                e->window_offset = 0;
-                rail[col] += dmuon_pool_align(L->segs[s].count * (int64_t)rt->dsize);
+                rt->pub_table[rt->npub++] = L->segs[s];
             }
         }
-        for (int s = 0; s < K; s++)
-            if (rail[s] > rt->copy_bytes)
-                rt->copy_bytes = rail[s];
-        free(rail);
+        DMUON_TRY(dmuon_publish_layout(rt->topo.per_node, rt->pub_table, rt->npub, rt->pub_table,
+                                       &rt->copy_bytes));
+        for (size_t l = 0; l < rt->nlayers; l++)
+            for (size_t s = 0; s < rt->layers[l].nseg; s++)
+                rt->layers[l].seg_copy[s] = rt->pub_table[rt->layers[l].seg_pub[s]].offset;
     }
     return DMUON_OK;
 }
