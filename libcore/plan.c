@@ -797,6 +797,70 @@ const dmuon_plan_param *dmuon_plan_params(const dmuon_plan *p, size_t *n)
     return p->params;
 }
 
+typedef struct {
+    size_t unit;
+    int32_t layer;
+} rail_post;
+
+static int rail_post_cmp(const void *a, const void *b)
+{
+    const rail_post *x = a, *y = b;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    return x->unit < y->unit ? -1 : x->unit > y->unit;
+}
+
+dmuon_rc dmuon_plan_rail_publish(const dmuon_plan *p, int rail, dmuon_segment **segs,
+                                 int **layer_of, int *n, int64_t *bytes)
+{
+    *segs = NULL;
+    *layer_of = NULL;
+    *n = 0;
+    *bytes = 0;
+    if (rail < 0 || rail >= p->opts.gpus_per_node)
+        return DMUON_FAIL(DMUON_EINVAL, "rail %d: out of range, the plan has rails 0..%d", rail,
+                          (int)p->opts.gpus_per_node - 1);
+    size_t k = 0;
+    for (size_t i = 0; i < p->nunits; i++)
+        k += p->units[i].column == rail;
+    if (k == 0)
+        return DMUON_FAIL(DMUON_EINVAL, "no unit publishes on rail %d", rail);
+    rail_post *order = malloc(k * sizeof *order);
+    dmuon_segment *s = calloc(k, sizeof *s);
+    int *lo = calloc(k, sizeof *lo);
+    if (!order || !s || !lo) {
+        free(order);
+        free(s);
+        free(lo);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory for the publish table of rail %d", rail);
+    }
+    k = 0;
+    for (size_t i = 0; i < p->nunits; i++)
+        if (p->units[i].column == rail)
+            order[k++] = (rail_post){i, p->units[i].layer};
+    qsort(order, k, sizeof *order, rail_post_cmp);
+    dmuon_dtype dt = p->opts.param_dtype;
+    int64_t es = (int64_t)dmuon_dtype_size(dt), off = 0;
+    int layer = 0;
+    for (size_t j = 0; j < k; j++) {
+        const dmuon_plan_unit *u = &p->units[order[j].unit];
+        s[j].owner = u->owner;
+        s[j].dtype = dt;
+        s[j].count = u->bytes / es;
+        s[j].offset = off;
+        off += s[j].count * es;
+        if (j > 0 && order[j].layer != order[j - 1].layer)
+            layer++;
+        lo[j] = layer;
+    }
+    free(order);
+    *segs = s;
+    *layer_of = lo;
+    *n = (int)k;
+    *bytes = off;
+    return DMUON_OK;
+}
+
 int64_t dmuon_plan_window_bytes(const dmuon_plan *p, int32_t rank)
 {
     return rank >= 0 && rank < p->ranks ? p->window[rank] : 0;

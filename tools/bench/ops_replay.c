@@ -144,65 +144,30 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, in
     return rc;
 }
 
-typedef struct {
-    int unit, layer;
-} post;
-
-static int post_cmp(const void *a, const void *b)
-{
-    const post *x = a, *y = b;
-    if (x->layer != y->layer)
-        return x->layer < y->layer ? -1 : 1;
-    return x->unit - y->unit;
-}
-
 static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, MPI_Op sum, int *wrong)
 {
     dmuon_plan *p = NULL;
     DMUON_TRY(load_matching(o->replay_publish, t, &p));
     dmuon_rc rc = DMUON_OK;
-    size_t nu = 0;
-    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
-    post *order = calloc(nu ? nu : 1, sizeof *order);
-    dmuon_segment *params = calloc(nu ? nu : 1, sizeof *params);
-    int *layer_of = calloc(nu ? nu : 1, sizeof *layer_of);
+    dmuon_segment *params = NULL;
+    int *layer_of = NULL;
     int n = 0;
-    if (!order || !params || !layer_of) {
-        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-        goto done;
-    }
+    int64_t off = 0;
     if (o->rail >= t->per_node) {
         rc = DMUON_FAIL(DMUON_EINVAL, "--rail %d: out of range, the plan has rails 0..%d",
                         o->rail, t->per_node - 1);
         goto done;
     }
-    for (size_t i = 0; i < nu; i++)
-        if (u[i].column == o->rail) {
-            order[n].unit = (int)i;
-            order[n].layer = u[i].layer;
-            n++;
-        }
-    if (n == 0) {
-        rc = DMUON_FAIL(DMUON_EINVAL, "%s: no unit publishes on rail %d", o->replay_publish,
-                        o->rail);
+    /* Owners update (and post) in the layer order of the forward pass. */
+    rc = dmuon_plan_rail_publish(p, o->rail, &params, &layer_of, &n, &off);
+    if (rc != DMUON_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmuon_errmsg());
+        rc = DMUON_FAIL(rc, "%s: %s", o->replay_publish, why);
         goto done;
     }
-    /* Owners update (and post) in the layer order of the forward pass. */
-    qsort(order, (size_t)n, sizeof *order, post_cmp);
-    dmuon_dtype dt = dmuon_plan_param_dtype(p);
-    int64_t off = 0;
-    int layer = 0;
-    for (int j = 0; j < n; j++) {
-        const dmuon_plan_unit *x = &u[order[j].unit];
-        params[j].owner = x->owner;
-        params[j].dtype = dt;
-        params[j].count = x->bytes / (int64_t)dmuon_dtype_size(dt);
-        params[j].offset = off;
-        off += params[j].count * (int64_t)dmuon_dtype_size(dt);
-        if (j > 0 && order[j].layer != order[j - 1].layer)
-            layer++;
-        layer_of[j] = layer;
-    }
+    dmuon_dtype dt = params[0].dtype;
+    int layer = layer_of[n - 1];
     char what[512];
     snprintf(what, sizeof what, "publish replay of %s, rail %d (%d units, %d layers)",
              o->replay_publish, o->rail, n, layer + 1);
@@ -223,7 +188,6 @@ static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, MPI_Op sum, i
         *wrong |= bench_record(o, t, OP_PUB, label, off, dt, &r);
     }
 done:
-    free(order);
     free(params);
     free(layer_of);
     dmuon_plan_free(p);

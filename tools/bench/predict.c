@@ -143,18 +143,6 @@ done:
     return rc;
 }
 
-typedef struct {
-    int unit, layer;
-} post;
-
-static int post_cmp(const void *a, const void *b)
-{
-    const post *x = a, *y = b;
-    if (x->layer != y->layer)
-        return x->layer < y->layer ? -1 : 1;
-    return x->unit - y->unit;
-}
-
 /* Rail 0's publish of a plan, in the order --replay-publish posts it. */
 static dmuon_rc plan_rail(group *g, const char *dir)
 {
@@ -173,40 +161,15 @@ static dmuon_rc plan_rail(group *g, const char *dir)
                         g->nodes, K);
         goto done;
     }
-    size_t nu = 0;
-    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
-    post *order = calloc(nu ? nu : 1, sizeof *order);
-    g->segs = calloc(nu ? nu : 1, sizeof *g->segs);
-    g->layer_of = calloc(nu ? nu : 1, sizeof *g->layer_of);
-    if (!order || !g->segs || !g->layer_of) {
-        free(order);
-        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    int64_t total = 0;
+    rc = dmuon_plan_rail_publish(p, 0, &g->segs, &g->layer_of, &g->n, &total);
+    if (rc != DMUON_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dmuon_errmsg());
+        rc = DMUON_FAIL(rc, "%s: %s", path, why);
         goto done;
     }
-    int n = 0;
-    for (size_t i = 0; i < nu; i++)
-        if (u[i].column == 0) {
-            order[n].unit = (int)i;
-            order[n].layer = u[i].layer;
-            n++;
-        }
-    qsort(order, (size_t)n, sizeof *order, post_cmp);
-    dmuon_dtype dt = dmuon_plan_param_dtype(p);
-    int64_t total = 0;
-    for (int j = 0; j < n; j++) {
-        const dmuon_plan_unit *x = &u[order[j].unit];
-        g->segs[j].owner = x->owner;
-        g->segs[j].dtype = dt;
-        g->segs[j].count = x->bytes / (int64_t)dmuon_dtype_size(dt);
-        g->segs[j].offset = total;
-        total += g->segs[j].count * (int64_t)dmuon_dtype_size(dt);
-        g->layer_of[j] = order[j].layer;
-    }
-    free(order);
-    g->n = n;
     g->bytes = total;
-    if (n == 0)
-        rc = DMUON_FAIL(DMUON_EINVAL, "%s: no unit publishes on rail 0", path);
 done:
     dmuon_plan_free(p);
     return rc;

@@ -283,6 +283,20 @@ const dmuon_plan_unit *dmuon_plan_units(const dmuon_plan *p, size_t *n);
 const dmuon_plan_member *dmuon_plan_members(const dmuon_plan *p, size_t *n);
 const dmuon_plan_param *dmuon_plan_params(const dmuon_plan *p, size_t *n);
 
+/* The publish table of one rail (HSDP, paper §4.2 and Table 7): the units
+ * whose column is `rail`, in the order their owners post them in a step
+ * (the forward order of their layers; within a layer, unit order), as a
+ * parameter table for dmuon_publish_create / dmuon_publish_layout:
+ * (*segs)[j] = {owner, dtype = the plan's param_dtype, offset = bytes of
+ * the units before it, count = elements}.  (*layer_of)[j] numbers the
+ * layers 0, 1, ... in post order (non-decreasing; a new number whenever the
+ * plan layer changes).  *n gets the unit count, *bytes their total in
+ * bytes.  The caller frees *segs and *layer_of with free().  Errors:
+ * DMUON_EINVAL (rail outside [0, gpus_per_node), or no unit on the rail:
+ * the message names the rail), DMUON_ENOMEM. */
+dmuon_rc dmuon_plan_rail_publish(const dmuon_plan *p, int rail, dmuon_segment **segs,
+                                 int **layer_of, int *n, int64_t *bytes);
+
 /* Bytes of rank r's owner window (sum of its units' bytes). */
 int64_t dmuon_plan_window_bytes(const dmuon_plan *p, int32_t rank);
 
