@@ -128,7 +128,9 @@ typedef struct {
     int *stream_of;             /* per chunk */
     int64_t *sfirst;            /* per stream: its chunks [sfirst[i], sfirst[i+1]) */
     int *srail;                 /* per stream: its rail */
-    int *route;                 /* per (stream, node): in[R], out[R], nin, nout */
+    const dmuon_sched *cs;      /* the schedule replayed (gather, reduce) */
+    const dmuon_pub_sched *ps;  /* or the publish schedule */
+    int *rin, *rout;            /* scratch: one route (R entries each) */
     int *need;                  /* per job: inputs still to arrive */
     double *ready;              /* per job: latest input arrival */
     int64_t *fifo_next;         /* per job: next job in its rank's FIFO */
@@ -141,9 +143,22 @@ typedef struct {
     double end;
 } replay;
 
-static int *route_of(const replay *r, int st, int node)
+/* The route of stream st at node: fills r->rin (nodes it receives from)
+ * and r->rout (nodes it sends to), asked of the schedule each time (no
+ * table of routes is kept: memory stays linear in the ranks); returns the
+ * input count and stores the output count in *nout. */
+static int route_at(replay *r, int st, int node, int *nout)
 {
-    return r->route + ((size_t)st * r->R + node) * (2 * (size_t)r->R + 2);
+    if (r->cs)
+        return dmuon_sched_route(r->cs, st / r->K, node, r->rin, r->rout, nout);
+    int prev = -1, next = -1, nin = 0;
+    dmuon_pub_sched_hop(r->ps, st, node, &prev, &next);
+    *nout = 0;
+    if (prev >= 0)
+        r->rin[nin++] = prev;
+    if (next >= 0)
+        r->rout[(*nout)++] = next;
+    return nin;
 }
 
 /* A message of b bytes from node a to node z on rail s, issued at t:
@@ -185,11 +200,10 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
     const double *v = r->p->v;
     int node = (int)(j / r->nc);
     int64_t c = j % r->nc;
-    int st = r->stream_of[c], s = r->srail[st], K = r->K, R = r->R;
+    int st = r->stream_of[c], s = r->srail[st], K = r->K;
     double b = r->bytes[c];
-    int *rt = route_of(r, st, node);
-    int nin = rt[2 * R], nout = rt[2 * R + 1];
-    int *out = rt + R;
+    int nout = 0, nin = route_at(r, st, node, &nout);
+    int *out = r->rout;
     double x = t + v[DMUON_NP_CHUNK_OH];
     if (r->kind == 0) {
         if (nin == 0)
@@ -226,7 +240,8 @@ static void replay_free(replay *r)
     free(r->stream_of);
     free(r->sfirst);
     free(r->srail);
-    free(r->route);
+    free(r->rin);
+    free(r->rout);
     free(r->need);
     free(r->ready);
     free(r->fifo_next);
@@ -257,7 +272,8 @@ static dmuon_rc replay_alloc(replay *r, const dmuon_net_params *p, int R, int K,
     r->stream_of = malloc(c1 * sizeof *r->stream_of);
     r->sfirst = malloc(((size_t)ns + 1) * sizeof *r->sfirst);
     r->srail = malloc(((size_t)ns + 1) * sizeof *r->srail);
-    r->route = malloc(((size_t)ns ? (size_t)ns : 1) * R * (2 * (size_t)R + 2) * sizeof(int));
+    r->rin = malloc((size_t)R * sizeof *r->rin);
+    r->rout = malloc((size_t)R * sizeof *r->rout);
     r->need = malloc(nj * sizeof *r->need);
     r->ready = calloc(nj, sizeof *r->ready);
     r->fifo_next = malloc(nj * sizeof *r->fifo_next);
@@ -269,7 +285,7 @@ static dmuon_rc replay_alloc(replay *r, const dmuon_net_params *p, int R, int K,
     r->node_tx = calloc((size_t)R, sizeof *r->node_tx);
     r->node_rx = calloc((size_t)R, sizeof *r->node_rx);
     r->node_in = calloc((size_t)R, sizeof *r->node_in);
-    if (!r->bytes || !r->stream_of || !r->sfirst || !r->srail || !r->route || !r->need ||
+    if (!r->bytes || !r->stream_of || !r->sfirst || !r->srail || !r->rin || !r->rout || !r->need ||
         !r->ready || !r->fifo_next || !r->head || !r->tail || !r->worker || !r->rail_tx ||
         !r->rail_rx || !r->node_tx || !r->node_rx || !r->node_in) {
         replay_free(r);
@@ -291,10 +307,12 @@ static dmuon_rc replay_run(replay *r, int by_stream, double *seconds)
     int R = r->R, K = r->K;
     int64_t maxn = 0;
     for (int st = 0; st < r->ns; st++) {
-        for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++) {
+        for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++)
             r->stream_of[c] = st;
-            for (int node = 0; node < R; node++)
-                r->need[node * r->nc + c] = route_of(r, st, node)[2 * R];
+        for (int node = 0; node < R; node++) {
+            int nout = 0, nin = route_at(r, st, node, &nout);
+            for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++)
+                r->need[node * r->nc + c] = nin;
         }
         maxn = dmax((double)maxn, (double)(r->sfirst[st + 1] - r->sfirst[st]));
     }
@@ -354,6 +372,7 @@ static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, in
     int R = s->nodes, K = s->per_node;
     replay r;
     DMUON_TRY(replay_alloc(&r, p, R, K, kind, R * K, s->nchunks));
+    r.cs = s;
     int64_t c = 0;
     for (int q = 0; q < R; q++)
         for (int sl = 0; sl < K; sl++) {
@@ -363,11 +382,6 @@ static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, in
             r.srail[st] = sl;
             for (int k = 0; k < n; k++)
                 r.bytes[c++] = (double)c0[k].bytes;
-            for (int node = 0; node < R; node++) {
-                int *rt = route_of(&r, st, node), nout = 0;
-                rt[2 * R] = dmuon_sched_route(s, q, node, rt, rt + R, &nout);
-                rt[2 * R + 1] = nout;
-            }
         }
     r.sfirst[R * K] = c;
     assert(c == r.nc);
@@ -382,6 +396,7 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
     int R = s->nodes, K = s->per_node;
     replay r;
     DMUON_TRY(replay_alloc(&r, p, R, K, 2, s->nparams, s->nchunks));
+    r.ps = s;
     int64_t c = 0;
     for (int i = 0; i < s->nparams; i++) {
         const dmuon_pub_param *pp = &s->params[i];
@@ -389,15 +404,6 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
         r.srail[i] = pp->rail;
         for (int k = 0; k < pp->nchunks; k++)
             r.bytes[c++] = (double)s->chunks[pp->first + k].bytes;
-        for (int node = 0; node < R; node++) {
-            int *rt = route_of(&r, i, node), prev = -1, next = -1;
-            dmuon_pub_sched_hop(s, i, node, &prev, &next);
-            rt[2 * R] = rt[2 * R + 1] = 0;
-            if (prev >= 0)
-                rt[rt[2 * R]++] = prev;
-            if (next >= 0)
-                rt[R + rt[2 * R + 1]++] = next;
-        }
     }
     r.sfirst[s->nparams] = c;
     assert(c == r.nc);
