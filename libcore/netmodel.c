@@ -22,8 +22,9 @@
 #include <string.h>
 
 static const char *const param_names[DMUON_NP_COUNT] = {
-    "intra_bw", "intra_lat", "rail_bw", "node_bw", "hop_lat",
-    "chunk_oh", "call_oh",   "red_bw",  "ring_eff", "ring_chunk"};
+    "intra_bw",  "intra_lat", "rail_bw",    "node_bw",     "hop_lat",   "chunk_oh",
+    "call_oh",   "red_bw",    "ring_eff",   "ring_chunk",  "base_lat",  "lat_ll",
+    "lat_ll128", "lat_simple", "nccl_red_bw", "channels",  "ch_bytes"};
 static const char *const line_names[DMUON_NET_LINE_COUNT] = {
     "ours", "per_owner", "coalesced", "equal_length", "root"};
 
@@ -141,6 +142,7 @@ typedef struct {
     double *node_in;            /* per node: its intra port (multicast stores, loads) */
     heap h;
     double end;
+    dmuon_net_counts *cnt;      /* NULL: not counted */
 } replay;
 
 /* The route of stream st at node: fills r->rin (nodes it receives from)
@@ -170,6 +172,11 @@ static double message(replay *r, int a, int z, int s, double b, double t)
 {
     const double *v = r->p->v;
     int ra = a * r->K + s, rz = z * r->K + s;
+    if (r->cnt) {
+        r->cnt->rail_bytes[ra] += b;
+        r->cnt->node_bytes[a] += b;
+        r->cnt->messages++;
+    }
     double tr = b / v[DMUON_NP_RAIL_BW], tn = b / v[DMUON_NP_NODE_BW];
     double st = dmax(t, dmax(r->rail_tx[ra], r->node_tx[a]));
     r->rail_tx[ra] = st + tr;
@@ -211,8 +218,10 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
     } else if (r->kind == 1) {
         x += v[DMUON_NP_INTRA_LAT];
         x = intra(r, node, x, b, K);
+        /* the adds: the node's K inputs (in the switch with multicast) and
+         * the upstream partials */
         if (v[DMUON_NP_RED_BW] > 0)
-            x += b * (K - 1 + nin) / v[DMUON_NP_RED_BW];
+            x += b * ((r->p->mcast ? 0 : K - 1) + nin) / v[DMUON_NP_RED_BW];
     }
     for (int o = 0; o < nout; o++) {
         double arr = message(r, node, out[o], s, b, x);
@@ -297,6 +306,16 @@ static dmuon_rc replay_alloc(replay *r, const dmuon_net_params *p, int R, int K,
     return DMUON_OK;
 }
 
+/* Zeroes the counts the replay fills. */
+static void counts_zero(dmuon_net_counts *cnt, int R, int K)
+{
+    if (!cnt)
+        return;
+    memset(cnt->rail_bytes, 0, (size_t)R * K * sizeof *cnt->rail_bytes);
+    memset(cnt->node_bytes, 0, (size_t)R * sizeof *cnt->node_bytes);
+    cnt->messages = 0;
+}
+
 /* Runs the filled replay: every job's input count from its route, the jobs
  * ready at once (by_stream: stream after stream, as a publish posts its
  * parameters; else chunk k of every stream in turn, as the executors sweep
@@ -367,12 +386,14 @@ static dmuon_rc replay_run(replay *r, int by_stream, double *seconds)
 
 /* Replays a gather or reduce schedule: one stream per queue (q, s). */
 static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, int kind,
-                             double *seconds)
+                             dmuon_net_counts *cnt, double *seconds)
 {
     int R = s->nodes, K = s->per_node;
     replay r;
     DMUON_TRY(replay_alloc(&r, p, R, K, kind, R * K, s->nchunks));
     r.cs = s;
+    r.cnt = cnt;
+    counts_zero(cnt, R, K);
     int64_t c = 0;
     for (int q = 0; q < R; q++)
         for (int sl = 0; sl < K; sl++) {
@@ -391,12 +412,14 @@ static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, in
 /* Replays a publish schedule: one stream per parameter, on its rail,
  * along its route (dmuon_pub_sched_hop). */
 static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched *s,
-                               double *seconds)
+                               dmuon_net_counts *cnt, double *seconds)
 {
     int R = s->nodes, K = s->per_node;
     replay r;
     DMUON_TRY(replay_alloc(&r, p, R, K, 2, s->nparams, s->nchunks));
     r.ps = s;
+    r.cnt = cnt;
+    counts_zero(cnt, R, K);
     int64_t c = 0;
     for (int i = 0; i < s->nparams; i++) {
         const dmuon_pub_param *pp = &s->params[i];
@@ -410,7 +433,7 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
     return replay_run(&r, 1, seconds);
 }
 
-/* --------------------------------------------------------- baselines ---- */
+/* ------------------------------------- baselines: Open MPI (tree) ---- */
 
 /* Pipeline fill of a ring over R nodes × K ranks in steps of min(b, ring_chunk). */
 static double fill(const dmuon_net_params *p, int R, int K, double b)
@@ -507,6 +530,234 @@ static dmuon_rc max_block(const dmuon_net_case *c, int lo, int hi, int units, in
     return DMUON_OK;
 }
 
+/* ------------------------------------------------ baselines: NCCL ---- */
+
+/* NCCL's three protocols (its tuning model, src/graph/tuning.cc: a call
+ * costs a base latency, a latency per ring step and its bytes over the
+ * bus bandwidth; the fastest predicted protocol runs).  Payload fraction of
+ * a line: LL sends 4 data bytes with each 4-byte flag, LL128 8 flag bytes
+ * in each 128-byte line, Simple none.  Step bytes per channel (the
+ * pipeline slice): LL and LL128 their fixed buffer slots (NCCL_STEPS = 8
+ * slots per connection: 256 KiB of LL lines hold 128 KiB of payload, 16
+ * KiB a step; LL128's slots hold 600 KiB, 75 KiB a step), Simple
+ * ring_chunk. */
+enum { PR_LL = 0, PR_LL128, PR_SIMPLE, PR_COUNT };
+static const double proto_payload[PR_COUNT] = {0.5, 120.0 / 128.0, 1.0};
+static const double proto_step[PR_COUNT] = {16384.0, 76800.0, 0.0};
+
+typedef struct {
+    double fixed;   /* s: call_oh + base_lat */
+    double st;      /* s: one ring step of one slice */
+    double tail;    /* s: the rest of a channel's stream after its first slice */
+    double whole;   /* s: the whole call alone */
+} ring_cost;
+
+static double proto_lat(const dmuon_net_params *p, int R, int pr)
+{
+    if (R < 2)
+        return p->v[DMUON_NP_INTRA_LAT];
+    return p->v[pr == PR_LL ? DMUON_NP_LAT_LL : pr == PR_LL128 ? DMUON_NP_LAT_LL128
+                                                                : DMUON_NP_LAT_SIMPLE];
+}
+
+/* A ring's links and channels: `link` bytes/s through the slowest link
+ * of a step, shared by at most chmax channels. */
+typedef struct {
+    double link, chmax;
+} ring_shape;
+
+/* Channels NCCL spreads blk bytes over: all of them unless a channel would
+ * carry less than ch_bytes. */
+static double nccl_channels(const dmuon_net_params *p, ring_shape g, double blk)
+{
+    double c = floor(blk / p->v[DMUON_NP_CH_BYTES]);
+    return dmax(1.0, dmin(c, g.chmax));
+}
+
+/* Seconds per byte of one channel: the link over the channels, the
+ * protocol's payload fraction, ring_eff, and (red) the SM adds. */
+static double ch_cost(const dmuon_net_params *p, ring_shape g, int pr, int red)
+{
+    const double *v = p->v;
+    double k = g.chmax / (g.link * v[DMUON_NP_RING_EFF] * proto_payload[pr]);
+    if (red && v[DMUON_NP_NCCL_RED_BW] > 0)
+        k += g.chmax / v[DMUON_NP_NCCL_RED_BW];
+    return k;
+}
+
+/* A rooted call (broadcast, or reduce with red) of b bytes along a ring of
+ * n ranks whose links carry `link` bytes/s, R nodes: n − 1 pipelined steps
+ * of one slice, then the rest of the stream; the protocol NCCL would pick
+ * (the fastest). */
+static ring_cost nccl_rooted(const dmuon_net_params *p, int R, int n, ring_shape g, double b,
+                             int red)
+{
+    const double *v = p->v;
+    ring_cost best = {0, 0, 0, INFINITY};
+    double nch = nccl_channels(p, g, b), cb = b / nch;
+    for (int pr = 0; pr < PR_COUNT; pr++) {
+        double k = ch_cost(p, g, pr, red);
+        double step = pr == PR_SIMPLE ? v[DMUON_NP_RING_CHUNK] : proto_step[pr];
+        double c = dmin(cb, step);
+        ring_cost rc = {v[DMUON_NP_BASE_LAT],
+                        proto_lat(p, R, pr) + c * k, (cb - c) * k, 0};
+        rc.whole = rc.fixed + (n - 1) * rc.st + rc.tail;
+        if (rc.whole < best.whole)
+            best = rc;
+    }
+    return best;
+}
+
+/* An all-gather / reduce-scatter ring over n ranks, each step moving a
+ * block of blk bytes per rank (the largest block for variable lengths):
+ * n − 1 steps, each its latency and the block's bytes; the fastest
+ * protocol. */
+static double nccl_ring(const dmuon_net_params *p, int R, int n, ring_shape g, double blk,
+                        int red)
+{
+    const double *v = p->v;
+    double best = INFINITY, nch = nccl_channels(p, g, blk), cb = blk / nch;
+    for (int pr = 0; pr < PR_COUNT; pr++) {
+        double t = v[DMUON_NP_BASE_LAT] + (n - 1) * (proto_lat(p, R, pr) + cb * ch_cost(p, g, pr, red));
+        best = dmin(best, t);
+    }
+    return best;
+}
+
+/* The ring of all R × K ranks: it leaves each node over the node's
+ * network link and runs inside it over NVLink, the slower bounding every
+ * step, with all the channels. */
+static ring_shape ring_all_ranks(const dmuon_net_params *p, int R)
+{
+    const double *v = p->v;
+    ring_shape g = {R > 1 ? dmin(v[DMUON_NP_NODE_BW], v[DMUON_NP_INTRA_BW]) : v[DMUON_NP_INTRA_BW],
+                    v[DMUON_NP_CHANNELS]};
+    return g;
+}
+
+/* The ring of one rail (one rank per node): its rank's rail link, or its
+ * share of the node link among the `active` rails publishing at once, and
+ * the rail's share of the node's channels (one NIC of K). */
+static ring_shape ring_rail(const dmuon_net_params *p, int K, int active)
+{
+    const double *v = p->v;
+    ring_shape g = {dmin(v[DMUON_NP_RAIL_BW], v[DMUON_NP_NODE_BW] / active),
+                    dmax(1.0, floor(v[DMUON_NP_CHANNELS] / K))};
+    return g;
+}
+
+/* Successive rooted calls on one stream (per-owner): call i (root root[i],
+ * bytes b[i]) starts on a rank once that rank finished call i − 1, so the
+ * wavefronts trail each other along the ring of n ranks instead of each
+ * call paying the whole chain after the last.  Broadcasts run from the
+ * root downstream; reduces (red) from the rank after the root, ending at
+ * it.  free_at: n scratch entries.  Returns when the last rank is done. */
+static double nccl_trail(const dmuon_net_params *p, int R, int n, ring_shape g, const int *root,
+                         const double *b, int calls, int red, double *free_at)
+{
+    for (int j = 0; j < n; j++)
+        free_at[j] = 0;
+    double end = 0;
+    for (int i = 0; i < calls; i++) {
+        ring_cost rc = nccl_rooted(p, R, n, g, b[i], red);
+        double a = 0;
+        for (int d = 0; d < n; d++) {
+            int j = red ? (root[i] + 1 + d) % n : (root[i] + d) % n;
+            double ready = free_at[j] + rc.fixed;
+            a = d == 0 ? ready : dmax(a + rc.st, ready);
+            free_at[j] = a + rc.tail + (d == 0 ? rc.st : 0);
+            end = dmax(end, free_at[j]);
+        }
+    }
+    return end;
+}
+
+
+/* The NCCL baselines of case c (line l is not ours). */
+static dmuon_rc nccl_predict(const dmuon_net_params *p, const dmuon_net_case *c, dmuon_net_line l,
+                             double *seconds)
+{
+    int R = c->nodes, K = c->per_node, N = R * K, red = c->op == DMUON_NET_RSV;
+    double total = 0;
+    for (int i = 0; i < c->n; i++)
+        total += seg_bytes(&c->segs[i]);
+    int pub = c->op == DMUON_NET_PUBLISH;
+    int n = pub ? R : N;
+    int *root = malloc((size_t)c->n * sizeof *root);
+    double *b = malloc((size_t)c->n * sizeof *b);
+    double *scratch = malloc((size_t)(n > K ? n : K) * sizeof *scratch);
+    int *nrail = calloc((size_t)K, sizeof *nrail);
+    dmuon_rc rc = DMUON_OK;
+    if (!root || !b || !scratch || !nrail) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "network model: out of memory");
+        goto done;
+    }
+    if (!pub) {
+        ring_shape g = ring_all_ranks(p, R);
+        if (l == DMUON_NET_PER_OWNER) {
+            for (int i = 0; i < c->n; i++) {
+                root[i] = (int)c->segs[i].owner;
+                b[i] = seg_bytes(&c->segs[i]);
+            }
+            *seconds = nccl_trail(p, R, N, g, root, b, c->n, red, scratch);
+        } else if (l == DMUON_NET_COALESCED) {
+            double m = 0;
+            rc = max_block(c, 0, c->n, N, 1, &m);
+            *seconds = nccl_ring(p, R, N, g, m, red);
+        } else if (l == DMUON_NET_EQUAL) {
+            *seconds = nccl_ring(p, R, N, g, total / N, red);
+        } else {
+            *seconds = nccl_rooted(p, R, N, g, total, red).whole;
+        }
+        goto done;
+    }
+    /* Publish: the rails side by side (sharing each node's link), each a
+     * ring of its R leaders. */
+    int active = 0;
+    for (int i = 0; i < c->n; i++)
+        active += nrail[c->segs[i].owner % K]++ == 0;
+    ring_shape g = ring_rail(p, K, active);
+    double worst = 0;
+    for (int s = 0; s < K; s++) {
+        if (!nrail[s])
+            continue;
+        double ts = 0;
+        if (l == DMUON_NET_PER_OWNER) {
+            int k = 0;
+            for (int i = 0; i < c->n; i++)
+                if (c->segs[i].owner % K == s) {
+                    root[k] = (int)c->segs[i].owner / K;
+                    b[k++] = seg_bytes(&c->segs[i]);
+                }
+            ts = nccl_trail(p, R, R, g, root, b, k, 0, scratch);
+        } else {
+            /* coalesced: per layer one grouped call of the layer's
+             * parameters on the rail (NCCL runs a group's broadcasts in
+             * one kernel over the channels: one rooted pipeline of the
+             * layer's bytes); each layer's call fills and drains the
+             * chain before the next starts */
+            for (int i = 0; i < c->n;) {
+                int layer = c->layer_of ? c->layer_of[i] : 0, j = i;
+                double lb = 0;
+                for (; j < c->n && (c->layer_of ? c->layer_of[j] : 0) == layer; j++)
+                    if (c->segs[j].owner % K == s)
+                        lb += seg_bytes(&c->segs[j]);
+                if (lb > 0)
+                    ts += nccl_rooted(p, R, R, g, lb, 0).whole;
+                i = j;
+            }
+        }
+        worst = dmax(worst, ts);
+    }
+    *seconds = worst;
+done:
+    free(root);
+    free(b);
+    free(scratch);
+    free(nrail);
+    return rc;
+}
+
 /* -------------------------------------------------------------- API ---- */
 
 dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, dmuon_net_line l,
@@ -522,7 +773,11 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
     for (int i = 0; i < DMUON_NP_COUNT; i++)
         if (!(v[i] >= 0) || (i != DMUON_NP_RED_BW && i != DMUON_NP_INTRA_LAT &&
                              i != DMUON_NP_HOP_LAT && i != DMUON_NP_CHUNK_OH &&
-                             i != DMUON_NP_CALL_OH && v[i] <= 0))
+                             i != DMUON_NP_CALL_OH && i != DMUON_NP_BASE_LAT &&
+                             i != DMUON_NP_LAT_LL && i != DMUON_NP_LAT_LL128 &&
+                             i != DMUON_NP_LAT_SIMPLE && i != DMUON_NP_NCCL_RED_BW &&
+                             ((i != DMUON_NP_CHANNELS && i != DMUON_NP_CH_BYTES) || !p->tree) &&
+                             v[i] <= 0))
             return DMUON_FAIL(DMUON_EINVAL, "network model: parameter %s = %g: expected a "
                               "positive value", param_names[i], v[i]);
     double total = 0;
@@ -564,11 +819,15 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
                 rc = dmuon_pub_sched_init(&ps, t, c->n, R, K,
                                           c->sched_opts ? c->sched_opts->chunk_bytes : 0);
             if (rc == DMUON_OK)
-                rc = replay_publish(p, &ps, seconds);
+                rc = replay_publish(p, &ps, c->counts, seconds);
             dmuon_pub_sched_release(&ps);
             free(t);
             free(nrail);
             return rc;
+        }
+        if (!p->tree) {
+            free(nrail);
+            return nccl_predict(p, c, l, seconds);
         }
         /* Baselines: each rail one after the other, rails side by side. */
         double worst = 0;
@@ -608,10 +867,16 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
         dmuon_sched s;
         DMUON_TRY(dmuon_sched_init(&s, c->segs, c->n, R, K,
                                    red ? DMUON_SCHED_REDUCE : DMUON_SCHED_GATHER, c->sched_opts));
-        dmuon_rc rc = replay_collv(p, &s, red, seconds);
+        dmuon_rc rc = replay_collv(p, &s, red, c->counts, seconds);
         dmuon_sched_release(&s);
         return rc;
     }
+    default:
+        break;
+    }
+    if (!p->tree && l > DMUON_NET_OURS && l < DMUON_NET_LINE_COUNT)
+        return nccl_predict(p, c, l, seconds);
+    switch (l) {
     case DMUON_NET_PER_OWNER:
         *seconds = per_owner(p, R, K, c->segs, c->n, -1, K, red);
         return DMUON_OK;
@@ -797,19 +1062,26 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
         p->v[DMUON_NP_RED_BW] = 2e9;
         p->v[DMUON_NP_RING_EFF] = 0.5;
         p->v[DMUON_NP_RING_CHUNK] = 64 * 1024;
+        p->v[DMUON_NP_CHANNELS] = 1;           /* not used by the trees */
+        p->v[DMUON_NP_CH_BYTES] = 64 * 1024;
         p->mcast = 0;
         p->tree = 1;
-        *free_mask = (1u << DMUON_NP_COUNT) - 1;
+        *free_mask = DMUON_NP_OURS_MASK | (1u << DMUON_NP_RING_EFF) |
+                     (1u << DMUON_NP_RING_CHUNK);
         return DMUON_OK;
     }
     if (name && !strcmp(name, "h100")) {
-        /* Fixed from public figures: 400 Gb/s per rail (50 GB/s), eight
-         * rails per node, about 3 us per cross-node hop (NIC, switch,
-         * NIC), the reduction in the switch; the baselines' pipeline step
-         * at 64 KiB (not identifiable from 16-GPU cells).  Fitted from
-         * the start values: intra_bw (NVLink 4, 450 GB/s per direction),
-         * intra_lat, the chunk and call overheads, the baselines'
-         * efficiency. */
+        /* Fixed from hardware and software facts (the 16-GPU cells have one
+         * cross-node hop and cannot tell these apart from the fitted
+         * ones): NVLink 4 at 450 GB/s per direction per GPU, one 400 Gb/s
+         * ConnectX-7 rail per GPU (50 GB/s), eight per node, about 3 us
+         * per cross-node hop (NIC, switch, NIC), NCCL's Simple step of
+         * 512 KiB (4 MiB buffer in NCCL_STEPS = 8 slots), 16 channels
+         * (two per NIC), a channel used from 64 KiB.  Fitted from the
+         * start values: ours' intra_lat, chunk and call overheads and the
+         * add of the upstream partial (red_bw); the baselines' bus
+         * efficiency, base latency, the step latency of each protocol and
+         * their SM reduction bandwidth. */
         p->v[DMUON_NP_INTRA_BW] = 450e9;
         p->v[DMUON_NP_INTRA_LAT] = 1e-6;
         p->v[DMUON_NP_RAIL_BW] = 50e9;
@@ -817,13 +1089,22 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
         p->v[DMUON_NP_HOP_LAT] = 3e-6;
         p->v[DMUON_NP_CHUNK_OH] = 1e-6;
         p->v[DMUON_NP_CALL_OH] = 10e-6;
-        p->v[DMUON_NP_RED_BW] = 0;
+        p->v[DMUON_NP_RED_BW] = 1e12;
         p->v[DMUON_NP_RING_EFF] = 0.8;
-        p->v[DMUON_NP_RING_CHUNK] = 64 * 1024;
+        p->v[DMUON_NP_RING_CHUNK] = 512 * 1024;
+        p->v[DMUON_NP_BASE_LAT] = 5e-6;
+        p->v[DMUON_NP_LAT_LL] = 2e-6;
+        p->v[DMUON_NP_LAT_LL128] = 4e-6;
+        p->v[DMUON_NP_LAT_SIMPLE] = 8e-6;
+        p->v[DMUON_NP_NCCL_RED_BW] = 1e12;
+        p->v[DMUON_NP_CHANNELS] = 16;
+        p->v[DMUON_NP_CH_BYTES] = 64 * 1024;
         p->mcast = 1;
-        *free_mask = (1u << DMUON_NP_INTRA_BW) | (1u << DMUON_NP_INTRA_LAT) |
-                     (1u << DMUON_NP_CHUNK_OH) | (1u << DMUON_NP_CALL_OH) |
-                     (1u << DMUON_NP_RING_EFF);
+        *free_mask = (1u << DMUON_NP_INTRA_LAT) | (1u << DMUON_NP_CHUNK_OH) |
+                     (1u << DMUON_NP_CALL_OH) | (1u << DMUON_NP_RED_BW) |
+                     (1u << DMUON_NP_RING_EFF) | (1u << DMUON_NP_BASE_LAT) |
+                     (1u << DMUON_NP_LAT_LL) | (1u << DMUON_NP_LAT_LL128) |
+                     (1u << DMUON_NP_LAT_SIMPLE) | (1u << DMUON_NP_NCCL_RED_BW);
         return DMUON_OK;
     }
     return DMUON_FAIL(DMUON_EINVAL, "network preset '%s': expected namespace or h100",

@@ -19,7 +19,9 @@ check_rc 0 "fit on 2 nodes, predict 8"
 check_out '^# dmuon-bench predict: preset h100, 4 cell groups, fitted on nodes 2 \(8 cells' "header"
 check_out '^agv +16384 +8 +64 +- +per_owner ' "a held-out per-owner ratio row"
 check_out '^# held-out ratios: 6, within' "summary counts the held-out ratios"
-for k in params fit cells ratios measured_us predicted_us error baseline ring_eff; do
+check_out '^# held-out ratios: 6, within \+/-25%: [0-6] \([0-9]+%\), bias [0-9.]+' "symmetric test and bias"
+for k in params fit cells ratios measured_us predicted_us error baseline ring_eff accuracy \
+    by_cell within_25 bias lat_simple; do
     grep -q "\"$k\"" "$T_TMP/pred.json" && ok || bad "JSON lacks $k"
 done
 head -c 200 "$T_TMP/pred.svg" | grep -q '<svg' && ok || bad "the plot is an SVG"
@@ -48,9 +50,23 @@ python3 -c "import json,sys; d=json.load(open('$T_TMP/out')); sys.exit(0 if len(
     && ok || bad "--json: stdout is one JSON object with 16 cells"
 check_eq "$(grep -c '^# dmuon-bench predict' "$T_TMP/out")" 0 "--json: no table"
 
-# The whole paper set (Tables 5-7) needs the plans for Table 7.
-run "$B" predict --preset h100 --cells "$P"
-check_rc 2 "Table 7 rows without --plans"
+# Table 7 rows carry the paper's own load; a model row without it needs a plan.
+python3 - "$P" "$T_TMP/t7.json" <<'PY'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r.get("source") == "Table 7 (a)" and r["nodes"] <= 4]
+assert rows and all(r["load_params"] == 45 for r in rows)
+json.dump(rows, open(sys.argv[2], "w"))
+for r in rows:
+    del r["load_params"], r["load_bytes"], r["load_largest"]
+json.dump(rows, open(sys.argv[2] + ".noload", "w"))
+PY
+run "$B" predict --preset h100 --cells "$T_TMP/t7.json" --fit-nodes 2 --max-evals 60
+check_rc 0 "Table 7 rows replay the paper's load"
+check_out '^publish +291818700 +4 +32 +qwen2.5-1.5b +per_owner ' "the load of the title (278.3 MiB)"
+check_out '^publish +per_owner +4 +1 ' "accuracy per operator, baseline and nodes"
+check_out '^# held-out times, ours: 1, within' "accuracy of the times per line"
+run "$B" predict --preset h100 --cells "$T_TMP/t7.json.noload"
+check_rc 2 "a model row without its load or --plans"
 check_err "need --plans DIR" "says what is missing"
 
 run "$B" predict --cells "$T_TMP/cells.json"

@@ -1,8 +1,9 @@
 /*
  * test_netmodel.c — the network model (dmuon/netmodel.h): replayed times
  * against hand-derived ones on small schedules, pipelining bounds, the
- * baselines' closed forms, the fit recovering known parameters, and the
- * errors.  No MPI.
+ * baselines' closed forms (protocol choice, trailing per-owner calls),
+ * monotonicity, the replay's traffic against the schedule's own counts,
+ * the fit recovering known parameters, and the errors.  No MPI.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +32,13 @@ static dmuon_net_params simple(void)
     p.v[DMUON_NP_RED_BW] = 0;
     p.v[DMUON_NP_RING_EFF] = 1;
     p.v[DMUON_NP_RING_CHUNK] = 1000;
+    p.v[DMUON_NP_BASE_LAT] = 4e-6;
+    p.v[DMUON_NP_LAT_LL] = 5e-6;
+    p.v[DMUON_NP_LAT_LL128] = 5e-6;
+    p.v[DMUON_NP_LAT_SIMPLE] = 5e-6;
+    p.v[DMUON_NP_NCCL_RED_BW] = 0;
+    p.v[DMUON_NP_CHANNELS] = 1;
+    p.v[DMUON_NP_CH_BYTES] = 1e9;
     return p;
 }
 
@@ -39,7 +47,7 @@ static double predict(const dmuon_net_params *p, dmuon_net_op op, int R, int K,
                       dmuon_net_line l)
 {
     dmuon_sched_opts so = {path, chunk, 0};
-    dmuon_net_case c = {op, R, K, s, n, NULL, &so};
+    dmuon_net_case c = {op, R, K, s, n, NULL, &so, NULL};
     double t = -1;
     assert_int_equal(dmuon_net_predict(p, &c, l, &t), DMUON_OK);
     return t;
@@ -91,39 +99,145 @@ static void test_chain_pipelines(void **state)
     assert_true(ts >= 3 * 32 * msg);
 }
 
-/* Baselines: closed forms, checked against the header's formulas by hand
- * on 2 × 1 with one 1000-byte segment (ring_chunk 1000, so the fill is one
- * hop of 5 + 10 us): broadcast = call 3 + fill 15 + 10 us transfer = 28 us. */
+/* NCCL baselines against the header's formulas by hand, on 2 × 1 with one
+ * 1000-byte segment: one channel of link min(node_bw, intra_bw) = 1 us per
+ * KB; Simple (payload 1, slice 1000): base 4 + 1 step of (5 + 1) = 10 us;
+ * LL (payload 1/2: 2 us per KB) 4 + 7 = 11, LL128 4 + 6.07: Simple runs. */
 static void test_baselines(void **state)
 {
     dmuon_net_params p = simple();
     dmuon_segment s = {0, DMUON_BF16, 0, 500, 0};
     double t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
-    assert_true(fabs(t - 28e-6) < 1e-12);
+    assert_true(fabs(t - 10e-6) < 1e-12);
     t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_PER_OWNER);
-    assert_true(fabs(t - 28e-6) < 1e-12);
-    /* all-gather of T = 1000 on N = 2: call 3 + fill(500: 5 + 5) + 500 bytes
-     * out of the node (5 us) = 18 us */
+    assert_true(fabs(t - 10e-6) < 1e-12);
+    /* all-gather of T = 1000 on N = 2: one step of 500 bytes: 4 + 5 + 0.5 */
     t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_EQUAL);
-    assert_true(fabs(t - 18e-6) < 1e-12);
-    /* per-owner pays the fill once: two segments cost less than two calls */
+    assert_true(fabs(t - 9.5e-6) < 1e-12);
+    /* the reduction's adds at 1 us per KB: Simple 4 + 5 + 2 = 11 us */
+    p.v[DMUON_NP_NCCL_RED_BW] = 1e9;
+    t = predict(&p, DMUON_NET_RSV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(fabs(t - 11e-6) < 1e-12);
+    p.v[DMUON_NP_NCCL_RED_BW] = 0;
+    /* the protocol by predicted time: with a 1 us LL step LL wins small
+     * messages (4 + 1 + 2 = 7 us), Simple large ones: 10^6 bytes, Simple
+     * 4 + (5 + 1) + 999 = 1009 us against LL 4 + (1 + 32.768) + 1967.232 */
+    p.v[DMUON_NP_LAT_LL] = 1e-6;
+    t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(fabs(t - 7e-6) < 1e-12);
+    dmuon_segment big = {0, DMUON_BF16, 0, 500000, 0};
+    t = predict(&p, DMUON_NET_AGV, 2, 1, &big, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(fabs(t - 1009e-6) < 1e-10);
+    p.v[DMUON_NP_LAT_LL] = 5e-6;
+    /* per-owner calls trail: on 3 × 1, roots 0 then 1, each 1000 bytes
+     * (a call alone: 4 + 2·6 = 16 us).  Call 1 ends on ranks 0, 1, 2 at
+     * 10, 10, 16; call 2 starts on rank 1 at 10 + 4, reaches rank 2 at 20
+     * and rank 0 at 26: 26 us, less than 2·16. */
     dmuon_segment two[2] = {{0, DMUON_BF16, 0, 500, 0}, {1, DMUON_BF16, 1000, 500, 0}};
-    double po = predict(&p, DMUON_NET_AGV, 2, 1, two, 2, 0, DMUON_PATH_AUTO, DMUON_NET_PER_OWNER);
-    assert_true(fabs(po - (2 * 13e-6 + 15e-6)) < 1e-12);
-    /* on 4 × 1 a ring fills over 3 hops, a tree (Open MPI) over log2 4 = 2:
-     * 3 + 3·15 + 10 = 58 us against 3 + 2·15 + 10 = 43 us */
-    t = predict(&p, DMUON_NET_AGV, 4, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
-    assert_true(fabs(t - 58e-6) < 1e-12);
+    double po = predict(&p, DMUON_NET_AGV, 3, 1, two, 2, 0, DMUON_PATH_AUTO, DMUON_NET_PER_OWNER);
+    assert_true(fabs(po - 26e-6) < 1e-12);
+    /* with a tree (Open MPI) the old forms: on 4 × 1 a fill over log2 4 = 2
+     * hops of 5 + 10 us: call 3 + 30 + 10 = 43 us */
     p.tree = 1;
     t = predict(&p, DMUON_NET_AGV, 4, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
     assert_true(fabs(t - 43e-6) < 1e-12);
     p.tree = 0;
     /* the publish has no equal-length line */
     dmuon_sched_opts so = {0};
-    dmuon_net_case c = {DMUON_NET_PUBLISH, 2, 1, &s, 1, NULL, &so};
+    dmuon_net_case c = {DMUON_NET_PUBLISH, 2, 1, &s, 1, NULL, &so, NULL};
     assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_EQUAL, &t), DMUON_EINVAL);
     c.nodes = 0;
     assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_EINVAL);
+}
+
+/* Physics: more bytes never take less time, and a ring over more nodes is
+ * never faster, for every line and operator, under the h100 preset. */
+static void test_monotone(void **state)
+{
+    dmuon_net_params p;
+    unsigned m;
+    assert_int_equal(dmuon_net_preset("h100", &p, &m), DMUON_OK);
+    int64_t sizes[] = {16384, 262144, 1 << 22, 1 << 26};
+    int nodes[] = {2, 4, 8};
+    for (int op = DMUON_NET_AGV; op <= DMUON_NET_RSV; op++)
+        for (int l = DMUON_NET_PER_OWNER; l < DMUON_NET_LINE_COUNT; l++)
+            for (int ni = 0; ni < 3; ni++) {
+                double prev = 0;
+                for (int si = 0; si < 4; si++) {
+                    dmuon_segment *sg = NULL;
+                    int n = 0;
+                    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, sizes[si], DMUON_BF16,
+                                                       nodes[ni], 8, &sg, &n), DMUON_OK);
+                    dmuon_net_case c = {(dmuon_net_op)op, nodes[ni], 8, sg, n, NULL, NULL, NULL};
+                    double t = 0;
+                    assert_int_equal(dmuon_net_predict(&p, &c, (dmuon_net_line)l, &t), DMUON_OK);
+                    assert_true(t >= prev);
+                    prev = t;
+                    free(sg);
+                }
+            }
+    /* the same table on more nodes: the ring lines never get faster */
+    dmuon_segment one = {0, DMUON_BF16, 0, 1 << 20, 0};
+    for (int l = DMUON_NET_EQUAL; l <= DMUON_NET_ROOT; l++) {
+        double prev = 0;
+        for (int R = 1; R <= 64; R *= 2) {
+            dmuon_net_case c = {DMUON_NET_AGV, R, 8, &one, 1, NULL, NULL, NULL};
+            double t = 0;
+            assert_int_equal(dmuon_net_predict(&p, &c, (dmuon_net_line)l, &t), DMUON_OK);
+            assert_true(t >= prev);
+            prev = t;
+        }
+    }
+}
+
+/* The replay moves exactly what the schedule says: per rank the bytes of
+ * every chunk it sends times its out-degree on the queue's route, and one
+ * message per chunk and hop, counted here from dmuon_sched_queue and
+ * dmuon_sched_route directly. */
+static void test_replay_counts(void **state)
+{
+    dmuon_net_params p = simple();
+    enum { R = 4, K = 2 };
+    dmuon_segment *sg = NULL;
+    int n = 0;
+    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_SPARSE, 3 << 20, DMUON_BF16, R, K, &sg, &n),
+                     DMUON_OK);
+    for (int kind = 0; kind < 2; kind++) {
+        dmuon_sched_opts so = {DMUON_PATH_AUTO, 65536, 0};
+        dmuon_sched s;
+        assert_int_equal(dmuon_sched_init(&s, sg, n, R, K, kind ? DMUON_SCHED_REDUCE
+                                                                : DMUON_SCHED_GATHER, &so),
+                         DMUON_OK);
+        double want_rail[R * K] = {0}, want_node[R] = {0};
+        int64_t want_msgs = 0;
+        for (int q = 0; q < R; q++)
+            for (int node = 0; node < R; node++) {
+                int in[R], out[R], nout = 0;
+                dmuon_sched_route(&s, q, node, in, out, &nout);
+                for (int sl = 0; sl < K; sl++) {
+                    int nq = 0;
+                    const dmuon_chunk *ch = dmuon_sched_queue(&s, q, sl, &nq);
+                    for (int k = 0; k < nq; k++) {
+                        want_rail[node * K + sl] += (double)ch[k].bytes * nout;
+                        want_node[node] += (double)ch[k].bytes * nout;
+                        want_msgs += nout;
+                    }
+                }
+            }
+        dmuon_sched_release(&s);
+        double rail[R * K], nodeb[R];
+        dmuon_net_counts cnt = {rail, nodeb, 0};
+        dmuon_net_case c = {kind ? DMUON_NET_RSV : DMUON_NET_AGV, R, K, sg, n, NULL, &so, &cnt};
+        double t = 0;
+        assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_OK);
+        assert_true(want_msgs > 0);
+        assert_int_equal(cnt.messages, want_msgs);
+        for (int i = 0; i < R * K; i++)
+            assert_true(rail[i] == want_rail[i]);
+        for (int i = 0; i < R; i++)
+            assert_true(nodeb[i] == want_node[i]);
+    }
+    free(sg);
 }
 
 /* The publish of one rail replays a chain of whole parameters: on 3 nodes
@@ -159,7 +273,7 @@ static void test_fit_recovers(void **state)
                                            &segs[i], &nseg[i]), DMUON_OK);
         for (int l = 0; l < 4; l++) {
             dmuon_net_case c = {i % 2 ? DMUON_NET_RSV : DMUON_NET_AGV, R, 2, segs[i], nseg[i],
-                                NULL, NULL};
+                                NULL, NULL, NULL};
             cases[k] = c;
             lines[k] = (dmuon_net_line)l;
             assert_int_equal(dmuon_net_predict(&truth, &cases[k], lines[k], &meas[k]), DMUON_OK);
@@ -205,7 +319,8 @@ int main(void)
         cmocka_unit_test(test_one_rank_chunks),  cmocka_unit_test(test_two_nodes_one_chunk),
         cmocka_unit_test(test_chain_pipelines),  cmocka_unit_test(test_baselines),
         cmocka_unit_test(test_publish_chain),    cmocka_unit_test(test_fit_recovers),
-        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_names),            cmocka_unit_test(test_monotone),
+        cmocka_unit_test(test_replay_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,37 +23,56 @@
  *               reduce: intra_lat + the loads of the node's K inputs (K·b /
  *               intra_bw by the worker, or with mcast one reduction-load of
  *               b / intra_bw on the node's intra port), + b·(K−1+nin) /
- *               red_bw to add them (red_bw 0: free), then the send (or the
- *               owner's window write, b / intra_bw); publish: the send only.
+ *               red_bw to add them (with mcast b·nin / red_bw: the switch
+ *               adds the node's inputs; red_bw 0: free), then the send (or
+ *               the owner's window write, b / intra_bw); publish: the send
+ *               only.
  *   message     starts when the sender's worker issued it and the sender's
  *               rail port, the receiver's rail port and both nodes' network
  *               ports are free; holds the rail ports b / rail_bw and the node
  *               ports b / node_bw; arrives b / min(rail_bw, node_bw) +
  *               hop_lat after it started.
  *   call        call_oh, once.
- * Baselines, as NCCL runs them: a ring of the N ranks crossing the R nodes,
- * pipelined in steps of c = min(b, ring_chunk) bytes; net = min(K·rail_bw,
- * node_bw) the bandwidth into one node, rank = min(rail_bw, node_bw / K) one
- * rank's share of it; fill F(b) = (R−1)·(hop_lat + c / rank) + (N−R)·
- * (intra_lat + c / intra_bw), or with `tree` set (Open MPI's tuned
- * collectives: binomial and recursive-doubling trees) ceil(log2 N)·(hop_lat
- * + c / rank) on more than one node; ring_eff scales the baselines'
- * bandwidths (their kernels reach another fraction of the links than ours):
- *   broadcast / reduce of b bytes (one root):
- *       call_oh + F(b) + max(b / net, b / intra_bw [, b / red_bw]) / ring_eff
- *   all-gather / reduce-scatter of T bytes in total (b = T / N per step):
- *       call_oh + F(T/N) + max(T·(R−1)/R / net, T·(N−1)/N / intra_bw) / ring_eff
- *   per-owner: one broadcast / reduce per segment, one after the other;
- *   coalesced (variable lengths, one call): N−1 ring steps, each as long as
- *       its largest block m: call_oh + F(m) + (N−1)·m / (ring_eff·min(rank,
- *       intra_bw));
- *   equal length: the all-gather / reduce-scatter of the layer's total;
- *   root primitive: one broadcast / reduce of the layer's total.
- * Publish baselines on the rails (R ranks each, K = 1 in the formulas, the
- * rails side by side sharing node_bw): per-owner: one broadcast per
- * parameter; coalesced: per layer one grouped call, a broadcast of the
- * layer's bytes of the rail: call_oh + F(m) + layer_bytes / (ring_eff·bw),
- * m the largest parameter of the layer.
+ *
+ * Baselines, as NCCL runs them (tree = 0; the structure of NCCL's tuning
+ * model, src/graph/tuning.cc, and its channel and step choice,
+ * enqueue.cc): a ring of n ranks, every step of it gated by the network
+ * once the ring crosses nodes (R > 1: each step pays the protocol's step
+ * latency lat_P; R = 1: intra_lat).  Three protocols P, each run with the
+ * fastest predicted time: LL (payload 1/2 of each line, 16 KiB slices),
+ * LL128 (120/128, 75 KiB slices), Simple (all, ring_chunk slices).  A call
+ * spreads its bytes over nch = clamp(floor(bytes / ch_bytes), 1, chmax)
+ * channels; one channel moves k = chmax / (link·ring_eff·payload_P) s per
+ * byte, + chmax / nccl_red_bw for a reduction (the SM adds).  With cb the
+ * bytes of one channel and c = min(cb, slice_P):
+ *   rooted call (broadcast / reduce of b bytes), n − 1 pipelined steps:
+ *       base_lat + (n − 1)·(lat_P + c·k) + (cb − c)·k
+ *   ring call (all-gather / reduce-scatter, blk bytes per rank and step):
+ *       base_lat + (n − 1)·(lat_P + cb·k)
+ * Lines: root = one rooted call of the layer's total; equal_length = the
+ * ring call of total / N; coalesced (AGV/RSV) = the ring call of the
+ * largest block of one rank; per_owner = one rooted call per segment,
+ * successive on one stream: call i starts on a rank when that rank has
+ * finished call i − 1 (its kernel follows on the stream), so the
+ * wavefronts of successive calls trail each other along the ring instead
+ * of each call waiting for the whole chain of the last.  The ring of all
+ * R × K ranks: link = min(node_bw, intra_bw) (R > 1), chmax = channels.
+ * Publish baselines on the rails (a ring of the R leaders of one rail;
+ * link = min(rail_bw, node_bw / the rails publishing), chmax = channels /
+ * K): per_owner: one rooted call per parameter, trailing as above;
+ * coalesced: per layer one grouped call (a rooted call of the layer's
+ * bytes on the rail), each layer's call filling and draining the chain
+ * before the next.  The rails run side by side; the slowest rail is the
+ * time.
+ * With tree = 1 (Open MPI's tuned collectives, the namespace preset) the
+ * baselines keep the simpler forms: fill F(b) = ceil(log2 N)·(hop_lat +
+ * c / rank) with c = min(b, ring_chunk), rank = min(rail_bw, node_bw / K);
+ * broadcast / reduce: call_oh + F(b) + max(b / net, b / intra_bw [, b /
+ * red_bw]) / ring_eff with net = min(K·rail_bw, node_bw); all-gather /
+ * reduce-scatter of T: call_oh + F(T/N) + max(T·(R−1)/R / net, T·(N−1)/N /
+ * intra_bw) / ring_eff; per-owner: the broadcasts one after the other, the
+ * fill paid once; coalesced: call_oh + F(m) + (N−1)·m / (ring_eff·min(rank,
+ * intra_bw)).
  */
 #ifndef DMUON_NETMODEL_H
 #define DMUON_NETMODEL_H
@@ -76,9 +95,22 @@ enum {
     DMUON_NP_CALL_OH,      /* s: one operator or baseline call */
     DMUON_NP_RED_BW,       /* bytes/s: adding BF16 inputs (0: free, done in the switch) */
     DMUON_NP_RING_EFF,     /* fraction of the link bandwidths the baselines reach */
-    DMUON_NP_RING_CHUNK,   /* bytes: the baselines' pipeline step (fill per hop) */
+    DMUON_NP_RING_CHUNK,   /* bytes: the baselines' pipeline step (Simple protocol) */
+    DMUON_NP_BASE_LAT,     /* s: NCCL's fixed cost of one call on top of call_oh */
+    DMUON_NP_LAT_LL,       /* s: one ring step, LL protocol */
+    DMUON_NP_LAT_LL128,    /* s: one ring step, LL128 protocol */
+    DMUON_NP_LAT_SIMPLE,   /* s: one ring step, Simple protocol */
+    DMUON_NP_NCCL_RED_BW,  /* bytes/s: one GPU's SM reduction in the baselines */
+    DMUON_NP_CHANNELS,     /* the baselines' largest channel count */
+    DMUON_NP_CH_BYTES,     /* bytes: fewer channels while a channel would carry less */
     DMUON_NP_COUNT
 };
+
+/* The parameters ours depends on (the baselines use some of them too). */
+#define DMUON_NP_OURS_MASK                                                          \
+    ((1u << DMUON_NP_INTRA_BW) | (1u << DMUON_NP_INTRA_LAT) | (1u << DMUON_NP_RAIL_BW) | \
+     (1u << DMUON_NP_NODE_BW) | (1u << DMUON_NP_HOP_LAT) | (1u << DMUON_NP_CHUNK_OH) |   \
+     (1u << DMUON_NP_CALL_OH) | (1u << DMUON_NP_RED_BW))
 
 typedef struct {
     double v[DMUON_NP_COUNT];
@@ -114,6 +146,17 @@ dmuon_rc dmuon_net_line_parse(const char *s, dmuon_net_line *out);
  * the copy layout is dmuon_publish_layout's), with layer_of[i] the layer of
  * parameter i (non-decreasing; NULL: one layer) for the coalesced line.
  * sched_opts: the schedule options of ours (NULL: defaults). */
+/* What the replay of ours moved (filled when a case points to one and
+ * line ours is predicted): rail_bytes[rank] the bytes that rank sent on
+ * its rail port, node_bytes[node] the bytes that left the node over its
+ * network link, messages the cross-node messages (one per chunk and hop).
+ * The caller provides rail_bytes (nodes·per_node entries) and node_bytes
+ * (nodes entries); the replay zeroes and fills them. */
+typedef struct {
+    double *rail_bytes, *node_bytes;
+    int64_t messages;
+} dmuon_net_counts;
+
 typedef struct {
     dmuon_net_op op;
     int nodes, per_node;
@@ -121,6 +164,7 @@ typedef struct {
     int n;
     const int *layer_of;
     const dmuon_sched_opts *sched_opts;
+    dmuon_net_counts *counts;   /* NULL: not counted */
 } dmuon_net_case;
 
 /* Predicts the time in seconds of line l on case c under p.  Ours replays

@@ -10,7 +10,8 @@ Table 5 (AllGatherV) and 6 (ReduceScatterV): each cell is "per-owner / ours"
 over "ncclBroadcast / ncclAllGather" (ncclReduce / ncclReduceScatter), times
 in ms, at 16, 64, 128, 256 GPUs (8 per node) and 16 KiB .. 1 GiB.  Table 7:
 the publish of rail 0 of five models, per-owner, coalesced and ours at
-2 .. 32 nodes.  Every figure is checked to be read exactly once."""
+2 .. 32 nodes, with the load of each subtable title (load_params,
+load_bytes, load_largest).  Every figure is checked to be read exactly once."""
 import json
 import re
 import sys
@@ -52,7 +53,8 @@ def op_table(text, start, stop, op, root_line):
 def publish_table(text):
     block = text[text.index("Table 7."):]
     out = []
-    heads = list(re.finditer(r"\(([a-e])\) (\S+) \((HSDP-Z[23])\)", block))
+    heads = list(re.finditer(r"\(([a-e])\) (\S+) \((HSDP-Z[23])\): (\d+) parameters, ([0-9.]+) MiB, "
+                             r"largest ([0-9.]+) MiB", block))
     if len(heads) != 5:
         sys.exit(f"Table 7: expected 5 models, found {len(heads)}")
     for i, h in enumerate(heads):
@@ -62,12 +64,16 @@ def publish_table(text):
         if len(nums) < 4 or nums[0] != ["1", "3", "7", "15", "31"]:
             sys.exit(f"Table 7 ({h.group(1)}): expected the chain depths then three rows")
         model = MODELS[h.group(2)]
+        # the load of the subtable title, MiB to bytes (whole BF16 elements)
+        load = {"load_params": int(h.group(4)),
+                "load_bytes": 2 * round(float(h.group(5)) * (1 << 20) / 2),
+                "load_largest": 2 * round(float(h.group(6)) * (1 << 20) / 2)}
         for line, row in (("per_owner", nums[1]), ("coalesced", nums[2]), ("ours", nums[3])):
             for nodes, ms in zip([2, 4, 8, 16, 32], row):
                 out.append({"op": "publish", "bytes": 0, "dtype": "bf16", "line": line,
                             "ranks": nodes * 8, "nodes": nodes, "time_us": round(float(ms) * 1000, 3),
                             "layer": "rail0", "model": model, "sharding": h.group(3).lower(),
-                            "source": f"Table 7 ({h.group(1)})"})
+                            **load, "source": f"Table 7 ({h.group(1)})"})
     return out
 
 
