@@ -14,10 +14,13 @@
  */
 #include "dmuon/netmodel.h"
 
+#include "dmuon/doc.h"
+#include "dmuon/io.h"
 #include "dmuon/publish.h"
 
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -337,17 +340,46 @@ static dmuon_rc replay_run(replay *r, int by_stream, double *seconds)
     }
     dmuon_rc rc = DMUON_OK;
     int64_t outer = by_stream ? r->ns : maxn, inner = by_stream ? maxn : r->ns;
-    for (int64_t a = 0; a < outer && rc == DMUON_OK; a++)
-        for (int64_t b = 0; b < inner && rc == DMUON_OK; b++) {
-            int st = (int)(by_stream ? a : b);
-            int64_t c = r->sfirst[st] + (by_stream ? b : a);
-            if (c >= r->sfirst[st + 1])
-                continue;
-            for (int node = 0; node < R; node++)
-                if (r->need[node * r->nc + c] == 0 &&
-                    heap_push(&r->h, 0.0, EV_READY, node * K + r->srail[st], node * r->nc + c))
-                    rc = DMUON_ENOMEM;
+    /* The jobs ready at 0, in order; then what their EV_READY events would
+     * do, in the same order (every later event is at a positive time), so
+     * the event queue holds only what is in flight. */
+    int64_t n0 = 0, *first = NULL;
+    for (int pass = 0; pass < 2 && rc == DMUON_OK; pass++) {
+        if (pass == 1 && !(first = malloc((size_t)(n0 ? n0 : 1) * sizeof *first)))
+            rc = DMUON_ENOMEM;
+        n0 = 0;
+        for (int64_t a = 0; a < outer && rc == DMUON_OK; a++)
+            for (int64_t b = 0; b < inner; b++) {
+                int st = (int)(by_stream ? a : b);
+                int64_t c = r->sfirst[st] + (by_stream ? b : a);
+                if (c >= r->sfirst[st + 1])
+                    continue;
+                for (int node = 0; node < R; node++)
+                    if (r->need[node * r->nc + c] == 0) {
+                        if (pass == 1)
+                            first[n0] = node * r->nc + c;
+                        n0++;
+                    }
+            }
+    }
+    for (int64_t i = 0; i < n0 && rc == DMUON_OK; i++) {
+        int64_t j = first[i];
+        int rk = (int)(j / r->nc) * K + r->srail[r->stream_of[j % r->nc]];
+        if (r->head[rk] < 0 && r->worker[rk] <= 0) {
+            double fr = 0;
+            if (run_job(r, j, 0.0, &fr) || heap_push(&r->h, fr, EV_DONE, rk, -1))
+                rc = DMUON_ENOMEM;
+            r->worker[rk] = fr;
+        } else {
+            r->fifo_next[j] = -1;
+            if (r->tail[rk] < 0)
+                r->head[rk] = j;
+            else
+                r->fifo_next[r->tail[rk]] = j;
+            r->tail[rk] = j;
         }
+    }
+    free(first);
     while (rc == DMUON_OK && r->h.n) {
         event e = heap_pop(&r->h);
         int rk = e.rank;
@@ -1109,4 +1141,133 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
     }
     return DMUON_FAIL(DMUON_EINVAL, "network preset '%s': expected namespace or h100",
                       name ? name : "(null)");
+}
+
+/* ------------------------------------------------------ parameter files -- */
+
+#define PARAMS_FORMAT "dmuon-netmodel-params"
+
+typedef struct {
+    const dmuon_net_params *p;
+    unsigned mask;
+    const char *preset, *fitted_on;
+} params_out;
+
+static dmuon_rc write_params(FILE *f, void *ctx)
+{
+    const params_out *o = ctx;
+    dmuon_json w;
+    dmuon_json_init(&w, f, true);
+    dmuon_json_begin_object(&w);
+    dmuon_json_kstr(&w, "format", PARAMS_FORMAT);
+    dmuon_json_kint(&w, "version", 1);
+    dmuon_json_kstr(&w, "preset", o->preset ? o->preset : "");
+    dmuon_json_kstr(&w, "fitted_on", o->fitted_on ? o->fitted_on : "");
+    dmuon_json_kbool(&w, "mcast", o->p->mcast);
+    dmuon_json_kbool(&w, "tree", o->p->tree);
+    dmuon_json_key(&w, "free");
+    dmuon_json_begin_array(&w);
+    for (int i = 0; i < DMUON_NP_COUNT; i++)
+        if (o->mask & (1u << i))
+            dmuon_json_str(&w, param_names[i]);
+    dmuon_json_end_array(&w);
+    dmuon_json_key(&w, "params");
+    dmuon_json_begin_object(&w);
+    for (int i = 0; i < DMUON_NP_COUNT; i++)
+        dmuon_json_kdouble(&w, param_names[i], o->p->v[i]);
+    dmuon_json_end_object(&w);
+    dmuon_json_end_object(&w);
+    fputc('\n', f);
+    return ferror(f) ? DMUON_FAIL(DMUON_EIO, "writing network parameters failed") : DMUON_OK;
+}
+
+dmuon_rc dmuon_net_params_save(const char *path, const dmuon_net_params *p, unsigned free_mask,
+                               const char *preset, const char *fitted_on)
+{
+    params_out o = {p, free_mask, preset, fitted_on};
+    return dmuon_write_atomic(path, write_params, &o);
+}
+
+static int param_index(const char *name)
+{
+    for (int i = 0; i < DMUON_NP_COUNT; i++)
+        if (name && !strcmp(name, param_names[i]))
+            return i;
+    return -1;
+}
+
+dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *free_mask,
+                               char *preset, size_t preset_len)
+{
+    dmuon_doc doc;
+    DMUON_TRY(dmuon_doc_load_file(&doc, path));
+    dmuon_rc rc = DMUON_OK;
+    dmuon_net_params q;
+    memset(&q, 0, sizeof q);
+    unsigned mask = 0;
+    yaml_node_t *root = dmuon_doc_root(&doc), *pm = NULL, *fr = NULL;
+    const char *fmt = NULL, *name = "";
+    int64_t version = 0;
+    bool mcast = false, tree = false;
+    if (!root || root->type != YAML_MAPPING_NODE) {
+        rc = DMUON_FAIL(DMUON_EPARSE, "%s: expected a JSON object of network parameters", path);
+        goto done;
+    }
+    DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, root, "format", true, &fmt), done);
+    DMUON_TRY_GOTO(rc, dmuon_doc_field_int(&doc, root, "version", true, &version), done);
+    if (strcmp(fmt, PARAMS_FORMAT) || version != 1) {
+        rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: format '%s' version %lld: expected %s version 1",
+                        path, dmuon_doc_line(root), fmt, (long long)version, PARAMS_FORMAT);
+        goto done;
+    }
+    DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, root, "preset", false, &name), done);
+    DMUON_TRY_GOTO(rc, dmuon_doc_field_bool(&doc, root, "mcast", true, &mcast), done);
+    DMUON_TRY_GOTO(rc, dmuon_doc_field_bool(&doc, root, "tree", true, &tree), done);
+    pm = dmuon_doc_get(&doc, root, "params");
+    if (!pm || pm->type != YAML_MAPPING_NODE) {
+        rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: field 'params': expected an object of the %d "
+                        "parameters", path, dmuon_doc_line(pm ? pm : root), DMUON_NP_COUNT);
+        goto done;
+    }
+    for (size_t i = 0; i < dmuon_doc_map_len(pm); i++) {
+        const char *k = dmuon_doc_map_key(&doc, pm, i);
+        if (param_index(k) < 0) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params: unknown parameter '%s'", path,
+                            dmuon_doc_line(dmuon_doc_map_value(&doc, pm, i)), k ? k : "");
+            goto done;
+        }
+    }
+    for (int i = 0; i < DMUON_NP_COUNT; i++) {
+        DMUON_TRY_GOTO(rc, dmuon_doc_field_double(&doc, pm, param_names[i], true, &q.v[i]), done);
+        if (!(q.v[i] >= 0) || !isfinite(q.v[i])) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params.%s = %g: expected a finite value >= 0",
+                            path, dmuon_doc_line(pm), param_names[i], q.v[i]);
+            goto done;
+        }
+    }
+    fr = dmuon_doc_get(&doc, root, "free");
+    if (fr && fr->type != YAML_SEQUENCE_NODE) {
+        rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: field 'free': expected an array of parameter "
+                        "names", path, dmuon_doc_line(fr));
+        goto done;
+    }
+    for (size_t i = 0; fr && i < dmuon_doc_seq_len(fr); i++) {
+        yaml_node_t *e = dmuon_doc_seq_at(&doc, fr, i);
+        int k = param_index(dmuon_doc_str(e));
+        if (k < 0) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: free: unknown parameter '%s'", path,
+                            dmuon_doc_line(e), dmuon_doc_str(e) ? dmuon_doc_str(e) : "");
+            goto done;
+        }
+        mask |= 1u << k;
+    }
+    q.mcast = mcast;
+    q.tree = tree;
+    *p = q;
+    *free_mask = mask;
+    if (preset && preset_len)
+        snprintf(preset, preset_len, "%s", name);
+done:
+    dmuon_doc_release(&doc);
+    return rc;
 }

@@ -506,10 +506,132 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
 
 /* ------------------------------------------------------------- main ---- */
 
+/* ------------------------------------------------------- --plan ---- */
+
+typedef struct {
+    const dmuon_net_plan_pred *r;
+    const dmuon_net_params *p;
+    const char *preset, *plan;
+} plan_report;
+
+static dmuon_rc write_plan_json(FILE *f, void *ctx)
+{
+    const plan_report *pr = ctx;
+    dmuon_json w;
+    dmuon_json_init(&w, f, true);
+    dmuon_json_begin_object(&w);
+    dmuon_json_kstr(&w, "plan", pr->plan);
+    dmuon_json_kstr(&w, "preset", pr->preset);
+    dmuon_json_key(&w, "params");
+    dmuon_json_begin_object(&w);
+    for (int i = 0; i < DMUON_NP_COUNT; i++)
+        dmuon_json_kdouble(&w, dmuon_net_param_name(i), pr->p->v[i]);
+    dmuon_json_end_object(&w);
+    dmuon_net_plan_json(pr->r, &w);
+    dmuon_json_end_object(&w);
+    fputc('\n', f);
+    return ferror(f) ? DMUON_FAIL(DMUON_EIO, "write failed") : DMUON_OK;
+}
+
+/* Per-layer communication of lines A, C, D (gathers of a step and the
+ * reduction), drawn by gnuplot into svg (a temporary file renamed). */
+static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
+{
+    char dat[4200], gp[4200], tmp[4200];
+    snprintf(dat, sizeof dat, "%s.dat", svg);
+    snprintf(gp, sizeof gp, "%s.gp", svg);
+    snprintf(tmp, sizeof tmp, "%s.tmp", svg);
+    const dmuon_net_plan_pred *r = pr->r;
+    double g = r->zero_stage == 3 ? 2 : 1;
+    int cg = r->hsdp ? DMUON_NET_COALESCED : DMUON_NET_PER_OWNER;
+    FILE *f = fopen(dat, "w");
+    if (!f) {
+        fprintf(stderr, "%s: error: %s: cannot write the plot data\n", prog, dat);
+        return 3;
+    }
+    fprintf(f, "# layer A C D (us)\n");
+    for (int i = 0; i < r->nlayers; i++) {
+        const dmuon_net_layer_pred *L = &r->layers[i];
+        fprintf(f, "%d %g %g %g\n", i, 1e6 * (g * L->gather[DMUON_NET_EQUAL] +
+                                               L->reduce[DMUON_NET_EQUAL]),
+                1e6 * (g * L->gather[cg] + L->reduce[DMUON_NET_PER_OWNER]),
+                1e6 * (g * L->gather[DMUON_NET_OURS] + L->reduce[DMUON_NET_OURS]));
+    }
+    fclose(f);
+    f = fopen(gp, "w");
+    if (!f) {
+        fprintf(stderr, "%s: error: %s: cannot write the plot script\n", prog, gp);
+        return 3;
+    }
+    fprintf(f, "set terminal svg size 800,480 dynamic enhanced font 'sans,11'\n"
+               "set output '%s'\n"
+               "set title 'predicted gather + reduction per layer, %d x %d (%s)'\n"
+               "set xlabel 'layer'\nset ylabel 'us'\nset logscale y\nset key top left\n"
+               "set grid\nplot '%s' using 1:2 with linespoints title 'A (equal length)', "
+               "'%s' using 1:3 with linespoints title 'C (NCCL, owners)', "
+               "'%s' using 1:4 with linespoints title 'D (ours)'\n",
+            tmp, r->nodes, r->per_node, pr->preset, dat, dat, dat);
+    fclose(f);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
+    int st = system(cmd);
+    if (st != 0 || rename(tmp, svg) != 0) {
+        fprintf(stderr, "%s: error: gnuplot %s failed (is gnuplot installed? make deps)\n", prog,
+                gp);
+        unlink(tmp);
+        return 3;
+    }
+    return 0;
+}
+
+/* --plan: the plan's step under p, no measured rows. */
+static int plan_run(const char *prog, const char *path, const dmuon_net_params *p,
+                    const char *preset, const dmuon_sched_opts *so, int json_stdout,
+                    const char *json, const char *svg)
+{
+    dmuon_plan *plan = NULL;
+    if (access(path, F_OK) != 0) {
+        fprintf(stderr, "%s: error: --plan %s: no such plan file\n", prog, path);
+        return 2;
+    }
+    dmuon_rc rc = dmuon_plan_load(path, &plan);
+    if (rc != DMUON_OK) {
+        fprintf(stderr, "%s: error: %s\n", prog, dmuon_errmsg());
+        return dmuon_rc_exit_code(rc);
+    }
+    dmuon_net_plan_pred r;
+    rc = dmuon_net_plan_predict(plan, p, so, &r);
+    int code = 0;
+    if (rc != DMUON_OK) {
+        fprintf(stderr, "%s: error: %s: %s\n", prog, path, dmuon_errmsg());
+        dmuon_plan_free(plan);
+        return dmuon_rc_exit_code(rc);
+    }
+    plan_report pr = {&r, p, preset, path};
+    if (json_stdout) {
+        rc = write_plan_json(stdout, &pr);
+    } else {
+        printf("# dmuon-bench predict: plan %s, parameters %s\n", path, preset);
+        dmuon_net_plan_print(&r, stdout);
+    }
+    if (rc == DMUON_OK && json)
+        rc = dmuon_write_atomic(json, write_plan_json, &pr);
+    if (rc != DMUON_OK) {
+        fprintf(stderr, "%s: error: %s\n", prog, dmuon_errmsg());
+        code = 3;
+    } else if (svg) {
+        code = plan_svg(&pr, svg, prog);
+    }
+    dmuon_net_plan_pred_free(&r);
+    dmuon_plan_free(plan);
+    return code;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
 "usage: dmuon-bench predict --preset namespace|h100 --cells FILE... [options]\n"
+"       dmuon-bench predict --params FILE --plan PLAN [--json | --json-file F] [--svg F]\n"
 "Fits the network model (dmuon/netmodel.h) to the cells of the fitting\n"
 "nodes and predicts every cell: ours replayed chunk by chunk from the\n"
 "operators' schedules, the baselines as NCCL runs them.  Prints per cell\n"
@@ -517,6 +639,12 @@ static void usage(FILE *f)
 "\n"
 "      --preset P         parameter set: namespace (this machine's namespace\n"
 "                         hosts) or h100 (H100 nodes, 400 Gb/s rails)\n"
+"      --params FILE      parameters from a file --save-params wrote (instead of\n"
+"                         --preset; tools/bench/params/ holds fitted ones)\n"
+"      --save-params FILE write the (fitted) parameters to FILE (JSON)\n"
+"      --plan PLAN        predict the plan's step: per layer gather and reduction\n"
+"                         of ours and the baselines, the publish per rail, the\n"
+"                         communication of lines A, C, D (no measured rows)\n"
 "      --cells FILE       rows as dmuon-bench --json writes them (repeatable);\n"
 "                         tools/bench/paper/tables.json holds Tables 5-7\n"
 "      --fit-nodes LIST   node counts whose cells fit the model (e.g. 2,4);\n"
@@ -525,8 +653,8 @@ static void usage(FILE *f)
 "                         (Table 7; tools/bench/paper/plans.sh writes them)\n"
 "      --chunk-bytes B    chunk size of ours (default 64K)\n"
 "      --max-evals N      fit evaluations (default 400)\n"
-"      --json             parameters, cells and ratios as JSON on stdout\n"
-"                         instead of the table\n"
+"      --json             parameters, cells and ratios (or the plan's\n"
+"                         prediction) as JSON on stdout instead of the table\n"
 "      --json-file FILE   also write that JSON to FILE\n"
 "      --svg FILE         ratio plot (gnuplot)\n"
 "  -h, --help             this text\n");
@@ -535,6 +663,7 @@ static void usage(FILE *f)
 int bench_predict_main(int argc, char **argv)
 {
     const char *prog = argv[0], *preset = NULL, *plans = NULL, *json = NULL, *svg = NULL;
+    const char *params_in = NULL, *params_out = NULL, *plan_path = NULL;
     int json_stdout = 0;
     const char *files[MAX_FILES];
     int nfiles = 0, fit_nodes[MAX_FIT], nfit = 0, max_evals = 400;
@@ -545,13 +674,17 @@ int bench_predict_main(int argc, char **argv)
         {"fit-nodes", required_argument, 0, 'F'}, {"plans", required_argument, 0, 'P'},
         {"chunk-bytes", required_argument, 0, 'B'}, {"max-evals", required_argument, 0, 'E'},
         {"json", no_argument, 0, 'J'}, {"json-file", required_argument, 0, 'j'},
-        {"svg", required_argument, 0, 's'},
+        {"svg", required_argument, 0, 's'}, {"params", required_argument, 0, 'q'},
+        {"save-params", required_argument, 0, 'S'}, {"plan", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     while (!bad[0] && (opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         char *end = NULL;
         switch (opt) {
         case 'p': preset = optarg; break;
+        case 'q': params_in = optarg; break;
+        case 'S': params_out = optarg; break;
+        case 'L': plan_path = optarg; break;
         case 'c':
             if (nfiles == MAX_FILES)
                 snprintf(bad, sizeof bad, "--cells: at most %d files", MAX_FILES);
@@ -596,17 +729,42 @@ int bench_predict_main(int argc, char **argv)
     }
     if (!bad[0] && optind < argc)
         snprintf(bad, sizeof bad, "unexpected argument '%s' (see --help)", argv[optind]);
-    if (!bad[0] && !preset)
-        snprintf(bad, sizeof bad, "--preset is required (namespace or h100)");
-    if (!bad[0] && !nfiles)
-        snprintf(bad, sizeof bad, "--cells FILE is required");
+    if (!bad[0] && !preset && !params_in)
+        snprintf(bad, sizeof bad, "--preset is required (namespace or h100), or --params FILE");
+    if (!bad[0] && preset && params_in)
+        snprintf(bad, sizeof bad, "--preset and --params: give one");
+    if (!bad[0] && !nfiles && !plan_path && !params_out)
+        snprintf(bad, sizeof bad, "--cells FILE is required (or --plan PLAN, or --save-params)");
+    if (!bad[0] && nfit && !nfiles)
+        snprintf(bad, sizeof bad, "--fit-nodes needs --cells");
     dmuon_net_params p;
     unsigned mask = 0;
-    if (!bad[0] && dmuon_net_preset(preset, &p, &mask) != DMUON_OK)
+    char pname[64] = "";
+    if (!bad[0] && preset && dmuon_net_preset(preset, &p, &mask) != DMUON_OK)
         snprintf(bad, sizeof bad, "--preset: %s", dmuon_errmsg());
     if (bad[0]) {
         fprintf(stderr, "%s: error: %s\n", prog, bad);
         return 2;
+    }
+    if (params_in) {
+        dmuon_rc lrc = dmuon_net_params_load(params_in, &p, &mask, pname, sizeof pname);
+        if (lrc != DMUON_OK) {
+            fprintf(stderr, "%s: error: --params: %s\n", prog, dmuon_errmsg());
+            return dmuon_rc_exit_code(lrc);
+        }
+        preset = pname[0] ? pname : params_in;
+    }
+    dmuon_sched_opts so = {DMUON_PATH_AUTO, chunk, 0};
+    if (!nfiles) {
+        int code = 0;
+        if (params_out &&
+            dmuon_net_params_save(params_out, &p, mask, preset, "not fitted") != DMUON_OK) {
+            fprintf(stderr, "%s: error: --save-params: %s\n", prog, dmuon_errmsg());
+            return 3;
+        }
+        if (plan_path)
+            code = plan_run(prog, plan_path, &p, preset, &so, json_stdout, json, svg);
+        return code;
     }
 
     cells cs = {NULL, 0, prog};
@@ -617,7 +775,6 @@ int bench_predict_main(int argc, char **argv)
     double *fm = NULL;
     for (int i = 0; i < nfiles && rc == DMUON_OK; i++)
         rc = read_rows(&cs, files[i]);
-    dmuon_sched_opts so = {DMUON_PATH_AUTO, chunk, 0};
     for (int k = 0; k < cs.n && rc == DMUON_OK; k++) {
         rc = build_case(&cs.g[k], plans, &so);
         for (int i = 0; i < nfit; i++)
@@ -673,8 +830,23 @@ int bench_predict_main(int argc, char **argv)
         goto out;
     }
 
+    if (params_out) {
+        char what[512];
+        int w = snprintf(what, sizeof what, "%d cells of nodes", nf);
+        for (int i = 0; i < nfit && w < (int)sizeof what; i++)
+            w += snprintf(what + w, sizeof what - (size_t)w, "%s%d", i ? "," : " ", fit_nodes[i]);
+        if (w < (int)sizeof what)
+            snprintf(what + w, sizeof what - (size_t)w, " of %s (rms log error %.3f)", files[0],
+                     rms);
+        rc = dmuon_net_params_save(params_out, &p, mask, preset, nf ? what : "not fitted");
+        if (rc != DMUON_OK) {
+            fprintf(stderr, "%s: error: --save-params: %s\n", prog, dmuon_errmsg());
+            code = 3;
+            goto out;
+        }
+    }
     report r = {preset, &p, &cs, fit_nodes, nfit, rms, nf};
-    if (json_stdout) {
+    if (json_stdout && !plan_path) {
         rc = write_json(stdout, &r);
         if (rc != DMUON_OK) {
             fprintf(stderr, "%s: error: %s\n", prog, dmuon_errmsg());
@@ -683,6 +855,8 @@ int bench_predict_main(int argc, char **argv)
         }
         goto files;
     }
+    if (json_stdout)
+        goto files;   /* the plan's JSON alone on stdout */
     printf("# dmuon-bench predict: preset %s, %d cell groups, fitted on nodes", preset, cs.n);
     for (int i = 0; i < nfit; i++)
         printf("%s%d", i ? "," : " ", fit_nodes[i]);
@@ -731,6 +905,10 @@ int bench_predict_main(int argc, char **argv)
            "%.3f\n", all.n, all.within, all.n ? 100.0 * all.within / all.n : 0.0,
            acc_bias(&all), all.worst);
 files:
+    if (plan_path) {
+        code = plan_run(prog, plan_path, &p, preset, &so, json_stdout, json, svg);
+        goto out;
+    }
     if (json) {
         rc = dmuon_write_atomic(json, write_json, &r);
         if (rc != DMUON_OK) {

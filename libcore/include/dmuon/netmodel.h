@@ -77,8 +77,12 @@
 #ifndef DMUON_NETMODEL_H
 #define DMUON_NETMODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "dmuon/io.h"
+#include "dmuon/plan.h"
 #include "dmuon/rc.h"
 #include "dmuon/sched.h"
 #include "dmuon/types.h"
@@ -196,5 +200,73 @@ dmuon_rc dmuon_net_fit(dmuon_net_params *p, unsigned free_mask, const dmuon_net_
  * direction, 50 GB/s per 400 Gb/s port).  *free_mask gets the parameters the
  * preset leaves to fitting.  DMUON_EINVAL for another name. */
 dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_mask);
+
+/* Parameter files: fit once, predict many.  A JSON object
+ *   {"format": "dmuon-netmodel-params", "version": 1, "preset": NAME,
+ *    "fitted_on": TEXT, "mcast": BOOL, "tree": BOOL,
+ *    "free": [names of the parameters left to fitting],
+ *    "params": {"intra_bw": VALUE, ... every name of dmuon_net_param_name}}
+ * (units as in the enum above; values with 12 significant digits).
+ * dmuon_net_params_save writes it atomically (a temporary file renamed:
+ * nothing half-written); preset and fitted_on may be NULL.  Errors:
+ * DMUON_EIO.  dmuon_net_params_load reads one (libyaml, as every JSON
+ * input of the project) into *p and *free_mask, and copies the preset's
+ * name into preset (preset_len bytes; may be NULL).  Errors: DMUON_EIO or
+ * DMUON_ENOTFOUND (no file), DMUON_EPARSE naming the file, line and field
+ * (another format or version, a missing or negative parameter, an unknown
+ * name in params or free). */
+dmuon_rc dmuon_net_params_save(const char *path, const dmuon_net_params *p, unsigned free_mask,
+                               const char *preset, const char *fitted_on);
+dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *free_mask,
+                               char *preset, size_t preset_len);
+
+/* ------------------------------------------- a plan's communication -- */
+
+/* Lines of a training step (paper §7): A = FSDP's equal-length
+ * primitives (all-gather / reduce-scatter of each layer's total, no
+ * publish), C = the plan's owners with NCCL (per-owner broadcasts and
+ * reduces; HSDP: the node's gather as one coalesced call, the publish the
+ * faster of per-owner and coalesced), D = ours. */
+enum { DMUON_NET_STEP_A = 0, DMUON_NET_STEP_C, DMUON_NET_STEP_D, DMUON_NET_STEP_COUNT };
+
+typedef struct {
+    const char *name;                     /* the plan's layer name (valid while the plan lives) */
+    int64_t bytes;                        /* the layer buffer */
+    double gather[DMUON_NET_LINE_COUNT];  /* s, per line (ours, per_owner, ...) */
+    double reduce[DMUON_NET_LINE_COUNT];
+} dmuon_net_layer_pred;
+
+typedef struct {
+    int nodes, per_node, zero_stage, hsdp;
+    int nlayers;                          /* layers with segments */
+    dmuon_net_layer_pred *layers;
+    int nrails;                           /* HSDP: per_node; FSDP: 0 */
+    int64_t *rail_bytes;                  /* per rail: bytes published */
+    double (*rail)[3];                    /* per rail: ours, per_owner, coalesced (s) */
+    double step[DMUON_NET_STEP_COUNT];    /* s: a step's communication, nothing overlapped */
+} dmuon_net_plan_pred;
+
+/* Predicts the communication of one training step of plan under p (no
+ * measured rows): every layer's gather and reduction by ours and the
+ * baselines, the publish of every rail (HSDP), and the step totals of
+ * lines A, C, D.  FSDP: gather and reduction over all nodes × per_node
+ * ranks; HSDP: the gather inside one node (each owner's row leader there,
+ * rank owner mod per_node), the reduction over all ranks, the publish on
+ * the rails (dmuon_plan_rail_publish).  A step gathers each layer once
+ * (ZeRO-2) or twice (ZeRO-3: forward and backward) and reduces it once;
+ * the step totals add the operators' times (no overlap with compute or
+ * with each other).  sched_opts: ours' schedule options (NULL: defaults).
+ * Memory O(ranks + chunks of one call · nodes).  *out is released with
+ * dmuon_net_plan_pred_free.  Errors: those of dmuon_net_predict and
+ * dmuon_plan_rail_publish, DMUON_ENOMEM. */
+dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *p,
+                                const dmuon_sched_opts *sched_opts, dmuon_net_plan_pred *out);
+void dmuon_net_plan_pred_free(dmuon_net_plan_pred *r);
+
+/* The prediction as a table (per layer, per rail, the step totals) on f,
+ * and as the keys "layers", "rails", "step" into the JSON object open in w
+ * (times in microseconds). */
+void dmuon_net_plan_print(const dmuon_net_plan_pred *r, FILE *f);
+void dmuon_net_plan_json(const dmuon_net_plan_pred *r, dmuon_json *w);
 
 #endif
