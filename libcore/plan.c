@@ -532,6 +532,46 @@ static dmuon_rc layout_leaders(dmuon_plan *p)
 
 /* -------------------------------------------------------------- report -- */
 
+static int cmp_desc(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a < b) - (a > b);
+}
+
+/* The sharing bound for identical machines: for every k >= 1 with more than
+ * k*N units, the k*N + 1 most costly units put k + 1 of them on one rank, so
+ * that rank's load is at least the sum of the k + 1 cheapest of them,
+ * c[kN-k] + ... + c[kN] (costs sorted descending, 0-based; k = 1 is the
+ * classic c[N-1] + c[N]).  Raises *lb to the largest such sum.  It bounds
+ * every assignment, so every constrained one too (byte cap, spreading,
+ * rails); those constraints can only raise the optimum above it. */
+static dmuon_rc sharing_bound(const dmuon_plan *p, double *lb)
+{
+    size_t n = p->nunits, N = (size_t)p->ranks;
+    if (n <= N)
+        return DMUON_OK;
+    double *c = malloc(n * sizeof *c), *pre = malloc((n + 1) * sizeof *pre);
+    if (!c || !pre) {
+        free(c);
+        free(pre);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        c[i] = p->units[i].ns_ms;
+    qsort(c, n, sizeof *c, cmp_desc);
+    pre[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        pre[i + 1] = pre[i] + c[i];
+    for (size_t k = 1; k * N < n; k++) {
+        double v = pre[k * N + 1] - pre[k * N - k];
+        if (v > *lb)
+            *lb = v;
+    }
+    free(c);
+    free(pre);
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_plan_compute_report(dmuon_plan *p)
 {
     dmuon_plan_report *r = &p->report;
@@ -584,6 +624,8 @@ dmuon_rc dmuon_plan_compute_report(dmuon_plan *p)
     double mean_ns = r->total_ns_ms / N, mean_b = (double)r->total_bytes / N;
     r->busiest_ns_over_mean = mean_ns > 0 ? r->busiest_ns_ms / mean_ns : 0;
     r->lower_bound_ms = largest > mean_ns ? largest : mean_ns;
+    DMUON_TRY_GOTO(rc, sharing_bound(p, &r->lower_bound_ms), out);
+    r->bound_optimal = r->busiest_ns_ms <= r->lower_bound_ms * (1 + 1e-9);
     r->busiest_ns_over_lower_bound = r->lower_bound_ms > 0 ? r->busiest_ns_ms / r->lower_bound_ms : 0;
     r->heaviest_bytes_over_mean = mean_b > 0 ? (double)r->max_owner_bytes / mean_b : 0;
     double mean_rail = (double)r->total_bytes / K;

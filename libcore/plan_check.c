@@ -259,7 +259,7 @@ static void check_cap(const dmuon_plan *p, viol *v)
     const dmuon_plan_opts *o = &p->opts;
     if (!o->byte_cap || o->strategy != DMUON_STRATEGY_LPT)
         return;
-    int32_t N = p->ranks, K = o->gpus_per_node, R = o->nodes;
+    int32_t N = p->ranks, K = o->gpus_per_node;
     bool hsdp = o->sharding == DMUON_SHARD_HSDP && o->column_balance && K > 1;
     double *col = calloc((size_t)K, sizeof *col);
     double *rank = calloc((size_t)N, sizeof *rank);
@@ -279,7 +279,7 @@ static void check_cap(const dmuon_plan *p, viol *v)
     }
     double eps = 1.0 + o->epsilon;
     for (int32_t r = 0; r < N; r++) {
-        double cap = hsdp ? eps * col[r % K] / R : eps * total / N;
+        double cap = eps * total / N;
         if (rank[r] > cap * (1 + 1e-12) && !rankfb[r])
             bad(v, "rank %d holds %.0f bytes, over the cap of %.0f, with no unit placed as a "
                    "fallback",

@@ -27,11 +27,19 @@
  * of a layer share a rank while the layer has no more units than ranks);
  * among them the least loaded by cost (ties: lower rank) whose bytes stay
  * within (1+epsilon) * P / N after receiving the unit (P: all unit bytes); if
- * none fits, the candidate with the fewest bytes (ties: lower rank).  HSDP
- * (R nodes x K GPUs, rank = node * K + column): the same rule first assigns
- * units to the K columns (cap (1+epsilon) * P / K), then, per column, to its R
- * ranks (cap (1+epsilon) * P_column / R).  The row leader of a unit on node r
- * is rank r * K + column(owner).  The plan is a pure function of its inputs.
+ * none fits, the candidate with the fewest bytes (ties: lower rank).  A
+ * deterministic local search then lowers the busiest rank's cost by moves
+ * and swaps of units (assign.c), keeping the byte cap (a rank that receives
+ * bytes ends within the cap), layer spreading (at most ceil(units of the
+ * layer / N) of a layer's units per rank, 1 while they are no more than N)
+ * and the units placed over the cap where they are.  HSDP (R nodes x K GPUs,
+ * rank = node * K + column) with column balancing: the objective is
+ * lexicographic, busiest rank's cost first, then the heaviest column's
+ * (rail's) publish bytes: after the search above, moves and swaps that raise
+ * no rank above the busiest lower the heaviest rail, then the search runs
+ * again with no rail rising above the heaviest.  The row leader of a unit on
+ * node r is rank r * K + column(owner).  The plan is a pure function of its
+ * inputs.
  *
  * Window.  Each owner's units are laid out contiguously in its window in
  * (layer, position in layer buffer) order; window_offset is in bytes.
@@ -162,8 +170,16 @@ typedef struct {
     double total_ns_ms;                   /* sum of unit costs */
     double busiest_ns_ms;                 /* max over ranks */
     double busiest_ns_over_mean;
-    double lower_bound_ms;                /* max(largest unit, total / N) */
+    double lower_bound_ms;                /* lower bound on any plan's busiest
+                                             NS (same unit as ns_ms): the
+                                             largest of the largest unit,
+                                             total / N and, for k >= 1 with
+                                             n > kN, the sum of the k+1
+                                             cheapest of the kN+1 most costly
+                                             units (k+1 of them share a rank) */
     double busiest_ns_over_lower_bound;
+    bool bound_optimal;                   /* busiest reaches the bound: no plan
+                                             has a lower busiest NS */
     int64_t total_bytes;                  /* all unit bytes (P) */
     int64_t max_owner_bytes;              /* largest owner window */
     double heaviest_bytes_over_mean;
