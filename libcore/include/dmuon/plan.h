@@ -335,6 +335,35 @@ dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations);
  * Errors: DMUON_EMISMATCH (the plans' units differ). */
 dmuon_rc dmuon_plan_reevaluate(dmuon_plan *p, const dmuon_plan *ref);
 
+/* Device memory one rank needs under the plan (bytes; plan_mem.c). */
+typedef struct {
+    int64_t optimizer_bytes;      /* FP32 master + momentum (8 B) per owned Muon
+                                     element, FP32 master + two moments (12 B)
+                                     per element of the rank's AdamW shards */
+    int64_t window_bytes;         /* owner window: param dtype + FP32 gradient */
+    int64_t gathered_layer_bytes; /* largest layer as gathered (Muon + AdamW
+                                     parameters, param dtype, padded shards) */
+    int64_t gathered_grad_bytes;  /* that layer's FP32 gradient buffer */
+    int32_t gathered_layer;       /* its index (-1: no layer) */
+    int64_t pool_bytes;           /* symmetric pool of the runtime's first
+                                     (no-reuse) layout: every layer's gathered
+                                     parameters and FP32 gradients, windows,
+                                     shards, HSDP publish copy; control words
+                                     not counted */
+    int64_t least_bytes;          /* the least at a step: optimizer state,
+                                     windows, shards, publish copy, one
+                                     gathered layer (ZeRO-2: all layers) and
+                                     one FP32 layer gradient */
+} dmuon_plan_memory;
+
+/* Memory of rank (in [0, ranks)) under p.  Errors: DMUON_EINVAL (rank out
+ * of range), DMUON_ENOMEM, those of dmuon_publish_layout (HSDP). */
+dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_memory *out);
+
+/* The rank with the largest least_bytes (ties: lower rank) and its memory.
+ * Errors: as dmuon_plan_rank_memory. */
+dmuon_rc dmuon_plan_busiest_memory(const dmuon_plan *p, int32_t *rank, dmuon_plan_memory *out);
+
 /* ---------------------------------------------------------------- report -- */
 
 /* Writes the human report (cluster, unit counts, balance table) to f. */
