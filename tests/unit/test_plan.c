@@ -254,6 +254,151 @@ static void test_hsdp_rails(void **state)
     }
 }
 
+/* ------------------------------------------------ default vs ablations -- */
+
+/* Busiest rank's NS, heaviest window and heaviest rail, from the units. */
+static void figures(const dmuon_plan *p, double *busiest, double *heaviest, double *rail)
+{
+    size_t nu;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    int32_t N = dmuon_plan_ranks(p), K = dmuon_plan_gpus_per_node(p);
+    double *ns = calloc((size_t)N, sizeof *ns), *by = calloc((size_t)N, sizeof *by);
+    double *rl = calloc((size_t)K, sizeof *rl);
+    assert_non_null(ns);
+    assert_non_null(by);
+    assert_non_null(rl);
+    *busiest = *heaviest = *rail = 0;
+    for (size_t i = 0; i < nu; i++) {
+        ns[u[i].owner] += u[i].ns_ms;
+        by[u[i].owner] += (double)u[i].bytes;
+        rl[u[i].owner % K] += (double)u[i].bytes;
+    }
+    for (int32_t r = 0; r < N; r++) {
+        *busiest = ns[r] > *busiest ? ns[r] : *busiest;
+        *heaviest = by[r] > *heaviest ? by[r] : *heaviest;
+    }
+    for (int32_t c = 0; c < K; c++)
+        *rail = rl[c] > *rail ? rl[c] : *rail;
+    free(ns);
+    free(by);
+    free(rl);
+}
+
+/* On dense and MoE models at 4 to 32 nodes x 8, FSDP and HSDP, the default
+ * plan's busiest NS is within 1% of no-column-balance's and of
+ * round-robin's (where round-robin meets the byte cap the default keeps),
+ * and its heaviest rail within 1% of no-column-balance's.  Every lower bound
+ * stays at or under every variant's busiest rank. */
+static void test_default_beats_ablations(void **state)
+{
+    const char *models[] = {"models/qwen2.5-1.5b.yaml",        "models/qwen2.5-7b.yaml",
+                            "models/qwen2.5-32b.yaml",         "models/pi05.yaml",
+                            "models/wall-oss-0.5.yaml",        "models/qwen2.5-7b/config.json",
+                            "tests/data/plan/llama-3-8b.json", "tests/data/plan/mistral-7b.json",
+                            "tests/data/plan/qwen3-8b.json",   "tests/data/plan/mixtral-8x7b.json",
+                            "models/qwen1.5-moe-a2.7b.yaml"};
+    const int nodes[] = {4, 8, 16, 32};
+    int cases = 0, worse = 0;
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        dmuon_model *m = load(models[k]);
+        for (size_t a = 0; a < 4; a++)
+            for (int h = 0; h < 2; h++) {
+                dmuon_sharding sh = h ? DMUON_SHARD_HSDP : DMUON_SHARD_FSDP;
+                dmuon_plan *d = plan(m, nodes[a], 8, sh, NULL);
+                dmuon_plan *nc = plan(m, nodes[a], 8, sh, no_col);
+                dmuon_plan *r = plan(m, nodes[a], 8, sh, rr);
+                double db, dh, dr, cb, ch, cr, rb, rh, rrl;
+                figures(d, &db, &dh, &dr);
+                figures(nc, &cb, &ch, &cr);
+                figures(r, &rb, &rh, &rrl);
+                const dmuon_plan_report *rep = dmuon_plan_get_report(d);
+                double cap = 1.1 * (double)rep->total_bytes / rep->ranks;
+                double best = cb;
+                if (rh <= cap * (1 + 1e-12) && rb < best)
+                    best = rb;
+                bool bad = db > 1.01 * best || (h && dr > 1.01 * cr);
+                double lb = rep->lower_bound_ms;
+                assert_true(lb <= db * (1 + 1e-9) && lb <= cb * (1 + 1e-9) &&
+                            lb <= rb * (1 + 1e-9));
+                if (bad)
+                    fprintf(stderr, "%s %dx8 %s: busiest %.4g (no-column-balance %.4g, "
+                                    "round-robin %.4g), rail %.4g (no-column-balance %.4g)\n",
+                            models[k], nodes[a], h ? "hsdp" : "fsdp", db, cb, rb, dr, cr);
+                worse += bad;
+                cases++;
+                dmuon_plan_free(d);
+                dmuon_plan_free(nc);
+                dmuon_plan_free(r);
+            }
+        dmuon_model_free(m);
+    }
+    fprintf(stderr, "default vs ablations: %d cases, %d worse by more than 1%%\n", cases, worse);
+    assert_int_equal(worse, 0);
+}
+
+/* The sharing bound: Qwen2.5-1.5B on 4 x 8 has 112 near-equal units, so
+ * some rank holds 4 where the mean is 3.5; the bound sees it. */
+static void test_bound_tight(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-1.5b.yaml");
+    dmuon_plan *p = plan(m, 4, 8, DMUON_SHARD_FSDP, NULL);
+    double b, h, r;
+    figures(p, &b, &h, &r);
+    const dmuon_plan_report *rep = dmuon_plan_get_report(p);
+    /* independent: the 4 cheapest of the 97 most costly units */
+    size_t nu;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    assert_int_equal(nu, 112);
+    double *c = malloc(nu * sizeof *c);
+    for (size_t i = 0; i < nu; i++)
+        c[i] = u[i].ns_ms;
+    for (size_t i = 0; i < nu; i++)   /* selection sort, descending */
+        for (size_t j = i + 1; j < nu; j++)
+            if (c[j] > c[i]) {
+                double t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+            }
+    double four = c[93] + c[94] + c[95] + c[96];
+    assert_true(rep->lower_bound_ms >= four * (1 - 1e-12));
+    assert_true(b / rep->lower_bound_ms <= 1.01);
+    assert_true(rep->lower_bound_ms <= b * (1 + 1e-12));
+    free(c);
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+/* Memory: a DeepSeek-V3-shaped config on 64 ranks gathers a layer of more
+ * than 20 GiB (its parameters in BF16, counted here from the model). */
+static void test_memory(void **state)
+{
+    dmuon_model *m = load("tests/data/plan/deepseek-v3.json");
+    dmuon_plan *p = plan(m, 8, 8, DMUON_SHARD_FSDP, NULL);
+    int32_t r;
+    dmuon_plan_memory mem;
+    assert_int_equal(dmuon_plan_busiest_memory(p, &r, &mem), DMUON_OK);
+    assert_true(mem.gathered_layer >= 0);
+    int64_t layer = 0;
+    for (size_t i = 0; i < dmuon_model_param_count(m); i++)
+        if (dmuon_model_param(m, i)->layer == mem.gathered_layer)
+            layer += dmuon_model_param(m, i)->numel * 2;
+    /* padding of the AdamW shards only adds under 64 elements per layer */
+    assert_true(mem.gathered_layer_bytes >= layer && mem.gathered_layer_bytes < layer + 64 * 2);
+    assert_true(mem.gathered_grad_bytes == mem.gathered_layer_bytes * 2);
+    assert_true(mem.gathered_layer_bytes > ((int64_t)20 << 30));
+    assert_int_equal(mem.window_bytes, dmuon_plan_window_bytes(p, r) * 3);
+    assert_true(mem.least_bytes > ((int64_t)80 << 30));
+    assert_true(mem.pool_bytes > mem.least_bytes - mem.optimizer_bytes);
+    /* every rank at or under the busiest */
+    for (int32_t k = 0; k < 64; k += 7) {
+        dmuon_plan_memory x;
+        assert_int_equal(dmuon_plan_rank_memory(p, k, &x), DMUON_OK);
+        assert_true(x.least_bytes <= mem.least_bytes);
+    }
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
 static void test_ablations_keep_invariants(void **state)
 {
     dmuon_model *m = load("models/wall-oss-0.5.yaml");
@@ -873,6 +1018,9 @@ int main(void)
         cmocka_unit_test(test_moe_per_expert_units),
         cmocka_unit_test(test_hsdp_rails),
         cmocka_unit_test(test_ablations_keep_invariants),
+        cmocka_unit_test(test_default_beats_ablations),
+        cmocka_unit_test(test_bound_tight),
+        cmocka_unit_test(test_memory),
         cmocka_unit_test(test_assign_matches_reference),
         cmocka_unit_test(test_cap_holds_when_feasible),
         cmocka_unit_test(test_plan_file_roundtrip),
