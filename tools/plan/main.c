@@ -581,6 +581,20 @@ static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts
                    r->heaviest_rail_over_mean, (long long)r->max_matrices_per_rank,
                    r->layer_root_over_largest_unit);
         }
+        /* what each constraint costs: the default against the variant
+         * without it */
+        const dmuon_plan_report *r0 = dmuon_plan_get_report(v[0].plan);
+        static const char *const cons[][2] = {{"no-byte-cap", "byte cap"},
+                                              {"no-layer-spread", "layer spreading"},
+                                              {"no-column-balance", "column balancing"}};
+        for (size_t k = 0; k < 3; k++)
+            for (size_t i = 1; i < nv; i++)
+                if (!strcmp(v[i].name, cons[k][0])) {
+                    const dmuon_plan_report *r = dmuon_plan_get_report(v[i].plan);
+                    printf("%s: busiest NS %.3f -> %.3f, heaviest rail %.3f -> %.3f without it\n",
+                           cons[k][1], r0->busiest_ns_over_mean, r->busiest_ns_over_mean,
+                           r0->heaviest_rail_over_mean, r->heaviest_rail_over_mean);
+                }
     }
     dmuon_plan_variants_free(v, nv);
     return 0;
