@@ -307,8 +307,8 @@ out:
  *   - column mode: no rail rises above the phase's limit.
  *
  * NS phase: while the busiest rank's load can be lowered by a move of one
- * of its items to another rank or a swap with an item of one of the least
- * loaded ranks (where the receiving rank would pass the byte cap, after it
+ * of its items to another rank or (when no move can) a swap with an item of
+ * one of the least loaded ranks (where the receiving rank would pass the byte cap, after it
  * first hands one of its items to a third rank that stays under the busiest
  * load), do the step that lowers max(busiest, other) most; no rail rises
  * above the heaviest rail it started from or 1.005 x the mean rail,
@@ -397,7 +397,7 @@ typedef struct {
     int32_t *head, *next, *prev;   /* per rank: doubly linked list of items */
     int32_t *hi;                   /* per layer: spreading limit */
     lcount lc;
-    int32_t *order;                /* ranks by load, scratch */
+    int32_t *order, *pos;          /* ranks by (load, rank) ascending; pos[rank] */
     int32_t swap_ranks;            /* least loaded ranks tried as swap partners */
     double work;
 } lsearch;
@@ -423,6 +423,31 @@ static void ls_link(lsearch *s, int32_t i, int32_t b)
     s->head[b] = i;
 }
 
+static bool ls_before(const lsearch *s, int32_t a, int32_t b)
+{
+    return s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
+}
+
+/* Moves rank r to its place in order (ascending (load, rank)) after its
+ * load changed; the rest of order stays sorted. */
+static void ls_place(lsearch *s, int32_t r)
+{
+    int32_t i = s->pos[r], i0 = i;
+    while (i > 0 && ls_before(s, r, s->order[i - 1])) {
+        s->order[i] = s->order[i - 1];
+        s->pos[s->order[i]] = i;
+        i--;
+    }
+    while (i + 1 < s->N && ls_before(s, s->order[i + 1], r)) {
+        s->order[i] = s->order[i + 1];
+        s->pos[s->order[i]] = i;
+        i++;
+    }
+    s->order[i] = r;
+    s->pos[r] = i;
+    s->work += (double)(i > i0 ? i - i0 : i0 - i) / 16;
+}
+
 static void ls_move(lsearch *s, int32_t i, int32_t to)
 {
     const dmuon_assign_item *u = &s->it[i];
@@ -441,6 +466,8 @@ static void ls_move(lsearch *s, int32_t i, int32_t to)
         lc_add(&s->lc, to, u->layer, 1);
     }
     ls_link(s, i, to);
+    ls_place(s, from);
+    ls_place(s, to);
 }
 
 /* Does rank t keep layer spreading when it takes item add in exchange for
@@ -523,11 +550,7 @@ static int cmp_rank_load(const void *x, const void *y, void *ctx)
 
 static int32_t ls_busiest(const lsearch *s)
 {
-    int32_t B = 0;
-    for (int32_t b = 1; b < s->N; b++)
-        if (s->load[b] > s->load[B])
-            B = b;
-    return B;
+    return s->order[s->N - 1];
 }
 
 /* Heaviest rail's bytes (column mode), else infinity. */
@@ -549,10 +572,6 @@ static size_t ls_ns(lsearch *s, double rail_limit, size_t max_steps)
         int32_t B = ls_busiest(s);
         double LB = s->load[B], best = LB - 1e-9 * LB;
         int32_t bu = -1, bv = -1, bt = -1, bx = -1, bxs = -1;
-        for (int32_t r = 0; r < N; r++)
-            s->order[r] = r;
-        qsort_r(s->order, (size_t)N, sizeof *s->order, cmp_rank_load, s->load);
-        s->work += (double)N * 8;
         /* moves: each of B's items to the least loaded rank that takes it */
         for (int32_t u = s->head[B]; u >= 0; u = s->next[u]) {
             if (s->fixed[u])
@@ -581,8 +600,9 @@ static size_t ls_ns(lsearch *s, double rail_limit, size_t max_steps)
                 break;
             }
         }
-        /* swaps with the items of the least loaded ranks */
-        for (int32_t k = 0; k < N && k < s->swap_ranks; k++) {
+        /* swaps with the items of the least loaded ranks, when no move
+         * helps (moves are cheap to find, swaps cost |B| x |t| each) */
+        for (int32_t k = 0; bu < 0 && k < N && k < s->swap_ranks; k++) {
             int32_t t = s->order[k];
             if (t == B || s->load[t] >= best)
                 break;
@@ -705,8 +725,9 @@ dmuon_rc dmuon_assign_improve(const dmuon_assign_item *items, size_t n, int32_t 
     for (size_t i = 0; i < n; i++)
         if (items[i].layer > maxlayer)
             maxlayer = items[i].layer;
-    lsearch s = {items, n, nbins, columns > 1 ? columns : 1, columns > 1, spread, cap, bin,
-                 fixed, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {NULL, NULL, 0}, NULL, 0, 0};
+    lsearch s = {.it = items, .n = n, .N = nbins, .K = columns > 1 ? columns : 1,
+                 .columns = columns > 1, .spread = spread, .cap = cap, .bin = bin,
+                 .fixed = fixed};
     size_t tsize = 16;
     while (tsize < 2 * n)
         tsize *= 2;
@@ -715,13 +736,14 @@ dmuon_rc dmuon_assign_improve(const dmuon_assign_item *items, size_t n, int32_t 
     s.rail = calloc((size_t)s.K, sizeof *s.rail);
     s.head = malloc((size_t)nbins * sizeof *s.head);
     s.order = malloc((size_t)nbins * sizeof *s.order);
+    s.pos = malloc((size_t)nbins * sizeof *s.pos);
     s.next = malloc(n * sizeof *s.next);
     s.prev = malloc(n * sizeof *s.prev);
     s.hi = calloc((size_t)maxlayer + 1, sizeof *s.hi);
     s.lc.key = spread ? calloc(tsize, sizeof *s.lc.key) : NULL;
     s.lc.cnt = spread ? malloc(tsize * sizeof *s.lc.cnt) : NULL;
     s.lc.mask = tsize - 1;
-    if (!s.load || !s.bytes || !s.rail || !s.head || !s.order || !s.next || !s.prev || !s.hi ||
+    if (!s.load || !s.bytes || !s.rail || !s.head || !s.order || !s.pos || !s.next || !s.prev || !s.hi ||
         (spread && (!s.lc.key || !s.lc.cnt))) {
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory improving the assignment of %zu units", n);
         goto out;
@@ -740,6 +762,11 @@ dmuon_rc dmuon_assign_improve(const dmuon_assign_item *items, size_t n, int32_t 
     }
     for (int32_t l = 0; l <= maxlayer; l++)
         s.hi[l] = s.hi[l] <= nbins ? 1 : (s.hi[l] + nbins - 1) / nbins;
+    for (int32_t r = 0; r < nbins; r++)
+        s.order[r] = r;
+    qsort_r(s.order, (size_t)nbins, sizeof *s.order, cmp_rank_load, s.load);
+    for (int32_t k = 0; k < nbins; k++)
+        s.pos[s.order[k]] = k;
     size_t max_steps = 4 * n + 64;
     s.swap_ranks = n > LS_SMALL ? LS_SWAP_RANKS : nbins;
     ls_ns(&s, INFINITY, max_steps);
@@ -753,6 +780,7 @@ out:
     free(s.rail);
     free(s.head);
     free(s.order);
+    free(s.pos);
     free(s.next);
     free(s.prev);
     free(s.hi);
