@@ -135,6 +135,12 @@ m1=$(jq .muon_matrices "$T_TMP/out")
 run "$P" "$Q" --ranks 64 --cost flops --json
 m0=$(jq .muon_matrices "$T_TMP/out")
 check_eq "$((m0 - m1))" "48" "--router adamw takes 48 matrices off Muon"
+check_eq "$(jq .router_tensors_on_muon "$T_TMP/out")" "48" "--json: 48 router tensors on Muon by default"
+run "$P" inspect "$Q" --router adamw --json
+a1=$(jq .adamw_params "$T_TMP/out")
+run "$P" inspect "$Q" --json
+a0=$(jq .adamw_params "$T_TMP/out")
+check_eq "$((a1 - a0))" "48" "inspect --router adamw: 48 more AdamW tensors"
 run "$P" "$Q" --ranks 64 --cost flops --router sgd
 check_rc 2 "--router sgd refused"
 

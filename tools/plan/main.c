@@ -95,7 +95,7 @@ static const char usage[] =
     "      --version             print the dmuon version\n"
     "\n"
     "inspect takes --tensors (every tensor: shape, dtype, role, layer, matrices, unit),\n"
-    "--json, --muon, --adamw, --fused-layout; show takes --json (PLAN '-' reads standard\n"
+    "--json, --muon, --adamw, --router, --fused-layout; show takes --json (PLAN '-' reads standard\n"
     "input), --ranks (per rank: NS, window bytes, matrices, memory) and --owners --json\n"
     "(every parameter's owner rank(s), unit, layer offset, bytes and window offset, for\n"
     "use outside dmuon); other flags are refused there.  A note on stderr says when there\n"
@@ -305,11 +305,29 @@ static void print_tensors(const dmuon_model *m, const dmuon_plan *p, const char 
     free(byp);
 }
 
+/* MoE router weights (a gate matrix [experts, hidden] per layer). */
+static const char *const router_patterns[] = {"*.mlp.gate.weight", "*router.weight",
+                                              "*shared_expert_gate.weight"};
+#define N_ROUTER (sizeof router_patterns / sizeof router_patterns[0])
+
+/* The role patterns of the model options: the user's, then (--router adamw)
+ * the router patterns as AdamW ones (a --muon pattern still wins). */
+static dmuon_model_opts model_opts(const cli *c, const char **adamw)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_adamw; i++)
+        adamw[n++] = c->adamw[i];
+    for (size_t i = 0; c->router_adamw && i < N_ROUTER; i++)
+        adamw[n++] = router_patterns[i];
+    return (dmuon_model_opts){c->muon, c->n_muon, adamw, n, c->fused_layout};
+}
+
 /* ------------------------------------------------------------- inspect -- */
 
 static int cmd_inspect(const cli *c, const char *path)
 {
-    dmuon_model_opts mo = {c->muon, c->n_muon, c->adamw, c->n_adamw, c->fused_layout};
+    const char *adamw[MAX_PATTERNS + N_ROUTER];
+    dmuon_model_opts mo = model_opts(c, adamw);
     dmuon_model *m;
     dmuon_shape_count *sh = NULL;
     size_t nsh = 0;
@@ -607,36 +625,27 @@ static void probe_progress(size_t done, size_t total, const dmuon_cost_row *row,
             (long long)row->m, (long long)row->n, row->median_ms);
 }
 
-/* MoE router weights (a gate matrix [experts, hidden] per layer). */
-static const char *const router_patterns[] = {"*.mlp.gate.weight", "*router.weight",
-                                              "*shared_expert_gate.weight"};
-#define N_ROUTER (sizeof router_patterns / sizeof router_patterns[0])
-
-/* The role patterns of the model options: the user's, then (--router adamw)
- * the router patterns as AdamW ones (a --muon pattern still wins). */
-static dmuon_model_opts model_opts(const cli *c, const char **adamw)
+/* Router weights of m: how many, and how many of them on Muon. */
+static size_t count_router(const dmuon_model *m, size_t *muon)
 {
     size_t n = 0;
-    for (size_t i = 0; i < c->n_adamw; i++)
-        adamw[n++] = c->adamw[i];
-    for (size_t i = 0; c->router_adamw && i < N_ROUTER; i++)
-        adamw[n++] = router_patterns[i];
-    return (dmuon_model_opts){c->muon, c->n_muon, adamw, n, c->fused_layout};
-}
-
-/* Prints the role the router weights got (stdout report or stderr). */
-static void note_router(const cli *c, const dmuon_model *m, FILE *f)
-{
-    size_t n = 0, muon = 0;
+    *muon = 0;
     for (size_t i = 0; i < dmuon_model_param_count(m); i++) {
         const dmuon_param *q = dmuon_model_param(m, i);
         for (size_t k = 0; k < N_ROUTER; k++)
             if (fnmatch(router_patterns[k], q->name, 0) == 0) {
                 n++;
-                muon += q->role == DMUON_ROLE_MUON;
+                *muon += q->role == DMUON_ROLE_MUON;
                 break;
             }
     }
+    return n;
+}
+
+/* Prints the role the router weights got (after the report). */
+static void note_router(const cli *c, const dmuon_model *m, FILE *f)
+{
+    size_t muon, n = count_router(m, &muon);
     if (n)
         fprintf(f, "  router weights: %zu tensor%s (*.mlp.gate.weight, *router.weight, "
                    "*shared_expert_gate.weight):\n  %zu on Muon, %zu on AdamW (--router %s%s)\n",
@@ -713,6 +722,9 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_json_init(&w, rep, false);
         dmuon_json_begin_object(&w);
         dmuon_plan_report_json(p, &w);
+        size_t rmuon, rn = count_router(m, &rmuon);
+        dmuon_json_kint(&w, "router_tensors", (int64_t)rn);
+        dmuon_json_kint(&w, "router_tensors_on_muon", (int64_t)rmuon);
         dmuon_json_kstr(&w, "plan_file", c->out ? c->out : "");
         dmuon_json_end_object(&w);
     } else {
@@ -768,14 +780,15 @@ static const char *opt_name(const struct option *opts, int li, int ch)
 static bool applies_to(const char *cmd, const char *name)
 {
     static const char *const common[] = {"json", "verbose", "help", "version"};
-    static const char *const model[] = {"muon", "adamw", "fused-layout", "tensors", "model"};
+    static const char *const model[] = {"muon", "adamw", "fused-layout", "tensors", "model",
+                                        "router"};
     for (size_t i = 0; i < 4; i++)
         if (!strcmp(name, common[i]))
             return true;
     if (!strcmp(cmd, "show") && (!strcmp(name, "per-rank") || !strcmp(name, "owners")))
         return true;
     if (!strcmp(cmd, "inspect"))
-        for (size_t i = 0; i < 5; i++)
+        for (size_t i = 0; i < 6; i++)
             if (!strcmp(name, model[i]))
                 return true;
     return false;
@@ -1031,7 +1044,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "dmuon-plan: error: --%s does not apply to %s (%s takes %s)\n"
                                 "(see dmuon-plan --help)\n", flags_seen[i], cmd, cmd,
                         is_show ? "--json, --ranks, --owners"
-                                : "--tensors, --json, --muon, --adamw, --fused-layout");
+                                : "--tensors, --json, --muon, --adamw, --router, "
+                                  "--fused-layout");
                 return 2;
             }
     if (!strcmp(cmd, "plan") && (c.show_ranks || c.show_owners))
