@@ -412,7 +412,9 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
             r->busiest_rank);
     fprintf(f, "  %-34s %12.3f   bound %.4g %s%s\n", "busiest NS / lower bound",
             r->busiest_ns_over_lower_bound, r->lower_bound_ms, ns_unit(o->cost),
-            r->bound_optimal ? " (optimal: no plan has a less busy rank)" : "");
+            !r->bound_optimal ? ""
+            : r->bound_with_cap ? " (optimal: no plan within the byte cap has a less busy rank)"
+                                : " (optimal: no plan has a less busy rank)");
     fprintf(f, "  %-34s %12.3f   rank %d\n", "heaviest bytes / mean", r->heaviest_bytes_over_mean,
             r->heaviest_rank);
     fprintf(f, "  %-34s %12.1f\n", "largest owner window (MiB)", mib(r->max_owner_bytes));
@@ -488,6 +490,7 @@ void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
     dmuon_json_kstr(w, "worst_layer", r->worst_layer >= 0 ? p->layer_names[r->worst_layer] : "");
     dmuon_json_kint(w, "byte_cap_fallbacks", (int64_t)r->byte_cap_fallbacks);
     dmuon_json_kbool(w, "bound_optimal", r->bound_optimal);
+    dmuon_json_kbool(w, "bound_with_cap", r->bound_with_cap);
     dmuon_json_kstr(w, "ns_unit", ns_unit(o->cost));
     dmuon_plan_memory mem;
     int32_t mr;

@@ -176,10 +176,19 @@ typedef struct {
                                              total / N and, for k >= 1 with
                                              n > kN, the sum of the k+1
                                              cheapest of the kN+1 most costly
-                                             units (k+1 of them share a rank) */
+                                             units (k+1 of them share a rank);
+                                             for plans within the byte cap,
+                                             also the byte-cap bound
+                                             (plan.c: units of more than
+                                             cap/(j+1) bytes fit j to a rank) */
     double busiest_ns_over_lower_bound;
     bool bound_optimal;                   /* busiest reaches the bound: no plan
-                                             has a lower busiest NS */
+                                             has a lower busiest NS (no plan
+                                             within the byte cap, with
+                                             bound_with_cap) */
+    bool bound_with_cap;                  /* the bound counts the byte cap (a
+                                             plan with no unit over it; the
+                                             byte-cap bound of plan.c) */
     int64_t total_bytes;                  /* all unit bytes (P) */
     int64_t max_owner_bytes;              /* largest owner window */
     double heaviest_bytes_over_mean;
