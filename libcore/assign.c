@@ -287,87 +287,550 @@ out:
     free(saved);
     return rc;
 }
-/* ------------------------------------------------------------- owners -- */
+/* -------------------------------------------------------- local search -- */
 
-static dmuon_rc run(const dmuon_plan *p, const size_t *ids, size_t n, int32_t nbins,
-                    double total_bytes, int32_t *bin, bool *fb)
+/*
+ * After LPT, a deterministic local search (paper Appendix B asks for the
+ * busiest rank's NS time; LPT only approximates it).  State: per rank its
+ * load (cost), bytes and a list of its items; per column its rail bytes;
+ * per (rank, layer) the number of the layer's items on the rank (an open
+ * addressing table with backward-shift deletion, at most one entry per item).
+ *
+ * Constraints every step keeps (the plan checks of plan_check.c):
+ *   - byte cap: a rank that receives bytes ends at most at the cap, or at
+ *     most at its bytes before the step (a swap that lowers them);
+ *   - layer spreading: a rank holds at most hi[L] items of layer L
+ *     (1 while the layer has no more items than ranks, else the ceiling
+ *     of items / ranks);
+ *   - items placed as fallbacks over the cap never move (the checker finds
+ *     them on the ranks over the cap);
+ *   - column mode: no rail rises above the phase's limit.
+ *
+ * NS phase: while the busiest rank's load can be lowered by a move of one
+ * of its items to another rank or (when no move can) a swap with an item of
+ * one of the least loaded ranks (where the receiving rank would pass the byte cap, after it
+ * first hands one of its items to a third rank that stays under the busiest
+ * load), do the step that lowers max(busiest, other) most; no rail rises
+ * above the heaviest rail it started from or 1.005 x the mean rail,
+ * whichever is higher.  Rail phase (column mode,
+ * after the NS phase): while the heaviest rail can be lowered by a move or
+ * swap that raises no rank's load above the busiest rank's, do the one that
+ * lowers it most; then the NS phase once more under the new heaviest rail.  Ties go to the first step found in a fixed scan order, loads
+ * must fall by more than 1e-9 relative, and the work (candidate steps
+ * evaluated) is bounded by LS_BUDGET, so the search is deterministic and
+ * finishes in bounded time.
+ */
+
+#define LS_BUDGET 40000000.0   /* candidate steps evaluated, all phases */
+#define LS_SWAP_RANKS 16       /* least loaded ranks tried as swap partners ... */
+#define LS_SMALL 4096          /* ... above this many items (else every rank) */
+
+typedef struct {
+    uint64_t *key;   /* (rank << 32 | layer) + 1; 0: empty */
+    int32_t *cnt;
+    size_t mask;
+} lcount;
+
+static size_t lc_home(const lcount *t, uint64_t k)
 {
-    const dmuon_plan_opts *o = &p->opts;
-    dmuon_rc rc = DMUON_OK;
-    dmuon_assign_item *it = malloc((n ? n : 1) * sizeof *it);
-    if (!it)
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-    for (size_t k = 0; k < n; k++) {
-        const dmuon_plan_unit *u = &p->units[ids[k]];
-        it[k] = (dmuon_assign_item){u->ns_ms, u->bytes, u->elements, u->layer, u->name};
+    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & t->mask;
+}
+
+static size_t lc_slot(const lcount *t, uint64_t k)
+{
+    size_t i = lc_home(t, k);
+    while (t->key[i] && t->key[i] != k)
+        i = (i + 1) & t->mask;
+    return i;
+}
+
+static uint64_t lc_key(int32_t rank, int32_t layer)
+{
+    return (((uint64_t)(uint32_t)rank << 32) | (uint32_t)layer) + 1;
+}
+
+static int32_t lc_get(const lcount *t, int32_t rank, int32_t layer)
+{
+    size_t i = lc_slot(t, lc_key(rank, layer));
+    return t->key[i] ? t->cnt[i] : 0;
+}
+
+static void lc_add(lcount *t, int32_t rank, int32_t layer, int32_t d)
+{
+    uint64_t k = lc_key(rank, layer);
+    size_t i = lc_slot(t, k);
+    if (!t->key[i]) {
+        t->key[i] = k;
+        t->cnt[i] = 0;
     }
-    double cap = o->byte_cap ? (1.0 + o->epsilon) * total_bytes / nbins : -1;
-    rc = dmuon_assign_lpt(it, n, nbins, cap, o->layer_spread, bin, fb);
-    free(it);
+    t->cnt[i] += d;
+    if (t->cnt[i] > 0)
+        return;
+    /* delete: backward shift of the entries after i that may move into it */
+    size_t j = i;
+    t->key[i] = 0;
+    for (;;) {
+        j = (j + 1) & t->mask;
+        if (!t->key[j])
+            break;
+        size_t home = lc_home(t, t->key[j]);
+        /* can j's entry move to i?  yes when i lies cyclically in [home, j) */
+        bool move = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+        if (move) {
+            t->key[i] = t->key[j];
+            t->cnt[i] = t->cnt[j];
+            t->key[j] = 0;
+            i = j;
+        }
+    }
+}
+
+typedef struct {
+    const dmuon_assign_item *it;
+    size_t n;
+    int32_t N, K;
+    bool columns, spread;
+    double cap;
+    int32_t *bin;
+    const bool *fixed;
+    double *load, *bytes, *rail;
+    int32_t *head, *next, *prev;   /* per rank: doubly linked list of items */
+    int32_t *hi;                   /* per layer: spreading limit */
+    lcount lc;
+    int32_t *order, *pos;          /* ranks by (load, rank) ascending; pos[rank] */
+    int32_t swap_ranks;            /* least loaded ranks tried as swap partners */
+    double work;
+} lsearch;
+
+static void ls_unlink(lsearch *s, int32_t i)
+{
+    int32_t b = s->bin[i];
+    if (s->prev[i] >= 0)
+        s->next[s->prev[i]] = s->next[i];
+    else
+        s->head[b] = s->next[i];
+    if (s->next[i] >= 0)
+        s->prev[s->next[i]] = s->prev[i];
+}
+
+static void ls_link(lsearch *s, int32_t i, int32_t b)
+{
+    s->bin[i] = b;
+    s->prev[i] = -1;
+    s->next[i] = s->head[b];
+    if (s->head[b] >= 0)
+        s->prev[s->head[b]] = i;
+    s->head[b] = i;
+}
+
+static bool ls_before(const lsearch *s, int32_t a, int32_t b)
+{
+    return s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
+}
+
+/* Moves rank r to its place in order (ascending (load, rank)) after its
+ * load changed; the rest of order stays sorted. */
+static void ls_place(lsearch *s, int32_t r)
+{
+    int32_t i = s->pos[r], i0 = i;
+    while (i > 0 && ls_before(s, r, s->order[i - 1])) {
+        s->order[i] = s->order[i - 1];
+        s->pos[s->order[i]] = i;
+        i--;
+    }
+    while (i + 1 < s->N && ls_before(s, s->order[i + 1], r)) {
+        s->order[i] = s->order[i + 1];
+        s->pos[s->order[i]] = i;
+        i++;
+    }
+    s->order[i] = r;
+    s->pos[r] = i;
+    s->work += (double)(i > i0 ? i - i0 : i0 - i) / 16;
+}
+
+static void ls_move(lsearch *s, int32_t i, int32_t to)
+{
+    const dmuon_assign_item *u = &s->it[i];
+    int32_t from = s->bin[i];
+    ls_unlink(s, i);
+    s->load[from] -= u->cost;
+    s->bytes[from] -= (double)u->bytes;
+    s->load[to] += u->cost;
+    s->bytes[to] += (double)u->bytes;
+    if (s->columns) {
+        s->rail[from % s->K] -= (double)u->bytes;
+        s->rail[to % s->K] += (double)u->bytes;
+    }
+    if (s->spread) {
+        lc_add(&s->lc, from, u->layer, -1);
+        lc_add(&s->lc, to, u->layer, 1);
+    }
+    ls_link(s, i, to);
+    ls_place(s, from);
+    ls_place(s, to);
+}
+
+/* Does rank t keep layer spreading when it takes item add in exchange for
+ * item rem (-1: none)? */
+static bool ls_spread_ok(const lsearch *s, int32_t t, int32_t add, int32_t rem)
+{
+    const dmuon_assign_item *a = &s->it[add];
+    return !s->spread || (rem >= 0 && s->it[rem].layer == a->layer) ||
+           lc_get(&s->lc, t, a->layer) + 1 <= s->hi[a->layer];
+}
+
+/* Rank t's bytes after taking item add for item rem (-1: none). */
+static double ls_new_bytes(const lsearch *s, int32_t t, int32_t add, int32_t rem)
+{
+    return s->bytes[t] + (double)s->it[add].bytes - (rem >= 0 ? (double)s->it[rem].bytes : 0);
+}
+
+static bool ls_cap_ok(const lsearch *s, int32_t t, double nb)
+{
+    return s->cap < 0 || nb <= s->cap || nb <= s->bytes[t];
+}
+
+/* Can rank t take item add in exchange for item rem (-1: none), for the
+ * byte cap and layer spreading? */
+static bool ls_fits(const lsearch *s, int32_t t, int32_t add, int32_t rem)
+{
+    return ls_cap_ok(s, t, ls_new_bytes(s, t, add, rem)) && ls_spread_ok(s, t, add, rem);
+}
+
+/* Rail change of moving bytes d from column of rank a to column of rank b
+ * keeps both at or under lim (no change within a column). */
+static bool ls_rail_ok(const lsearch *s, int32_t a, int32_t b, double d, double lim)
+{
+    if (!s->columns || a % s->K == b % s->K)
+        return true;
+    return s->rail[b % s->K] + d <= lim && s->rail[a % s->K] - d <= lim;
+}
+
+/* Room for a step that leaves rank t with nb bytes, over the cap: an item x
+ * of t (not keep, not fixed) that another rank s takes within the cap,
+ * spreading and rail_limit (checked on the rails before the step, which
+ * only lowers the rails the hand-over raises) with load[s] + cost(x) < lim,
+ * such that t ends within the cap.  The least costly such x and, for it, the
+ * least loaded s.  Returns x (*to = s), or -1. */
+static int32_t ls_shed(lsearch *s, int32_t t, double nb, int32_t keep, double lim,
+                       double rail_limit, int32_t *to)
+{
+    int32_t bx = -1, bs = -1;
+    double bc = INFINITY;
+    for (int32_t x = s->head[t]; x >= 0; x = s->next[x]) {
+        const dmuon_assign_item *u = &s->it[x];
+        if (x == keep || s->fixed[x] || u->cost >= bc || nb - (double)u->bytes > s->cap)
+            continue;
+        for (int32_t k = 0; k < s->N; k++) {
+            int32_t r = s->order[k];
+            s->work += 1;
+            if (s->load[r] + u->cost >= lim)
+                break;
+            if (r == t || !ls_rail_ok(s, t, r, (double)u->bytes, rail_limit) ||
+                !ls_fits(s, r, x, -1))
+                continue;
+            bx = x;
+            bs = r;
+            bc = u->cost;
+            break;
+        }
+    }
+    *to = bs;
+    return bx;
+}
+
+static int cmp_rank_load(const void *x, const void *y, void *ctx)
+{
+    const double *load = ctx;
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    if (load[a] != load[b])
+        return load[a] < load[b] ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+static int32_t ls_busiest(const lsearch *s)
+{
+    return s->order[s->N - 1];
+}
+
+/* Heaviest rail's bytes (column mode), else infinity. */
+static double ls_rail_limit(const lsearch *s)
+{
+    double m = s->columns ? 0 : INFINITY;
+    for (int32_t c = 0; s->columns && c < s->K; c++)
+        if (s->rail[c] > m)
+            m = s->rail[c];
+    return m;
+}
+
+/* NS phase; returns the steps taken. */
+static size_t ls_ns(lsearch *s, double rail_limit, size_t max_steps)
+{
+    size_t steps = 0;
+    int32_t N = s->N;
+    while (steps < max_steps && s->work < LS_BUDGET) {
+        int32_t B = ls_busiest(s);
+        double LB = s->load[B], best = LB - 1e-9 * LB;
+        int32_t bu = -1, bv = -1, bt = -1, bx = -1, bxs = -1;
+        /* moves: each of B's items to the least loaded rank that takes it */
+        for (int32_t u = s->head[B]; u >= 0; u = s->next[u]) {
+            if (s->fixed[u])
+                continue;
+            double c = s->it[u].cost;
+            for (int32_t k = 0; k < N; k++) {
+                int32_t t = s->order[k];
+                s->work += 1;
+                double v = s->load[t] + c;
+                if (v < LB - c)
+                    v = LB - c;
+                if (v >= best)
+                    break;   /* later ranks are loaded at least as much */
+                if (t == B || !ls_spread_ok(s, t, u, -1) ||
+                    !ls_rail_ok(s, B, t, (double)s->it[u].bytes, rail_limit))
+                    continue;
+                double nb = ls_new_bytes(s, t, u, -1);
+                int32_t x = -1, xs = -1;
+                if (!ls_cap_ok(s, t, nb) && (x = ls_shed(s, t, nb, u, best, rail_limit, &xs)) < 0)
+                    continue;
+                best = v;
+                bu = u;
+                bt = t;
+                bx = x;
+                bxs = xs;
+                break;
+            }
+        }
+        /* swaps with the items of the least loaded ranks, when no move
+         * helps (moves are cheap to find, swaps cost |B| x |t| each) */
+        for (int32_t k = 0; bu < 0 && k < N && k < s->swap_ranks; k++) {
+            int32_t t = s->order[k];
+            if (t == B || s->load[t] >= best)
+                break;
+            for (int32_t u = s->head[B]; u >= 0; u = s->next[u]) {
+                if (s->fixed[u])
+                    continue;
+                for (int32_t w = s->head[t]; w >= 0; w = s->next[w]) {
+                    s->work += 1;
+                    double d = s->it[u].cost - s->it[w].cost;
+                    if (d <= 0 || s->fixed[w])
+                        continue;
+                    double v = LB - d > s->load[t] + d ? LB - d : s->load[t] + d;
+                    if (v >= best || !ls_spread_ok(s, t, u, w) || !ls_fits(s, B, w, u) ||
+                        !ls_rail_ok(s, B, t, (double)(s->it[u].bytes - s->it[w].bytes),
+                                    rail_limit))
+                        continue;
+                    double nb = ls_new_bytes(s, t, u, w);
+                    int32_t x = -1, xs = -1;
+                    if (!ls_cap_ok(s, t, nb) && (x = ls_shed(s, t, nb, w, best, rail_limit, &xs)) < 0)
+                        continue;
+                    best = v;
+                    bu = u;
+                    bv = w;
+                    bt = t;
+                    bx = x;
+                    bxs = xs;
+                }
+            }
+        }
+        if (bu < 0)
+            break;
+        if (bx >= 0)
+            ls_move(s, bx, bxs);   /* room on bt first */
+        ls_move(s, bu, bt);
+        if (bv >= 0)
+            ls_move(s, bv, B);
+        steps++;
+    }
+    return steps;
+}
+
+/* Rail phase (column mode); returns the steps taken. */
+static size_t ls_rails(lsearch *s, size_t max_steps)
+{
+    size_t steps = 0;
+    int32_t N = s->N, K = s->K;
+    while (steps < max_steps && s->work < LS_BUDGET) {
+        double busy = s->load[ls_busiest(s)];
+        int32_t C = 0, L = 0;
+        for (int32_t c = 1; c < K; c++) {
+            if (s->rail[c] > s->rail[C])
+                C = c;
+            if (s->rail[c] < s->rail[L])
+                L = c;
+        }
+        double RC = s->rail[C], best = RC - 0.5;
+        int32_t bu = -1, bv = -1, bt = -1;
+        if (C == L)
+            break;
+        for (int32_t a = C; a < N; a += K) {
+            for (int32_t u = s->head[a]; u >= 0; u = s->next[u]) {
+                if (s->fixed[u])
+                    continue;
+                double bu_b = (double)s->it[u].bytes;
+                /* moves to any rank of another column */
+                for (int32_t t = 0; t < N; t++) {
+                    s->work += 1;
+                    if (t % K == C)
+                        continue;
+                    double v = s->rail[t % K] + bu_b;
+                    if (v < RC - bu_b)
+                        v = RC - bu_b;
+                    if (v >= best || s->load[t] + s->it[u].cost > busy || !ls_fits(s, t, u, -1))
+                        continue;
+                    best = v;
+                    bu = u;
+                    bv = -1;
+                    bt = t;
+                }
+                /* swaps with items of the lightest column */
+                for (int32_t t = L; t < N; t += K)
+                    for (int32_t w = s->head[t]; w >= 0; w = s->next[w]) {
+                        s->work += 1;
+                        double d = bu_b - (double)s->it[w].bytes;
+                        if (d <= 0 || s->fixed[w])
+                            continue;
+                        double v = RC - d > s->rail[L] + d ? RC - d : s->rail[L] + d;
+                        double dc = s->it[u].cost - s->it[w].cost;
+                        if (v >= best || s->load[t] + dc > busy || s->load[a] - dc > busy ||
+                            !ls_fits(s, t, u, w) || !ls_fits(s, a, w, u))
+                            continue;
+                        best = v;
+                        bu = u;
+                        bv = w;
+                        bt = t;
+                    }
+            }
+        }
+        if (bu < 0)
+            break;
+        int32_t from = s->bin[bu];
+        ls_move(s, bu, bt);
+        if (bv >= 0)
+            ls_move(s, bv, from);
+        steps++;
+    }
+    return steps;
+}
+
+dmuon_rc dmuon_assign_improve(const dmuon_assign_item *items, size_t n, int32_t nbins,
+                              int32_t columns, double cap, bool spread, const bool *fixed,
+                              int32_t *bin)
+{
+    dmuon_rc rc = DMUON_OK;
+    if (n < 2 || nbins < 2)
+        return DMUON_OK;
+    if (n > INT32_MAX / 2)
+        return DMUON_FAIL(DMUON_EINVAL, "%zu units: more than the local search handles", n);
+    int32_t maxlayer = 0;
+    for (size_t i = 0; i < n; i++)
+        if (items[i].layer > maxlayer)
+            maxlayer = items[i].layer;
+    lsearch s = {.it = items, .n = n, .N = nbins, .K = columns > 1 ? columns : 1,
+                 .columns = columns > 1, .spread = spread, .cap = cap, .bin = bin,
+                 .fixed = fixed};
+    size_t tsize = 16;
+    while (tsize < 2 * n)
+        tsize *= 2;
+    s.load = calloc((size_t)nbins, sizeof *s.load);
+    s.bytes = calloc((size_t)nbins, sizeof *s.bytes);
+    s.rail = calloc((size_t)s.K, sizeof *s.rail);
+    s.head = malloc((size_t)nbins * sizeof *s.head);
+    s.order = malloc((size_t)nbins * sizeof *s.order);
+    s.pos = malloc((size_t)nbins * sizeof *s.pos);
+    s.next = malloc(n * sizeof *s.next);
+    s.prev = malloc(n * sizeof *s.prev);
+    s.hi = calloc((size_t)maxlayer + 1, sizeof *s.hi);
+    s.lc.key = spread ? calloc(tsize, sizeof *s.lc.key) : NULL;
+    s.lc.cnt = spread ? malloc(tsize * sizeof *s.lc.cnt) : NULL;
+    s.lc.mask = tsize - 1;
+    if (!s.load || !s.bytes || !s.rail || !s.head || !s.order || !s.pos || !s.next || !s.prev || !s.hi ||
+        (spread && (!s.lc.key || !s.lc.cnt))) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory improving the assignment of %zu units", n);
+        goto out;
+    }
+    for (int32_t b = 0; b < nbins; b++)
+        s.head[b] = -1;
+    for (size_t i = n; i-- > 0;) {   /* lists in item order */
+        const dmuon_assign_item *u = &items[i];
+        s.load[bin[i]] += u->cost;
+        s.bytes[bin[i]] += (double)u->bytes;
+        s.rail[bin[i] % s.K] += (double)u->bytes;
+        s.hi[u->layer]++;
+        if (spread)
+            lc_add(&s.lc, bin[i], u->layer, 1);
+        ls_link(&s, (int32_t)i, bin[i]);
+    }
+    for (int32_t l = 0; l <= maxlayer; l++)
+        s.hi[l] = s.hi[l] <= nbins ? 1 : (s.hi[l] + nbins - 1) / nbins;
+    for (int32_t r = 0; r < nbins; r++)
+        s.order[r] = r;
+    qsort_r(s.order, (size_t)nbins, sizeof *s.order, cmp_rank_load, s.load);
+    for (int32_t k = 0; k < nbins; k++)
+        s.pos[s.order[k]] = k;
+    size_t max_steps = 4 * n + 64;
+    s.swap_ranks = n > LS_SMALL ? LS_SWAP_RANKS : nbins;
+    ls_ns(&s, INFINITY, max_steps);
+    if (s.columns) {
+        ls_rails(&s, max_steps);
+        ls_ns(&s, ls_rail_limit(&s), max_steps);
+    }
+out:
+    free(s.load);
+    free(s.bytes);
+    free(s.rail);
+    free(s.head);
+    free(s.order);
+    free(s.pos);
+    free(s.next);
+    free(s.prev);
+    free(s.hi);
+    free(s.lc.key);
+    free(s.lc.cnt);
     return rc;
 }
+
+/* ------------------------------------------------------------- owners -- */
 
 dmuon_rc dmuon_plan_assign_owners(dmuon_plan *p)
 {
     const dmuon_plan_opts *o = &p->opts;
     size_t n = p->nunits;
-    int32_t K = o->gpus_per_node, R = o->nodes, N = p->ranks;
+    int32_t K = o->gpus_per_node, N = p->ranks;
     dmuon_rc rc = DMUON_OK;
-    size_t *ids = malloc((n ? n : 1) * sizeof *ids);
     int32_t *bin = malloc((n ? n : 1) * sizeof *bin);
-    int32_t *bin2 = malloc((n ? n : 1) * sizeof *bin2);
-    bool *fb2 = malloc((n ? n : 1) * sizeof *fb2);
-    if (!ids || !bin || !bin2 || !fb2) {
+    dmuon_assign_item *it = malloc((n ? n : 1) * sizeof *it);
+    if (!bin || !it) {
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
         goto out;
     }
     double total = 0;
     for (size_t i = 0; i < n; i++) {
-        ids[i] = i;
-        total += (double)p->units[i].bytes;
+        const dmuon_plan_unit *u = &p->units[i];
+        it[i] = (dmuon_assign_item){u->ns_ms, u->bytes, u->elements, u->layer, u->name};
+        total += (double)u->bytes;
         p->fallback[i] = false;
     }
     if (o->strategy == DMUON_STRATEGY_ROUND_ROBIN) {
         /* the no-balancing baseline: units in forward order, rank i mod N */
         for (size_t i = 0; i < n; i++)
             bin[i] = (int32_t)(i % (size_t)N);
-    } else if (o->sharding == DMUON_SHARD_HSDP && o->column_balance && K > 1) {
-        /* columns first (one rail each), then the R ranks of each column */
-        DMUON_TRY_GOTO(rc, run(p, ids, n, K, total, bin2, p->fallback), out);
-        for (int32_t s = 0; s < K; s++) {
-            size_t m = 0;
-            double col = 0;
-            for (size_t i = 0; i < n; i++)
-                if (bin2[i] == s) {
-                    ids[m++] = i;
-                    col += (double)p->units[i].bytes;
-                }
-            int32_t *rb = bin + 0;   /* scratch for this column, indexed by k */
-            bool *fb = fb2;
-            DMUON_TRY_GOTO(rc, run(p, ids, m, R, col, rb, fb), out);
-            /* rb[k] is the node of ids[k]; move to the unit (ids ascending) */
-            for (size_t k = m; k-- > 0;) {
-                size_t i = ids[k];
-                int32_t node = rb[k];
-                p->units[i].owner = node * K + s;
-                p->fallback[i] = p->fallback[i] || fb[k];
-            }
-        }
-        goto fill;
     } else {
-        DMUON_TRY_GOTO(rc, run(p, ids, n, N, total, bin, p->fallback), out);
+        /* one LPT over all ranks, then the local search; HSDP with column
+         * balancing adds the rail phase and the rail limit */
+        double cap = o->byte_cap ? (1.0 + o->epsilon) * total / N : -1;
+        bool columns = o->sharding == DMUON_SHARD_HSDP && o->column_balance && K > 1;
+        DMUON_TRY_GOTO(rc, dmuon_assign_lpt(it, n, N, cap, o->layer_spread, bin, p->fallback),
+                       out);
+        DMUON_TRY_GOTO(rc, dmuon_assign_improve(it, n, N, columns ? K : 1, cap, o->layer_spread,
+                                                p->fallback, bin), out);
     }
-    for (size_t i = 0; i < n; i++)
-        p->units[i].owner = bin[i];
-fill:
     for (size_t i = 0; i < n; i++) {
-        p->units[i].node = p->units[i].owner / K;
-        p->units[i].column = p->units[i].owner % K;
+        p->units[i].owner = bin[i];
+        p->units[i].node = bin[i] / K;
+        p->units[i].column = bin[i] % K;
     }
 out:
-    free(ids);
     free(bin);
-    free(bin2);
-    free(fb2);
+    free(it);
     return rc;
 }

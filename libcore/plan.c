@@ -532,6 +532,138 @@ static dmuon_rc layout_leaders(dmuon_plan *p)
 
 /* -------------------------------------------------------------- report -- */
 
+static int cmp_desc(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a < b) - (a > b);
+}
+
+/* The sharing bound for identical machines: for every k >= 1 with more than
+ * k*N units, the k*N + 1 most costly units put k + 1 of them on one rank, so
+ * that rank's load is at least the sum of the k + 1 cheapest of them,
+ * c[kN-k] + ... + c[kN] (costs sorted descending, 0-based; k = 1 is the
+ * classic c[N-1] + c[N]).  Raises *lb to the largest such sum.  It bounds
+ * every assignment, so every constrained one too (byte cap, spreading,
+ * rails); those constraints can only raise the optimum above it. */
+static dmuon_rc sharing_bound(const dmuon_plan *p, double *lb)
+{
+    size_t n = p->nunits, N = (size_t)p->ranks;
+    if (n <= N)
+        return DMUON_OK;
+    double *c = malloc(n * sizeof *c), *pre = malloc((n + 1) * sizeof *pre);
+    if (!c || !pre) {
+        free(c);
+        free(pre);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        c[i] = p->units[i].ns_ms;
+    qsort(c, n, sizeof *c, cmp_desc);
+    pre[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        pre[i + 1] = pre[i] + c[i];
+    for (size_t k = 1; k * N < n; k++) {
+        double v = pre[k * N + 1] - pre[k * N - k];
+        if (v > *lb)
+            *lb = v;
+    }
+    free(c);
+    free(pre);
+    return DMUON_OK;
+}
+
+typedef struct {
+    double cost, bytes;
+} cb_unit;
+
+static int cmp_cb_bytes(const void *x, const void *y)
+{
+    const cb_unit *a = x, *b = y;
+    return (a->bytes < b->bytes) - (a->bytes > b->bytes);
+}
+
+/* The byte-cap bound, for plans that keep the cap C on every rank (no unit
+ * placed over it).  For j >= 1, the m_j units of more than C/(j+1) bytes
+ * fit at most j to a rank, so at least f_min = m_j - (j-1)N ranks hold j of
+ * them ("full" ranks), and at most m_j / j can.  A full rank has room for at
+ * most R = C - (the j smallest such units' bytes) more bytes, of units of at
+ * most C/(j+1) bytes, whose NS per byte is at most D; so f full ranks carry
+ * at most U(f) = (the jf most costly of the m_j units) + f R D.  The busiest
+ * rank carries at least max(j cheapest of the m_j, (total - U(f)) / (N - f))
+ * for the true f, so at least the least of that over f in [f_min,
+ * min(N - 1, m_j / j)] (and the mean when every rank can be full).  Raises
+ * *lb to the largest over j <= 16.  Work: O(n log n) per j with f_min > 0. */
+static dmuon_rc cap_bound(const dmuon_plan *p, double *lb)
+{
+    const dmuon_plan_opts *o = &p->opts;
+    size_t n = p->nunits, N = (size_t)p->ranks;
+    if (!o->byte_cap || o->strategy != DMUON_STRATEGY_LPT || n <= N)
+        return DMUON_OK;
+    double total_b = 0, total_c = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p->fallback[i])
+            return DMUON_OK;   /* the cap does not hold: the bound does not apply */
+        total_b += (double)p->units[i].bytes;
+        total_c += p->units[i].ns_ms;
+    }
+    double C = (1 + o->epsilon) * total_b / (double)N;
+    cb_unit *u = malloc(n * sizeof *u);
+    double *c = malloc(n * sizeof *c), *pre = malloc((n + 1) * sizeof *pre);
+    if (!u || !c || !pre) {
+        free(u);
+        free(c);
+        free(pre);
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        u[i] = (cb_unit){p->units[i].ns_ms, (double)p->units[i].bytes};
+    qsort(u, n, sizeof *u, cmp_cb_bytes);   /* bytes descending */
+    for (size_t j = 1; j <= 16; j++) {
+        double t = C / (double)(j + 1);
+        size_t m = 0;
+        while (m < n && u[m].bytes > t)
+            m++;
+        if (m <= (j - 1) * N || m < j)
+            continue;
+        size_t fmin = m - (j - 1) * N, fmax = m / j;
+        if (fmax > N)
+            fmax = N;
+        if (fmin > fmax)
+            continue;
+        double room = C;
+        for (size_t k = m - j; k < m; k++)   /* the j smallest of the m */
+            room -= u[k].bytes;
+        double dens = 0;
+        for (size_t k = m; k < n; k++)
+            if (u[k].bytes <= room && u[k].bytes > 0 && u[k].cost / u[k].bytes > dens)
+                dens = u[k].cost / u[k].bytes;
+        for (size_t k = 0; k < m; k++)
+            c[k] = u[k].cost;
+        qsort(c, m, sizeof *c, cmp_desc);
+        pre[0] = 0;
+        for (size_t k = 0; k < m; k++)
+            pre[k + 1] = pre[k] + c[k];
+        double jmin = pre[m] - pre[m - j], best = INFINITY;
+        for (size_t f = fmin; f <= fmax; f++) {
+            double v;
+            if (f == N)
+                v = total_c / (double)N;
+            else
+                v = (total_c - pre[j * f] - (double)f * room * dens) / (double)(N - f);
+            if (v < jmin)
+                v = jmin;
+            if (v < best)
+                best = v;
+        }
+        if (best > *lb && isfinite(best))
+            *lb = best;
+    }
+    free(u);
+    free(c);
+    free(pre);
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_plan_compute_report(dmuon_plan *p)
 {
     dmuon_plan_report *r = &p->report;
@@ -584,6 +716,11 @@ dmuon_rc dmuon_plan_compute_report(dmuon_plan *p)
     double mean_ns = r->total_ns_ms / N, mean_b = (double)r->total_bytes / N;
     r->busiest_ns_over_mean = mean_ns > 0 ? r->busiest_ns_ms / mean_ns : 0;
     r->lower_bound_ms = largest > mean_ns ? largest : mean_ns;
+    DMUON_TRY_GOTO(rc, sharing_bound(p, &r->lower_bound_ms), out);
+    double plain = r->lower_bound_ms;
+    DMUON_TRY_GOTO(rc, cap_bound(p, &r->lower_bound_ms), out);
+    r->bound_with_cap = r->lower_bound_ms > plain;
+    r->bound_optimal = r->busiest_ns_ms <= r->lower_bound_ms * (1 + 1e-9);
     r->busiest_ns_over_lower_bound = r->lower_bound_ms > 0 ? r->busiest_ns_ms / r->lower_bound_ms : 0;
     r->heaviest_bytes_over_mean = mean_b > 0 ? (double)r->max_owner_bytes / mean_b : 0;
     double mean_rail = (double)r->total_bytes / K;

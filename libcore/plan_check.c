@@ -259,7 +259,7 @@ static void check_cap(const dmuon_plan *p, viol *v)
     const dmuon_plan_opts *o = &p->opts;
     if (!o->byte_cap || o->strategy != DMUON_STRATEGY_LPT)
         return;
-    int32_t N = p->ranks, K = o->gpus_per_node, R = o->nodes;
+    int32_t N = p->ranks, K = o->gpus_per_node;
     bool hsdp = o->sharding == DMUON_SHARD_HSDP && o->column_balance && K > 1;
     double *col = calloc((size_t)K, sizeof *col);
     double *rank = calloc((size_t)N, sizeof *rank);
@@ -279,7 +279,7 @@ static void check_cap(const dmuon_plan *p, viol *v)
     }
     double eps = 1.0 + o->epsilon;
     for (int32_t r = 0; r < N; r++) {
-        double cap = hsdp ? eps * col[r % K] / R : eps * total / N;
+        double cap = eps * total / N;
         if (rank[r] > cap * (1 + 1e-12) && !rankfb[r])
             bad(v, "rank %d holds %.0f bytes, over the cap of %.0f, with no unit placed as a "
                    "fallback",
@@ -360,6 +360,32 @@ dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations)
 /* -------------------------------------------------------------- report -- */
 
 static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
+static double gib(int64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+/* The unit of NS figures for a cost kind. */
+static const char *ns_unit(dmuon_cost_kind k)
+{
+    switch (k) {
+    case DMUON_COST_DB:
+        return "ms (measured)";
+    case DMUON_COST_FLOPS:
+        return "ms at the nominal 1 TFLOP/s";
+    case DMUON_COST_ELEMENTS:
+        return "(m*n / 1e6)";
+    case DMUON_COST_M2N:
+        return "(min^2*max / 1e9)";
+    }
+    return "";
+}
+
+static int64_t largest_unit_bytes(const dmuon_plan *p)
+{
+    int64_t b = 0;
+    for (size_t i = 0; i < p->nunits; i++)
+        if (p->units[i].bytes > b)
+            b = p->units[i].bytes;
+    return b;
+}
 
 void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
 {
@@ -384,8 +410,11 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
     fprintf(f, "  %-34s %12s\n", "figure", "value");
     fprintf(f, "  %-34s %12.3f   rank %d\n", "busiest NS / mean", r->busiest_ns_over_mean,
             r->busiest_rank);
-    fprintf(f, "  %-34s %12.3f   bound %.4g\n", "busiest NS / lower bound",
-            r->busiest_ns_over_lower_bound, r->lower_bound_ms);
+    fprintf(f, "  %-34s %12.3f   bound %.4g %s%s\n", "busiest NS / lower bound",
+            r->busiest_ns_over_lower_bound, r->lower_bound_ms, ns_unit(o->cost),
+            !r->bound_optimal ? ""
+            : r->bound_with_cap ? " (optimal: no plan within the byte cap has a less busy rank)"
+                                : " (optimal: no plan has a less busy rank)");
     fprintf(f, "  %-34s %12.3f   rank %d\n", "heaviest bytes / mean", r->heaviest_bytes_over_mean,
             r->heaviest_rank);
     fprintf(f, "  %-34s %12.1f\n", "largest owner window (MiB)", mib(r->max_owner_bytes));
@@ -396,6 +425,33 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
             r->layer_root_over_largest_unit,
             r->worst_layer >= 0 ? p->layer_names[r->worst_layer] : "-");
     fprintf(f, "  %-34s %12zu\n", "units placed over the byte cap", r->byte_cap_fallbacks);
+    fprintf(f, "\n  layer root: the rank holding the most of a layer's bytes; it sends or\n"
+               "  receives that share in the layer's gather and reduction, so 1.00 (no rank\n"
+               "  holds more than the layer's largest unit) keeps every layer's root short.\n");
+    if (o->byte_cap) {
+        double cap = (1 + o->epsilon) * (double)r->total_bytes / r->ranks;
+        fprintf(f, "  byte cap: a target, not a guarantee: %.1f MiB per rank ((1 + %.3g) x "
+                   "mean)", mib((int64_t)cap), o->epsilon);
+        if (r->byte_cap_fallbacks)
+            fprintf(f, ";\n  %zu unit%s placed over it: no rank that layer spreading allowed "
+                       "had room\n  (largest unit %.1f MiB)",
+                    r->byte_cap_fallbacks, r->byte_cap_fallbacks == 1 ? "" : "s",
+                    mib(largest_unit_bytes(p)));
+        fprintf(f, "\n");
+    }
+    dmuon_plan_memory mem;
+    int32_t mr;
+    if (dmuon_plan_busiest_memory(p, &mr, &mem) == DMUON_OK) {
+        fprintf(f, "\n  memory, rank %d (largest window; GiB)\n", mr);
+        fprintf(f, "  %-34s %12.2f\n", "optimizer state", gib(mem.optimizer_bytes));
+        fprintf(f, "  %-34s %12.2f\n", "owner window (param + FP32 grad)", gib(mem.window_bytes));
+        fprintf(f, "  %-34s %12.2f   %s\n", "largest gathered layer",
+                gib(mem.gathered_layer_bytes),
+                mem.gathered_layer >= 0 ? p->layer_names[mem.gathered_layer] : "-");
+        fprintf(f, "  %-34s %12.2f\n", "its FP32 gradient buffer", gib(mem.gathered_grad_bytes));
+        fprintf(f, "  %-34s %12.2f\n", "runtime pool (no reuse)", gib(mem.pool_bytes));
+        fprintf(f, "  %-34s %12.2f\n", "least at a step", gib(mem.least_bytes));
+    }
 }
 
 void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
@@ -433,4 +489,23 @@ void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
     dmuon_json_kdouble(w, "layer_root_over_largest_unit", r->layer_root_over_largest_unit);
     dmuon_json_kstr(w, "worst_layer", r->worst_layer >= 0 ? p->layer_names[r->worst_layer] : "");
     dmuon_json_kint(w, "byte_cap_fallbacks", (int64_t)r->byte_cap_fallbacks);
+    dmuon_json_kbool(w, "bound_optimal", r->bound_optimal);
+    dmuon_json_kbool(w, "bound_with_cap", r->bound_with_cap);
+    dmuon_json_kstr(w, "ns_unit", ns_unit(o->cost));
+    dmuon_plan_memory mem;
+    int32_t mr;
+    if (dmuon_plan_busiest_memory(p, &mr, &mem) == DMUON_OK) {
+        dmuon_json_key(w, "memory");
+        dmuon_json_begin_object(w);
+        dmuon_json_kint(w, "rank", mr);
+        dmuon_json_kint(w, "optimizer_bytes", mem.optimizer_bytes);
+        dmuon_json_kint(w, "window_bytes", mem.window_bytes);
+        dmuon_json_kint(w, "gathered_layer_bytes", mem.gathered_layer_bytes);
+        dmuon_json_kint(w, "gathered_grad_bytes", mem.gathered_grad_bytes);
+        dmuon_json_kstr(w, "gathered_layer",
+                        mem.gathered_layer >= 0 ? p->layer_names[mem.gathered_layer] : "");
+        dmuon_json_kint(w, "pool_bytes", mem.pool_bytes);
+        dmuon_json_kint(w, "least_bytes", mem.least_bytes);
+        dmuon_json_end_object(w);
+    }
 }

@@ -56,6 +56,18 @@ typedef struct {
 dmuon_rc dmuon_assign_lpt(const dmuon_assign_item *items, size_t n, int32_t nbins, double cap,
                           bool spread, int32_t *bin, bool *fallback);
 
+/* Improves an assignment bin[0..n) of items to nbins bins in place by the
+ * local search of assign.c: moves and swaps that lower the busiest bin's
+ * cost, keeping the byte cap (cap < 0: none), layer spreading (when spread)
+ * and, with columns > 1 (bin b in column b % columns), a rail phase first
+ * that lowers the heaviest column's bytes without raising the busiest bin's
+ * cost, after which no column's bytes rise above the heaviest.  Items with
+ * fixed[i] set (placed over the cap) stay.  Deterministic; the work is
+ * bounded.  Errors: DMUON_ENOMEM, DMUON_EINVAL (over 2^30 items). */
+dmuon_rc dmuon_assign_improve(const dmuon_assign_item *items, size_t n, int32_t nbins,
+                              int32_t columns, double cap, bool spread, const bool *fixed,
+                              int32_t *bin);
+
 /* Owners for all units per the plan's options (strategy, sharding, column
  * balancing); fills p->units[i].owner/node/column and p->fallback. */
 dmuon_rc dmuon_plan_assign_owners(dmuon_plan *p);

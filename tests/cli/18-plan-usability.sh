@@ -6,6 +6,7 @@
 # -n is refused with the flags to use, an interrupted write leaves no file.
 source "$(dirname "$0")/lib.sh"
 P="$DMUON_BIN/dmuon-plan"
+V="$DMUON_BIN/dmuon-verify"; M="$DMUON_ROOT/models"
 PR="$DMUON_BIN/dmuon-probe"
 INV="$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml"
 Q="$DMUON_ROOT/models/qwen2.5-1.5b.yaml"
@@ -100,4 +101,75 @@ for sig in INT TERM; do
     check_eq "$left" 0 "SIG$sig: no plan file, no PLAN.tmp.* left"
 done
 set +m
+# memory: a DeepSeek-V3-shaped config on 64 ranks does not fit 80G; the
+# warning names the layer it gathers
+D="$DMUON_ROOT/tests/data/plan/deepseek-v3.json"
+run "$P" "$D" --ranks 64 --cost flops --device-memory 80G
+check_rc 0 "--device-memory only warns"
+check_err "warning: rank [0-9]+ needs at least .* over --device-memory 80.00 GiB: layer 'model\.layers\.[0-9]+' gathers" \
+    "--device-memory 80G warns and names the layer"
+run "$P" "$D" --ranks 64 --cost flops --device-memory 100T
+if grep -q "device-memory" "$T_TMP/err"; then bad "100T: no warning expected"; else ok; fi
+run "$P" "$D" --ranks 64 --cost flops --json
+for k in optimizer_bytes window_bytes gathered_layer_bytes gathered_grad_bytes pool_bytes least_bytes; do
+    check_out "\"$k\":[0-9]" "--json memory has $k"
+done
+run "$P" "$D" --ranks 64 --cost flops --device-memory lots
+check_rc 2 "--device-memory lots is bad input"
+
+# the bound: Qwen2.5-1.5B on 4 x 8 within 1% of it, with its unit
+run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 4 -g 8 --cost flops
+ratio=$(grep "busiest NS / lower bound" "$T_TMP/out" | awk '{print $6}')
+awk -v r="$ratio" 'BEGIN { exit !(r != "" && r <= 1.01) }' && ok || bad "busiest / bound $ratio > 1.01"
+check_out "bound [0-9.e+]+ ms at the nominal 1 TFLOP/s" "the bound has its unit"
+check_out "layer root: the rank holding the most" "layer root explained"
+check_out "byte cap: a target" "the byte cap is a target"
+
+# routers: the role printed; --router adamw moves them to AdamW
+Q="$M/qwen1.5-moe-a2.7b/config.json"
+run "$P" "$Q" --ranks 64 --cost flops
+check_out "router weights: 48 tensors" "router weights counted"
+check_out "48 on Muon, 0 on AdamW \(--router muon, the default\)" "default: routers on Muon"
+run "$P" "$Q" --ranks 64 --cost flops --router adamw --json
+m1=$(jq .muon_matrices "$T_TMP/out")
+run "$P" "$Q" --ranks 64 --cost flops --json
+m0=$(jq .muon_matrices "$T_TMP/out")
+check_eq "$((m0 - m1))" "48" "--router adamw takes 48 matrices off Muon"
+check_eq "$(jq .router_tensors_on_muon "$T_TMP/out")" "48" "--json: 48 router tensors on Muon by default"
+run "$P" inspect "$Q" --router adamw --json
+a1=$(jq .adamw_params "$T_TMP/out")
+run "$P" inspect "$Q" --json
+a0=$(jq .adamw_params "$T_TMP/out")
+check_eq "$((a1 - a0))" "48" "inspect --router adamw: 48 more AdamW tensors"
+run "$P" "$Q" --ranks 64 --cost flops --router sgd
+check_rc 2 "--router sgd refused"
+
+# show --ranks, show --owners --json
+run "$P" "$M/qwen2.5-1.5b.yaml" --ranks 32 --cost flops -o "$T_TMP/own.yaml"
+run "$P" show "$T_TMP/own.yaml" --ranks
+check_rc 0 "show --ranks"
+check_eq "$(grep -cE '^ +[0-9]+ ' "$T_TMP/out")" "32" "show --ranks lists 32 ranks"
+run "$P" show "$T_TMP/own.yaml" --ranks --json
+check_eq "$(jq '.ranks_detail | length' "$T_TMP/out")" "32" "show --ranks --json: 32 ranks"
+sum=$(jq '[.ranks_detail[].matrices] | add' "$T_TMP/out")
+check_eq "$sum" "196" "matrices over the ranks add up to the model's 196"
+run "$P" show "$T_TMP/own.yaml" --owners --json
+check_rc 0 "show --owners --json"
+q=$(jq -r '.params[] | select(.name == "model.layers.3.mlp.down_proj.weight") | .owners | length' "$T_TMP/out")
+check_eq "$q" "1" "a dense matrix has one owner"
+o=$(jq -r '.params[] | select(.name == "model.layers.3.mlp.down_proj.weight") | .owners[0].rank' "$T_TMP/out")
+w=$(grep -o 'name: "model.layers.3.mlp.down_proj.weight", layer: [0-9]*, owner: [0-9]*' "$T_TMP/own.yaml" | grep -o 'owner: [0-9]*' | grep -o '[0-9]*')
+check_eq "$o" "$w" "--owners agrees with the plan file's owner"
+a=$(jq -r '[.params[] | select(.role == "adamw") | .owners | length] | add' "$T_TMP/out")
+check_eq "$a" "0" "AdamW parameters have no owner"
+run "$P" show "$T_TMP/own.yaml" --owners
+check_rc 2 "--owners without --json refused"
+run "$P" "$M/qwen2.5-1.5b.yaml" --ranks 32 --cost flops --owners
+check_rc 2 "--owners applies to show"
+
+# verify prints one count of violations
+sed 's/owner: 3,/owner: 4,/' "$T_TMP/own.yaml" > "$T_TMP/own-bad.yaml"
+run "$V" --plan "$T_TMP/own-bad.yaml"
+check_rc 1 "an edited owner is a violation"
+check_eq "$(grep -oE '[0-9]+ (invariant check|violation)' "$T_TMP/out" | wc -l)" "1" "one count of violations"
 finish

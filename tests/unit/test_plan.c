@@ -254,6 +254,253 @@ static void test_hsdp_rails(void **state)
     }
 }
 
+/* ------------------------------------------------ default vs ablations -- */
+
+/* Busiest rank's NS, heaviest window and heaviest rail, from the units. */
+static void figures(const dmuon_plan *p, double *busiest, double *heaviest, double *rail)
+{
+    size_t nu;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    int32_t N = dmuon_plan_ranks(p), K = dmuon_plan_gpus_per_node(p);
+    double *ns = calloc((size_t)N, sizeof *ns), *by = calloc((size_t)N, sizeof *by);
+    double *rl = calloc((size_t)K, sizeof *rl);
+    assert_non_null(ns);
+    assert_non_null(by);
+    assert_non_null(rl);
+    *busiest = *heaviest = *rail = 0;
+    for (size_t i = 0; i < nu; i++) {
+        ns[u[i].owner] += u[i].ns_ms;
+        by[u[i].owner] += (double)u[i].bytes;
+        rl[u[i].owner % K] += (double)u[i].bytes;
+    }
+    for (int32_t r = 0; r < N; r++) {
+        *busiest = ns[r] > *busiest ? ns[r] : *busiest;
+        *heaviest = by[r] > *heaviest ? by[r] : *heaviest;
+    }
+    for (int32_t c = 0; c < K; c++)
+        *rail = rl[c] > *rail ? rl[c] : *rail;
+    free(ns);
+    free(by);
+    free(rl);
+}
+
+/* On dense and MoE models at 4 to 32 nodes x 8, FSDP and HSDP, the default
+ * plan's busiest NS is within 1% of no-column-balance's and of
+ * round-robin's (where round-robin meets the byte cap the default keeps),
+ * and its heaviest rail within 1% of no-column-balance's.  Every lower bound
+ * stays at or under every variant's busiest rank. */
+static void test_default_beats_ablations(void **state)
+{
+    const char *models[] = {"models/qwen2.5-1.5b.yaml",        "models/qwen2.5-7b.yaml",
+                            "models/qwen2.5-32b.yaml",         "models/pi05.yaml",
+                            "models/wall-oss-0.5.yaml",        "models/qwen2.5-7b/config.json",
+                            "tests/data/plan/llama-3-8b.json", "tests/data/plan/mistral-7b.json",
+                            "tests/data/plan/qwen3-8b.json",   "tests/data/plan/mixtral-8x7b.json",
+                            "models/qwen1.5-moe-a2.7b.yaml"};
+    const int nodes[] = {4, 8, 16, 32};
+    int cases = 0, worse = 0;
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        dmuon_model *m = load(models[k]);
+        for (size_t a = 0; a < 4; a++)
+            for (int h = 0; h < 2; h++) {
+                dmuon_sharding sh = h ? DMUON_SHARD_HSDP : DMUON_SHARD_FSDP;
+                dmuon_plan *d = plan(m, nodes[a], 8, sh, NULL);
+                dmuon_plan *nc = plan(m, nodes[a], 8, sh, no_col);
+                dmuon_plan *r = plan(m, nodes[a], 8, sh, rr);
+                double db, dh, dr, cb, ch, cr, rb, rh, rrl;
+                figures(d, &db, &dh, &dr);
+                figures(nc, &cb, &ch, &cr);
+                figures(r, &rb, &rh, &rrl);
+                const dmuon_plan_report *rep = dmuon_plan_get_report(d);
+                double cap = 1.1 * (double)rep->total_bytes / rep->ranks;
+                double best = cb;
+                if (rh <= cap * (1 + 1e-12) && rb < best)   /* round-robin within the cap */
+                    best = rb;
+                bool bad = db > 1.01 * best || (h && dr > 1.01 * cr);
+                /* the bound holds for every plan (within the byte cap, when
+                 * it counts the cap) */
+                double lb = rep->lower_bound_ms;
+                bool rr_in_cap = rh <= cap * (1 + 1e-12);
+                assert_true(lb <= db * (1 + 1e-9));
+                if (!rep->bound_with_cap || dmuon_plan_get_report(nc)->byte_cap_fallbacks == 0)
+                    assert_true(lb <= cb * (1 + 1e-9));
+                if (!rep->bound_with_cap || rr_in_cap)
+                    assert_true(lb <= rb * (1 + 1e-9));
+                if (bad)
+                    fprintf(stderr, "%s %dx8 %s: busiest %.4g (no-column-balance %.4g, "
+                                    "round-robin %.4g), rail %.4g (no-column-balance %.4g)\n",
+                            models[k], nodes[a], h ? "hsdp" : "fsdp", db, cb, rb, dr, cr);
+                worse += bad;
+                cases++;
+                dmuon_plan_free(d);
+                dmuon_plan_free(nc);
+                dmuon_plan_free(r);
+            }
+        dmuon_model_free(m);
+    }
+    fprintf(stderr, "default vs ablations: %d cases, %d worse by more than 1%%\n", cases, worse);
+    assert_int_equal(worse, 0);
+}
+
+/* The sharing bound: Qwen2.5-1.5B on 4 x 8 has 112 near-equal units, so
+ * some rank holds 4 where the mean is 3.5; the bound sees it. */
+static void test_bound_tight(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-1.5b.yaml");
+    dmuon_plan *p = plan(m, 4, 8, DMUON_SHARD_FSDP, NULL);
+    double b, h, r;
+    figures(p, &b, &h, &r);
+    const dmuon_plan_report *rep = dmuon_plan_get_report(p);
+    /* independent: the 4 cheapest of the 97 most costly units */
+    size_t nu;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    assert_int_equal(nu, 112);
+    double *c = malloc(nu * sizeof *c);
+    for (size_t i = 0; i < nu; i++)
+        c[i] = u[i].ns_ms;
+    for (size_t i = 0; i < nu; i++)   /* selection sort, descending */
+        for (size_t j = i + 1; j < nu; j++)
+            if (c[j] > c[i]) {
+                double t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+            }
+    double four = c[93] + c[94] + c[95] + c[96];
+    assert_true(rep->lower_bound_ms >= four * (1 - 1e-12));
+    assert_true(b / rep->lower_bound_ms <= 1.01);
+    assert_true(rep->lower_bound_ms <= b * (1 + 1e-12));
+    free(c);
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+/* The bound against the optimum: small models of random shapes (every
+ * matrix its own unit, each in its own layer), every assignment of their
+ * units to 3 ranks enumerated; the bound stays at or under the best
+ * busiest rank of all assignments (of those within the byte cap, when the
+ * bound counts the cap), and a bound marked optimal is reached. */
+static void test_bound_brute_force(void **state)
+{
+    uint64_t x = 42;
+    for (int inst = 0; inst < 40; inst++) {
+        dmuon_tensor_spec t[9];
+        char names[9][48];
+        int nt = 5 + inst % 5;
+        for (int i = 0; i < nt; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            snprintf(names[i], sizeof names[i], "model.layers.%d.w.weight", i);
+            /* odd instances: near-equal sizes, where the cap binds */
+            int64_t lo = inst % 2 ? 4 : 1, span = inst % 2 ? 3 : 8;
+            t[i] = (dmuon_tensor_spec){names[i], 2, {128 * (lo + (int64_t)((x >> 33) % span)),
+                                                     128 * (lo + (int64_t)((x >> 45) % span))},
+                                       DMUON_BF16};
+        }
+        dmuon_model *m = NULL;
+        assert_int_equal(dmuon_model_build("brute", t, (size_t)nt, NULL, &m), DMUON_OK);
+        dmuon_plan_opts o;
+        dmuon_plan_opts_init(&o);
+        o.cost = DMUON_COST_FLOPS;
+        o.nodes = 1;
+        o.gpus_per_node = 3;
+        o.small_unit_bytes = 0;
+        o.epsilon = 0.1 * (inst % 4);
+        dmuon_plan *p = NULL;
+        assert_int_equal(dmuon_plan_build(m, &o, &p), DMUON_OK);
+        size_t nu;
+        const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+        const dmuon_plan_report *r = dmuon_plan_get_report(p);
+        double cap = (1 + o.epsilon) * (double)r->total_bytes / 3;
+        double best_all = INFINITY, best_cap = INFINITY;
+        int64_t combos = 1;
+        for (size_t i = 0; i < nu; i++)
+            combos *= 3;
+        for (int64_t a = 0; a < combos; a++) {
+            double load[3] = {0}, by[3] = {0};
+            int64_t v = a;
+            for (size_t i = 0; i < nu; i++, v /= 3) {
+                load[v % 3] += u[i].ns_ms;
+                by[v % 3] += (double)u[i].bytes;
+            }
+            double mx = fmax(load[0], fmax(load[1], load[2]));
+            best_all = fmin(best_all, mx);
+            if (by[0] <= cap && by[1] <= cap && by[2] <= cap)
+                best_cap = fmin(best_cap, mx);
+        }
+        double opt = r->bound_with_cap ? best_cap : best_all;
+        assert_true(r->lower_bound_ms <= opt * (1 + 1e-9));
+        if (r->bound_optimal)
+            assert_true(r->busiest_ns_ms <= opt * (1 + 1e-9));
+        dmuon_plan_free(p);
+        dmuon_model_free(m);
+    }
+}
+
+/* The byte-cap bound on Llama-3-8B at 8 x 8: the cap (1.1 x mean) lets a
+ * rank hold two 112 MiB MLP matrices but then nothing else (the smallest
+ * unit is 16 MiB), so with 96 of them on 64 ranks, 32 ranks hold exactly two
+ * and the other 32 carry everything else: busiest >= (total - 64 MLP) / 32,
+ * which the plan reaches. */
+static void test_bound_cap(void **state)
+{
+    dmuon_model *m = load("tests/data/plan/llama-3-8b.json");
+    dmuon_plan *p = plan(m, 8, 8, DMUON_SHARD_FSDP, NULL);
+    const dmuon_plan_report *r = dmuon_plan_get_report(p);
+    size_t nu;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    double total = 0, mlp = 0, cap = 1.1 * (double)r->total_bytes / 64, small = INFINITY;
+    int nmlp = 0;
+    for (size_t i = 0; i < nu; i++) {
+        total += u[i].ns_ms;
+        if (strstr(u[i].name, ".mlp.")) {
+            nmlp++;
+            mlp = u[i].ns_ms;
+            assert_true(2.0 * (double)u[i].bytes <= cap && 3.0 * (double)u[i].bytes > cap);
+        } else if ((double)u[i].bytes < small) {
+            small = (double)u[i].bytes;
+        }
+    }
+    assert_int_equal(nmlp, 96);
+    assert_true(2.0 * 117440512.0 + small > cap);
+    double expect = (total - 64 * mlp) / 32;
+    assert_true(r->bound_with_cap);
+    assert_true(fabs(r->lower_bound_ms - expect) <= 1e-9 * expect);
+    assert_int_equal(r->byte_cap_fallbacks, 0);
+    assert_true(r->bound_optimal);
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+/* Memory: a DeepSeek-V3-shaped config on 64 ranks gathers a layer of more
+ * than 20 GiB (its parameters in BF16, counted here from the model). */
+static void test_memory(void **state)
+{
+    dmuon_model *m = load("tests/data/plan/deepseek-v3.json");
+    dmuon_plan *p = plan(m, 8, 8, DMUON_SHARD_FSDP, NULL);
+    int32_t r;
+    dmuon_plan_memory mem;
+    assert_int_equal(dmuon_plan_busiest_memory(p, &r, &mem), DMUON_OK);
+    assert_true(mem.gathered_layer >= 0);
+    int64_t layer = 0;
+    for (size_t i = 0; i < dmuon_model_param_count(m); i++)
+        if (dmuon_model_param(m, i)->layer == mem.gathered_layer)
+            layer += dmuon_model_param(m, i)->numel * 2;
+    /* padding of the AdamW shards only adds under 64 elements per layer */
+    assert_true(mem.gathered_layer_bytes >= layer && mem.gathered_layer_bytes < layer + 64 * 2);
+    assert_true(mem.gathered_grad_bytes == mem.gathered_layer_bytes * 2);
+    assert_true(mem.gathered_layer_bytes > ((int64_t)20 << 30));
+    assert_int_equal(mem.window_bytes, dmuon_plan_window_bytes(p, r) * 3);
+    assert_true(mem.least_bytes > ((int64_t)80 << 30));
+    assert_true(mem.pool_bytes > mem.least_bytes - mem.optimizer_bytes);
+    /* every rank at or under the busiest */
+    for (int32_t k = 0; k < 64; k += 7) {
+        dmuon_plan_memory x;
+        assert_int_equal(dmuon_plan_rank_memory(p, k, &x), DMUON_OK);
+        assert_true(x.least_bytes <= mem.least_bytes);
+    }
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
 static void test_ablations_keep_invariants(void **state)
 {
     dmuon_model *m = load("models/wall-oss-0.5.yaml");
@@ -873,6 +1120,11 @@ int main(void)
         cmocka_unit_test(test_moe_per_expert_units),
         cmocka_unit_test(test_hsdp_rails),
         cmocka_unit_test(test_ablations_keep_invariants),
+        cmocka_unit_test(test_default_beats_ablations),
+        cmocka_unit_test(test_bound_tight),
+        cmocka_unit_test(test_bound_brute_force),
+        cmocka_unit_test(test_bound_cap),
+        cmocka_unit_test(test_memory),
         cmocka_unit_test(test_assign_matches_reference),
         cmocka_unit_test(test_cap_holds_when_feasible),
         cmocka_unit_test(test_plan_file_roundtrip),

@@ -29,12 +29,13 @@
 static const char usage[] =
     "usage: dmuon-plan [plan] (MODEL | --model MODEL) [options]\n"
     "       dmuon-plan inspect (MODEL | --model MODEL) [--tensors] [--json] [--muon PAT] [--adamw PAT]\n"
-    "       dmuon-plan show PLAN|- [--json]\n"
+    "       dmuon-plan show PLAN|- [--json] [--ranks] [--owners --json]\n"
     "       dmuon-plan --version\n"
     "\n"
-    "Assigns every Muon matrix of MODEL one owner rank (LPT on Newton-Schulz time with a\n"
-    "byte cap and layer spreading; HSDP balances columns (rails) first), prints the\n"
-    "balance report, and with -o writes the plan file that libdmuon loads.\n"
+    "Assigns every Muon matrix of MODEL one owner rank (LPT on Newton-Schulz time, then\n"
+    "a local search of moves and swaps, with a byte-cap target and layer spreading; HSDP\n"
+    "then lowers the heaviest rail without raising the busiest rank), prints the balance\n"
+    "report, and with -o writes the plan file that libdmuon loads.\n"
     "\n"
     "MODEL: a Hugging Face config.json (llama, mistral, qwen2, qwen2_moe, gemma, gemma2,\n"
     "qwen3, qwen3_moe, mixtral, phi3, deepseek_v3, olmo2, gemma3_text, llama4_text, gpt_oss),\n"
@@ -64,14 +65,20 @@ static const char usage[] =
     "                            (--device cpu|cuda), store them, then plan (--cost db only)\n"
     "assignment:\n"
     "      --strategy lpt|round-robin   (default lpt)\n"
-    "      --epsilon E           byte cap slack: each rank <= (1+E) x mean bytes (default 0.1)\n"
+    "      --epsilon E           byte cap slack: the target is each rank <= (1+E) x mean\n"
+    "                            bytes (default 0.1); a target, not a guarantee: a unit no\n"
+    "                            allowed rank has room for goes over it (the report counts\n"
+    "                            them and says why)\n"
     "      --no-byte-cap         assign by time alone\n"
     "      --no-layer-spread     allow units of one layer on one rank\n"
-    "      --no-column-balance   HSDP: plain LPT over all ranks\n"
+    "      --no-column-balance   HSDP: do not lower the heaviest rail after balancing ranks\n"
     "      --fuse-experts        one unit per expert tensor instead of one per expert matrix\n"
     "      --small-unit-bytes B  Muon parameters under B bytes share a per-layer unit\n"
     "                            (0 to 64T; default 16M; sizes: 16M = 16MB = 16MiB)\n"
-    "      --param-dtype T       communication dtype for bytes and offsets (default bf16)\n"
+    "      --param-dtype T       communication dtype for bytes and offsets (default bf16)\n"    "      --router muon|adamw   MoE router weights (*.mlp.gate.weight, *router.weight,\n"
+    "                            *shared_expert_gate.weight): Muon (default) or AdamW\n"
+    "      --device-memory B     warn when a rank needs more than B bytes (e.g. 80G), naming\n"
+    "                            the layer it gathers\n"
     "model:\n"
     "      --muon PAT            force role muon for names matching PAT (fnmatch; repeatable;\n"
     "                            an invalid PAT is an error, one matching nothing a warning)\n"
@@ -88,16 +95,27 @@ static const char usage[] =
     "      --version             print the dmuon version\n"
     "\n"
     "inspect takes --tensors (every tensor: shape, dtype, role, layer, matrices, unit),\n"
-    "--json, --muon, --adamw, --fused-layout; show takes --json (PLAN '-' reads standard\n"
-    "input); other flags are refused there.  A note on stderr says when there are more\n"
-    "ranks than units (ranks that own nothing).\n"
+    "--json, --muon, --adamw, --router, --fused-layout; show takes --json (PLAN '-' reads standard\n"
+    "input), --ranks (per rank: NS, window bytes, matrices, memory) and --owners --json\n"
+    "(every parameter's owner rank(s), unit, layer offset, bytes and window offset, for\n"
+    "use outside dmuon); other flags are refused there.  A note on stderr says when there\n"
+    "are more ranks than units (ranks that own nothing).\n"
+    "\n"
+    "report: busiest NS / lower bound compares with a bound no plan can beat (in the cost's\n"
+    "unit: ms at the nominal 1 TFLOP/s for --cost flops); \"optimal\" when it is reached.\n"
+    "A layer's root is the rank holding the most of the layer's bytes (it sends or receives\n"
+    "that share in the layer's gather and reduction); layer root / largest unit 1.00 means\n"
+    "no rank holds more of a layer than its largest unit.  A rail is the network link of\n"
+    "one GPU column (local rank) that HSDP publishes on.\n"
     "\n"
     "exit: 0 ok, 1 a check failed, 2 bad input or usage, 3 runtime error\n";
 
 typedef struct {
     const char *muon[MAX_PATTERNS], *adamw[MAX_PATTERNS];
     size_t n_muon, n_adamw;
-    bool fused_layout, json, compare, verbose, probe_missing, tensors;
+    bool fused_layout, json, compare, verbose, probe_missing, tensors, show_ranks, show_owners;
+    bool router_adamw;
+    int64_t device_memory;          /* bytes, 0: not given */
     dmuon_device_kind device_kind;
     const char *out;
 } cli;
@@ -287,11 +305,29 @@ static void print_tensors(const dmuon_model *m, const dmuon_plan *p, const char 
     free(byp);
 }
 
+/* MoE router weights (a gate matrix [experts, hidden] per layer). */
+static const char *const router_patterns[] = {"*.mlp.gate.weight", "*router.weight",
+                                              "*shared_expert_gate.weight"};
+#define N_ROUTER (sizeof router_patterns / sizeof router_patterns[0])
+
+/* The role patterns of the model options: the user's, then (--router adamw)
+ * the router patterns as AdamW ones (a --muon pattern still wins). */
+static dmuon_model_opts model_opts(const cli *c, const char **adamw)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_adamw; i++)
+        adamw[n++] = c->adamw[i];
+    for (size_t i = 0; c->router_adamw && i < N_ROUTER; i++)
+        adamw[n++] = router_patterns[i];
+    return (dmuon_model_opts){c->muon, c->n_muon, adamw, n, c->fused_layout};
+}
+
 /* ------------------------------------------------------------- inspect -- */
 
 static int cmd_inspect(const cli *c, const char *path)
 {
-    dmuon_model_opts mo = {c->muon, c->n_muon, c->adamw, c->n_adamw, c->fused_layout};
+    const char *adamw[MAX_PATTERNS + N_ROUTER];
+    dmuon_model_opts mo = model_opts(c, adamw);
     dmuon_model *m;
     dmuon_shape_count *sh = NULL;
     size_t nsh = 0;
@@ -377,12 +413,133 @@ static int cmd_inspect(const cli *c, const char *path)
 
 /* ---------------------------------------------------------------- show -- */
 
+/* show --owners: every parameter's owner rank(s) and where its matrices
+ * lie (layer buffer offset, bytes, window offset); AdamW parameters are
+ * evenly sharded and have no owner. */
+static void show_owners(const dmuon_plan *p, dmuon_json *w)
+{
+    size_t nu, nm, np;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    const dmuon_plan_member *mb = dmuon_plan_members(p, &nm);
+    const dmuon_plan_param *q = dmuon_plan_params(p, &np);
+    int64_t dsz = (int64_t)dmuon_dtype_size(dmuon_plan_param_dtype(p));
+    dmuon_json_key(w, "params");
+    dmuon_json_begin_array(w);
+    for (size_t i = 0; i < np; i++) {
+        dmuon_json_begin_object(w);
+        dmuon_json_kstr(w, "name", q[i].name);
+        dmuon_json_kstr(w, "layer", dmuon_plan_layer_name(p, (size_t)q[i].layer));
+        dmuon_json_kstr(w, "role", q[i].role == DMUON_ROLE_MUON ? "muon" : "adamw");
+        dmuon_json_key(w, "owners");
+        dmuon_json_begin_array(w);
+        for (size_t k = 0; k < nu; k++)
+            for (size_t j = 0; j < u[k].n_members; j++) {
+                const dmuon_plan_member *m = &mb[u[k].first_member + j];
+                if ((size_t)m->param != i)
+                    continue;
+                int64_t off = m->layer_offset - mb[u[k].first_member].layer_offset;
+                dmuon_json_begin_object(w);
+                dmuon_json_kint(w, "rank", u[k].owner);
+                dmuon_json_kstr(w, "unit", u[k].name);
+                dmuon_json_kint(w, "first_matrix", m->first_matrix);
+                dmuon_json_kint(w, "matrices", m->n_matrices);
+                dmuon_json_kint(w, "layer_offset", m->layer_offset);
+                dmuon_json_kint(w, "bytes", m->n_matrices * q[i].mat_m * q[i].mat_n * dsz);
+                dmuon_json_kint(w, "window_offset", u[k].window_offset + off);
+                dmuon_json_end_object(w);
+            }
+        dmuon_json_end_array(w);
+        dmuon_json_end_object(w);
+    }
+    dmuon_json_end_array(w);
+}
+
+/* show --ranks: per rank NS, window bytes, matrices and memory. */
+static int show_ranks(const cli *c, const dmuon_plan *p, dmuon_json *w)
+{
+    int32_t N = dmuon_plan_ranks(p);
+    size_t nu;
+    const dmuon_plan_unit *u = dmuon_plan_units(p, &nu);
+    double *ns = calloc((size_t)N, sizeof *ns);
+    int64_t *mats = calloc((size_t)N, sizeof *mats);
+    if (!ns || !mats) {
+        free(ns);
+        free(mats);
+        fprintf(stderr, "dmuon-plan: error: out of memory\n");
+        return 3;
+    }
+    for (size_t k = 0; k < nu; k++) {
+        ns[u[k].owner] += u[k].ns_ms;
+        mats[u[k].owner] += u[k].matrices;
+    }
+    if (w) {
+        dmuon_json_key(w, "ranks_detail");
+        dmuon_json_begin_array(w);
+    } else {
+        printf("%6s %12s %12s %9s %10s %10s\n", "rank", "NS", "window MiB", "matrices",
+               "state GiB", "least GiB");
+    }
+    int ec = 0;
+    for (int32_t r = 0; r < N && !ec; r++) {
+        dmuon_plan_memory m;
+        dmuon_rc rc = dmuon_plan_rank_memory(p, r, &m);
+        if (rc) {
+            ec = fail(c, rc);
+            break;
+        }
+        if (w) {
+            dmuon_json_begin_object(w);
+            dmuon_json_kint(w, "rank", r);
+            dmuon_json_kdouble(w, "ns_ms", ns[r]);
+            dmuon_json_kint(w, "window_bytes", dmuon_plan_window_bytes(p, r));
+            dmuon_json_kint(w, "matrices", mats[r]);
+            dmuon_json_kint(w, "optimizer_bytes", m.optimizer_bytes);
+            dmuon_json_kint(w, "least_bytes", m.least_bytes);
+            dmuon_json_end_object(w);
+        } else {
+            printf("%6d %12.4g %12.1f %9lld %10.2f %10.2f\n", r, ns[r],
+                   dmuon_plan_window_bytes(p, r) / 1048576.0, (long long)mats[r],
+                   m.optimizer_bytes / 1073741824.0, m.least_bytes / 1073741824.0);
+        }
+    }
+    if (w)
+        dmuon_json_end_array(w);
+    free(ns);
+    free(mats);
+    return ec;
+}
+
 static int cmd_show(const cli *c, const char *path)
 {
     dmuon_plan *p;
     dmuon_rc rc = dmuon_plan_load(path, &p);
     if (rc)
         return fail(c, rc);
+    if (c->show_owners && !c->json) {
+        dmuon_plan_free(p);
+        return usage_error("%s", "--owners prints JSON: add --json");
+    }
+    if (c->show_owners || (c->show_ranks && c->json)) {
+        dmuon_json w;
+        int ec = 0;
+        dmuon_json_init(&w, stdout, false);
+        dmuon_json_begin_object(&w);
+        dmuon_json_kstr(&w, "plan", path);
+        dmuon_json_kint(&w, "ranks", dmuon_plan_ranks(p));
+        if (c->show_owners)
+            show_owners(p, &w);
+        if (c->show_ranks)
+            ec = show_ranks(c, p, &w);
+        dmuon_json_end_object(&w);
+        dmuon_plan_free(p);
+        return ec;
+    }
+    if (c->show_ranks) {
+        printf("plan file: %s\n", path);
+        int ec = show_ranks(c, p, NULL);
+        dmuon_plan_free(p);
+        return ec;
+    }
     if (c->json) {
         dmuon_json w;
         dmuon_json_init(&w, stdout, false);
@@ -442,6 +599,20 @@ static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts
                    r->heaviest_rail_over_mean, (long long)r->max_matrices_per_rank,
                    r->layer_root_over_largest_unit);
         }
+        /* what each constraint costs: the default against the variant
+         * without it */
+        const dmuon_plan_report *r0 = dmuon_plan_get_report(v[0].plan);
+        static const char *const cons[][2] = {{"no-byte-cap", "byte cap"},
+                                              {"no-layer-spread", "layer spreading"},
+                                              {"no-column-balance", "column balancing"}};
+        for (size_t k = 0; k < 3; k++)
+            for (size_t i = 1; i < nv; i++)
+                if (!strcmp(v[i].name, cons[k][0])) {
+                    const dmuon_plan_report *r = dmuon_plan_get_report(v[i].plan);
+                    printf("%s: busiest NS %.3f -> %.3f, heaviest rail %.3f -> %.3f without it\n",
+                           cons[k][1], r0->busiest_ns_over_mean, r->busiest_ns_over_mean,
+                           r0->heaviest_rail_over_mean, r->heaviest_rail_over_mean);
+                }
     }
     dmuon_plan_variants_free(v, nv);
     return 0;
@@ -454,9 +625,61 @@ static void probe_progress(size_t done, size_t total, const dmuon_cost_row *row,
             (long long)row->m, (long long)row->n, row->median_ms);
 }
 
+/* Router weights of m: how many, and how many of them on Muon. */
+static size_t count_router(const dmuon_model *m, size_t *muon)
+{
+    size_t n = 0;
+    *muon = 0;
+    for (size_t i = 0; i < dmuon_model_param_count(m); i++) {
+        const dmuon_param *q = dmuon_model_param(m, i);
+        for (size_t k = 0; k < N_ROUTER; k++)
+            if (fnmatch(router_patterns[k], q->name, 0) == 0) {
+                n++;
+                *muon += q->role == DMUON_ROLE_MUON;
+                break;
+            }
+    }
+    return n;
+}
+
+/* Prints the role the router weights got (after the report). */
+static void note_router(const cli *c, const dmuon_model *m, FILE *f)
+{
+    size_t muon, n = count_router(m, &muon);
+    if (n)
+        fprintf(f, "  router weights: %zu tensor%s (*.mlp.gate.weight, *router.weight, "
+                   "*shared_expert_gate.weight):\n  %zu on Muon, %zu on AdamW (--router %s%s)\n",
+                n, n == 1 ? "" : "s", muon, n - muon, c->router_adamw ? "adamw" : "muon",
+                c->router_adamw ? "" : ", the default");
+}
+
+/* Warns when the busiest rank's memory passes --device-memory. */
+static int warn_memory(const cli *c, const dmuon_plan *p)
+{
+    if (!c->device_memory)
+        return 0;
+    dmuon_plan_memory mem;
+    int32_t r;
+    dmuon_rc rc = dmuon_plan_busiest_memory(p, &r, &mem);
+    if (rc)
+        return fail(c, rc);
+    if (mem.least_bytes > c->device_memory)
+        fprintf(stderr, "dmuon-plan: warning: rank %d needs at least %.2f GiB, over "
+                "--device-memory %.2f GiB: layer '%s' gathers %.2f GiB plus a %.2f GiB FP32 "
+                "gradient buffer, besides %.2f GiB of optimizer state (more ranks, ZeRO-3, or "
+                "a smaller layer)\n", r, mem.least_bytes / 1073741824.0,
+                c->device_memory / 1073741824.0,
+                mem.gathered_layer >= 0 ? dmuon_plan_layer_name(p, (size_t)mem.gathered_layer)
+                                        : "-",
+                mem.gathered_layer_bytes / 1073741824.0, mem.gathered_grad_bytes / 1073741824.0,
+                mem.optimizer_bytes / 1073741824.0);
+    return 0;
+}
+
 static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
 {
-    dmuon_model_opts mo = {c->muon, c->n_muon, c->adamw, c->n_adamw, c->fused_layout};
+    const char *adamw[MAX_PATTERNS + N_ROUTER];
+    dmuon_model_opts mo = model_opts(c, adamw);
     dmuon_model *m;
     dmuon_plan *p = NULL;
     static char fbuf[4096];
@@ -499,6 +722,9 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_json_init(&w, rep, false);
         dmuon_json_begin_object(&w);
         dmuon_plan_report_json(p, &w);
+        size_t rmuon, rn = count_router(m, &rmuon);
+        dmuon_json_kint(&w, "router_tensors", (int64_t)rn);
+        dmuon_json_kint(&w, "router_tensors_on_muon", (int64_t)rmuon);
         dmuon_json_kstr(&w, "plan_file", c->out ? c->out : "");
         dmuon_json_end_object(&w);
     } else {
@@ -509,6 +735,14 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
             fprintf(rep, "\nplan written to %s\n", c->out);
         else
             fprintf(rep, "\n(no plan file written; add -o PLAN)\n");
+    }
+    if (!c->json)
+        note_router(c, m, rep);
+    int wec = warn_memory(c, p);
+    if (wec) {
+        dmuon_plan_free(p);
+        dmuon_model_free(m);
+        return wec;
     }
     const dmuon_plan_report *r = dmuon_plan_get_report(p);
     if ((int64_t)r->units < r->ranks)
@@ -528,7 +762,7 @@ out:
 enum {
     O_NODES = 255, O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
-    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL
+    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL, O_ROUTER, O_DEVMEM, O_PERRANK, O_OWNERS
 };
 
 /* The long name of the option getopt_long just returned. */
@@ -546,12 +780,15 @@ static const char *opt_name(const struct option *opts, int li, int ch)
 static bool applies_to(const char *cmd, const char *name)
 {
     static const char *const common[] = {"json", "verbose", "help", "version"};
-    static const char *const model[] = {"muon", "adamw", "fused-layout", "tensors", "model"};
+    static const char *const model[] = {"muon", "adamw", "fused-layout", "tensors", "model",
+                                        "router"};
     for (size_t i = 0; i < 4; i++)
         if (!strcmp(name, common[i]))
             return true;
+    if (!strcmp(cmd, "show") && (!strcmp(name, "per-rank") || !strcmp(name, "owners")))
+        return true;
     if (!strcmp(cmd, "inspect"))
-        for (size_t i = 0; i < 5; i++)
+        for (size_t i = 0; i < 6; i++)
             if (!strcmp(name, model[i]))
                 return true;
     return false;
@@ -591,6 +828,10 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},
         {"model", required_argument, 0, O_MODEL},
+        {"router", required_argument, 0, O_ROUTER},
+        {"device-memory", required_argument, 0, O_DEVMEM},
+        {"per-rank", no_argument, 0, O_PERRANK},
+        {"owners", no_argument, 0, O_OWNERS},
         {0, 0, 0, 0},
     };
     cli c = {0};
@@ -604,6 +845,11 @@ int main(int argc, char **argv)
     const char *device = NULL, *model_flag = NULL;
     int ch, li = -1;
     opterr = 0;
+    /* "show PLAN --ranks" lists the ranks; elsewhere --ranks N is the
+     * world size */
+    for (int i = 2; argc > 1 && !strcmp(argv[1], "show") && i < argc; i++)
+        if (!strcmp(argv[i], "--ranks"))
+            argv[i] = (char *)"--per-rank";
     tool_cleanup_on_signal();
 #define NUM(flag, lo, hi, dst)                                                         \
     do {                                                                               \
@@ -718,6 +964,22 @@ int main(int argc, char **argv)
         case O_LAYOUT:
             c.fused_layout = true;
             break;
+        case O_ROUTER:
+            if (strcmp(optarg, "muon") && strcmp(optarg, "adamw"))
+                return usage_error("--router '%s': expected muon or adamw", optarg);
+            c.router_adamw = !strcmp(optarg, "adamw");
+            break;
+        case O_DEVMEM:
+            if (tool_parse_size("--device-memory", optarg, 1, INT64_MAX, &c.device_memory, err,
+                                sizeof err))
+                return usage_error("%s", err);
+            break;
+        case O_PERRANK:
+            c.show_ranks = true;
+            break;
+        case O_OWNERS:
+            c.show_owners = true;
+            break;
         case 'o':
             if (!*optarg)
                 return usage_error("%s", "-o/--out '': expected a plan file path");
@@ -781,9 +1043,15 @@ int main(int argc, char **argv)
             if (!applies_to(cmd, flags_seen[i])) {
                 fprintf(stderr, "dmuon-plan: error: --%s does not apply to %s (%s takes %s)\n"
                                 "(see dmuon-plan --help)\n", flags_seen[i], cmd, cmd,
-                        is_show ? "--json" : "--tensors, --json, --muon, --adamw, --fused-layout");
+                        is_show ? "--json, --ranks, --owners"
+                                : "--tensors, --json, --muon, --adamw, --router, "
+                                  "--fused-layout");
                 return 2;
             }
+    if (!strcmp(cmd, "plan") && (c.show_ranks || c.show_owners))
+        return usage_error("%s", c.show_owners ? "--owners applies to show PLAN"
+                                               : "--per-rank applies to show PLAN (there, "
+                                                 "--ranks lists the ranks)");
     if (c.compare && c.out)
         return usage_error("%s", "--compare writes no plan file: drop -o, or plan without "
                                  "--compare to write one");

@@ -80,8 +80,12 @@ int verify_plan_main(int argc, char **argv)
         fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
         return dmuon_rc_exit_code(rc);
     } else {
-        if (dmuon_plan_check(p, &violations) != DMUON_OK)
-            snprintf(first, sizeof first, "%s", dmuon_errmsg());
+        if (dmuon_plan_check(p, &violations) != DMUON_OK) {
+            /* the check's message counts the violations too; keep the first
+             * one only, so the report shows one count */
+            const char *msg = dmuon_errmsg(), *f = strstr(msg, "; first: ");
+            snprintf(first, sizeof first, "%s", f ? f + 9 : msg);
+        }
         /* what libdmuon and dmuon-plan show will do with the file: the strict
          * load recomputes the digests and the summary, so an edited file
          * fails here too, not only when a trainer loads it */

@@ -27,11 +27,19 @@
  * of a layer share a rank while the layer has no more units than ranks);
  * among them the least loaded by cost (ties: lower rank) whose bytes stay
  * within (1+epsilon) * P / N after receiving the unit (P: all unit bytes); if
- * none fits, the candidate with the fewest bytes (ties: lower rank).  HSDP
- * (R nodes x K GPUs, rank = node * K + column): the same rule first assigns
- * units to the K columns (cap (1+epsilon) * P / K), then, per column, to its R
- * ranks (cap (1+epsilon) * P_column / R).  The row leader of a unit on node r
- * is rank r * K + column(owner).  The plan is a pure function of its inputs.
+ * none fits, the candidate with the fewest bytes (ties: lower rank).  A
+ * deterministic local search then lowers the busiest rank's cost by moves
+ * and swaps of units (assign.c), keeping the byte cap (a rank that receives
+ * bytes ends within the cap), layer spreading (at most ceil(units of the
+ * layer / N) of a layer's units per rank, 1 while they are no more than N)
+ * and the units placed over the cap where they are.  HSDP (R nodes x K GPUs,
+ * rank = node * K + column) with column balancing: the objective is
+ * lexicographic, busiest rank's cost first, then the heaviest column's
+ * (rail's) publish bytes: after the search above, moves and swaps that raise
+ * no rank above the busiest lower the heaviest rail, then the search runs
+ * again with no rail rising above the heaviest.  The row leader of a unit on
+ * node r is rank r * K + column(owner).  The plan is a pure function of its
+ * inputs.
  *
  * Window.  Each owner's units are laid out contiguously in its window in
  * (layer, position in layer buffer) order; window_offset is in bytes.
@@ -162,8 +170,25 @@ typedef struct {
     double total_ns_ms;                   /* sum of unit costs */
     double busiest_ns_ms;                 /* max over ranks */
     double busiest_ns_over_mean;
-    double lower_bound_ms;                /* max(largest unit, total / N) */
+    double lower_bound_ms;                /* lower bound on any plan's busiest
+                                             NS (same unit as ns_ms): the
+                                             largest of the largest unit,
+                                             total / N and, for k >= 1 with
+                                             n > kN, the sum of the k+1
+                                             cheapest of the kN+1 most costly
+                                             units (k+1 of them share a rank);
+                                             for plans within the byte cap,
+                                             also the byte-cap bound
+                                             (plan.c: units of more than
+                                             cap/(j+1) bytes fit j to a rank) */
     double busiest_ns_over_lower_bound;
+    bool bound_optimal;                   /* busiest reaches the bound: no plan
+                                             has a lower busiest NS (no plan
+                                             within the byte cap, with
+                                             bound_with_cap) */
+    bool bound_with_cap;                  /* the bound counts the byte cap (a
+                                             plan with no unit over it; the
+                                             byte-cap bound of plan.c) */
     int64_t total_bytes;                  /* all unit bytes (P) */
     int64_t max_owner_bytes;              /* largest owner window */
     double heaviest_bytes_over_mean;
@@ -332,6 +357,35 @@ dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations);
  * Updates p's report and cost description; owners are unchanged.
  * Errors: DMUON_EMISMATCH (the plans' units differ). */
 dmuon_rc dmuon_plan_reevaluate(dmuon_plan *p, const dmuon_plan *ref);
+
+/* Device memory one rank needs under the plan (bytes; plan_mem.c). */
+typedef struct {
+    int64_t optimizer_bytes;      /* FP32 master + momentum (8 B) per owned Muon
+                                     element, FP32 master + two moments (12 B)
+                                     per element of the rank's AdamW shards */
+    int64_t window_bytes;         /* owner window: param dtype + FP32 gradient */
+    int64_t gathered_layer_bytes; /* largest layer as gathered (Muon + AdamW
+                                     parameters, param dtype, padded shards) */
+    int64_t gathered_grad_bytes;  /* that layer's FP32 gradient buffer */
+    int32_t gathered_layer;       /* its index (-1: no layer) */
+    int64_t pool_bytes;           /* symmetric pool of the runtime's first
+                                     (no-reuse) layout: every layer's gathered
+                                     parameters and FP32 gradients, windows,
+                                     shards, HSDP publish copy; control words
+                                     not counted */
+    int64_t least_bytes;          /* the least at a step: optimizer state,
+                                     windows, shards, publish copy, one
+                                     gathered layer (ZeRO-2: all layers) and
+                                     one FP32 layer gradient */
+} dmuon_plan_memory;
+
+/* Memory of rank (in [0, ranks)) under p.  Errors: DMUON_EINVAL (rank out
+ * of range), DMUON_ENOMEM, those of dmuon_publish_layout (HSDP). */
+dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_memory *out);
+
+/* The rank with the largest least_bytes (ties: lower rank) and its memory.
+ * Errors: as dmuon_plan_rank_memory. */
+dmuon_rc dmuon_plan_busiest_memory(const dmuon_plan *p, int32_t *rank, dmuon_plan_memory *out);
 
 /* ---------------------------------------------------------------- report -- */
 
