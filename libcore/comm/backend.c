@@ -94,6 +94,13 @@ dmuon_rc dmuon_backend_check(dmuon_backend b)
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_comm_unsupported(const dmuon_comm_ops *ops, const char *what, const char *file,
+                                int line)
+{
+    return dmuon_err_set(DMUON_EUNSUPPORTED, file, line, "%s: not offered by the %s backend",
+                         what, ops->name);
+}
+
 dmuon_rc dmuon_comm_backend_get(dmuon_backend b, const char *what, const dmuon_comm_ops **out)
 {
     *out = dmuon_comm_backend(b);

@@ -11,6 +11,12 @@
  * device API) is a new file filling a dmuon_comm_ops plus one line in
  * backend.c.
  *
+ * In an ops table NULL means "not offered by this backend": the public
+ * layer checks each pointer before it calls it and returns
+ * DMUON_EUNSUPPORTED naming the backend and the operation
+ * (DMUON_COMM_NEED), on every rank alike (every rank runs the same backend).
+ * A backend never fills an entry with a stub that only refuses.
+ *
  * Contracts for every operation: collective where the public function is;
  * errors recorded with DMUON_FAIL; a create that fails leaves impl NULL or
  * releasable by the matching free, and fails identically on every rank.
@@ -68,6 +74,9 @@ struct dmuon_publish {
 
 struct dmuon_comm_ops {
     const char *name;
+    /* 1: symmetric memory lives on a device and is reached through
+     * symm_put/symm_get; 0: host memory that the public layer memcpys. */
+    int on_device;
     /* The chunk of a group or publish whose options say 0 (bytes; passes
      * dmuon_chunk_bytes_check): what suits the backend's transport; 0 for
      * DMUON_CHUNK_BYTES (the paper's 64 KiB). */
@@ -75,7 +84,7 @@ struct dmuon_comm_ops {
     /* Symmetric memory: fill base, peer and impl of s (topo, bytes set). */
     dmuon_rc (*symm_alloc)(dmuon_symm *s);
     void (*symm_free)(dmuon_symm *s);
-    /* Device memory only (NULL for host memory, which symm.c memcpys):
+    /* Device memory only (on_device; host memory is memcpy'd by symm.c):
      * synchronous copies host → part / part → host of a checked range. */
     dmuon_rc (*symm_put)(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
     dmuon_rc (*symm_get)(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
@@ -106,6 +115,19 @@ struct dmuon_comm_ops {
     dmuon_rc (*publish_end)(dmuon_publish *p, int64_t step);
     int64_t (*publish_flag)(const dmuon_publish *p, int param);
 };
+
+/* Records DMUON_EUNSUPPORTED "<what>: not offered by the <backend>
+ * backend" at file:line and returns it.  Use DMUON_COMM_NEED. */
+dmuon_rc dmuon_comm_unsupported(const dmuon_comm_ops *ops, const char *what, const char *file,
+                                int line);
+
+/* Returns DMUON_EUNSUPPORTED from the calling function when the entry fn of
+ * ops is NULL (what names the operation for the message). */
+#define DMUON_COMM_NEED(ops, fn, what)                                      \
+    do {                                                                    \
+        if (!(ops)->fn)                                                     \
+            return dmuon_comm_unsupported((ops), (what), __FILE__, __LINE__); \
+    } while (0)
 
 /* The operations of backend b, or NULL when b is not built (the caller
  * reports DMUON_EUNSUPPORTED). */

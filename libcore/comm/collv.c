@@ -67,6 +67,7 @@ dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, 
     const dmuon_comm_ops *ops;
     dmuon_group_opts o;
     DMUON_TRY(dmuon_comm_backend_get(t->backend, "group", &ops));
+    DMUON_COMM_NEED(ops, group_ctrl_bytes, "group");
     DMUON_TRY(dmuon_table_check(segs, n, t->size, NULL, NULL));
     DMUON_TRY(resolve_opts(ops, opts, &o));
     DMUON_TRY(ops->group_ctrl_bytes(t, segs, n, &o, bytes));
@@ -134,6 +135,10 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
     DMUON_TRY_GOTO(rc, dmuon_table_check(segs, n, t->size, &g->buffer_bytes, &g->window_bytes),
                    fail);
     DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "group", &g->ops), fail);
+    if (!g->ops->group_ctrl_bytes || !g->ops->group_create || !g->ops->group_free) {
+        rc = dmuon_comm_unsupported(g->ops, "group", __FILE__, __LINE__);
+        goto fail;
+    }
     DMUON_TRY_GOTO(rc, resolve_opts(g->ops, opts, &g->opts), fail);
     if (!mem || mem->topo != t || mem->backend != t->backend) {
         rc = DMUON_FAIL(DMUON_EINVAL, "group: the symmetric memory was not allocated over "
@@ -167,7 +172,7 @@ void dmuon_group_free(dmuon_group *g)
 {
     if (!g)
         return;
-    if (g->ops && g->impl)
+    if (g->ops && g->impl && g->ops->group_free)
         g->ops->group_free(g);
     dmuon_sched_release(&g->sched[0]);
     dmuon_sched_release(&g->sched[1]);
@@ -205,6 +210,7 @@ static dmuon_rc check_call(const dmuon_group *g, const char *op, int64_t buf, in
 
 dmuon_rc dmuon_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
+    DMUON_COMM_NEED(g->ops, allgatherv, "allgatherv");
     DMUON_TRY(check_call(g, "allgatherv", buffer_offset, window_offset));
     DMUON_TRY(g->ops->allgatherv(g, buffer_offset, window_offset));
     return DMUON_OK;
@@ -212,6 +218,7 @@ dmuon_rc dmuon_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_
 
 dmuon_rc dmuon_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
+    DMUON_COMM_NEED(g->ops, reduce_scatterv, "reducescatterv");
     if (!g->rsv_ok)
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "reducescatterv: element types other than bf16 "
                           "and f32 cannot be reduced");
@@ -222,6 +229,7 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t wi
 
 dmuon_rc dmuon_allgatherv_start(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
+    DMUON_COMM_NEED(g->ops, start, "allgatherv_start");
     DMUON_TRY(check_call(g, "allgatherv_start", buffer_offset, window_offset));
     DMUON_TRY(g->ops->start(g, DMUON_SCHED_GATHER, buffer_offset, window_offset));
     return DMUON_OK;
@@ -229,18 +237,21 @@ dmuon_rc dmuon_allgatherv_start(dmuon_group *g, int64_t buffer_offset, int64_t w
 
 dmuon_rc dmuon_allgatherv_test(dmuon_group *g, int *done)
 {
+    DMUON_COMM_NEED(g->ops, test, "allgatherv_test");
     DMUON_TRY(g->ops->test(g, DMUON_SCHED_GATHER, done));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_allgatherv_wait(dmuon_group *g)
 {
+    DMUON_COMM_NEED(g->ops, wait, "allgatherv_wait");
     DMUON_TRY(g->ops->wait(g, DMUON_SCHED_GATHER));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_reduce_scatterv_start(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
+    DMUON_COMM_NEED(g->ops, start, "reducescatterv_start");
     if (!g->rsv_ok)
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "reducescatterv: element types other than bf16 "
                           "and f32 cannot be reduced");
@@ -251,12 +262,14 @@ dmuon_rc dmuon_reduce_scatterv_start(dmuon_group *g, int64_t buffer_offset, int6
 
 dmuon_rc dmuon_reduce_scatterv_test(dmuon_group *g, int *done)
 {
+    DMUON_COMM_NEED(g->ops, test, "reducescatterv_test");
     DMUON_TRY(g->ops->test(g, DMUON_SCHED_REDUCE, done));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_reduce_scatterv_wait(dmuon_group *g)
 {
+    DMUON_COMM_NEED(g->ops, wait, "reducescatterv_wait");
     DMUON_TRY(g->ops->wait(g, DMUON_SCHED_REDUCE));
     return DMUON_OK;
 }

@@ -138,16 +138,6 @@ dmuon_rc dmuon_nccl_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
     return dmuon_nccl_wait(m, g->opts.deadline_ms, "reducescatterv");
 }
 
-/* ------------------------------------------------------------ publish -- */
-
-dmuon_rc dmuon_nccl_publish_create(dmuon_publish *p)
-{
-    return DMUON_FAIL(DMUON_EUNSUPPORTED, "publish: not built on the %s backend (use mpi)",
-                      dmuon_backend_name(p->mem->backend));
-}
-
-void dmuon_nccl_publish_free(dmuon_publish *p) { p->impl = NULL; }
-
 /* ---------------------------------------------------------- baselines -- */
 
 static dmuon_rc range_ok(const dmuon_symm *s, int64_t off, int64_t len, const char *what)
@@ -197,13 +187,11 @@ dmuon_rc dmuon_nccl_reduce_scatter_equal(dmuon_symm *s, int64_t send_offset,
 
 /* ------------------------------------------------------------ the ops -- */
 
-static dmuon_rc no_publish(dmuon_publish *p, int64_t step) { return DMUON_EUNSUPPORTED; }
-static dmuon_rc no_post(dmuon_publish *p, int param, int64_t step) { return DMUON_EUNSUPPORTED; }
-static dmuon_rc no_progress(dmuon_publish *p) { return DMUON_EUNSUPPORTED; }
-static int64_t no_flag(const dmuon_publish *p, int param) { return -1; }
-
+/* Entries left NULL (split phase, publish) are not offered: the public
+ * layer says so (backend.h). */
 const dmuon_comm_ops dmuon_nccl_ops = {
     .name = "nccl",
+    .on_device = 1,
     .symm_alloc = dmuon_nccl_symm_alloc,
     .symm_free = dmuon_nccl_symm_free,
     .symm_put = dmuon_nccl_symm_put,
@@ -213,14 +201,6 @@ const dmuon_comm_ops dmuon_nccl_ops = {
     .group_free = dmuon_nccl_group_free,
     .allgatherv = dmuon_nccl_allgatherv,
     .reduce_scatterv = dmuon_nccl_reduce_scatterv,
-    .publish_create = dmuon_nccl_publish_create,
-    .publish_free = dmuon_nccl_publish_free,
-    .publish_begin = no_publish,
-    .publish_post = no_post,
-    .publish_progress = no_progress,
-    .publish_wait = no_post,
-    .publish_end = no_publish,
-    .publish_flag = no_flag,
 };
 
 #endif

@@ -116,13 +116,11 @@ static dmuon_rc ncclx_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
                                        window_offset, g->opts.deadline_ms, m->stream);
 }
 
-static dmuon_rc no_publish(dmuon_publish *p, int64_t step) { return DMUON_EUNSUPPORTED; }
-static dmuon_rc no_post(dmuon_publish *p, int param, int64_t step) { return DMUON_EUNSUPPORTED; }
-static dmuon_rc no_progress(dmuon_publish *p) { return DMUON_EUNSUPPORTED; }
-static int64_t no_flag(const dmuon_publish *p, int param) { return -1; }
-
+/* Entries left NULL (split phase, publish) are not offered: the public
+ * layer says so (backend.h). */
 const dmuon_comm_ops dmuon_nccl_dev_ops = {
     .name = "nccl-dev",
+    .on_device = 1,
     .symm_alloc = ncclx_symm_alloc,
     .symm_free = ncclx_symm_free,
     .symm_put = dmuon_nccl_symm_put,
@@ -132,14 +130,6 @@ const dmuon_comm_ops dmuon_nccl_dev_ops = {
     .group_free = ncclx_group_free,
     .allgatherv = ncclx_allgatherv,
     .reduce_scatterv = ncclx_reduce_scatterv,
-    .publish_create = dmuon_nccl_publish_create,
-    .publish_free = dmuon_nccl_publish_free,
-    .publish_begin = no_publish,
-    .publish_post = no_post,
-    .publish_progress = no_progress,
-    .publish_wait = no_post,
-    .publish_end = no_publish,
-    .publish_flag = no_flag,
 };
 
 #else
