@@ -95,7 +95,7 @@ static void usage(FILE *f)
 "  --slots S            ring slots per incoming reduce stream (default 4)\n"
 "  --steps S            publish steps (default 3)\n"
 "  --deadline-ms MS     deadline of one operator call (default\n"
-"                       $DMUON_DEADLINE_MS or 60000); a run makes many calls\n"
+"                       $DMUON_DEADLINE_MS or 600000 (10 min)); a run makes many calls\n"
 "  -v, --verbose        print every check, not only failures\n"
 "  --json               one JSON object on stdout (counts, topology, error\n"
 "                       figures); progress and check lines go to stderr\n"

@@ -39,7 +39,12 @@
 #include "dmuon/topo.h"
 #include "dmuon/types.h"
 
-#define DMUON_DEADLINE_MS_DEFAULT 60000
+/* The deadline of one operator call when neither the options nor
+ * $DMUON_DEADLINE_MS give one: 10 minutes, as NCCL's default (its
+ * watchdog and NCCL_TIMEOUT in PyTorch), so a slow first call (lazy
+ * connection setup, a large layer on a slow link) is not taken for a hang.
+ * Tests and tools that inject faults set a short one. */
+#define DMUON_DEADLINE_MS_DEFAULT 600000
 /* Required alignment of a group's control area offset, in bytes. */
 #define DMUON_GROUP_CTRL_ALIGN 64
 /* Required alignment of the per-call buffer and window offsets, in bytes
@@ -57,7 +62,7 @@ typedef struct {
                                  source node; 0 → 256 KiB */
     int deadline_ms;          /* bounds one whole operator call (every wait
                                  of it together, progress or not); 0 →
-                                 $DMUON_DEADLINE_MS or 60000 */
+                                 $DMUON_DEADLINE_MS or 600000 (10 min) */
     int slots;                /* ring slots per incoming reduce stream; 0 → 4 */
     int fp32_accum;           /* BF16 reduce: carry binary32 partials and
                                  round once, at the owner */

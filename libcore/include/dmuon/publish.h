@@ -41,7 +41,7 @@
 typedef struct dmuon_publish dmuon_publish;
 
 typedef struct {
-    int deadline_ms;         /* per wait/end call; 0 → $DMUON_DEADLINE_MS or 60000 */
+    int deadline_ms;         /* per wait/end call; 0 → $DMUON_DEADLINE_MS or 600000 (10 min) */
     int64_t chunk_bytes;     /* 0 → the backend's (MPI: 64 KiB less 128 bytes,
                                 one eager TCP fragment); else a multiple of 8,
                                 ≥ 256 */
