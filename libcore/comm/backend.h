@@ -32,6 +32,7 @@
 #include "dmuon/topo.h"
 
 typedef struct dmuon_comm_ops dmuon_comm_ops;
+typedef struct dmuon_group_ops dmuon_group_ops;
 
 struct dmuon_symm {
     const dmuon_comm_ops *ops;
@@ -46,13 +47,14 @@ struct dmuon_symm {
 
 struct dmuon_group {
     const dmuon_comm_ops *ops;
+    const dmuon_group_ops *gops;   /* ops->group[opts.algorithm] */
     const dmuon_topo *topo;
     dmuon_symm *mem;
     int64_t ctrl_offset, ctrl_bytes;
     dmuon_segment *segs;      /* copy of the table, checked and agreed */
     int nseg;
     int64_t buffer_bytes, window_bytes;
-    dmuon_group_opts opts;    /* resolved: deadline_ms and slots filled in */
+    dmuon_group_opts opts;    /* resolved: deadline_ms, slots and algorithm filled in */
     dmuon_sched sched[2];     /* gather, reduce */
     int rsv_ok;               /* every element type can be reduced */
     void *impl;
@@ -89,20 +91,11 @@ struct dmuon_comm_ops {
     dmuon_rc (*symm_put)(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
     dmuon_rc (*symm_get)(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
 
-    /* Groups: control-area bytes for a checked table (not collective);
-     * create over the filled-in g (control area at g->ctrl_offset, zeroed
-     * by the backend); free. */
-    dmuon_rc (*group_ctrl_bytes)(const dmuon_topo *t, const dmuon_segment *segs, int n,
-                                 const dmuon_group_opts *opts, int64_t *bytes);
-    dmuon_rc (*group_create)(dmuon_group *g);
-    void (*group_free)(dmuon_group *g);
-    /* Blocking operators over checked ranges. */
-    dmuon_rc (*allgatherv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
-    dmuon_rc (*reduce_scatterv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
-    /* Split phase (collv.h): kind is DMUON_SCHED_GATHER or _REDUCE. */
-    dmuon_rc (*start)(dmuon_group *g, int kind, int64_t buffer_offset, int64_t window_offset);
-    dmuon_rc (*test)(dmuon_group *g, int kind, int *done);
-    dmuon_rc (*wait)(dmuon_group *g, int kind);
+    /* Groups, one table per algorithm (dmuon/collv.h); NULL where the
+     * backend does not offer it.  default_algo is what DMUON_ALGO_DEFAULT
+     * means here. */
+    dmuon_algo default_algo;
+    const dmuon_group_ops *group[DMUON_ALGO_COUNT];
 
     /* Publish: create over the filled-in p; the rest as in publish.h with
      * arguments already checked where the public layer can. */
@@ -114,6 +107,26 @@ struct dmuon_comm_ops {
     dmuon_rc (*publish_wait)(dmuon_publish *p, int param, int64_t step);
     dmuon_rc (*publish_end)(dmuon_publish *p, int64_t step);
     int64_t (*publish_flag)(const dmuon_publish *p, int param);
+};
+
+/* The group operations of one algorithm of one backend.  The public layer
+ * has checked the table against the algorithm's rule (collv.c) and every
+ * call's ranges before it calls these. */
+struct dmuon_group_ops {
+    /* Control-area bytes for a checked table (not collective); create over
+     * the filled-in g (control area at g->ctrl_offset, zeroed by the
+     * backend; collective); free (collective). */
+    dmuon_rc (*ctrl_bytes)(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                           const dmuon_group_opts *opts, int64_t *bytes);
+    dmuon_rc (*create)(dmuon_group *g);
+    void (*free)(dmuon_group *g);
+    /* Blocking operators over checked ranges. */
+    dmuon_rc (*allgatherv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+    dmuon_rc (*reduce_scatterv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+    /* Split phase (collv.h): kind is DMUON_SCHED_GATHER or _REDUCE. */
+    dmuon_rc (*start)(dmuon_group *g, int kind, int64_t buffer_offset, int64_t window_offset);
+    dmuon_rc (*test)(dmuon_group *g, int kind, int *done);
+    dmuon_rc (*wait)(dmuon_group *g, int kind);
 };
 
 /* Records DMUON_EUNSUPPORTED "<what>: not offered by the <backend>
@@ -137,7 +150,7 @@ const dmuon_comm_ops *dmuon_comm_backend(dmuon_backend b);
  * backend and `what`) when it is not built. */
 dmuon_rc dmuon_comm_backend_get(dmuon_backend b, const char *what, const dmuon_comm_ops **out);
 
-/* The MPI backend (mpi_symm.c, mpi_collv.c, mpi_publish.c). */
+/* The MPI backend (mpi_symm.c, mpi_collv.c, mpi_algo.c, mpi_publish.c). */
 extern const dmuon_comm_ops dmuon_mpi_ops;
 /* The NCCL backends (nccl_backend.h), in builds with NCCL. */
 extern const dmuon_comm_ops dmuon_nccl_ops, dmuon_nccl_dev_ops;

@@ -116,8 +116,18 @@ static dmuon_rc ncclx_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
                                        window_offset, g->opts.deadline_ms, m->stream);
 }
 
-/* Entries left NULL (split phase, publish) are not offered: the public
- * layer says so (backend.h). */
+/* The scheduled algorithm: one kernel per call executing sched.h's
+ * queues.  Blocking only: the split-phase entries are NULL. */
+static const dmuon_group_ops scheduled_ops = {
+    .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
+    .create = ncclx_group_create,
+    .free = ncclx_group_free,
+    .allgatherv = ncclx_allgatherv,
+    .reduce_scatterv = ncclx_reduce_scatterv,
+};
+
+/* Entries left NULL (the per-owner, coalesced and equal algorithms, split
+ * phase, publish) are not offered: the public layer says so (backend.h). */
 const dmuon_comm_ops dmuon_nccl_dev_ops = {
     .name = "nccl-dev",
     .on_device = 1,
@@ -125,11 +135,8 @@ const dmuon_comm_ops dmuon_nccl_dev_ops = {
     .symm_free = ncclx_symm_free,
     .symm_put = dmuon_nccl_symm_put,
     .symm_get = dmuon_nccl_symm_get,
-    .group_ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
-    .group_create = ncclx_group_create,
-    .group_free = ncclx_group_free,
-    .allgatherv = ncclx_allgatherv,
-    .reduce_scatterv = ncclx_reduce_scatterv,
+    .default_algo = DMUON_ALGO_SCHEDULED,
+    .group = {[DMUON_ALGO_SCHEDULED] = &scheduled_ops},
 };
 
 #else

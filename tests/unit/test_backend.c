@@ -121,6 +121,8 @@ static void check_unsupported(const dmuon_comm_ops *ops)
     dmuon_group g;
     memset(&g, 0, sizeof g);
     g.ops = ops;
+    g.opts.algorithm = ops->default_algo;
+    g.gops = ops->group[ops->default_algo];
     g.rsv_ok = 1;
     int done = -1;
     const struct {
@@ -162,7 +164,9 @@ static void check_unsupported(const dmuon_comm_ops *ops)
 
 static void test_null_entries(void)
 {
-    static const dmuon_comm_ops bare = {.name = "bare"};
+    static const dmuon_group_ops blocking_only = {NULL};
+    static const dmuon_comm_ops bare = {.name = "bare", .default_algo = DMUON_ALGO_SCHEDULED,
+                                        .group = {[DMUON_ALGO_SCHEDULED] = &blocking_only}};
     check_unsupported(&bare);
 #ifdef DMUON_HAVE_NCCL
     const dmuon_comm_ops *nccl = dmuon_comm_backend(DMUON_BACKEND_NCCL);
