@@ -29,6 +29,7 @@ const dmuon_comm_ops dmuon_mpi_ops = {
     .publish_wait = dmuon_mpi_publish_wait,
     .publish_end = dmuon_mpi_publish_end,
     .publish_flag = dmuon_mpi_publish_flag,
+    .publish_node_load = dmuon_mpi_publish_node_load,
 };
 
 const char *dmuon_backend_name(dmuon_backend b)

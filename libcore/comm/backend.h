@@ -106,6 +106,9 @@ struct dmuon_comm_ops {
     dmuon_rc (*publish_progress)(dmuon_publish *p);
     dmuon_rc (*publish_wait)(dmuon_publish *p, int param, int64_t step);
     dmuon_rc (*publish_end)(dmuon_publish *p, int64_t step);
+    /* dmuon/publish.h dmuon_publish_node_load, ranges checked. */
+    dmuon_rc (*publish_node_load)(dmuon_publish *p, const dmuon_segment *segs,
+                                  const int *params, int n, int64_t dst_offset, int64_t step);
     int64_t (*publish_flag)(const dmuon_publish *p, int param);
 };
 

@@ -53,5 +53,7 @@ dmuon_rc dmuon_mpi_publish_progress(dmuon_publish *p);
 dmuon_rc dmuon_mpi_publish_wait(dmuon_publish *p, int param, int64_t step);
 dmuon_rc dmuon_mpi_publish_end(dmuon_publish *p, int64_t step);
 int64_t dmuon_mpi_publish_flag(const dmuon_publish *p, int param);
+dmuon_rc dmuon_mpi_publish_node_load(dmuon_publish *p, const dmuon_segment *segs,
+                                     const int *params, int n, int64_t dst_offset, int64_t step);
 
 #endif

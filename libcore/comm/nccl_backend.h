@@ -53,10 +53,6 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s);
 void dmuon_nccl_symm_free(dmuon_symm *s);
 dmuon_rc dmuon_nccl_symm_put(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
 dmuon_rc dmuon_nccl_symm_get(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
-/* Agrees a per-rank failure over t->world: when any rank failed, every rank
- * returns rc_kind (this rank's message if it failed, else "rank R failed"). */
-dmuon_rc dmuon_nccl_agree(const dmuon_topo *t, int failed_here, dmuon_rc rc_kind,
-                          const char *what);
 
 /* Host API operators (nccl_collv.c). */
 dmuon_rc dmuon_nccl_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,

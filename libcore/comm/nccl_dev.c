@@ -16,6 +16,8 @@
  */
 #include "nccl_backend.h"
 
+#include "dmuon/ctl.h"
+
 #if defined(DMUON_HAVE_NCCL) && defined(DMUON_HAVE_NCCL_DEV)
 
 #include <stdlib.h>
@@ -33,8 +35,7 @@ static dmuon_rc ncclx_symm_alloc(dmuon_symm *s)
     dmuon_ncclx_comm *d = NULL;
     const dmuon_topo *t = s->topo;
     dmuon_rc rc = dmuon_ncclx_comm_create(m->comm, t->nodes, t->node_id, t->per_node, t->local, &d);
-    dmuon_rc agreed = dmuon_nccl_agree(s->topo, rc != DMUON_OK,
-                                       rc != DMUON_OK ? rc : DMUON_ECOMM, "nccl-dev memory");
+    dmuon_rc agreed = dmuon_agree(t->world, rc, 0);
     if (agreed != DMUON_OK) {
         dmuon_ncclx_comm_free(m->comm, d);
         dmuon_nccl_symm_free(s);
@@ -69,7 +70,7 @@ static dmuon_rc ncclx_group_create(dmuon_group *g)
         rc = dmuon_ncclx_queues_upload(&g->sched[k], t->node_id, &x->q[k]);
         bad = rc != DMUON_OK;
     }
-    rc = dmuon_nccl_agree(t, bad, bad ? rc : DMUON_EDEVICE, "nccl-dev group");
+    rc = dmuon_agree(t->world, bad ? rc : DMUON_OK, 0);
     if (rc != DMUON_OK) {
         if (x) {
             dmuon_ncclx_queues_free(&x->q[0]);

@@ -165,6 +165,30 @@ dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step)
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
+                                 int n, int64_t dst_offset, int64_t step)
+{
+    DMUON_COMM_NEED(p->ops, publish_node_load, "publish_node_load");
+    if (n < 0 || (n > 0 && (!segs || !params)))
+        return DMUON_FAIL(DMUON_EINVAL, "publish node load: %d parameters: expected a list", n);
+    for (int j = 0; j < n; j++) {
+        if (params[j] < 0 || params[j] >= p->n)
+            return DMUON_FAIL(DMUON_EINVAL, "publish node load: entry %d: parameter %d is not "
+                              "in the table of %d", j, params[j], p->n);
+        const dmuon_segment *q = &p->params[params[j]];
+        const int64_t bytes = q->count * (int64_t)dmuon_dtype_size(q->dtype);
+        const int64_t at = dst_offset + segs[j].offset;
+        if (at < 0 || segs[j].offset < 0 || at > p->mem->bytes || bytes > p->mem->bytes - at ||
+            (at < p->copy_offset + p->copy_bytes && p->copy_offset < at + bytes))
+            return DMUON_FAIL(DMUON_EINVAL, "publish node load: entry %d (parameter %d): "
+                              "destination [%lld, +%lld) is outside the %lld bytes of symmetric "
+                              "memory or overlaps the copy", j, params[j], (long long)at,
+                              (long long)bytes, (long long)p->mem->bytes);
+    }
+    DMUON_TRY(p->ops->publish_node_load(p, segs, params, n, dst_offset, step));
+    return DMUON_OK;
+}
+
 int64_t dmuon_publish_flag(const dmuon_publish *p, int param)
 {
     if (!p->ops->publish_flag)
