@@ -8,6 +8,7 @@
  * waiting; rows_out is filled identically on every rank; nothing is printed.
  */
 #include "dmuon/timer.h"
+#include "dmuon/ctl.h"
 #include "dmuon/model.h"
 #include "dmuon/probe.h"
 
@@ -47,26 +48,6 @@ static dmuon_rc local_rank(MPI_Comm comm, int *out)
         return DMUON_FAIL(DMUON_ECOMM, "probe: MPI_Comm_split_type failed");
     MPI_Comm_rank(node, out);
     MPI_Comm_free(&node);
-    return DMUON_OK;
-}
-
-/* All ranks learn whether any rank failed.  Returns DMUON_OK when none did,
- * mine when this rank failed (its message kept), else DMUON_ECOMM naming
- * the first failing rank. */
-static dmuon_rc agree(MPI_Comm comm, dmuon_rc mine, const char *phase)
-{
-    if (comm == MPI_COMM_NULL)
-        return mine;
-    int rank, first = INT_MAX, flag;
-    MPI_Comm_rank(comm, &rank);
-    flag = mine == DMUON_OK ? INT_MAX : rank;
-    if (MPI_Allreduce(&flag, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "probe: MPI_Allreduce failed (%s)", phase);
-    if (mine != DMUON_OK)
-        return mine;
-    if (first != INT_MAX)
-        return DMUON_FAIL(DMUON_ECOMM, "probe: rank %d failed while %s (see its message)", first,
-                          phase);
     return DMUON_OK;
 }
 
@@ -189,7 +170,7 @@ dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes
         if (!t || !all || !med)
             rc = DMUON_FAIL(DMUON_ENOMEM, "probe: out of memory");
     }
-    DMUON_TRY_GOTO(rc, agree(comm, rc, "opening the device"), done);
+    DMUON_TRY_GOTO(rc, dmuon_agree(comm, rc, 0), done);
 
     /* every rank must measure the same thing under the same name */
     dmuon_ns_opts_variant(&opts->ns, variant, sizeof variant);
@@ -223,7 +204,7 @@ dmuon_rc dmuon_probe_shapes(const dmuon_probe_opts *opts, const int64_t (*shapes
             goto done;
         }
         rc = time_shape(ns, opts, m, k, t);
-        DMUON_TRY_GOTO(rc, agree(comm, rc, "timing a shape"), done);
+        DMUON_TRY_GOTO(rc, dmuon_agree(comm, rc, 0), done);
         double mine[3], lo = t[0], hi = t[0];
         for (int j = 1; j < opts->iters; j++) {
             lo = t[j] < lo ? t[j] : lo;
@@ -465,7 +446,7 @@ dmuon_rc dmuon_probe_run(const dmuon_probe_opts *po, const dmuon_probe_run_opts 
     res->considered = k;
     /* 2. the device on every rank, before any file is created */
     rc = dmuon_probe_key(po, comm, res->device, res->variant, res->dtype);
-    DMUON_TRY(agree(comm, rc, "opening the device"));
+    DMUON_TRY(dmuon_agree(comm, rc, 0));
     /* 3. rank 0 opens the database and reads it once */
     if (rank == 0) {
         rc = dmuon_costdb_open(path, true, 30000, &db);
@@ -493,7 +474,7 @@ dmuon_rc dmuon_probe_run(const dmuon_probe_opts *po, const dmuon_probe_run_opts 
     res->rows = calloc(res->n ? res->n : 1, sizeof *res->rows);
     if (!res->rows)
         rc = DMUON_FAIL(DMUON_ENOMEM, "probe: out of memory");
-    DMUON_TRY_GOTO(rc, agree(comm, rc, "allocating the rows"), out);
+    DMUON_TRY_GOTO(rc, dmuon_agree(comm, rc, 0), out);
     /* 5. time; 6. store what was measured */
     if (res->n > 0)
         rc = dmuon_probe_shapes(po, (const int64_t(*)[2])res->shapes, res->n, comm, res->rows);

@@ -14,14 +14,13 @@ const dmuon_comm_ops dmuon_mpi_ops = {
     .chunk_bytes = DMUON_MPI_CHUNK_BYTES,
     .symm_alloc = dmuon_mpi_symm_alloc,
     .symm_free = dmuon_mpi_symm_free,
-    .group_ctrl_bytes = dmuon_mpi_group_ctrl_bytes,
-    .group_create = dmuon_mpi_group_create,
-    .group_free = dmuon_mpi_group_free,
-    .allgatherv = dmuon_mpi_allgatherv,
-    .reduce_scatterv = dmuon_mpi_reduce_scatterv,
-    .start = dmuon_mpi_start,
-    .test = dmuon_mpi_test,
-    .wait = dmuon_mpi_wait,
+    .default_algo = DMUON_ALGO_SCHEDULED,
+    .group = {
+        [DMUON_ALGO_SCHEDULED] = &dmuon_mpi_scheduled_ops,
+        [DMUON_ALGO_PER_OWNER] = &dmuon_mpi_baseline_ops,
+        [DMUON_ALGO_COALESCED] = &dmuon_mpi_baseline_ops,
+        [DMUON_ALGO_EQUAL] = &dmuon_mpi_baseline_ops,
+    },
     .publish_create = dmuon_mpi_publish_create,
     .publish_free = dmuon_mpi_publish_free,
     .publish_begin = dmuon_mpi_publish_begin,
@@ -30,6 +29,7 @@ const dmuon_comm_ops dmuon_mpi_ops = {
     .publish_wait = dmuon_mpi_publish_wait,
     .publish_end = dmuon_mpi_publish_end,
     .publish_flag = dmuon_mpi_publish_flag,
+    .publish_node_load = dmuon_mpi_publish_node_load,
 };
 
 const char *dmuon_backend_name(dmuon_backend b)
@@ -92,6 +92,13 @@ dmuon_rc dmuon_backend_check(dmuon_backend b)
     DMUON_TRY(dmuon_nccl_gpu_check(dmuon_backend_name(b)));
 #endif
     return DMUON_OK;
+}
+
+dmuon_rc dmuon_comm_unsupported(const dmuon_comm_ops *ops, const char *what, const char *file,
+                                int line)
+{
+    return dmuon_err_set(DMUON_EUNSUPPORTED, file, line, "%s: not offered by the %s backend",
+                         what, ops->name);
 }
 
 dmuon_rc dmuon_comm_backend_get(dmuon_backend b, const char *what, const dmuon_comm_ops **out)

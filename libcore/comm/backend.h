@@ -11,6 +11,12 @@
  * device API) is a new file filling a dmuon_comm_ops plus one line in
  * backend.c.
  *
+ * In an ops table NULL means "not offered by this backend": the public
+ * layer checks each pointer before it calls it and returns
+ * DMUON_EUNSUPPORTED naming the backend and the operation
+ * (DMUON_COMM_NEED), on every rank alike (every rank runs the same backend).
+ * A backend never fills an entry with a stub that only refuses.
+ *
  * Contracts for every operation: collective where the public function is;
  * errors recorded with DMUON_FAIL; a create that fails leaves impl NULL or
  * releasable by the matching free, and fails identically on every rank.
@@ -26,6 +32,7 @@
 #include "dmuon/topo.h"
 
 typedef struct dmuon_comm_ops dmuon_comm_ops;
+typedef struct dmuon_group_ops dmuon_group_ops;
 
 struct dmuon_symm {
     const dmuon_comm_ops *ops;
@@ -40,13 +47,14 @@ struct dmuon_symm {
 
 struct dmuon_group {
     const dmuon_comm_ops *ops;
+    const dmuon_group_ops *gops;   /* ops->group[opts.algorithm] */
     const dmuon_topo *topo;
     dmuon_symm *mem;
     int64_t ctrl_offset, ctrl_bytes;
     dmuon_segment *segs;      /* copy of the table, checked and agreed */
     int nseg;
     int64_t buffer_bytes, window_bytes;
-    dmuon_group_opts opts;    /* resolved: deadline_ms and slots filled in */
+    dmuon_group_opts opts;    /* resolved: deadline_ms, slots and algorithm filled in */
     dmuon_sched sched[2];     /* gather, reduce */
     int rsv_ok;               /* every element type can be reduced */
     void *impl;
@@ -68,6 +76,9 @@ struct dmuon_publish {
 
 struct dmuon_comm_ops {
     const char *name;
+    /* 1: symmetric memory lives on a device and is reached through
+     * symm_put/symm_get; 0: host memory that the public layer memcpys. */
+    int on_device;
     /* The chunk of a group or publish whose options say 0 (bytes; passes
      * dmuon_chunk_bytes_check): what suits the backend's transport; 0 for
      * DMUON_CHUNK_BYTES (the paper's 64 KiB). */
@@ -75,25 +86,16 @@ struct dmuon_comm_ops {
     /* Symmetric memory: fill base, peer and impl of s (topo, bytes set). */
     dmuon_rc (*symm_alloc)(dmuon_symm *s);
     void (*symm_free)(dmuon_symm *s);
-    /* Device memory only (NULL for host memory, which symm.c memcpys):
+    /* Device memory only (on_device; host memory is memcpy'd by symm.c):
      * synchronous copies host → part / part → host of a checked range. */
     dmuon_rc (*symm_put)(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
     dmuon_rc (*symm_get)(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
 
-    /* Groups: control-area bytes for a checked table (not collective);
-     * create over the filled-in g (control area at g->ctrl_offset, zeroed
-     * by the backend); free. */
-    dmuon_rc (*group_ctrl_bytes)(const dmuon_topo *t, const dmuon_segment *segs, int n,
-                                 const dmuon_group_opts *opts, int64_t *bytes);
-    dmuon_rc (*group_create)(dmuon_group *g);
-    void (*group_free)(dmuon_group *g);
-    /* Blocking operators over checked ranges. */
-    dmuon_rc (*allgatherv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
-    dmuon_rc (*reduce_scatterv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
-    /* Split phase (collv.h): kind is DMUON_SCHED_GATHER or _REDUCE. */
-    dmuon_rc (*start)(dmuon_group *g, int kind, int64_t buffer_offset, int64_t window_offset);
-    dmuon_rc (*test)(dmuon_group *g, int kind, int *done);
-    dmuon_rc (*wait)(dmuon_group *g, int kind);
+    /* Groups, one table per algorithm (dmuon/collv.h); NULL where the
+     * backend does not offer it.  default_algo is what DMUON_ALGO_DEFAULT
+     * means here. */
+    dmuon_algo default_algo;
+    const dmuon_group_ops *group[DMUON_ALGO_COUNT];
 
     /* Publish: create over the filled-in p; the rest as in publish.h with
      * arguments already checked where the public layer can. */
@@ -104,8 +106,44 @@ struct dmuon_comm_ops {
     dmuon_rc (*publish_progress)(dmuon_publish *p);
     dmuon_rc (*publish_wait)(dmuon_publish *p, int param, int64_t step);
     dmuon_rc (*publish_end)(dmuon_publish *p, int64_t step);
+    /* dmuon/publish.h dmuon_publish_node_load, ranges checked. */
+    dmuon_rc (*publish_node_load)(dmuon_publish *p, const dmuon_segment *segs,
+                                  const int *params, int n, int64_t dst_offset, int64_t step);
     int64_t (*publish_flag)(const dmuon_publish *p, int param);
 };
+
+/* The group operations of one algorithm of one backend.  The public layer
+ * has checked the table against the algorithm's rule (collv.c) and every
+ * call's ranges before it calls these. */
+struct dmuon_group_ops {
+    /* Control-area bytes for a checked table (not collective); create over
+     * the filled-in g (control area at g->ctrl_offset, zeroed by the
+     * backend; collective); free (collective). */
+    dmuon_rc (*ctrl_bytes)(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                           const dmuon_group_opts *opts, int64_t *bytes);
+    dmuon_rc (*create)(dmuon_group *g);
+    void (*free)(dmuon_group *g);
+    /* Blocking operators over checked ranges. */
+    dmuon_rc (*allgatherv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+    dmuon_rc (*reduce_scatterv)(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
+    /* Split phase (collv.h): kind is DMUON_SCHED_GATHER or _REDUCE. */
+    dmuon_rc (*start)(dmuon_group *g, int kind, int64_t buffer_offset, int64_t window_offset);
+    dmuon_rc (*test)(dmuon_group *g, int kind, int *done);
+    dmuon_rc (*wait)(dmuon_group *g, int kind);
+};
+
+/* Records DMUON_EUNSUPPORTED "<what>: not offered by the <backend>
+ * backend" at file:line and returns it.  Use DMUON_COMM_NEED. */
+dmuon_rc dmuon_comm_unsupported(const dmuon_comm_ops *ops, const char *what, const char *file,
+                                int line);
+
+/* Returns DMUON_EUNSUPPORTED from the calling function when the entry fn of
+ * ops is NULL (what names the operation for the message). */
+#define DMUON_COMM_NEED(ops, fn, what)                                      \
+    do {                                                                    \
+        if (!(ops)->fn)                                                     \
+            return dmuon_comm_unsupported((ops), (what), __FILE__, __LINE__); \
+    } while (0)
 
 /* The operations of backend b, or NULL when b is not built (the caller
  * reports DMUON_EUNSUPPORTED). */
@@ -115,7 +153,7 @@ const dmuon_comm_ops *dmuon_comm_backend(dmuon_backend b);
  * backend and `what`) when it is not built. */
 dmuon_rc dmuon_comm_backend_get(dmuon_backend b, const char *what, const dmuon_comm_ops **out);
 
-/* The MPI backend (mpi_symm.c, mpi_collv.c, mpi_publish.c). */
+/* The MPI backend (mpi_symm.c, mpi_collv.c, mpi_algo.c, mpi_publish.c). */
 extern const dmuon_comm_ops dmuon_mpi_ops;
 /* The NCCL backends (nccl_backend.h), in builds with NCCL. */
 extern const dmuon_comm_ops dmuon_nccl_ops, dmuon_nccl_dev_ops;

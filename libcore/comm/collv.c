@@ -49,6 +49,12 @@ static dmuon_rc resolve_opts(const dmuon_comm_ops *ops, const dmuon_group_opts *
         *o = *opts;
     if (o->path < DMUON_PATH_AUTO || o->path > DMUON_PATH_STAR)
         return DMUON_FAIL(DMUON_EINVAL, "group: unknown path %d", (int)o->path);
+    if (o->algorithm < DMUON_ALGO_DEFAULT || o->algorithm >= DMUON_ALGO_COUNT)
+        return DMUON_FAIL(DMUON_EINVAL, "group: unknown algorithm %d", (int)o->algorithm);
+    if (o->scope != DMUON_SCOPE_WORLD && o->scope != DMUON_SCOPE_NODE)
+        return DMUON_FAIL(DMUON_EINVAL, "group: unknown scope %d", (int)o->scope);
+    if (o->algorithm == DMUON_ALGO_DEFAULT)
+        o->algorithm = ops->default_algo;
     if (o->slots < 0)
         return DMUON_FAIL(DMUON_EINVAL, "group: %d reduce slots: expected 0 (default) or more",
                           o->slots);
@@ -61,15 +67,95 @@ static dmuon_rc resolve_opts(const dmuon_comm_ops *ops, const dmuon_group_opts *
     return DMUON_OK;
 }
 
+static const char *const algo_names[DMUON_ALGO_COUNT] = {"default", "scheduled", "per-owner",
+                                                          "coalesced", "equal"};
+
+const char *dmuon_algo_name(dmuon_algo a)
+{
+    return a >= 0 && a < DMUON_ALGO_COUNT ? algo_names[a] : "?";
+}
+
+dmuon_rc dmuon_algo_parse(const char *text, dmuon_algo *out)
+{
+    for (int a = 0; a < DMUON_ALGO_COUNT; a++)
+        if (text && !strcmp(text, algo_names[a])) {
+            *out = (dmuon_algo)a;
+            return DMUON_OK;
+        }
+    return DMUON_FAIL(DMUON_EINVAL, "algorithm '%s': expected default, scheduled, per-owner, "
+                      "coalesced or equal", text ? text : "");
+}
+
+/* The table rule of the COALESCED and EQUAL algorithms (collv.h): owners
+ * non-decreasing, back to back in the layer buffer and in each window, one
+ * element type; EQUAL: one segment per rank of the scope, equal counts.
+ * Pure: every rank decides alike on the agreed table. */
+static dmuon_rc algo_table_ok(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                              const dmuon_group_opts *o)
+{
+    const char *an = dmuon_algo_name(o->algorithm);
+    if (o->algorithm != DMUON_ALGO_EQUAL && o->scope != DMUON_SCOPE_WORLD)
+        return DMUON_FAIL(DMUON_EINVAL, "group: node scope is for the equal algorithm, not %s",
+                          an);
+    if (o->fp32_accum && o->algorithm != DMUON_ALGO_SCHEDULED)
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: FP32 accumulation of BF16 is offered by "
+                          "the scheduled algorithm only, not %s", an);
+    if (o->algorithm != DMUON_ALGO_COALESCED && o->algorithm != DMUON_ALGO_EQUAL)
+        return DMUON_OK;
+    const int parts = o->scope == DMUON_SCOPE_NODE ? t->per_node : t->size;
+    if (o->algorithm == DMUON_ALGO_EQUAL && n != parts)
+        return DMUON_FAIL(DMUON_EINVAL, "group: the equal algorithm takes one segment per rank "
+                          "of its scope (%d), not %d", parts, n);
+    for (int i = 0; i < n; i++) {
+        const dmuon_segment *a = &segs[i];
+        if (a->owner >= parts)
+            return DMUON_FAIL(DMUON_EINVAL, "group: segment %d: owner %d is not a rank of the "
+                              "node (node scope: owners are local ranks 0..%d)", i,
+                              (int)a->owner, parts - 1);
+        if (o->algorithm == DMUON_ALGO_EQUAL && (a->owner != i || a->count != segs[0].count))
+            return DMUON_FAIL(DMUON_EINVAL, "group: segment %d: the equal algorithm takes segment "
+                              "j owned by rank j, all of %lld elements (owner %d, %lld elements)",
+                              i, (long long)segs[0].count, (int)a->owner, (long long)a->count);
+        if ((int64_t)dmuon_dtype_size(a->dtype) * a->count > INT_MAX)
+            return DMUON_FAIL(DMUON_EINVAL, "group: segment %d: %lld elements is more than one "
+                              "MPI count holds", i, (long long)a->count);
+        if (!i)
+            continue;
+        const dmuon_segment *b = &segs[i - 1];
+        const int64_t bb = b->count * (int64_t)dmuon_dtype_size(b->dtype);
+        if (a->dtype != b->dtype || a->owner < b->owner || a->offset != b->offset + bb ||
+            (a->owner == b->owner && a->window_offset != b->window_offset + bb))
+            return DMUON_FAIL(DMUON_EINVAL, "group: segment %d: the %s algorithm takes an "
+                              "owner-ordered table of one element type (owners non-decreasing, "
+                              "segments back to back in the layer buffer and in each window; "
+                              "dmuon_table_owner_ordered makes one)", i, an);
+    }
+    return DMUON_OK;
+}
+
+/* The backend's operations for the resolved algorithm of o. */
+static dmuon_rc group_ops_of(const dmuon_comm_ops *ops, const dmuon_group_opts *o,
+                             const dmuon_group_ops **out)
+{
+    *out = ops->group[o->algorithm];
+    if (!*out || !(*out)->ctrl_bytes || !(*out)->create || !(*out)->free)
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: the %s algorithm is not offered by the %s "
+                          "backend", dmuon_algo_name(o->algorithm), ops->name);
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
                                 const dmuon_group_opts *opts, int64_t *bytes)
 {
     const dmuon_comm_ops *ops;
+    const dmuon_group_ops *gops;
     dmuon_group_opts o;
     DMUON_TRY(dmuon_comm_backend_get(t->backend, "group", &ops));
     DMUON_TRY(dmuon_table_check(segs, n, t->size, NULL, NULL));
     DMUON_TRY(resolve_opts(ops, opts, &o));
-    DMUON_TRY(ops->group_ctrl_bytes(t, segs, n, &o, bytes));
+    DMUON_TRY(group_ops_of(ops, &o, &gops));
+    DMUON_TRY(algo_table_ok(t, segs, n, &o));
+    DMUON_TRY(gops->ctrl_bytes(t, segs, n, &o, bytes));
     return DMUON_OK;
 }
 
@@ -135,6 +221,8 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
                    fail);
     DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "group", &g->ops), fail);
     DMUON_TRY_GOTO(rc, resolve_opts(g->ops, opts, &g->opts), fail);
+    DMUON_TRY_GOTO(rc, group_ops_of(g->ops, &g->opts, &g->gops), fail);
+    DMUON_TRY_GOTO(rc, algo_table_ok(t, segs, n, &g->opts), fail);
     if (!mem || mem->topo != t || mem->backend != t->backend) {
         rc = DMUON_FAIL(DMUON_EINVAL, "group: the symmetric memory was not allocated over "
                         "this topology and its backend");
@@ -151,10 +239,10 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
                                         DMUON_SCHED_GATHER, &so), fail);
     DMUON_TRY_GOTO(rc, dmuon_sched_init(&g->sched[1], segs, n, t->nodes, t->per_node,
                                         DMUON_SCHED_REDUCE, &so), fail);
-    DMUON_TRY_GOTO(rc, g->ops->group_ctrl_bytes(t, segs, n, &g->opts, &g->ctrl_bytes), fail);
+    DMUON_TRY_GOTO(rc, g->gops->ctrl_bytes(t, segs, n, &g->opts, &g->ctrl_bytes), fail);
     DMUON_TRY_GOTO(rc, check_range(mem, "group", "control area", ctrl_offset, g->ctrl_bytes,
                                    DMUON_GROUP_CTRL_ALIGN), fail);
-    DMUON_TRY_GOTO(rc, g->ops->group_create(g), fail);
+    DMUON_TRY_GOTO(rc, g->gops->create(g), fail);
     *out = g;
     return DMUON_OK;
 fail:
@@ -167,8 +255,8 @@ void dmuon_group_free(dmuon_group *g)
 {
     if (!g)
         return;
-    if (g->ops && g->impl)
-        g->ops->group_free(g);
+    if (g->gops && g->impl)
+        g->gops->free(g);
     dmuon_sched_release(&g->sched[0]);
     dmuon_sched_release(&g->sched[1]);
     free(g->segs);
@@ -178,10 +266,22 @@ void dmuon_group_free(dmuon_group *g)
 int64_t dmuon_group_buffer_bytes(const dmuon_group *g) { return g->buffer_bytes; }
 int64_t dmuon_group_window_bytes(const dmuon_group *g) { return g->window_bytes; }
 
+dmuon_algo dmuon_group_algo(const dmuon_group *g) { return g->opts.algorithm; }
+
 const dmuon_sched *dmuon_group_sched(const dmuon_group *g, dmuon_sched_kind kind)
 {
     return &g->sched[kind];
 }
+
+/* Returns DMUON_EUNSUPPORTED from the calling function when the group's
+ * algorithm has no entry fn on its backend. */
+#define GROUP_NEED(g, fn, what)                                                              \
+    do {                                                                                     \
+        if (!(g)->gops || !(g)->gops->fn)                                                    \
+            return dmuon_err_set(DMUON_EUNSUPPORTED, __FILE__, __LINE__, "%s: not offered by " \
+                                 "the %s backend with the %s algorithm", (what),             \
+                                 (g)->ops->name, dmuon_algo_name((g)->opts.algorithm));      \
+    } while (0)
 
 /* A call's two ranges: inside the memory, aligned, apart from each other
  * and from the control area. */
@@ -205,58 +305,66 @@ static dmuon_rc check_call(const dmuon_group *g, const char *op, int64_t buf, in
 
 dmuon_rc dmuon_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
+    GROUP_NEED(g, allgatherv, "allgatherv");
     DMUON_TRY(check_call(g, "allgatherv", buffer_offset, window_offset));
-    DMUON_TRY(g->ops->allgatherv(g, buffer_offset, window_offset));
+    DMUON_TRY(g->gops->allgatherv(g, buffer_offset, window_offset));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
+    GROUP_NEED(g, reduce_scatterv, "reducescatterv");
     if (!g->rsv_ok)
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "reducescatterv: element types other than bf16 "
                           "and f32 cannot be reduced");
     DMUON_TRY(check_call(g, "reducescatterv", buffer_offset, window_offset));
-    DMUON_TRY(g->ops->reduce_scatterv(g, buffer_offset, window_offset));
+    DMUON_TRY(g->gops->reduce_scatterv(g, buffer_offset, window_offset));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_allgatherv_start(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
+    GROUP_NEED(g, start, "allgatherv_start");
     DMUON_TRY(check_call(g, "allgatherv_start", buffer_offset, window_offset));
-    DMUON_TRY(g->ops->start(g, DMUON_SCHED_GATHER, buffer_offset, window_offset));
+    DMUON_TRY(g->gops->start(g, DMUON_SCHED_GATHER, buffer_offset, window_offset));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_allgatherv_test(dmuon_group *g, int *done)
 {
-    DMUON_TRY(g->ops->test(g, DMUON_SCHED_GATHER, done));
+    GROUP_NEED(g, test, "allgatherv_test");
+    DMUON_TRY(g->gops->test(g, DMUON_SCHED_GATHER, done));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_allgatherv_wait(dmuon_group *g)
 {
-    DMUON_TRY(g->ops->wait(g, DMUON_SCHED_GATHER));
+    GROUP_NEED(g, wait, "allgatherv_wait");
+    DMUON_TRY(g->gops->wait(g, DMUON_SCHED_GATHER));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_reduce_scatterv_start(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
+    GROUP_NEED(g, start, "reducescatterv_start");
     if (!g->rsv_ok)
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "reducescatterv: element types other than bf16 "
                           "and f32 cannot be reduced");
     DMUON_TRY(check_call(g, "reducescatterv_start", buffer_offset, window_offset));
-    DMUON_TRY(g->ops->start(g, DMUON_SCHED_REDUCE, buffer_offset, window_offset));
+    DMUON_TRY(g->gops->start(g, DMUON_SCHED_REDUCE, buffer_offset, window_offset));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_reduce_scatterv_test(dmuon_group *g, int *done)
 {
-    DMUON_TRY(g->ops->test(g, DMUON_SCHED_REDUCE, done));
+    GROUP_NEED(g, test, "reducescatterv_test");
+    DMUON_TRY(g->gops->test(g, DMUON_SCHED_REDUCE, done));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_reduce_scatterv_wait(dmuon_group *g)
 {
-    DMUON_TRY(g->ops->wait(g, DMUON_SCHED_REDUCE));
+    GROUP_NEED(g, wait, "reducescatterv_wait");
+    DMUON_TRY(g->gops->wait(g, DMUON_SCHED_REDUCE));
     return DMUON_OK;
 }

@@ -29,15 +29,21 @@ MPI_Win dmuon_mpi_symm_win(const dmuon_symm *s);
  * mpi_collv.c: every wait loop moves the other calls on the list). */
 void **dmuon_mpi_symm_inflight(dmuon_symm *s);
 
-dmuon_rc dmuon_mpi_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
-                                    const dmuon_group_opts *opts, int64_t *bytes);
-dmuon_rc dmuon_mpi_group_create(dmuon_group *g);
-void dmuon_mpi_group_free(dmuon_group *g);
-dmuon_rc dmuon_mpi_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
-dmuon_rc dmuon_mpi_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
-dmuon_rc dmuon_mpi_start(dmuon_group *g, int kind, int64_t buffer_offset, int64_t window_offset);
-dmuon_rc dmuon_mpi_test(dmuon_group *g, int kind, int *done);
-dmuon_rc dmuon_mpi_wait(dmuon_group *g, int kind);
+/* The scheduled algorithm (mpi_collv.c: the queues of dmuon/sched.h). */
+extern const dmuon_group_ops dmuon_mpi_scheduled_ops;
+/* The per-owner, coalesced and equal algorithms (mpi_algo.c: MPI's
+ * non-blocking collectives); one table, the algorithm read from g->opts. */
+extern const dmuon_group_ops dmuon_mpi_baseline_ops;
+
+/* Moves every scheduled call in flight on s once (never blocks); a failure
+ * there is kept by that call's group and reported by its own test or wait.
+ * Every wait loop over s calls it, so that a call blocked here never leaves
+ * another group's peers waiting for this rank. */
+void dmuon_mpi_progress_inflight(dmuon_symm *s);
+
+/* The BF16 sum for MPI reductions of MPI_UINT16_T: inout = bf16(in + inout)
+ * per element, created at the first call (after MPI_Init) and kept. */
+MPI_Op dmuon_mpi_bf16_sum(void);
 
 dmuon_rc dmuon_mpi_publish_create(dmuon_publish *p);
 void dmuon_mpi_publish_free(dmuon_publish *p);
@@ -47,5 +53,7 @@ dmuon_rc dmuon_mpi_publish_progress(dmuon_publish *p);
 dmuon_rc dmuon_mpi_publish_wait(dmuon_publish *p, int param, int64_t step);
 dmuon_rc dmuon_mpi_publish_end(dmuon_publish *p, int64_t step);
 int64_t dmuon_mpi_publish_flag(const dmuon_publish *p, int param);
+dmuon_rc dmuon_mpi_publish_node_load(dmuon_publish *p, const dmuon_segment *segs,
+                                     const int *params, int n, int64_t dst_offset, int64_t step);
 
 #endif

@@ -117,6 +117,7 @@ typedef struct mpi_group {
 } mpi_group;
 
 static void inflight_remove(mpi_group *g);
+static void sched_group_free(dmuon_group *pub);
 static void drop_requests(mpi_group *g);
 
 /* ---------------------------------------------------------- waiting ---- */
@@ -169,8 +170,8 @@ static int64_t ctrl_bytes_of(const dmuon_sched *red, int R, int slots, int *scra
     return ALIGN64(CTRL_BYTES + most * red->chunk_bytes * 2);
 }
 
-dmuon_rc dmuon_mpi_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
-                                    const dmuon_group_opts *opts, int64_t *bytes)
+static dmuon_rc sched_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                       const dmuon_group_opts *opts, int64_t *bytes)
 {
     dmuon_sched red = {0};
     dmuon_sched_opts so = {opts->path, opts->chunk_bytes, opts->star_max_bytes};
@@ -186,7 +187,7 @@ dmuon_rc dmuon_mpi_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *se
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_mpi_group_create(dmuon_group *pub)
+static dmuon_rc sched_group_create(dmuon_group *pub)
 {
     dmuon_rc rc = DMUON_OK;
     const dmuon_topo *t = pub->topo;
@@ -293,11 +294,11 @@ dmuon_rc dmuon_mpi_group_create(dmuon_group *pub)
     MPI_Barrier(t->world);
     return DMUON_OK;
 fail:
-    dmuon_mpi_group_free(pub);
+    sched_group_free(pub);
     return rc;
 }
 
-void dmuon_mpi_group_free(dmuon_group *pub)
+static void sched_group_free(dmuon_group *pub)
 {
     mpi_group *g = pub->impl;
     if (!g)
@@ -807,9 +808,9 @@ static dmuon_rc call_late(mpi_group *g)
 
 /* Moves every other call in flight on the same memory (never blocks).  A
  * failure there marks that group failed; its own test or wait reports it. */
-static void progress_others(mpi_group *g)
+static void progress_all_but(dmuon_symm *mem, const mpi_group *g)
 {
-    mpi_group *h = *(mpi_group **)dmuon_mpi_symm_inflight(g->mem);
+    mpi_group *h = *(mpi_group **)dmuon_mpi_symm_inflight(mem);
     while (h) {
         mpi_group *next = h->next_inflight;
         if (h != g) {
@@ -824,6 +825,10 @@ static void progress_others(mpi_group *g)
         h = next;
     }
 }
+
+static void progress_others(mpi_group *g) { progress_all_but(g->mem, g); }
+
+void dmuon_mpi_progress_inflight(dmuon_symm *s) { progress_all_but(s, NULL); }
 
 static dmuon_rc call_start(dmuon_group *pub, int kind, int64_t buffer_offset,
                            int64_t window_offset)
@@ -936,36 +941,47 @@ static dmuon_rc call_wait(dmuon_group *pub, int kind, int restart)
 
 /* ------------------------------------------------- backend entries ---- */
 
-dmuon_rc dmuon_mpi_allgatherv(dmuon_group *pub, int64_t buffer_offset, int64_t window_offset)
+static dmuon_rc sched_allgatherv(dmuon_group *pub, int64_t buffer_offset, int64_t window_offset)
 {
     DMUON_TRY(call_start(pub, 0, buffer_offset, window_offset));
     DMUON_TRY(call_wait(pub, 0, 0));
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_mpi_reduce_scatterv(dmuon_group *pub, int64_t buffer_offset,
-                                   int64_t window_offset)
+static dmuon_rc sched_reduce_scatterv(dmuon_group *pub, int64_t buffer_offset,
+                                      int64_t window_offset)
 {
     DMUON_TRY(call_start(pub, 1, buffer_offset, window_offset));
     DMUON_TRY(call_wait(pub, 1, 0));
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_mpi_start(dmuon_group *pub, int kind, int64_t buffer_offset,
-                         int64_t window_offset)
+static dmuon_rc sched_start(dmuon_group *pub, int kind, int64_t buffer_offset,
+                            int64_t window_offset)
 {
     DMUON_TRY(call_start(pub, kind, buffer_offset, window_offset));
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_mpi_test(dmuon_group *pub, int kind, int *done)
+static dmuon_rc sched_test(dmuon_group *pub, int kind, int *done)
 {
     DMUON_TRY(call_test(pub, kind, done));
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_mpi_wait(dmuon_group *pub, int kind)
+static dmuon_rc sched_wait(dmuon_group *pub, int kind)
 {
     DMUON_TRY(call_wait(pub, kind, 1));
     return DMUON_OK;
 }
+
+const dmuon_group_ops dmuon_mpi_scheduled_ops = {
+    .ctrl_bytes = sched_group_ctrl_bytes,
+    .create = sched_group_create,
+    .free = sched_group_free,
+    .allgatherv = sched_allgatherv,
+    .reduce_scatterv = sched_reduce_scatterv,
+    .start = sched_start,
+    .test = sched_test,
+    .wait = sched_wait,
+};

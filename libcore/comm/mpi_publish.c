@@ -56,6 +56,9 @@ typedef struct {
 typedef struct {
     const dmuon_topo *topo;
     MPI_Comm rail;
+    MPI_Comm node;           /* the node half (node_load): a duplicate of t->node */
+    dmuon_symm *mem;         /* the publish's memory: node peers' copies */
+    int64_t copy_offset;
     const dmuon_segment *params;   /* the public publish's table */
     const dmuon_pub_sched *sched;  /* the public publish's schedule */
     int n;
@@ -87,6 +90,9 @@ dmuon_rc dmuon_mpi_publish_create(dmuon_publish *pub)
     pub->impl = p;
     p->topo = t;
     p->rail = MPI_COMM_NULL;
+    p->node = MPI_COMM_NULL;
+    p->mem = pub->mem;
+    p->copy_offset = pub->copy_offset;
     p->params = params;
     p->sched = &pub->sched;
     p->n = n;
@@ -146,10 +152,11 @@ dmuon_rc dmuon_mpi_publish_create(dmuon_publish *pub)
         p->mine[i].sreq = rq;
         rq += p->mine[i].nchunks + 1;
     }
-    fail = MPI_Comm_dup(t->rail, &p->rail) != MPI_SUCCESS;
+    fail = MPI_Comm_dup(t->rail, &p->rail) != MPI_SUCCESS ||
+           MPI_Comm_dup(t->node, &p->node) != MPI_SUCCESS;
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
     if (fail) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "MPI_Comm_dup of the rail communicator failed");
+        rc = DMUON_FAIL(DMUON_ECOMM, "MPI_Comm_dup of the rail or node communicator failed");
         goto fail;
     }
     return DMUON_OK;
@@ -175,6 +182,8 @@ static void pub_free(mpi_pub *p)
     }
     if (p->rail != MPI_COMM_NULL)
         MPI_Comm_free(&p->rail);
+    if (p->node != MPI_COMM_NULL)
+        MPI_Comm_free(&p->node);
     for (int i = 0; p->mine && i < p->n; i++)
         free(p->mine[i].tail);
     free(p->slot_of);
@@ -424,6 +433,60 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
     return DMUON_OK;
 }
 
+/* The node's ranks meet (a barrier within the deadline), moving the
+ * publish meanwhile so that no peer waits on this rank's forwarding. */
+static dmuon_rc node_meet(mpi_pub *p)
+{
+    MPI_Request q;
+    if (MPI_Ibarrier(p->node, &q) != MPI_SUCCESS) {
+        p->broken = 1;
+        return DMUON_FAIL(DMUON_ECOMM, "publish node load: MPI_Ibarrier failed");
+    }
+    dmuon_waiter w;
+    dmuon_waiter_start(&w, p->deadline_ms);
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            p->broken = 1;
+            return DMUON_FAIL(DMUON_ECOMM, "publish node load: MPI_Test failed");
+        }
+        if (done)
+            return DMUON_OK;
+        if (p->open)
+            DMUON_TRY(pub_progress(p));
+        if (dmuon_waiter_expired(&w)) {
+            p->broken = 1;
+            return DMUON_FAIL(DMUON_ETIMEOUT, "publish node load: rank %d: the ranks of node %d "
+                              "did not all arrive within the %d ms deadline", p->topo->rank,
+                              p->topo->node_id, p->deadline_ms);
+        }
+        dmuon_waiter_idle(&w);
+    }
+}
+
+static dmuon_rc pub_node_load(mpi_pub *p, const dmuon_segment *segs, const int *params, int n,
+                              int64_t dst_offset, int64_t step)
+{
+    const int K = p->topo->per_node;
+    if (!p->mem->peer)
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "publish node load: the node's memory is not "
+                          "mapped here");
+    for (int j = 0; j < n; j++) {
+        const int idx = params[j];
+        if (p->slot_of[idx] >= 0 && p->mine[p->slot_of[idx]].lead)
+            DMUON_TRY(pub_wait(p, idx, step));
+    }
+    DMUON_TRY(node_meet(p));
+    for (int j = 0; j < n; j++) {
+        const dmuon_segment *q = &p->params[params[j]];
+        const unsigned char *src = p->mem->peer[q->owner % K] + p->copy_offset + q->offset;
+        memcpy(p->mem->base + dst_offset + segs[j].offset, src,
+               (size_t)(q->count * (int64_t)dmuon_dtype_size(q->dtype)));
+    }
+    /* nobody changes its copy before every rank of the node has read it */
+    return node_meet(p);
+}
+
 /* ------------------------------------------------- backend entries ---- */
 
 void dmuon_mpi_publish_free(dmuon_publish *pub)
@@ -461,4 +524,10 @@ dmuon_rc dmuon_mpi_publish_end(dmuon_publish *pub, int64_t step)
 int64_t dmuon_mpi_publish_flag(const dmuon_publish *pub, int param)
 {
     return pub_flag(pub->impl, param);
+}
+
+dmuon_rc dmuon_mpi_publish_node_load(dmuon_publish *pub, const dmuon_segment *segs,
+                                     const int *params, int n, int64_t dst_offset, int64_t step)
+{
+    return pub_node_load(pub->impl, segs, params, n, dst_offset, step);
 }

@@ -17,7 +17,8 @@
  * One NCCL communicator per set of ranks (t->world), created at the first
  * allocation over it and kept by the process; each rank uses GPU t->local modulo the visible count (several
  * ranks on one GPU need NCCL_MULTI_RANK_GPU_ENABLE=1 and NCCL >= 2.30.3).
- * Publish is not built on either (DMUON_EUNSUPPORTED).
+ * Publish and the split-phase calls are not offered on either: their ops
+ * entries are NULL and the public layer returns DMUON_EUNSUPPORTED.
  */
 #ifndef DMUON_COMM_NCCL_BACKEND_H
 #define DMUON_COMM_NCCL_BACKEND_H
@@ -52,12 +53,8 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s);
 void dmuon_nccl_symm_free(dmuon_symm *s);
 dmuon_rc dmuon_nccl_symm_put(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
 dmuon_rc dmuon_nccl_symm_get(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
-/* Agrees a per-rank failure over t->world: when any rank failed, every rank
- * returns rc_kind (this rank's message if it failed, else "rank R failed"). */
-dmuon_rc dmuon_nccl_agree(const dmuon_topo *t, int failed_here, dmuon_rc rc_kind,
-                          const char *what);
 
-/* Host API operators and stubs (nccl_collv.c). */
+/* Host API operators (nccl_collv.c). */
 dmuon_rc dmuon_nccl_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
                                      const dmuon_group_opts *opts, int64_t *bytes);
 dmuon_rc dmuon_nccl_group_create(dmuon_group *g);
@@ -65,8 +62,6 @@ void dmuon_nccl_group_free(dmuon_group *g);
 dmuon_rc dmuon_nccl_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
 dmuon_rc dmuon_nccl_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
                                     int64_t window_offset);
-dmuon_rc dmuon_nccl_publish_create(dmuon_publish *p);
-void dmuon_nccl_publish_free(dmuon_publish *p);
 /* Waits for the memory's stream until deadline_ms, polling NCCL's
  * asynchronous error; on a deadline aborts the communicator.  Errors:
  * DMUON_ETIMEOUT, DMUON_ECOMM (NCCL error), DMUON_EDEVICE. */

@@ -85,9 +85,10 @@ dmuon_rc dmuon_nccl_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *s
 
 dmuon_rc dmuon_nccl_group_create(dmuon_group *g)
 {
-    if (g->opts.fp32_accum)
-        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: the nccl backend reduces in NCCL's "
-                          "order and precision; FP32 accumulation of BF16 is not offered");
+    if (g->opts.fp32_accum)   /* the nccl-dev kernel's scheduled algorithm comes here too */
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: the %s backend reduces in NCCL's "
+                          "order and precision; FP32 accumulation of BF16 is not offered",
+                          g->ops->name);
     g->impl = g->mem->impl;   /* no state of its own (group_free does nothing) */
     return DMUON_OK;
 }
@@ -138,16 +139,6 @@ dmuon_rc dmuon_nccl_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
     return dmuon_nccl_wait(m, g->opts.deadline_ms, "reducescatterv");
 }
 
-/* ------------------------------------------------------------ publish -- */
-
-dmuon_rc dmuon_nccl_publish_create(dmuon_publish *p)
-{
-    return DMUON_FAIL(DMUON_EUNSUPPORTED, "publish: not built on the %s backend (use mpi)",
-                      dmuon_backend_name(p->mem->backend));
-}
-
-void dmuon_nccl_publish_free(dmuon_publish *p) { p->impl = NULL; }
-
 /* ---------------------------------------------------------- baselines -- */
 
 static dmuon_rc range_ok(const dmuon_symm *s, int64_t off, int64_t len, const char *what)
@@ -197,30 +188,83 @@ dmuon_rc dmuon_nccl_reduce_scatter_equal(dmuon_symm *s, int64_t send_offset,
 
 /* ------------------------------------------------------------ the ops -- */
 
-static dmuon_rc no_publish(dmuon_publish *p, int64_t step) { return DMUON_EUNSUPPORTED; }
-static dmuon_rc no_post(dmuon_publish *p, int param, int64_t step) { return DMUON_EUNSUPPORTED; }
-static dmuon_rc no_progress(dmuon_publish *p) { return DMUON_EUNSUPPORTED; }
-static int64_t no_flag(const dmuon_publish *p, int param) { return -1; }
+/* The equal algorithm (collv.h; world scope): ncclAllGather of segment
+ * 0's bytes per rank from this rank's window into the layer buffer, and
+ * ncclReduceScatter of its elements from the layer buffer into this rank's
+ * window, on the memory's stream, waited for within the deadline. */
+static dmuon_rc equal_create(dmuon_group *g)
+{
+    if (g->opts.scope != DMUON_SCOPE_WORLD)
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: the equal algorithm over one node is not "
+                          "offered by the %s backend (world scope only)", g->ops->name);
+    return dmuon_nccl_group_create(g);
+}
 
+static dmuon_rc equal_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
+{
+    nccl_symm *m = g->mem->impl;
+    const dmuon_segment *s0 = &g->segs[0], *mine = &g->segs[g->topo->rank];
+    unsigned char *base = g->mem->base;
+    DMUON_TRY(usable(m, "allgatherv"));
+    ncclResult_t r = ncclAllGather(base + window_offset + mine->window_offset,
+                                   base + buffer_offset + s0->offset,
+                                   (size_t)s0->count * dmuon_dtype_size(s0->dtype), ncclUint8,
+                                   m->comm, m->stream);
+    if (r != ncclSuccess)
+        return DMUON_FAIL(DMUON_ECOMM, "allgatherv (equal): ncclAllGather: %s",
+                          ncclGetErrorString(r));
+    return dmuon_nccl_wait(m, g->opts.deadline_ms, "allgatherv (equal)");
+}
+
+static dmuon_rc equal_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
+                                      int64_t window_offset)
+{
+    nccl_symm *m = g->mem->impl;
+    const dmuon_segment *s0 = &g->segs[0], *mine = &g->segs[g->topo->rank];
+    unsigned char *base = g->mem->base;
+    DMUON_TRY(usable(m, "reducescatterv"));
+    ncclResult_t r = ncclReduceScatter(base + buffer_offset + s0->offset,
+                                       base + window_offset + mine->window_offset,
+                                       (size_t)s0->count, nccl_type(s0->dtype), ncclSum, m->comm,
+                                       m->stream);
+    if (r != ncclSuccess)
+        return DMUON_FAIL(DMUON_ECOMM, "reducescatterv (equal): ncclReduceScatter: %s",
+                          ncclGetErrorString(r));
+    return dmuon_nccl_wait(m, g->opts.deadline_ms, "reducescatterv (equal)");
+}
+
+/* Per-owner: one ncclBroadcast / ncclReduce per segment, grouped (the
+ * backend's default).  Blocking only: the split-phase entries are NULL. */
+static const dmuon_group_ops per_owner_ops = {
+    .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
+    .create = dmuon_nccl_group_create,
+    .free = dmuon_nccl_group_free,
+    .allgatherv = dmuon_nccl_allgatherv,
+    .reduce_scatterv = dmuon_nccl_reduce_scatterv,
+};
+
+static const dmuon_group_ops equal_ops = {
+    .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
+    .create = equal_create,
+    .free = dmuon_nccl_group_free,
+    .allgatherv = equal_allgatherv,
+    .reduce_scatterv = equal_reduce_scatterv,
+};
+
+/* Entries left NULL (the scheduled and coalesced algorithms, split phase,
+ * publish) are not offered: the public layer says so (backend.h). */
 const dmuon_comm_ops dmuon_nccl_ops = {
     .name = "nccl",
+    .on_device = 1,
     .symm_alloc = dmuon_nccl_symm_alloc,
     .symm_free = dmuon_nccl_symm_free,
     .symm_put = dmuon_nccl_symm_put,
     .symm_get = dmuon_nccl_symm_get,
-    .group_ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
-    .group_create = dmuon_nccl_group_create,
-    .group_free = dmuon_nccl_group_free,
-    .allgatherv = dmuon_nccl_allgatherv,
-    .reduce_scatterv = dmuon_nccl_reduce_scatterv,
-    .publish_create = dmuon_nccl_publish_create,
-    .publish_free = dmuon_nccl_publish_free,
-    .publish_begin = no_publish,
-    .publish_post = no_post,
-    .publish_progress = no_progress,
-    .publish_wait = no_post,
-    .publish_end = no_publish,
-    .publish_flag = no_flag,
+    .default_algo = DMUON_ALGO_PER_OWNER,
+    .group = {
+        [DMUON_ALGO_PER_OWNER] = &per_owner_ops,
+        [DMUON_ALGO_EQUAL] = &equal_ops,
+    },
 };
 
 #endif

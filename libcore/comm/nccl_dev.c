@@ -16,6 +16,8 @@
  */
 #include "nccl_backend.h"
 
+#include "dmuon/ctl.h"
+
 #if defined(DMUON_HAVE_NCCL) && defined(DMUON_HAVE_NCCL_DEV)
 
 #include <stdlib.h>
@@ -33,8 +35,7 @@ static dmuon_rc ncclx_symm_alloc(dmuon_symm *s)
     dmuon_ncclx_comm *d = NULL;
     const dmuon_topo *t = s->topo;
     dmuon_rc rc = dmuon_ncclx_comm_create(m->comm, t->nodes, t->node_id, t->per_node, t->local, &d);
-    dmuon_rc agreed = dmuon_nccl_agree(s->topo, rc != DMUON_OK,
-                                       rc != DMUON_OK ? rc : DMUON_ECOMM, "nccl-dev memory");
+    dmuon_rc agreed = dmuon_agree(t->world, rc, 0);
     if (agreed != DMUON_OK) {
         dmuon_ncclx_comm_free(m->comm, d);
         dmuon_nccl_symm_free(s);
@@ -69,7 +70,7 @@ static dmuon_rc ncclx_group_create(dmuon_group *g)
         rc = dmuon_ncclx_queues_upload(&g->sched[k], t->node_id, &x->q[k]);
         bad = rc != DMUON_OK;
     }
-    rc = dmuon_nccl_agree(t, bad, bad ? rc : DMUON_EDEVICE, "nccl-dev group");
+    rc = dmuon_agree(t->world, bad ? rc : DMUON_OK, 0);
     if (rc != DMUON_OK) {
         if (x) {
             dmuon_ncclx_queues_free(&x->q[0]);
@@ -116,30 +117,27 @@ static dmuon_rc ncclx_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
                                        window_offset, g->opts.deadline_ms, m->stream);
 }
 
-static dmuon_rc no_publish(dmuon_publish *p, int64_t step) { return DMUON_EUNSUPPORTED; }
-static dmuon_rc no_post(dmuon_publish *p, int param, int64_t step) { return DMUON_EUNSUPPORTED; }
-static dmuon_rc no_progress(dmuon_publish *p) { return DMUON_EUNSUPPORTED; }
-static int64_t no_flag(const dmuon_publish *p, int param) { return -1; }
+/* The scheduled algorithm: one kernel per call executing sched.h's
+ * queues.  Blocking only: the split-phase entries are NULL. */
+static const dmuon_group_ops scheduled_ops = {
+    .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
+    .create = ncclx_group_create,
+    .free = ncclx_group_free,
+    .allgatherv = ncclx_allgatherv,
+    .reduce_scatterv = ncclx_reduce_scatterv,
+};
 
+/* Entries left NULL (the per-owner, coalesced and equal algorithms, split
+ * phase, publish) are not offered: the public layer says so (backend.h). */
 const dmuon_comm_ops dmuon_nccl_dev_ops = {
     .name = "nccl-dev",
+    .on_device = 1,
     .symm_alloc = ncclx_symm_alloc,
     .symm_free = ncclx_symm_free,
     .symm_put = dmuon_nccl_symm_put,
     .symm_get = dmuon_nccl_symm_get,
-    .group_ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
-    .group_create = ncclx_group_create,
-    .group_free = ncclx_group_free,
-    .allgatherv = ncclx_allgatherv,
-    .reduce_scatterv = ncclx_reduce_scatterv,
-    .publish_create = dmuon_nccl_publish_create,
-    .publish_free = dmuon_nccl_publish_free,
-    .publish_begin = no_publish,
-    .publish_post = no_post,
-    .publish_progress = no_progress,
-    .publish_wait = no_post,
-    .publish_end = no_publish,
-    .publish_flag = no_flag,
+    .default_algo = DMUON_ALGO_SCHEDULED,
+    .group = {[DMUON_ALGO_SCHEDULED] = &scheduled_ops},
 };
 
 #else

@@ -15,6 +15,8 @@
  */
 #include "nccl_backend.h"
 
+#include "dmuon/ctl.h"
+
 #ifdef DMUON_HAVE_NCCL
 
 #include <stdint.h>
@@ -32,18 +34,6 @@ dmuon_rc dmuon_nccl_gpu_check(const char *backend)
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "the %s backend: no GPU found (%s)", backend,
                           e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device visible");
     return DMUON_OK;
-}
-
-dmuon_rc dmuon_nccl_agree(const dmuon_topo *t, int failed_here, dmuon_rc rc_kind,
-                          const char *what)
-{
-    int first = failed_here ? t->rank : t->size;
-    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, t->world);
-    if (first == t->size)
-        return DMUON_OK;
-    if (failed_here)
-        return dmuon_err_trace_add(rc_kind, __FILE__, __LINE__);   /* keeps this rank's message */
-    return DMUON_FAIL(rc_kind, "%s: rank %d failed", what, first);
 }
 
 /* ---------------------------------------------------- communicators -- */
@@ -147,9 +137,9 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
     int bad = !m;
     if (bad)
         DMUON_FAIL(DMUON_ENOMEM, "out of memory creating symmetric memory");
-    DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_ENOMEM, "symmetric memory"), fail);
+    DMUON_TRY_GOTO(rc, dmuon_agree(t->world, bad ? DMUON_ENOMEM : DMUON_OK, 0), fail);
     bad = dmuon_nccl_gpu_check(name) != DMUON_OK;
-    DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_EUNSUPPORTED, "symmetric memory"), fail);
+    DMUON_TRY_GOTO(rc, dmuon_agree(t->world, bad ? DMUON_EUNSUPPORTED : DMUON_OK, 0), fail);
     cudaGetDeviceCount(&count);
     m->device = t->local % count;
     cudaError_t ce = cudaSetDevice(m->device);
@@ -159,7 +149,7 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
     if (bad)
         DMUON_FAIL(DMUON_EDEVICE, "%s: cuda device %d: %s", name, m->device,
                    cudaGetErrorString(ce));
-    DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_EDEVICE, "symmetric memory"), fail);
+    DMUON_TRY_GOTO(rc, dmuon_agree(t->world, bad ? DMUON_EDEVICE : DMUON_OK, 0), fail);
 
     /* the communicator: cached per set of ranks, else rank 0's unique id
      * over MPI and ncclCommInitRank */
@@ -193,7 +183,7 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
                                              "NCCL_MULTI_RANK_GPU_ENABLE=1 and NCCL >= 2.30.3)"
                                            : "");
         }
-        DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_ECOMM, "symmetric memory"), fail);
+        DMUON_TRY_GOTO(rc, dmuon_agree(t->world, bad ? DMUON_ECOMM : DMUON_OK, 0), fail);
         comm_keep(t, members, m->comm);
     }
     ncclResult_t nr;
@@ -210,7 +200,7 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
         DMUON_FAIL(DMUON_ENOMEM, "%s: ncclMemAlloc of %zu bytes: %s", name, m->bytes,
                    nr != ncclSuccess ? ncclGetErrorString(nr) : "not 4 KiB aligned");
     }
-    DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_ENOMEM, "symmetric memory"), fail);
+    DMUON_TRY_GOTO(rc, dmuon_agree(t->world, bad ? DMUON_ENOMEM : DMUON_OK, 0), fail);
     ce = cudaMemset(m->ptr, 0, m->bytes);
     if (ce == cudaSuccess)
         ce = cudaDeviceSynchronize();
@@ -218,14 +208,14 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
     if (bad)
         DMUON_FAIL(DMUON_EDEVICE, "%s: zeroing %zu bytes: %s", name, m->bytes,
                    cudaGetErrorString(ce));
-    DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_EDEVICE, "symmetric memory"), fail);
+    DMUON_TRY_GOTO(rc, dmuon_agree(t->world, bad ? DMUON_EDEVICE : DMUON_OK, 0), fail);
     nr = ncclCommWindowRegister(m->comm, m->ptr, m->bytes, &m->win, NCCL_WIN_COLL_SYMMETRIC);
     bad = nr != ncclSuccess;
     m->registered = !bad;
     if (bad)
         DMUON_FAIL(DMUON_ECOMM, "%s: ncclCommWindowRegister (symmetric) of %zu bytes: %s", name,
                    m->bytes, ncclGetErrorString(nr));
-    DMUON_TRY_GOTO(rc, dmuon_nccl_agree(t, bad, DMUON_ECOMM, "symmetric memory"), fail);
+    DMUON_TRY_GOTO(rc, dmuon_agree(t->world, bad ? DMUON_ECOMM : DMUON_OK, 0), fail);
     s->base = m->ptr;
     s->peer = NULL;            /* device memory: no host loads and stores */
     s->impl = m;

@@ -83,6 +83,10 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);
     DMUON_TRY_GOTO(rc, dmuon_chunk_bytes_check(o.chunk_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "publish", &p->ops), fail);
+    if (!p->ops->publish_create) {
+        rc = dmuon_comm_unsupported(p->ops, "publish", __FILE__, __LINE__);
+        goto fail;
+    }
     p->chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes
                    : p->ops->chunk_bytes > 0 ? p->ops->chunk_bytes : DMUON_CHUNK_BYTES;
     DMUON_TRY_GOTO(rc, dmuon_pub_sched_init(&p->sched, params, n, t->nodes, t->per_node,
@@ -115,7 +119,7 @@ void dmuon_publish_free(dmuon_publish *p)
 {
     if (!p)
         return;
-    if (p->ops && p->impl)
+    if (p->ops && p->impl && p->ops->publish_free)
         p->ops->publish_free(p);
     dmuon_pub_sched_release(&p->sched);
     free(p->params);
@@ -128,35 +132,66 @@ const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p) { return &p->
 
 dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step)
 {
+    DMUON_COMM_NEED(p->ops, publish_begin, "publish_begin");
     DMUON_TRY(p->ops->publish_begin(p, step));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_post(dmuon_publish *p, int param, int64_t step)
 {
+    DMUON_COMM_NEED(p->ops, publish_post, "publish_post");
     DMUON_TRY(p->ops->publish_post(p, param, step));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_progress(dmuon_publish *p)
 {
+    DMUON_COMM_NEED(p->ops, publish_progress, "publish_progress");
     DMUON_TRY(p->ops->publish_progress(p));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_wait(dmuon_publish *p, int param, int64_t step)
 {
+    DMUON_COMM_NEED(p->ops, publish_wait, "publish_wait");
     DMUON_TRY(p->ops->publish_wait(p, param, step));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step)
 {
+    DMUON_COMM_NEED(p->ops, publish_end, "publish_end");
     DMUON_TRY(p->ops->publish_end(p, step));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
+                                 int n, int64_t dst_offset, int64_t step)
+{
+    DMUON_COMM_NEED(p->ops, publish_node_load, "publish_node_load");
+    if (n < 0 || (n > 0 && (!segs || !params)))
+        return DMUON_FAIL(DMUON_EINVAL, "publish node load: %d parameters: expected a list", n);
+    for (int j = 0; j < n; j++) {
+        if (params[j] < 0 || params[j] >= p->n)
+            return DMUON_FAIL(DMUON_EINVAL, "publish node load: entry %d: parameter %d is not "
+                              "in the table of %d", j, params[j], p->n);
+        const dmuon_segment *q = &p->params[params[j]];
+        const int64_t bytes = q->count * (int64_t)dmuon_dtype_size(q->dtype);
+        const int64_t at = dst_offset + segs[j].offset;
+        if (at < 0 || segs[j].offset < 0 || at > p->mem->bytes || bytes > p->mem->bytes - at ||
+            (at < p->copy_offset + p->copy_bytes && p->copy_offset < at + bytes))
+            return DMUON_FAIL(DMUON_EINVAL, "publish node load: entry %d (parameter %d): "
+                              "destination [%lld, +%lld) is outside the %lld bytes of symmetric "
+                              "memory or overlaps the copy", j, params[j], (long long)at,
+                              (long long)bytes, (long long)p->mem->bytes);
+    }
+    DMUON_TRY(p->ops->publish_node_load(p, segs, params, n, dst_offset, step));
     return DMUON_OK;
 }
 
 int64_t dmuon_publish_flag(const dmuon_publish *p, int param)
 {
+    if (!p->ops->publish_flag)
+        return -1;
     return p->ops->publish_flag(p, param);
 }

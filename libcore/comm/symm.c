@@ -29,6 +29,7 @@ dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out)
                           (long long)bytes);
     const dmuon_comm_ops *ops;
     DMUON_TRY(dmuon_comm_backend_get(t->backend, "symmetric memory", &ops));
+    DMUON_COMM_NEED(ops, symm_alloc, "symmetric memory");
     dmuon_symm *s = calloc(1, sizeof *s);
     int fail = !s;
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
@@ -53,7 +54,8 @@ void dmuon_symm_free(dmuon_symm *s)
 {
     if (!s)
         return;
-    s->ops->symm_free(s);
+    if (s->ops->symm_free)
+        s->ops->symm_free(s);
     free(s);
 }
 
@@ -70,7 +72,7 @@ int64_t dmuon_symm_bytes(const dmuon_symm *s) { return s->bytes; }
 
 dmuon_backend dmuon_symm_backend(const dmuon_symm *s) { return s->backend; }
 
-int dmuon_symm_on_device(const dmuon_symm *s) { return s->ops->symm_put != NULL; }
+int dmuon_symm_on_device(const dmuon_symm *s) { return s->ops->on_device; }
 
 static dmuon_rc check_copy(const dmuon_symm *s, int64_t offset, int64_t bytes)
 {
@@ -84,8 +86,10 @@ static dmuon_rc check_copy(const dmuon_symm *s, int64_t offset, int64_t bytes)
 dmuon_rc dmuon_symm_put(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes)
 {
     DMUON_TRY(check_copy(s, offset, bytes));
-    if (s->ops->symm_put)
+    if (s->ops->on_device) {
+        DMUON_COMM_NEED(s->ops, symm_put, "symmetric memory copy in");
         return s->ops->symm_put(s, offset, src, bytes);
+    }
     memcpy(s->base + offset, src, (size_t)bytes);
     return DMUON_OK;
 }
@@ -93,8 +97,10 @@ dmuon_rc dmuon_symm_put(dmuon_symm *s, int64_t offset, const void *src, int64_t 
 dmuon_rc dmuon_symm_get(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes)
 {
     DMUON_TRY(check_copy(s, offset, bytes));
-    if (s->ops->symm_get)
+    if (s->ops->on_device) {
+        DMUON_COMM_NEED(s->ops, symm_get, "symmetric memory copy out");
         return s->ops->symm_get(s, offset, dst, bytes);
+    }
     memcpy(dst, s->base + offset, (size_t)bytes);
     return DMUON_OK;
 }

@@ -95,6 +95,63 @@ dmuon_rc dmuon_table_check(const dmuon_segment *segs, int n, int nranks,
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_table_owner_ordered(const dmuon_segment *segs, int n, int nranks,
+                                   dmuon_segment *out, int *from, int64_t *buffer_bytes)
+{
+    if (n < 0 || (n > 0 && (!segs || !out)) || nranks < 1)
+        return DMUON_FAIL(DMUON_EINVAL, "owner-ordered table: %d segments over %d ranks: "
+                          "expected a table and at least one rank", n, nranks);
+    for (int i = 0; i < n; i++) {
+        if (segs[i].owner < 0 || segs[i].owner >= nranks)
+            return DMUON_FAIL(DMUON_EINVAL, "segment %d: owner %d is not a rank of 0..%d", i,
+                              (int)segs[i].owner, nranks - 1);
+        if (!dmuon_dtype_size(segs[i].dtype))
+            return DMUON_FAIL(DMUON_EINVAL, "segment %d: unknown element type %d", i,
+                              (int)segs[i].dtype);
+    }
+    int64_t *wend = calloc((size_t)nranks, sizeof *wend);
+    if (!wend)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory ordering %d segments", n);
+    int64_t off = 0;
+    int k = 0;
+    for (int r = 0; r < nranks; r++)
+        for (int i = 0; i < n; i++) {
+            if (segs[i].owner != r)
+                continue;
+            const int64_t es = (int64_t)dmuon_dtype_size(segs[i].dtype);
+            off = (off + es - 1) / es * es;
+            out[k] = segs[i];
+            out[k].offset = off;
+            out[k].window_offset = (wend[r] + es - 1) / es * es;
+            wend[r] = out[k].window_offset + segs[i].count * es;
+            off += segs[i].count * es;
+            if (from)
+                from[k] = i;
+            k++;
+        }
+    free(wend);
+    *buffer_bytes = off;
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_table_even(int parts, int64_t count, dmuon_dtype dtype, dmuon_segment *out)
+{
+    const int64_t es = (int64_t)dmuon_dtype_size(dtype);
+    if (parts < 1 || count < 1 || !es || !out)
+        return DMUON_FAIL(DMUON_EINVAL, "even table: %d shards of %lld elements of type %d: "
+                          "expected at least one shard of at least one element of a known "
+                          "type", parts, (long long)count, (int)dtype);
+    for (int j = 0; j < parts; j++) {
+        memset(&out[j], 0, sizeof out[j]);
+        out[j].owner = j;
+        out[j].dtype = dtype;
+        out[j].count = count;
+        out[j].offset = j * count * es;
+        out[j].window_offset = 0;
+    }
+    return DMUON_OK;
+}
+
 static uint64_t digest_i64(uint64_t h, int64_t v)
 {
     unsigned char b[8];

@@ -58,6 +58,7 @@
  * only (compile-time check).
  */
 #include "dmuon/ckpt.h"
+#include "dmuon/ctl.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -185,44 +186,11 @@ static long ptable_find(const ptable *t, const char *name)
     return -1;
 }
 
-/* Every rank learns whether any failed: DMUON_OK when none did; a failing
- * rank returns its own rc and message ("rank R: " added when missing); the
- * others return the lowest failing rank's rc with its message. */
+/* Every rank learns whether any failed (dmuon_agree: the lowest failing
+ * rank's rc and message on the others). */
 static dmuon_rc agree(MPI_Comm comm, dmuon_rc mine)
 {
-    int rank, flag, first;
-    MPI_Comm_rank(comm, &rank);
-    flag = mine == DMUON_OK ? INT_MAX : rank;
-    if (MPI_Allreduce(&flag, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Allreduce failed");
-    if (first == INT_MAX)
-        return DMUON_OK;
-    struct {
-        int rc;
-        char msg[1024];
-    } m;
-    memset(&m, 0, sizeof m);
-    if (rank == first) {
-        m.rc = (int)mine;
-        snprintf(m.msg, sizeof m.msg, "%s", dmuon_errmsg());
-    }
-    if (MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Bcast failed after rank %d failed", first);
-    char pre[32];
-    int plen = snprintf(pre, sizeof pre, "rank %d: ", rank == first || mine == DMUON_OK ? first
-                                                                                        : rank);
-    if (mine != DMUON_OK) {
-        if (strncmp(dmuon_errmsg(), pre, (size_t)plen) != 0) {
-            char own[1024];
-            snprintf(own, sizeof own, "%s", dmuon_errmsg());
-            dmuon_err_set(mine, __FILE__, __LINE__, "%s%s", pre, own);
-        }
-        return mine;
-    }
-    const char *body = m.msg;
-    if (!strncmp(body, pre, (size_t)plen))
-        body += plen;
-    return dmuon_err_set((dmuon_rc)m.rc, __FILE__, __LINE__, "%s%s", pre, body);
+    return dmuon_agree(comm, mine, 0);
 }
 
 static bool write_all(int fd, const void *buf, size_t len)

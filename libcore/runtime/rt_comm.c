@@ -75,6 +75,24 @@ dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, 
     }
 }
 
+dmuon_rc rt_ctl_i64(dmuon_rt *rt, int64_t *v, int n, dmuon_ctl_op op, const char *what)
+{
+    return rt_fail_comm(rt, dmuon_ctl_allreduce_i64(rt->topo.world, v, n, op,
+                                                    rt->opts.deadline_ms, what));
+}
+
+dmuon_rc rt_ctl_f64(dmuon_rt *rt, double *v, int n, dmuon_ctl_op op, const char *what)
+{
+    return rt_fail_comm(rt, dmuon_ctl_allreduce_f64(rt->topo.world, v, n, op,
+                                                    rt->opts.deadline_ms, what));
+}
+
+dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what)
+{
+    return rt_fail_comm(rt, dmuon_ctl_bcast(rt->topo.world, data, bytes, 0,
+                                            rt->opts.deadline_ms, what));
+}
+
 static MPI_Datatype pdt_mpi(const dmuon_rt *rt)
 {
     return rt->pdt == DMUON_F32 ? MPI_FLOAT : MPI_UINT16_T;
@@ -261,26 +279,13 @@ static dmuon_rc gather_owned(dmuon_rt *rt, rt_layer *L)
         }
         return DMUON_OK;
     }
-    /* line D, HSDP: wait for what this rank leads, then load from the
-     * leaders of the node */
+    /* line D, HSDP: the publish's node half (waits for what this rank
+     * leads, then loads from the leaders of the node) */
     double t0 = MPI_Wtime();
-    for (size_t s = 0; s < L->nseg; s++) {
-        const dmuon_segment *g = &L->segs[s];
-        if (g->owner % K == rt->topo.local && g->owner != rt->topo.rank)
-            DMUON_TRY(dmuon_publish_wait(rt->pub, L->seg_pub[s], rt->pub_round));
-    }
+    dmuon_rc rc = dmuon_publish_node_load(rt->pub, L->segs, L->seg_pub, (int)L->nseg,
+                                          blk - rt->base, rt->pub_round);
     rt->stats.publish_wait_s += MPI_Wtime() - t0;
-    MPI_Request q;
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Ibarrier(rt->topo.node, &q), &q, "MPI_Ibarrier (node)",
-                          L - rt->layers));
-    for (size_t s = 0; s < L->nseg; s++) {
-        const dmuon_segment *g = &L->segs[s];
-        const unsigned char *peer = dmuon_symm_peer(rt->symm, g->owner % K);
-        memcpy(blk + g->offset, peer + rt->copy_off + L->seg_copy[s], (size_t)g->count * rt->dsize);
-    }
-    /* nobody leaves before every rank of the node has read the copies */
-    return rt_mpi_wait(rt, MPI_Ibarrier(rt->topo.node, &q), &q, "MPI_Ibarrier (node)",
-                       L - rt->layers);
+    return rt_fail_comm(rt, rc);
 }
 
 dmuon_rc rt_gather(dmuon_rt *rt, size_t l)

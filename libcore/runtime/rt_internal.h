@@ -25,6 +25,7 @@
 #include <stdbool.h>
 
 #include "dmuon/collv.h"
+#include "dmuon/ctl.h"
 #include "dmuon/ns.h"
 #include "dmuon/pool.h"
 #include "dmuon/publish.h"
@@ -177,6 +178,12 @@ dmuon_rc rt_pub_post(dmuon_rt *rt, size_t l, size_t s);
 dmuon_rc rt_pub_finish(dmuon_rt *rt); /* line C: the rail broadcasts of the round */
 dmuon_rc rt_pub_end(dmuon_rt *rt);
 dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc);
+/* The control plane (dmuon/ctl.h) over the world within the runtime's
+ * deadline; a timeout or an MPI failure marks the runtime failed.  bcast:
+ * rank 0's bytes to every rank. */
+dmuon_rc rt_ctl_i64(dmuon_rt *rt, int64_t *v, int n, dmuon_ctl_op op, const char *what);
+dmuon_rc rt_ctl_f64(dmuon_rt *rt, double *v, int n, dmuon_ctl_op op, const char *what);
+dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what);
 /* Waits for a non-blocking MPI call (err: what starting it returned) within
  * the deadline; l names the layer (or ≥ nlayers for none). */
 dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, size_t l);

@@ -139,14 +139,10 @@ static dmuon_rc check_and_clip(dmuon_rt *rt)
         if (count)
             sumsq += s;
     }
-    int gbad = INT_MAX;
-    double gsum = 0;
-    MPI_Request q;
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(&bad, &gbad, 1, MPI_INT, MPI_MIN, rt->topo.world, &q),
-                          &q, "step: MPI_Iallreduce (gradient check)", SIZE_MAX));
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(&sumsq, &gsum, 1, MPI_DOUBLE, MPI_SUM, rt->topo.world,
-                                             &q), &q, "step: MPI_Iallreduce (gradient norm)",
-                          SIZE_MAX));
+    int64_t gbad = bad;
+    double gsum = sumsq;
+    DMUON_TRY(rt_ctl_i64(rt, &gbad, 1, DMUON_CTL_MIN, "step: gradient check"));
+    DMUON_TRY(rt_ctl_f64(rt, &gsum, 1, DMUON_CTL_SUM, "step: gradient norm"));
     if (gbad != INT_MAX) {
         clear_grads(rt);
         return DMUON_FAIL(DMUON_ENUMERIC, "runtime: step %lld: non-finite gradient in '%s'; "

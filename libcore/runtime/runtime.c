@@ -65,25 +65,11 @@ dmuon_rc rt_fail_comm(dmuon_rt *rt, dmuon_rc rc)
     return rc;
 }
 
-/* Every rank's rc → an error on every rank when any rank failed: the lowest
- * failing rank's code; ranks that did not fail themselves record a message
- * naming it. */
+/* Every rank's rc → an error on every rank when any rank failed
+ * (dmuon_agree: the lowest failing rank's rc and message on the others). */
 dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc)
 {
-    int mine[2] = {rc == DMUON_OK ? rt->topo.size : rt->topo.rank, rt->topo.rank};
-    int worst[2];
-    MPI_Request q;
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(mine, worst, 1, MPI_2INT, MPI_MINLOC,
-                                             rt->topo.world, &q), &q, "MPI_Iallreduce", SIZE_MAX));
-    if (worst[0] == rt->topo.size)
-        return DMUON_OK;
-    int code = (int)rc;
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(&code, 1, MPI_INT, worst[0], rt->topo.world, &q), &q,
-                          "MPI_Ibcast", SIZE_MAX));
-    if (rc != DMUON_OK)
-        return rc;
-    return DMUON_FAIL((dmuon_rc)code, "runtime: rank %d failed: %s", worst[0],
-                      dmuon_rc_name((dmuon_rc)code));
+    return rt_fail_comm(rt, dmuon_agree(rt->topo.world, rc, rt->opts.deadline_ms));
 }
 
 /* ------------------------------------------------------------- create -- */
@@ -134,9 +120,9 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     }
     {   /* the same plan on every rank */
         uint64_t mine = dmuon_plan_units_digest(plan) ^ (dmuon_plan_segments_digest(plan) << 1);
-        uint64_t lo = mine, hi = mine;
-        MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, rt->topo.world);
-        MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, rt->topo.world);
+        int64_t lo = (int64_t)mine, hi = (int64_t)mine;
+        DMUON_TRY_GOTO(rc, rt_ctl_i64(rt, &lo, 1, DMUON_CTL_MIN, "runtime: plan digest"), fail);
+        DMUON_TRY_GOTO(rc, rt_ctl_i64(rt, &hi, 1, DMUON_CTL_MAX, "runtime: plan digest"), fail);
         if (lo != hi) {
             rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the ranks were given different plans "
                             "(units or segment tables differ): load the same plan file on "
@@ -536,18 +522,17 @@ static dmuon_rc pool_agree(dmuon_rt *rt)
     mine[n++] = rt->copy_off;
     mine[n++] = dmuon_symm_bytes(rt->symm);
     memcpy(ref, mine, sizeof ref);
-    MPI_Request q;
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(ref, n, MPI_INT64_T, 0, rt->topo.world, &q), &q,
-                          "pool: MPI_Ibcast", SIZE_MAX));
+    DMUON_TRY(rt_ctl_bcast(rt, ref, n * (int)sizeof *ref, "pool: layout table"));
     int first = n;
     for (int i = 0; i < n; i++)
         if (mine[i] != ref[i]) {
             first = i;
             break;
         }
-    int lowest[2] = {first, rt->topo.rank}, got[2];
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(lowest, got, 1, MPI_2INT, MPI_MINLOC, rt->topo.world,
-                                             &q), &q, "pool: MPI_Iallreduce", SIZE_MAX));
+    /* the lowest differing entry, then the lowest rank with it */
+    int64_t key = (int64_t)first * rt->topo.size + rt->topo.rank;
+    DMUON_TRY(rt_ctl_i64(rt, &key, 1, DMUON_CTL_MIN, "pool: layout check"));
+    int got[2] = {(int)(key / rt->topo.size), (int)(key % rt->topo.size)};
     if (got[0] == n)
         return DMUON_OK;
     const char *what = got[0] < DMUON_SPACE_COUNT * 2 ? dmuon_pool_space_name(got[0] / 2)
@@ -976,18 +961,13 @@ static dmuon_rc repack(dmuon_rt *rt)
     for (int s = 0; s < 2; s++)
         d = dmuon_digest(rt->rec[s].ev, rt->rec[s].nev * sizeof *rt->rec[s].ev, d);
     uint64_t ref = d;
-    MPI_Request q;
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(&ref, 1, MPI_UINT64_T, 0, rt->topo.world, &q), &q,
-                          "hook order: MPI_Ibcast", SIZE_MAX));
-    int differs[2] = {ref != d ? rt->topo.rank : rt->topo.size, 0}, first[2];
-    differs[1] = differs[0];
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(differs, first, 1, MPI_2INT, MPI_MINLOC,
-                                             rt->topo.world, &q), &q,
-                          "hook order: MPI_Iallreduce", SIZE_MAX));
+    DMUON_TRY(rt_ctl_bcast(rt, &ref, (int)sizeof ref, "hook order: digest"));
+    int64_t first[1] = {ref != d ? rt->topo.rank : rt->topo.size};
+    DMUON_TRY(rt_ctl_i64(rt, first, 1, DMUON_CTL_MIN, "hook order: check"));
     if (first[0] != rt->topo.size)
         return DMUON_FAIL(DMUON_EMISMATCH, "runtime: rank %d called the layer hooks of the first "
                           "micro-batch in another order than rank 0 (every rank must run the "
-                          "layers in the same order)", first[0]);
+                          "layers in the same order)", (int)first[0]);
     rt_pool_drop(rt);
     rt->packed = true;
     DMUON_TRY(rt_agree(rt, rt_pool_build(rt)));

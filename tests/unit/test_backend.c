@@ -3,7 +3,10 @@
  * memory copies, on one rank without a GPU: dmuon_backend_parse/check,
  * dmuon_symm_put/get on MPI memory (a plain copy, ranges checked), the GPU
  * backends refusing clearly where no GPU (or no GPU build) exists, and the
- * NCCL equal-length baselines refusing MPI memory.  Prints "N passed,
+ * NCCL equal-length baselines refusing MPI memory, and an ops-table entry
+ * left NULL refused with DMUON_EUNSUPPORTED and a message naming the
+ * backend and the operation (a table with no split phase and no publish,
+ * and the nccl backend's own table where it is built).  Prints "N passed,
  * N failed"; exit 1 on a failure.  (On a machine with a GPU the GPU
  * backends' refusal is not expected: those cases are skipped here and run by
  * tests/gpu/run.sh.)
@@ -16,6 +19,7 @@
 #include "dmuon/collv.h"
 #include "dmuon/symm.h"
 #include "dmuon/topo.h"
+#include "comm/backend.h"
 
 static int passed, failed;
 
@@ -106,6 +110,74 @@ static void test_copies(dmuon_topo *t)
     dmuon_symm_free(s);
 }
 
+/* The split-phase calls and the publish calls on a group / publish whose
+ * backend leaves those entries NULL: refused, with the backend's name and
+ * the operation in the message; nothing is dereferenced.  The objects are
+ * made by hand (the backend's create is never reached), so this runs
+ * without the backend's hardware. */
+static void check_unsupported(const dmuon_comm_ops *ops)
+{
+    char what[128];
+    dmuon_group g;
+    memset(&g, 0, sizeof g);
+    g.ops = ops;
+    g.opts.algorithm = ops->default_algo;
+    g.gops = ops->group[ops->default_algo];
+    g.rsv_ok = 1;
+    int done = -1;
+    const struct {
+        const char *name;
+        dmuon_rc rc;
+    } calls[] = {
+        {"allgatherv_start", dmuon_allgatherv_start(&g, 0, 0)},
+        {"allgatherv_test", dmuon_allgatherv_test(&g, &done)},
+        {"allgatherv_wait", dmuon_allgatherv_wait(&g)},
+        {"reducescatterv_start", dmuon_reduce_scatterv_start(&g, 0, 0)},
+        {"reducescatterv_test", dmuon_reduce_scatterv_test(&g, &done)},
+        {"reducescatterv_wait", dmuon_reduce_scatterv_wait(&g)},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        snprintf(what, sizeof what, "%s on %s: DMUON_EUNSUPPORTED", calls[i].name, ops->name);
+        check(calls[i].rc == DMUON_EUNSUPPORTED, what);
+    }
+    /* the last error is the last call's */
+    char want[96];
+    snprintf(want, sizeof want, "reducescatterv_wait: not offered by the %s backend", ops->name);
+    snprintf(what, sizeof what, "the message names the operation and the %s backend", ops->name);
+    check(strstr(dmuon_errmsg(), want) != NULL, what);
+    check(done == -1, "test left *done alone");
+    dmuon_allgatherv_start(&g, 0, 0);
+    snprintf(want, sizeof want, "allgatherv_start: not offered by the %s backend", ops->name);
+    check(strstr(dmuon_errmsg(), want) != NULL, "start's message names start");
+
+    dmuon_publish p;
+    memset(&p, 0, sizeof p);
+    p.ops = ops;
+    check(dmuon_publish_begin(&p, 1) == DMUON_EUNSUPPORTED &&
+              strstr(dmuon_errmsg(), "publish_begin: not offered by the") &&
+              strstr(dmuon_errmsg(), ops->name),
+          "publish_begin on a backend without publish");
+    check(dmuon_publish_wait(&p, 0, 1) == DMUON_EUNSUPPORTED &&
+              strstr(dmuon_errmsg(), "publish_wait"), "publish_wait refused");
+    check(dmuon_publish_flag(&p, 0) == -1, "no flags without a publish");
+}
+
+static void test_null_entries(void)
+{
+    static const dmuon_group_ops blocking_only = {NULL};
+    static const dmuon_comm_ops bare = {.name = "bare", .default_algo = DMUON_ALGO_SCHEDULED,
+                                        .group = {[DMUON_ALGO_SCHEDULED] = &blocking_only}};
+    check_unsupported(&bare);
+#ifdef DMUON_HAVE_NCCL
+    const dmuon_comm_ops *nccl = dmuon_comm_backend(DMUON_BACKEND_NCCL);
+    check(nccl != NULL, "the nccl backend is built");
+    if (nccl)
+        check_unsupported(nccl);
+#else
+    printf("skipped: the nccl backend's table (built without NCCL)\n");
+#endif
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -118,6 +190,7 @@ int main(int argc, char **argv)
     test_parse();
     test_gpu_refused(&t);
     test_copies(&t);
+    test_null_entries();
     dmuon_topo_release(&t);
     printf("%d passed, %d failed\n", passed, failed);
     MPI_Finalize();

@@ -1,9 +1,11 @@
 /*
  * test_comm.c — the communication layer over caller memory: symmetric memory
  * (dmuon/symm.h), groups whose calls name their ranges (dmuon/collv.h) and
- * the publish over a copy range (dmuon/publish.h), and the split-phase
+ * the publish over a copy range (dmuon/publish.h), the split-phase
  * operators (start, local work, test, wait; a call in flight moved by
- * another group's blocking call).
+ * another group's blocking call), and the control plane (dmuon/ctl.h:
+ * agreement with the failing rank's message, small reductions, a short
+ * broadcast).
  *
  * Runs on any number of ranks: alone from the unit runner (one rank, one
  * node) and under mpirun from tests/mpi/54-comm.sh (4 and 8 ranks as virtual
@@ -22,6 +24,7 @@
 
 #include "dmuon/bf16.h"
 #include "dmuon/collv.h"
+#include "dmuon/ctl.h"
 #include "dmuon/layout.h"
 #include "dmuon/publish.h"
 #include "dmuon/symm.h"
@@ -547,6 +550,55 @@ static void test_publish(const dmuon_topo *t)
     free(a.segs);
 }
 
+static void test_ctl(const dmuon_topo *t)
+{
+    const int N = t->size, last = N - 1;
+    check(dmuon_agree(t->world, DMUON_OK, 5000) == DMUON_OK, "agree: no rank failed");
+    /* the last rank fails: every rank returns its code and message */
+    dmuon_rc mine = t->rank == last ? DMUON_FAIL(DMUON_EINVAL, "field 'x': bad value 7")
+                                    : DMUON_OK;
+    char want[96];
+    snprintf(want, sizeof want, "rank %d: field 'x': bad value 7", last);
+    dmuon_rc got = dmuon_agree(t->world, mine, 5000);
+    check(got == DMUON_EINVAL, "agree: the failing rank's code on every rank");
+    check(strstr(dmuon_errmsg(), want) != NULL, "agree: its message on every rank, with its rank");
+    /* two ranks fail differently: the lowest one's code reaches the others */
+    if (N >= 3) {
+        mine = t->rank == 1   ? DMUON_FAIL(DMUON_ENOMEM, "out of memory for the rows")
+             : t->rank == 2   ? DMUON_FAIL(DMUON_EIO, "cannot write the file")
+                              : DMUON_OK;
+        got = dmuon_agree(t->world, mine, 5000);
+        dmuon_rc expect = t->rank == 2 ? DMUON_EIO : DMUON_ENOMEM;
+        check(got == expect, "agree: failing ranks keep their own code, the others rank 1's");
+        check(t->rank == 2 ? strstr(dmuon_errmsg(), "rank 2: cannot write") != NULL
+                           : strstr(dmuon_errmsg(), "rank 1: out of memory") != NULL,
+              "agree: messages name the rank they came from");
+    }
+    check(dmuon_agree(MPI_COMM_NULL, DMUON_OK, 0) == DMUON_OK, "agree: no communicator");
+
+    double v[3] = {t->rank + 1.0, -(double)t->rank, 0.5};
+    check(dmuon_ctl_allreduce_f64(t->world, v, 3, DMUON_CTL_SUM, 5000, "sum") == DMUON_OK &&
+              v[0] == N * (N + 1) / 2.0 && v[1] == -(N * (N - 1) / 2.0) && v[2] == 0.5 * N,
+          "ctl: f64 sum of a short vector");
+    int64_t w[2] = {t->rank * 3 - 1, -t->rank};
+    check(dmuon_ctl_allreduce_i64(t->world, w, 2, DMUON_CTL_MAX, 5000, "max") == DMUON_OK &&
+              w[0] == last * 3 - 1 && w[1] == 0, "ctl: i64 max");
+    int64_t m = 100 - t->rank;
+    check(dmuon_ctl_allreduce_i64(t->world, &m, 1, DMUON_CTL_MIN, 5000, "min") == DMUON_OK &&
+              m == 100 - last, "ctl: i64 min");
+    check(dmuon_ctl_allreduce_i64(t->world, &m, 0, DMUON_CTL_MIN, 5000, "none") == DMUON_EINVAL,
+          "ctl: an empty reduction is refused");
+    unsigned char tab[200];
+    for (int i = 0; i < 200; i++)
+        tab[i] = t->rank == last ? (unsigned char)(i * 13 + 5) : 0;
+    int same = dmuon_ctl_bcast(t->world, tab, 200, last, 5000, "table") == DMUON_OK;
+    for (int i = 0; i < 200; i++)
+        same = same && tab[i] == (unsigned char)(i * 13 + 5);
+    check(same, "ctl: a short table broadcast from the last rank");
+    check(dmuon_ctl_bcast(t->world, tab, 1, N, 5000, "table") == DMUON_EINVAL &&
+              strstr(dmuon_errmsg(), "table:") != NULL, "ctl: a root outside the ranks is refused");
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -564,6 +616,7 @@ int main(int argc, char **argv)
     test_groups(&t);
     test_split(&t);
     test_publish(&t);
+    test_ctl(&t);
     dmuon_topo_release(&t);
     if (world_rank == 0)
         printf("%d passed, %d failed\n", passed, failed);

@@ -343,7 +343,7 @@ static void usage(FILE *f)
 "                         at least 256)\n"
 "      --fp32-accum       ours: BF16 reduction with binary32 partials\n"
 "      --deadline-ms MS   deadline of one operator call (default\n"
-"                         $DMUON_DEADLINE_MS or 60000)\n"
+"                         $DMUON_DEADLINE_MS or 600000 (10 min))\n"
 "      --json             the rows as one JSON array on stdout instead of the table\n"
 "      --json-file FILE   also write the rows as a JSON array to FILE\n"
 "      --version          print the dmuon version\n"

@@ -64,6 +64,66 @@ void vctx_fault_point(vctx *c)
     }
 }
 
+void vctx_fault_result(vctx *c, unsigned char *p)
+{
+    if (c->fault != FAULT_WRONG || c->faulted || c->topo.rank != 0 || !p ||
+        c->gopts.algorithm != c->fault_algo)
+        return;
+    c->faulted = 1;
+    p[0] ^= 0x01;
+    fprintf(stderr, "dmuon-verify: rank 0: fault injected: one wrong byte in the %s algorithm's "
+            "result\n", dmuon_algo_name(c->fault_algo));
+}
+
+/* --line: the lines and the algorithm each runs ("ours" is the backend's
+ * own). */
+static const struct {
+    const char *name;
+    dmuon_algo algo;
+} lines[] = {{"ours", DMUON_ALGO_DEFAULT},
+             {"per-owner", DMUON_ALGO_PER_OWNER},
+             {"coalesced", DMUON_ALGO_COALESCED},
+             {"equal", DMUON_ALGO_EQUAL}};
+enum { NLINES = sizeof lines / sizeof lines[0] };
+
+static int line_parse(const char *s)
+{
+    for (int i = 0; i < NLINES; i++)
+        if (!strcmp(s, lines[i].name))
+            return i;
+    return -1;
+}
+
+/* The table line l runs for the case's table (segs, n): the same for ours
+ * and per-owner; owner-ordered for coalesced; for equal, N even shards
+ * holding at least the case's elements.  *out is malloc'd. */
+static dmuon_rc line_table(int l, const dmuon_topo *t, const dmuon_segment *segs, int n,
+                           dmuon_segment **out, int *nout)
+{
+    int k = lines[l].algo == DMUON_ALGO_EQUAL ? t->size : n;
+    dmuon_segment *o = malloc((size_t)(k > 0 ? k : 1) * sizeof *o);
+    if (!o)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    dmuon_rc rc = DMUON_OK;
+    int64_t total = 0, bytes = 0;
+    for (int i = 0; i < n; i++)
+        total += segs[i].count;
+    if (lines[l].algo == DMUON_ALGO_EQUAL)
+        rc = dmuon_table_even(t->size, (total + t->size - 1) / t->size,
+                              n ? segs[0].dtype : DMUON_BF16, o);
+    else if (lines[l].algo == DMUON_ALGO_COALESCED)
+        rc = dmuon_table_owner_ordered(segs, n, t->size, o, NULL, &bytes);
+    else
+        memcpy(o, segs, (size_t)n * sizeof *o);
+    if (rc != DMUON_OK) {
+        free(o);
+        return rc;
+    }
+    *out = o;
+    *nout = k;
+    return DMUON_OK;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -73,6 +133,8 @@ static void usage(FILE *f)
 "reduce to the exact sum bit for bit; random BF16 inputs reduce in the\n"
 "documented order bit for bit, with a smaller worst relative error than a\n"
 "ring-order reduction; publish delivers every parameter with its step flag.\n"
+"The baselines (--line) run as group algorithms of the library and are\n"
+"checked the same way, random inputs excepted (their order is MPI's).\n"
 "Prints one summary line \"N passed, M failed\"; exit 1 if any check failed.\n"
 "\n"
 "  --backend B          mpi (default), nccl (NCCL host API, GPU) or nccl-dev\n"
@@ -81,6 +143,10 @@ static void usage(FILE *f)
 "  --ranks-per-node K   virtual nodes of K consecutive ranks (default:\n"
 "                       $DMUON_RANKS_PER_NODE, else one node per host)\n"
 "  --op OP              agv, rsv, publish or all (default all)\n"
+"  --line L             ours, per-owner, coalesced, equal or all (default all):\n"
+"                       the algorithm (docs/operators.md); coalesced runs the\n"
+"                       case's table owner-ordered, equal runs N even shards of\n"
+"                       its total; publish runs on ours only\n"
 "  --sizes LIST         layer sizes in bytes, e.g. 2K,96K,1M+6 (default\n"
 "                       2K,96K,1M+6; 16K = 16KB = 16KiB, 1G = 1GiB; 1 B to\n"
 "                       1 TiB); a size a layout cannot hold (fewer elements\n"
@@ -95,7 +161,7 @@ static void usage(FILE *f)
 "  --slots S            ring slots per incoming reduce stream (default 4)\n"
 "  --steps S            publish steps (default 3)\n"
 "  --deadline-ms MS     deadline of one operator call (default\n"
-"                       $DMUON_DEADLINE_MS or 60000); a run makes many calls\n"
+"                       $DMUON_DEADLINE_MS or 600000 (10 min)); a run makes many calls\n"
 "  -v, --verbose        print every check, not only failures\n"
 "  --json               one JSON object on stdout (counts, topology, error\n"
 "                       figures); progress and check lines go to stderr\n"
@@ -107,7 +173,8 @@ static void usage(FILE *f)
 "  --fault table:R      rank R builds its groups from a different table\n"
 "  --fault stall:R      rank R stops before its first operator call\n"
 "  --fault kill:R       rank R kills itself before its first operator call\n"
-"  --fault stale        the owner of parameter 0 publishes step 2 as step 1\n");
+"  --fault stale        the owner of parameter 0 publishes step 2 as step 1\n"
+"  --fault wrong:L      rank 0 flips one bit of line L's first result\n");
 }
 
 static int split_list(char *s, char **items, int max)
@@ -130,8 +197,9 @@ int verify_ops_main(int argc, char **argv)
     int per_node = 0, code = 0, json = 0;
     char sizes_s[256] = "2K,96K,1M+6", layouts_s[128] = "node,rank,sparse,tiny";
     char dtypes_s[64] = "bf16,f32", paths_s[64] = "auto,chain", op_s[32] = "all";
+    char line_s[32] = "all";
     enum { O_RPN = 256, O_OP, O_SIZES, O_LAYOUTS, O_DTYPES, O_PATHS, O_CHUNK, O_SLOTS,
-           O_STEPS, O_DEADLINE, O_FAULT, O_JSON, O_BACKEND };
+           O_STEPS, O_DEADLINE, O_FAULT, O_JSON, O_BACKEND, O_LINE };
     dmuon_backend backend = DMUON_BACKEND_MPI;
     static const struct option opts[] = {
         {"ranks-per-node", required_argument, 0, O_RPN}, {"op", required_argument, 0, O_OP},
@@ -140,7 +208,7 @@ int verify_ops_main(int argc, char **argv)
         {"chunk-bytes", required_argument, 0, O_CHUNK}, {"slots", required_argument, 0, O_SLOTS},
         {"steps", required_argument, 0, O_STEPS}, {"deadline-ms", required_argument, 0, O_DEADLINE},
         {"fault", required_argument, 0, O_FAULT}, {"verbose", no_argument, 0, 'v'},
-        {"json", no_argument, 0, O_JSON},
+        {"json", no_argument, 0, O_JSON}, {"line", required_argument, 0, O_LINE},
         {"backend", required_argument, 0, O_BACKEND},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
@@ -167,6 +235,12 @@ int verify_ops_main(int argc, char **argv)
                 snprintf(bad, sizeof bad, "--ranks-per-node: %s", dmuon_errmsg());
             break;
         case O_OP: snprintf(op_s, sizeof op_s, "%s", optarg); break;
+        case O_LINE:
+            if (strcmp(optarg, "all") && line_parse(optarg) < 0)
+                snprintf(bad, sizeof bad, "--line '%s': expected ours, per-owner, coalesced, "
+                         "equal or all", optarg);
+            snprintf(line_s, sizeof line_s, "%s", optarg);
+            break;
         case O_BACKEND:
             if (dmuon_backend_parse(optarg, &backend) != DMUON_OK)
                 snprintf(bad, sizeof bad, "--backend: %s", dmuon_errmsg());
@@ -201,6 +275,14 @@ int verify_ops_main(int argc, char **argv)
         case O_FAULT:
             if (!strcmp(optarg, "stale")) {
                 c.fault = FAULT_STALE;
+            } else if (!strncmp(optarg, "wrong:", 6)) {
+                int l = line_parse(optarg + 6);
+                c.fault = FAULT_WRONG;
+                if (l < 0)
+                    snprintf(bad, sizeof bad, "--fault '%s': expected wrong:LINE (ours, "
+                             "per-owner, coalesced or equal)", optarg);
+                else
+                    c.fault_algo = lines[l].algo;
             } else {
                 const char *colon = strchr(optarg, ':');
                 int r = colon ? atoi(colon + 1) : -1;
@@ -376,19 +458,41 @@ int verify_ops_main(int argc, char **argv)
                         break;
                     if (c.fault == FAULT_TABLE && c.topo.rank == c.fault_rank && n > 1)
                         segs[n - 1].count -= 1;
-                    int np = ops[o] == &verify_op_publish ? 1 : npaths;
-                    for (int p = 0; p < np && rc == DMUON_OK; p++) {
-                        char label[160];
-                        c.gopts.path = paths[p];
-                        snprintf(label, sizeof label, "%s layout=%s bytes=%lld dtype=%s%s%s",
-                                 ops[o]->name, dmuon_layout_name(layouts[l]),
-                                 (long long)sizes[s], dmuon_dtype_name(dtypes[d]),
-                                 np > 1 ? " path=" : "",
-                                 np == 1 ? "" : paths[p] == DMUON_PATH_AUTO ? "auto"
-                                 : paths[p] == DMUON_PATH_CHAIN ? "chain" : "star");
-                        if (c.verbose && c.topo.rank == 0)
-                            fprintf(stderr, "dmuon-verify: %s\n", label);
-                        rc = ops[o]->run(&c, segs, n, label);
+                    for (int li = 0; li < NLINES && rc == DMUON_OK; li++) {
+                        if (strcmp(line_s, "all") && strcmp(line_s, lines[li].name))
+                            continue;
+                        if (ops[o] == &verify_op_publish && li > 0)
+                            continue;   /* the publish has one algorithm */
+                        dmuon_segment *lt = NULL;
+                        int ln = 0;
+                        rc = line_table(li, &c.topo, segs, n, &lt, &ln);
+                        if (rc != DMUON_OK)
+                            break;
+                        c.gopts.algorithm = lines[li].algo;
+                        int np = ops[o] == &verify_op_publish || li > 0 ? 1 : npaths;
+                        for (int p = 0; p < np && rc == DMUON_OK; p++) {
+                            char label[200];
+                            c.gopts.path = paths[p];
+                            snprintf(label, sizeof label, "%s layout=%s bytes=%lld dtype=%s%s%s%s%s",
+                                     ops[o]->name, dmuon_layout_name(layouts[l]),
+                                     (long long)sizes[s], dmuon_dtype_name(dtypes[d]),
+                                     li > 0 ? " line=" : "", li > 0 ? lines[li].name : "",
+                                     np > 1 ? " path=" : "",
+                                     np == 1 ? "" : paths[p] == DMUON_PATH_AUTO ? "auto"
+                                     : paths[p] == DMUON_PATH_CHAIN ? "chain" : "star");
+                            if (c.verbose && c.topo.rank == 0)
+                                fprintf(stderr, "dmuon-verify: %s\n", label);
+                            rc = ops[o]->run(&c, lt, ln, label);
+                            if (rc == DMUON_EUNSUPPORTED && li > 0) {
+                                /* the backend has no such algorithm: same on every rank */
+                                if (c.topo.rank == 0 && l == 0 && s == 0 && d == 0)
+                                    printf("skip %s line=%s: %s\n", ops[o]->name,
+                                           lines[li].name, dmuon_errmsg());
+                                rc = DMUON_OK;
+                            }
+                        }
+                        free(lt);
+                        c.gopts.algorithm = DMUON_ALGO_DEFAULT;
                     }
                     free(segs);
                 }

@@ -12,12 +12,13 @@
 #include "dmuon/publish.h"
 #include "dmuon/topo.h"
 
-enum { FAULT_NONE = 0, FAULT_TABLE, FAULT_STALL, FAULT_KILL, FAULT_STALE };
+enum { FAULT_NONE = 0, FAULT_TABLE, FAULT_STALL, FAULT_KILL, FAULT_STALE, FAULT_WRONG };
 
 typedef struct {
     dmuon_topo topo;
-    dmuon_group_opts gopts;   /* deadline, chunk, slots; path set per run */
+    dmuon_group_opts gopts;   /* deadline, chunk, slots; path and algorithm set per run */
     int fault, fault_rank;
+    dmuon_algo fault_algo;    /* FAULT_WRONG: the line whose result gets one wrong byte */
     int faulted;              /* the fault has been injected */
     int verbose;
     int passed, failed;       /* checks, agreed over all ranks */
@@ -44,6 +45,11 @@ void vctx_check(vctx *c, int ok_here, const char *label, const char *what);
  * (stall: sleep well past the deadline; kill: SIGKILL itself). */
 void vctx_fault_point(vctx *c);
 
+/* --fault wrong:LINE: after the first call of that line, rank 0 changes one
+ * bit of the result at p (its layer buffer, or a window it owns), once, as
+ * a line writing one wrong element would.  p NULL: nothing here. */
+void vctx_fault_result(vctx *c, unsigned char *p);
+
 /* A group in memory of its own (dmuon_group_span_of): the table is agreed
  * first, so a rank with another table gets the table's mismatch message
  * rather than a size mismatch.  Collective.  vgroup_close frees both
@@ -59,11 +65,12 @@ typedef struct {
 dmuon_rc vgroup_open(vctx *c, const dmuon_segment *segs, int n, const dmuon_group_opts *o,
                      vgroup *v);
 void vgroup_close(vgroup *v);
-/* The operators on a vgroup: on device memory the layer buffer and the
+/* The operators on a vgroup (split: start, test, wait where the backend has
+ * a split phase; else the blocking call): on device memory the layer buffer and the
  * owner window are copied from buf/win to the GPU before the call and back
  * after it, so cases read and write buf/win alike on every backend. */
-dmuon_rc vgroup_allgatherv(vgroup *v);
-dmuon_rc vgroup_reduce_scatterv(vgroup *v);
+dmuon_rc vgroup_allgatherv(vgroup *v, int split);
+dmuon_rc vgroup_reduce_scatterv(vgroup *v, int split);
 
 /* Deterministic 64-bit mix of (seed, a, b): splitmix64 finalizer. */
 uint64_t vhash(uint64_t seed, uint64_t a, uint64_t b);

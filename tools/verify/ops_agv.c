@@ -3,7 +3,8 @@
  * hashed bytes (any bit pattern, NaN payloads included); after the call
  * every rank's layer buffer must equal every owner's bytes bit for bit, and
  * the owners' windows must be unchanged.  Runs twice to cover the call
- * sequence numbers and data left by the previous call.
+ * sequence numbers and data left by the previous call, the second time
+ * split phase (start, test, wait) where the backend has it.
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,7 +31,8 @@ static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *l
                     win[segs[i].window_offset + k] = pattern(rep, i, k);
             }
         vctx_fault_point(c);
-        DMUON_TRY_GOTO(rc, vgroup_allgatherv(&v), done);
+        DMUON_TRY_GOTO(rc, vgroup_allgatherv(&v, rep == 1), done);
+        vctx_fault_result(c, n > 0 ? buf + segs[0].offset : NULL);
         int64_t bad = 0, bad_win = 0;
         for (int i = 0; i < n; i++) {
             int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);

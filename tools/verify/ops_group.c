@@ -57,16 +57,34 @@ static dmuon_rc stage(vgroup *v, int in)
     return DMUON_OK;
 }
 
-dmuon_rc vgroup_allgatherv(vgroup *v)
+/* split: start, one test, wait (host memory only: the GPU backends have
+ * no split phase); else the blocking call. */
+dmuon_rc vgroup_allgatherv(vgroup *v, int split)
 {
     DMUON_TRY(stage(v, 1));
-    DMUON_TRY(dmuon_allgatherv(v->g, v->sp.buffer_offset, v->sp.window_offset));
+    if (split && !v->host) {
+        int done = 0;
+        DMUON_TRY(dmuon_allgatherv_start(v->g, v->sp.buffer_offset, v->sp.window_offset));
+        DMUON_TRY(dmuon_allgatherv_test(v->g, &done));
+        if (!done)
+            DMUON_TRY(dmuon_allgatherv_wait(v->g));
+    } else {
+        DMUON_TRY(dmuon_allgatherv(v->g, v->sp.buffer_offset, v->sp.window_offset));
+    }
     return stage(v, 0);
 }
 
-dmuon_rc vgroup_reduce_scatterv(vgroup *v)
+dmuon_rc vgroup_reduce_scatterv(vgroup *v, int split)
 {
     DMUON_TRY(stage(v, 1));
-    DMUON_TRY(dmuon_reduce_scatterv(v->g, v->sp.buffer_offset, v->sp.window_offset));
+    if (split && !v->host) {
+        int done = 0;
+        DMUON_TRY(dmuon_reduce_scatterv_start(v->g, v->sp.buffer_offset, v->sp.window_offset));
+        DMUON_TRY(dmuon_reduce_scatterv_test(v->g, &done));
+        if (!done)
+            DMUON_TRY(dmuon_reduce_scatterv_wait(v->g));
+    } else {
+        DMUON_TRY(dmuon_reduce_scatterv(v->g, v->sp.buffer_offset, v->sp.window_offset));
+    }
     return stage(v, 0);
 }

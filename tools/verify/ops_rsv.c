@@ -113,9 +113,12 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
     }
     memset(win, 0xcd, (size_t)dmuon_group_window_bytes(v.g));
     vctx_fault_point(c);
-    DMUON_TRY_GOTO(rc, vgroup_reduce_scatterv(&v), done);
-    /* the nccl backend sums in NCCL's order: only order-free inputs compare */
-    const int nccl_order = t->backend == DMUON_BACKEND_NCCL;
+    DMUON_TRY_GOTO(rc, vgroup_reduce_scatterv(&v, kind == IN_ONES || kind == IN_TWOS), done);
+    vctx_fault_result(c, n > 0 && segs[0].owner == t->rank ? win + segs[0].window_offset : NULL);
+    /* the baselines (and the nccl backend) sum in the transport's order:
+     * only order-free inputs compare */
+    const int nccl_order = t->backend == DMUON_BACKEND_NCCL ||
+                           dmuon_group_algo(v.g) != DMUON_ALGO_SCHEDULED;
 
     int64_t bad = 0, bad_in = 0;
     double worst = 0, worst_ring = 0;
@@ -160,7 +163,8 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
              kind == IN_RANDOM ? "documented-order sum" : "exact sum", (long long)bad);
     if (kind == IN_RANDOM && nccl_order) {
         if (t->rank == 0 && c->verbose)
-            printf("info %s: random inputs: NCCL's reduction order, not compared bit for bit\n",
+            printf("info %s: random inputs: the transport's reduction order, not compared bit "
+                   "for bit\n",
                    label);
     } else {
         vctx_check(c, bad == 0, label, what);
@@ -205,8 +209,9 @@ static dmuon_rc rsv_run(vctx *c, const dmuon_segment *segs, int n, const char *l
 {
     for (int kind = 0; kind < IN_COUNT; kind++)
         DMUON_TRY(one(c, segs, n, label, kind, 0));
-    /* FP32 accumulation: not offered by the nccl backend */
-    if (n > 0 && segs[0].dtype == DMUON_BF16 && c->topo.backend != DMUON_BACKEND_NCCL)
+    /* FP32 accumulation: the scheduled algorithm only, not on the nccl backend */
+    if (n > 0 && segs[0].dtype == DMUON_BF16 && c->topo.backend != DMUON_BACKEND_NCCL &&
+        (c->gopts.algorithm == DMUON_ALGO_DEFAULT || c->gopts.algorithm == DMUON_ALGO_SCHEDULED))
         DMUON_TRY(one(c, segs, n, label, IN_RANDOM, 1));
     return DMUON_OK;
 }

@@ -39,7 +39,12 @@
 #include "dmuon/topo.h"
 #include "dmuon/types.h"
 
-#define DMUON_DEADLINE_MS_DEFAULT 60000
+/* The deadline of one operator call when neither the options nor
+ * $DMUON_DEADLINE_MS give one: 10 minutes, as NCCL's default (its
+ * watchdog and NCCL_TIMEOUT in PyTorch), so a slow first call (lazy
+ * connection setup, a large layer on a slow link) is not taken for a hang.
+ * Tests and tools that inject faults set a short one. */
+#define DMUON_DEADLINE_MS_DEFAULT 600000
 /* Required alignment of a group's control area offset, in bytes. */
 #define DMUON_GROUP_CTRL_ALIGN 64
 /* Required alignment of the per-call buffer and window offsets, in bytes
@@ -47,6 +52,58 @@
 #define DMUON_GROUP_RANGE_ALIGN 8
 
 typedef struct dmuon_group dmuon_group;
+
+/*
+ * The algorithm of a group (docs/operators.md).  Every algorithm works on
+ * the same two ranges of a call (layer buffer, owner window) with the same
+ * result; they differ in how the bytes move and in which tables they take:
+ *
+ *   DEFAULT    the backend's own: SCHEDULED on mpi and nccl-dev, PER_OWNER
+ *              on nccl (NCCL routes its own rooted calls).
+ *   SCHEDULED  the paper's operator: the queues of dmuon/sched.h (rails,
+ *              chains or stars, chunks, the documented reduction order).
+ *   PER_OWNER  one rooted call per segment (AllGatherV: a broadcast from the
+ *              owner, who first copies its window into its own buffer;
+ *              ReduceScatterV: a reduce to the owner's window), all of a
+ *              call posted together.  Any table.
+ *   COALESCED  one variable-length call per operator call (AllGatherV: an
+ *              allgatherv; ReduceScatterV: a reduce-scatter with per-rank
+ *              counts).  The table must be owner-ordered: owners
+ *              non-decreasing in table order, segments back to back in the
+ *              layer buffer, and one owner's segments back to back in its
+ *              window (dmuon_table_owner_ordered makes one); one element
+ *              type.
+ *   EQUAL      the equal-length primitive (allgather, reduce-scatter-block)
+ *              over even shards: an owner-ordered table of exactly one
+ *              segment per rank of the scope, all of one count.  Scope
+ *              WORLD: N segments, owner r = rank r.  Scope NODE: K segments
+ *              whose owner field is the local rank 0..K-1; the call runs on
+ *              every node alike over the node's ranks (HSDP's even shards).
+ *
+ * Reductions of PER_OWNER, COALESCED and EQUAL are in the order the
+ * transport chooses (BF16 rounding at every step; fp32_accum is not
+ * offered: DMUON_EUNSUPPORTED at create); they equal SCHEDULED bit for bit
+ * only where every order does (integer-valued inputs).  A backend leaves an
+ * algorithm out where it has none (DMUON_EUNSUPPORTED at create naming the
+ * backend and the algorithm); on mpi all five exist, blocking and split
+ * phase.
+ */
+typedef enum {
+    DMUON_ALGO_DEFAULT = 0,
+    DMUON_ALGO_SCHEDULED,
+    DMUON_ALGO_PER_OWNER,
+    DMUON_ALGO_COALESCED,
+    DMUON_ALGO_EQUAL,
+    DMUON_ALGO_COUNT
+} dmuon_algo;
+
+typedef enum { DMUON_SCOPE_WORLD = 0, DMUON_SCOPE_NODE } dmuon_scope;
+
+/* "default", "scheduled", "per-owner", "coalesced", "equal"; "?" otherwise. */
+const char *dmuon_algo_name(dmuon_algo a);
+/* The algorithm named text (dmuon_algo_name).  DMUON_EINVAL naming the text
+ * and the names otherwise. */
+dmuon_rc dmuon_algo_parse(const char *text, dmuon_algo *out);
 
 typedef struct {
     dmuon_path path;          /* AUTO (default), CHAIN or STAR; see sched.h */
@@ -57,10 +114,12 @@ typedef struct {
                                  source node; 0 → 256 KiB */
     int deadline_ms;          /* bounds one whole operator call (every wait
                                  of it together, progress or not); 0 →
-                                 $DMUON_DEADLINE_MS or 60000 */
+                                 $DMUON_DEADLINE_MS or 600000 (10 min) */
     int slots;                /* ring slots per incoming reduce stream; 0 → 4 */
     int fp32_accum;           /* BF16 reduce: carry binary32 partials and
-                                 round once, at the owner */
+                                 round once, at the owner (SCHEDULED only) */
+    dmuon_algo algorithm;     /* DEFAULT (0) → the backend's; see above */
+    dmuon_scope scope;        /* EQUAL only: WORLD (0) or NODE */
 } dmuon_group_opts;
 
 /* Reads the deadline in ms from opts (if > 0), else $DMUON_DEADLINE_MS, else
@@ -89,7 +148,10 @@ dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, 
  * bad opts; mem allocated over another topology or backend; ctrl_offset
  * negative, not a multiple of DMUON_GROUP_CTRL_ALIGN, or the area not inside
  * mem), DMUON_EUNSUPPORTED (t->backend not built), DMUON_ENOMEM (on any
- * rank), DMUON_ECOMM.  On failure *out is NULL. */
+ * rank), DMUON_ECOMM.  An algorithm the backend does not offer, or
+ * fp32_accum with another algorithm than SCHEDULED: DMUON_EUNSUPPORTED naming
+ * both; a table the algorithm cannot take (see dmuon_algo): DMUON_EINVAL
+ * naming the first segment that breaks its rule.  On failure *out is NULL. */
 dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int n,
                             const dmuon_group_opts *opts, dmuon_symm *mem, int64_t ctrl_offset,
                             dmuon_group **out);
@@ -118,6 +180,9 @@ void dmuon_group_free(dmuon_group *g);
  * from the table. */
 int64_t dmuon_group_buffer_bytes(const dmuon_group *g);
 int64_t dmuon_group_window_bytes(const dmuon_group *g);
+
+/* The algorithm the group runs (DEFAULT resolved to the backend's). */
+dmuon_algo dmuon_group_algo(const dmuon_group *g);
 
 /* The schedule a kind of call runs (for reports and tests). */
 const dmuon_sched *dmuon_group_sched(const dmuon_group *g, dmuon_sched_kind kind);

@@ -41,7 +41,7 @@
 typedef struct dmuon_publish dmuon_publish;
 
 typedef struct {
-    int deadline_ms;         /* per wait/end call; 0 → $DMUON_DEADLINE_MS or 60000 */
+    int deadline_ms;         /* per wait/end call; 0 → $DMUON_DEADLINE_MS or 600000 (10 min) */
     int64_t chunk_bytes;     /* 0 → the backend's (MPI: 64 KiB less 128 bytes,
                                 one eager TCP fragment); else a multiple of 8,
                                 ≥ 256 */
@@ -122,6 +122,25 @@ dmuon_rc dmuon_publish_wait(dmuon_publish *p, int param, int64_t step);
 /* Waits until every parameter this rank leads has arrived and every chunk it
  * sends has been taken.  Errors: as dmuon_publish_wait. */
 dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step);
+
+/* The node half of the publish: every rank of a node loads n parameters of
+ * step `step` from the copy of the node's rank that leads each (local rank =
+ * owner mod K; the owner itself on the owner's node) into its own part of
+ * the publish's symmetric memory: parameter params[j] (an index into the
+ * publish's table) lands at dst_offset + segs[j].offset, its bytes as the
+ * table gives them (segs: a layer's segment table, only offsets are read).
+ * It first waits for the listed parameters this rank leads (as
+ * dmuon_publish_wait), then the node's ranks meet, load and meet again, so
+ * no rank changes its copy before every rank of the node has read it.
+ * Collective over the node (every rank of it, the same list and step); the
+ * publish's step must be open (between begin and end).  Errors: DMUON_EINVAL
+ * (an index outside the table, a destination range outside the memory or
+ * overlapping the copy; before any communication), those of
+ * dmuon_publish_wait, DMUON_ETIMEOUT (a rank of the node did not arrive
+ * within the deadline; names the node), DMUON_ECOMM, DMUON_EUNSUPPORTED (a
+ * backend without node-shared memory). */
+dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
+                                 int n, int64_t dst_offset, int64_t step);
 
 /* Step number in this rank's arrival flag of param (0 before any). */
 int64_t dmuon_publish_flag(const dmuon_publish *p, int param);

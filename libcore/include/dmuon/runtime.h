@@ -73,7 +73,7 @@ typedef struct {
                                  MPI_COMM_TYPE_SHARED; must equal the plan's
                                  gpus_per_node */
     dmuon_optim_opts optim;   /* hyperparameters (dmuon_optim_opts_init) */
-    int deadline_ms;          /* per operator call; 0 → $DMUON_DEADLINE_MS or 60000 */
+    int deadline_ms;          /* per operator call; 0 → $DMUON_DEADLINE_MS or 600000 (10 min) */
     int prefetch;             /* 1 (default): pre_forward(l) starts layer l+1's
                                  gather (ZeRO-3 pre_backward(l): layer l−1's);
                                  line D on FSDP starts it split-phase

@@ -26,6 +26,24 @@
 dmuon_rc dmuon_table_check_publish(const dmuon_segment *params, int n, int nranks,
                                    int per_node, int64_t *copy_bytes);
 
+/* The owner-ordered form of a table, as the COALESCED and EQUAL algorithms
+ * take it (dmuon/collv.h): the segments of segs (owner, dtype, count) in
+ * owner order, rank 0's first, table order within one owner (a stable
+ * sort), placed in the layer buffer back to back from offset 0 and in each
+ * owner's window back to back from 0.  out holds n entries; from (NULL or n
+ * entries) gets, for each out[i], the index in segs it came from;
+ * *buffer_bytes the layer buffer's length.  Pure.  Errors: DMUON_EINVAL
+ * (n < 0, owner outside [0, nranks), unknown element type), DMUON_ENOMEM. */
+dmuon_rc dmuon_table_owner_ordered(const dmuon_segment *segs, int n, int nranks,
+                                   dmuon_segment *out, int *from, int64_t *buffer_bytes);
+
+/* Writes the owner-ordered table of `parts` even shards of `count`
+ * elements of dtype each (segment j owned by j, at offset j·count·size,
+ * window offset 0): the EQUAL algorithm's table over `parts` ranks.  out
+ * holds parts entries.  Pure.  Errors: DMUON_EINVAL (parts < 1, count < 1,
+ * unknown element type). */
+dmuon_rc dmuon_table_even(int parts, int64_t count, dmuon_dtype dtype, dmuon_segment *out);
+
 /* Exchanges the digest (dmuon_table_digest) of a table over comm
  * (collective).  DMUON_OK when every rank holds the same table; otherwise
  * DMUON_EMISMATCH on every rank, the message naming the first segment that

@@ -1,0 +1,124 @@
+/*
+ * ctl.c — the control plane (dmuon/ctl.h): non-blocking MPI calls polled
+ * until done or the deadline (comm/wait.h), the agreement of a return code
+ * with the failing rank's message broadcast to the others.
+ */
+#include "dmuon/ctl.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dmuon/collv.h"
+#include "wait.h"
+
+/* Posts nothing itself: completes req (from a call that returned err)
+ * within deadline_ms. */
+static dmuon_rc finish(MPI_Comm comm, int err, MPI_Request *req, int deadline_ms,
+                       const char *what)
+{
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    if (err != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: an MPI call failed on rank %d", what, rank);
+    int ms = 0;
+    DMUON_TRY(dmuon_deadline_ms(deadline_ms, &ms));
+    dmuon_waiter w;
+    dmuon_waiter_start(&w, ms);
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Test failed on rank %d", what, rank);
+        if (done)
+            return DMUON_OK;
+        if (dmuon_waiter_expired(&w))
+            return DMUON_FAIL(DMUON_ETIMEOUT, "%s: rank %d: not complete within the %d ms "
+                              "deadline (a peer stalled or died)", what, rank, ms);
+        dmuon_waiter_idle(&w);
+    }
+}
+
+static MPI_Op mpi_op(dmuon_ctl_op op)
+{
+    return op == DMUON_CTL_MIN ? MPI_MIN : op == DMUON_CTL_MAX ? MPI_MAX : MPI_SUM;
+}
+
+static dmuon_rc allreduce(MPI_Comm comm, void *v, int n, MPI_Datatype type, dmuon_ctl_op op,
+                          int deadline_ms, const char *what)
+{
+    if (n < 1 || n > DMUON_CTL_MAX_COUNT || op < DMUON_CTL_SUM || op > DMUON_CTL_MAX)
+        return DMUON_FAIL(DMUON_EINVAL, "%s: %d values, operation %d: expected 1 to %d values "
+                          "and sum, min or max", what, n, (int)op, DMUON_CTL_MAX_COUNT);
+    if (comm == MPI_COMM_NULL)
+        return DMUON_OK;
+    MPI_Request q;
+    int err = MPI_Iallreduce(MPI_IN_PLACE, v, n, type, mpi_op(op), comm, &q);
+    DMUON_TRY(finish(comm, err, &q, deadline_ms, what));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_ctl_allreduce_f64(MPI_Comm comm, double *v, int n, dmuon_ctl_op op,
+                                 int deadline_ms, const char *what)
+{
+    return allreduce(comm, v, n, MPI_DOUBLE, op, deadline_ms, what);
+}
+
+dmuon_rc dmuon_ctl_allreduce_i64(MPI_Comm comm, int64_t *v, int n, dmuon_ctl_op op,
+                                 int deadline_ms, const char *what)
+{
+    return allreduce(comm, v, n, MPI_INT64_T, op, deadline_ms, what);
+}
+
+dmuon_rc dmuon_ctl_bcast(MPI_Comm comm, void *data, int bytes, int root, int deadline_ms,
+                         const char *what)
+{
+    if (comm == MPI_COMM_NULL)
+        return DMUON_OK;
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    if (bytes < 0 || bytes > DMUON_CTL_MAX_BYTES || root < 0 || root >= size)
+        return DMUON_FAIL(DMUON_EINVAL, "%s: %d bytes from rank %d: expected 0 to %d bytes "
+                          "from a rank of 0..%d", what, bytes, root, DMUON_CTL_MAX_BYTES,
+                          size - 1);
+    MPI_Request q;
+    int err = MPI_Ibcast(data, bytes, MPI_BYTE, root, comm, &q);
+    DMUON_TRY(finish(comm, err, &q, deadline_ms, what));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
+{
+    if (comm == MPI_COMM_NULL)
+        return mine;
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    /* keep this rank's message: the calls below may record their own */
+    char own[1024] = "";
+    if (mine != DMUON_OK)
+        snprintf(own, sizeof own, "%s", dmuon_errmsg());
+    int64_t first = mine == DMUON_OK ? INT_MAX : rank;
+    DMUON_TRY(dmuon_ctl_allreduce_i64(comm, &first, 1, DMUON_CTL_MIN, deadline_ms, "agree"));
+    if (first == INT_MAX)
+        return DMUON_OK;
+    struct {
+        int rc;
+        char msg[1024];
+    } m;
+    memset(&m, 0, sizeof m);
+    if (rank == first) {
+        m.rc = (int)mine;
+        snprintf(m.msg, sizeof m.msg, "%s", own);
+    }
+    DMUON_TRY(dmuon_ctl_bcast(comm, &m, (int)sizeof m, (int)first, deadline_ms, "agree"));
+    char pre[32];
+    int plen = snprintf(pre, sizeof pre, "rank %d: ", mine != DMUON_OK ? rank : (int)first);
+    if (mine != DMUON_OK) {
+        if (strncmp(own, pre, (size_t)plen) != 0)
+            return dmuon_err_set(mine, __FILE__, __LINE__, "%s%s", pre, own);
+        return dmuon_err_trace_add(mine, __FILE__, __LINE__);   /* its message stands */
+    }
+    const char *body = m.msg;
+    if (!strncmp(body, pre, (size_t)plen))
+        body += plen;
+    return dmuon_err_set((dmuon_rc)m.rc, __FILE__, __LINE__, "%s%s", pre, body);
+}

@@ -1,0 +1,66 @@
+/*
+ * dmuon/ctl.h — the control plane of the communication layer: agreement on
+ * a return code, small reductions and the broadcast of a short table, each
+ * bounded by a deadline (docs/operators.md "Control plane").
+ *
+ * These move a few bytes to decide things together (did any rank fail, the
+ * gradient norm, the non-finite flag, a digest of a layout); they run over
+ * the MPI communicator given, on every backend alike (the NCCL backends
+ * keep their bootstrap and control plane on MPI too), as non-blocking MPI
+ * calls polled until done or until the deadline passes.  Every function is
+ * collective over comm (every rank, same order, same arguments where said);
+ * MPI_COMM_NULL makes each a local no-op that returns as if alone.
+ *
+ * deadline_ms: > 0 bounds the call; 0 takes $DMUON_DEADLINE_MS or
+ * DMUON_DEADLINE_MS_DEFAULT (dmuon_deadline_ms, dmuon/collv.h).  A call past
+ * its deadline returns DMUON_ETIMEOUT naming `what` and this rank; the
+ * communicator may then hold a posted call that never completes (MPI cannot
+ * cancel collectives), so the caller treats it as failed: a tool ends the
+ * job, a runtime refuses further collective work.
+ */
+#ifndef DMUON_CTL_H
+#define DMUON_CTL_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "dmuon/rc.h"
+
+/* The most elements of one small reduction, and the most bytes of one short
+ * broadcast.  Larger payloads belong in a group (dmuon/collv.h). */
+#define DMUON_CTL_MAX_COUNT 4096
+#define DMUON_CTL_MAX_BYTES (1 << 20)
+
+/* Agrees on whether any rank of comm failed: mine is this rank's rc (with
+ * its message recorded, as after DMUON_FAIL).  Returns DMUON_OK on every
+ * rank when every mine is DMUON_OK.  Otherwise every rank returns an error:
+ * a failing rank its own rc, its message prefixed "rank R: " (R its rank in
+ * comm) unless it already starts so; every other rank the lowest failing
+ * rank F's rc with F's message, prefixed "rank F: " (message broadcast from
+ * F, at most 1023 bytes).  Errors besides those agreed: DMUON_ETIMEOUT
+ * (deadline; the message names `agree` and this rank), DMUON_ECOMM (an MPI
+ * call failed). */
+dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms);
+
+typedef enum { DMUON_CTL_SUM = 0, DMUON_CTL_MIN, DMUON_CTL_MAX } dmuon_ctl_op;
+
+/* In place over n values (1 ≤ n ≤ DMUON_CTL_MAX_COUNT, the same n and op on
+ * every rank): v[i] becomes the sum, minimum or maximum of v[i] over the
+ * ranks of comm, the same on every rank.  F64 sums are in MPI's order (the
+ * same on every rank for one communicator and count, not across rank
+ * counts); I64 is exact (sums must not overflow).  Errors: DMUON_EINVAL
+ * (n, op; before any communication), DMUON_ETIMEOUT (names what),
+ * DMUON_ECOMM. */
+dmuon_rc dmuon_ctl_allreduce_f64(MPI_Comm comm, double *v, int n, dmuon_ctl_op op,
+                                 int deadline_ms, const char *what);
+dmuon_rc dmuon_ctl_allreduce_i64(MPI_Comm comm, int64_t *v, int n, dmuon_ctl_op op,
+                                 int deadline_ms, const char *what);
+
+/* Copies root's `bytes` bytes at data to data on every rank of comm (0 ≤
+ * bytes ≤ DMUON_CTL_MAX_BYTES, the same bytes and root on every rank; a
+ * short table such as a layout digest).  Errors: DMUON_EINVAL (bytes, root;
+ * before any communication), DMUON_ETIMEOUT (names what), DMUON_ECOMM. */
+dmuon_rc dmuon_ctl_bcast(MPI_Comm comm, void *data, int bytes, int root, int deadline_ms,
+                         const char *what);
+
+#endif
