@@ -139,6 +139,16 @@ dmuon_rc dmuon_capi_comm_nodes(int fcomm, int ranks_per_node, int *nodes, int *p
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_capi_allreduce_sum(int fcomm, double *buf, size_t n)
+{
+    MPI_Comm c = MPI_Comm_f2c((MPI_Fint)fcomm);
+    if (c == MPI_COMM_NULL || n > INT_MAX ||
+        MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, c) != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "mpi: allreduce of %zu values on handle %d failed", n,
+                          fcomm);
+    return DMUON_OK;
+}
+
 /* ---------------------------------------------------------- planning -- */
 
 dmuon_rc dmuon_capi_plan_opts_new(dmuon_capi_plan_opts **out)

@@ -14,7 +14,7 @@ import weakref
 
 from ._lib import DmuonError, check, cstr, lib, library_path
 
-__all__ = ["DmuonError", "Plan", "library_path", "load_plan", "world", "comm_handle"]
+__all__ = ["DmuonError", "Plan", "library_path", "load_plan", "world", "comm_handle", "allreduce_sum"]
 
 _mpi = {"up": False, "ours": False, "rank": 0, "size": 1}
 _live = weakref.WeakSet()   # runtimes to free before MPI_Finalize
@@ -57,6 +57,15 @@ def world(comm=None):
     rank, size = ctypes.c_int(), ctypes.c_int()
     check(lib().dmuon_capi_comm_info(h, ctypes.byref(rank), ctypes.byref(size)))
     return rank.value, size.value
+
+
+def allreduce_sum(values, comm=None):
+    """The element-wise sum over the ranks of comm of a list of floats
+    (collective), e.g. to log the mean loss: allreduce_sum([loss])[0] / size."""
+    vals = [float(v) for v in values]
+    buf = (ctypes.c_double * len(vals))(*vals)
+    check(lib().dmuon_capi_allreduce_sum(comm_handle(comm), buf, len(vals)))
+    return list(buf)
 
 
 class Plan:

@@ -88,6 +88,7 @@ def _declare(L):
         "dmuon_capi_comm_world": (_c_int, []),
         "dmuon_capi_comm_info": (_c_int, [_c_int, P(_c_int), P(_c_int)]),
         "dmuon_capi_comm_nodes": (_c_int, [_c_int, _c_int, P(_c_int), P(_c_int)]),
+        "dmuon_capi_allreduce_sum": (_c_int, [_c_int, P(_c_dbl), _c_size]),
         "dmuon_capi_plan_opts_new": (_c_int, [P(_vp)]),
         "dmuon_capi_plan_opts_free": (None, [_vp]),
         "dmuon_capi_plan_opts_set": (_c_int, [_vp, _c_str, _c_str]),

@@ -185,6 +185,7 @@ class Runtime:
         self._optimizer = None
         self._hooks = []
         self._bwd = False        # inside a micro-batch's backward
+        self.recomputations = 0  # layer forwards run inside backward (checkpointing)
         self._fwd_grad = False
         named = dict(_trainable(model))
         planned = {n: (layer, numel) for n, layer, _, numel in plan.params}
@@ -314,6 +315,7 @@ class Runtime:
             if layer.phase != 1:
                 self._pre_backward(layer)
             self._call("dmuon_rt_recompute_begin")
+            self.recomputations += 1
             self._call("dmuon_rt_pre_forward", layer.index)
             layer.recompute = True
             return

@@ -44,6 +44,11 @@ dmuon_rc dmuon_capi_comm_info(int fcomm, int *rank, int *size);
  * *per_node (K).  Errors: those of dmuon_topo_init. */
 dmuon_rc dmuon_capi_comm_nodes(int fcomm, int ranks_per_node, int *nodes, int *per_node);
 
+/* Sums n doubles in place over the communicator (MPI_Allreduce, MPI_SUM;
+ * collective): for a trainer's log (the mean loss over ranks).  Errors:
+ * DMUON_ECOMM. */
+dmuon_rc dmuon_capi_allreduce_sum(int fcomm, double *buf, size_t n);
+
 /* ------------------------------------------------------------- planning -- */
 
 typedef struct dmuon_capi_plan_opts dmuon_capi_plan_opts;
