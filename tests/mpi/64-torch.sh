@@ -26,5 +26,18 @@ for np in 1 2 4 8; do
     T_PASS=$((T_PASS + p)); T_FAIL=$((T_FAIL + f))
     [ "$p" -gt 0 ] || bad "np $np: no check ran"
 done
+# the docs' complete script, on 4 ranks: its loss falls
+awk '/^## Using dmuon from PyTorch/{s=1} s && /^```python$/{c=1; next} c && /^```$/{exit} c{print}' \
+    "$DMUON_ROOT/docs/python.md" > "$T_TMP/ex.py"
+lines=$(wc -l < "$T_TMP/ex.py")
+[ "$lines" -gt 0 ] && [ "$lines" -le 30 ] && ok ||
+    bad "docs/python.md has a python block of 1..30 lines under 'Using dmuon from PyTorch' ($lines)"
+cd "$T_TMP" && run "${MPIRUN[@]}" -np 4 "$PY" ex.py; cd "$DMUON_ROOT"
+check_rc 0 "the docs' script runs on 4 ranks"
+first=$(sed -nE 's/^step 0 loss ([0-9.]+)$/\1/p' "$T_TMP/out")
+last=$(sed -nE 's/^step 29 loss ([0-9.]+)$/\1/p' "$T_TMP/out")
+check_eq "$(awk -v a="${first:-0}" -v b="${last:-0}" 'BEGIN{print (b < a / 2) ? "falls" : "flat"}')" \
+    falls "the docs' script: loss falls to under half (step 0 $first, step 29 $last)"
+[ -s "$T_TMP/model.safetensors" ] && ok || bad "the docs' script exported model.safetensors"
 [ -n "${DMUON_PARITY_CSV:-}" ] && cp "$T_TMP/parity.csv" "$DMUON_PARITY_CSV"
 finish
