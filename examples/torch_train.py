@@ -9,8 +9,10 @@ in C.
 Every rank draws the same global batch (the generator is seeded by the
 step) and takes its slice, so runs on any rank count see the same tokens.
 The log is CSV: step, loss (mean over the global batch), val_loss (every
---eval-every steps), muon_lr, step_s (wall time of the step, mean over
-ranks), tokens_per_s.  --plot draws loss and val_loss with gnuplot (SVG).
+--eval-every steps), muon_lr, step_s (wall time of the step, max over
+ranks, as bin/dmuon-train logs it), tokens_per_s.  --plain-torch trains
+the same model in this one process with torch.optim.Muon + AdamW instead
+(no dmuon): the baseline for the binding's overhead.  --plot draws loss and val_loss with gnuplot (SVG).
 """
 import argparse
 import math
@@ -87,6 +89,8 @@ def main():
     ap.add_argument("--save", help="checkpoint directory at the end")
     ap.add_argument("--resume", help="checkpoint directory to start from")
     ap.add_argument("--export", help="safetensors file of the final weights")
+    ap.add_argument("--plain-torch", action="store_true",
+                    help="torch.optim.Muon + AdamW in one process, no dmuon (a baseline)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     rank, size = dmuon.world()
@@ -98,8 +102,13 @@ def main():
                  kv_heads=a.kv_heads, hidden=a.ffn, ckpt=a.recompute)
     plan = dmuon.torch.plan(model, ranks_per_node=a.ranks_per_node, sharding=a.sharding,
                             zero=a.zero, param_dtype=a.param_dtype)
-    rt = dmuon.torch.shard(model, plan, line=a.line)
-    opt = rt.optimizer(lr=a.lr, adamw_lr=a.adamw_lr, clip_norm=a.clip)
+    if a.plain_torch:
+        if size > 1 or a.resume or a.save or a.export:
+            sys.exit("torch_train: --plain-torch runs on one rank, without checkpoints")
+        rt, opt = None, PlainTorch(model, plan, a)
+    else:
+        rt = dmuon.torch.shard(model, plan, line=a.line)
+        opt = rt.optimizer(lr=a.lr, adamw_lr=a.adamw_lr, clip_norm=a.clip)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / a.warmup) if s < a.warmup else
         0.1 + 0.45 * (1 + math.cos(math.pi * (s - a.warmup) / max(1, a.steps - a.warmup))))
@@ -142,14 +151,16 @@ def main():
         opt.zero_grad()
         sched.step()
         dt = time.perf_counter() - t0
-        loss_mean, dt_sum = dmuon.allreduce_sum([tot, dt])
-        dt_mean = dt_sum / size
+        per_rank = [0.0] * size
+        per_rank[rank] = dt
+        sums = dmuon.allreduce_sum([tot] + per_rank)
+        loss_mean, dt_max = sums[0], max(sums[1:])
         val = ""
         if a.eval_every and (step % a.eval_every == 0 or step + 1 == a.steps):
             val = "%.5f" % validate()
         if rank == 0:
-            line = "%d,%.5f,%s,%.5g,%.5f,%.0f" % (step, loss_mean / size, val, lr, dt_mean,
-                                                 a.batch * a.seq / dt_mean)
+            line = "%d,%.5f,%s,%.5g,%.5f,%.0f" % (step, loss_mean / size, val, lr, dt_max,
+                                                 a.batch * a.seq / dt_max)
             if log:
                 log.write(line + "\n")
                 log.flush()
@@ -167,7 +178,35 @@ def main():
                             "separator ','; set key autotitle columnhead; set xlabel 'step'; "
                             "set ylabel 'loss (nats/byte)'; plot '%s' using 1:2 with lines, "
                             "'' using 1:3 with points pt 7" % (a.plot, a.log)], check=True)
-    rt.close()
+    if rt:
+        rt.close()
+
+
+class PlainTorch(torch.optim.Optimizer):
+    """torch.optim.Muon on the plan's Muon matrices and AdamW on the rest,
+    with global-norm clipping, behind one optimizer (for the LR schedule)."""
+
+    def __init__(self, model, plan, a):
+        roles = {n: r for n, _, r, _ in plan.params}
+        named = dict(model.named_parameters())
+        mu = [named[n] for n in named if roles[n] == "muon"]
+        aw = [named[n] for n in named if roles[n] == "adamw"]
+        super().__init__([{"params": mu, "lr": a.lr}, {"params": aw, "lr": a.adamw_lr}], {})
+        self.muon = torch.optim.Muon(mu, lr=a.lr, weight_decay=0.0,
+                                     adjust_lr_fn="match_rms_adamw")
+        self.adamw = torch.optim.AdamW(aw, lr=a.adamw_lr, betas=(0.9, 0.95), weight_decay=0.0)
+        self.clip, self.all = a.clip, mu + aw
+
+    def step(self, closure=None):
+        if self.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.all, self.clip)
+        for mine, theirs in zip(self.param_groups, (self.muon, self.adamw)):
+            theirs.param_groups[0]["lr"] = mine["lr"]
+            theirs.step()
+
+    def zero_grad(self, set_to_none=True):
+        self.muon.zero_grad()
+        self.adamw.zero_grad()
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ pyenv() {
         echo "note: could not install torch==$TORCH_PIN into $env; the PyTorch binding's" \
              "tests will skip" >&2
     fi
+    # optional: mpi4py lets a trainer hand dmuon a communicator (comm=)
+    "$env/bin/python" -c 'import mpi4py' 2>/dev/null || "$env/bin/python" -m pip install -q mpi4py ||
+        echo "note: could not install mpi4py into $env; the comm= check will not run" >&2
     if "$env/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$root/python" 2>/dev/null ||
        "$env/bin/python" -m pip install -q --no-deps -e "$root/python"; then
         echo "dmuon Python package: installed in $env (editable, from python/)"

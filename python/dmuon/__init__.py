@@ -12,6 +12,7 @@ import atexit
 import ctypes
 import weakref
 
+from . import _lib as _libmod
 from ._lib import DmuonError, check, cstr, lib, library_path
 
 __all__ = ["DmuonError", "Plan", "library_path", "load_plan", "world", "comm_handle", "allreduce_sum"]
@@ -108,14 +109,10 @@ class Plan:
             self.param_dtype, len(self.params), len(self.layers))
 
     def __del__(self):
-        if getattr(self, "_ptr", None) and self._ptr.value and _lib_alive():
-            lib().dmuon_plan_free(self._ptr)
+        L = _libmod._lib
+        if getattr(self, "_ptr", None) and self._ptr.value and L is not None:
+            L.dmuon_plan_free(self._ptr)
             self._ptr = ctypes.c_void_p()
-
-
-def _lib_alive():
-    from . import _lib as m
-    return m._lib is not None
 
 
 def load_plan(path):

@@ -16,8 +16,11 @@ if ! "$PY" -c 'import torch, safetensors.torch' 2>/dev/null; then
     exit 0
 fi
 export PYTHONPATH="$DMUON_ROOT/python:$DMUON_ROOT/tests/python${PYTHONPATH:+:$PYTHONPATH}"
-export DMUON_LIBRARY="$DMUON_ROOT/build/libdmuon.so" OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1
 MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+run "${MPIRUN[@]}" -np 4 "$PY" -c 'import dmuon.torch, dmuon; print(dmuon.world()[1], dmuon.library_path()[1])'
+check_rc 0 "import dmuon.torch on 4 ranks"
+check_out "^4 the build tree of this package$" "4 ranks see a world of 4 and load the tree's libdmuon.so"
 for np in 1 2 4 8; do
     run "${MPIRUN[@]}" -np $np "$PY" "$DMUON_ROOT/tests/python/torch_check.py" $np "$T_TMP"
     check_rc 0 "torch_check.py on $np rank(s)"

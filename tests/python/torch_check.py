@@ -106,14 +106,15 @@ def local(x, micro=1, k=0):
 
 def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckpt=False,
           save_at=None, resume=None, start=0, grad_reduce="mean", export=None,
-          param_dtype="f32", ns="direct-muon5", plan=None):
+          param_dtype="f32", ns="direct-muon5", plan=None, comm=None):
     """Losses (mean over ranks) of steps [start, steps); optional save after
     save_at steps, resume from a checkpoint, export at the end (returns the
     eval loss of the sharded module on batch 0 too)."""
     m = td.make(ckpt=ckpt)
-    p = plan or dmuon.torch.plan(m, ranks_per_node=rpn, sharding=sharding, zero=zero)
+    p = plan or dmuon.torch.plan(m, ranks_per_node=rpn, sharding=sharding, zero=zero,
+                                 comm=comm)
     rt = dmuon.torch.shard(m, p, line=line, param_dtype=param_dtype, ns=ns, deadline_s=60,
-                           grad_reduce=grad_reduce)
+                           grad_reduce=grad_reduce, comm=comm)
     opt = rt.optimizer(**HYPER)
     sc = torch.optim.lr_scheduler.LambdaLR(opt, sched)
     if resume:
@@ -241,6 +242,17 @@ def main():
         p.save(path)
         lp = train("D", plan=dmuon.load_plan(path))["losses"]
         report(lp == plain, "a saved and loaded plan trains as the in-memory one")
+        try:
+            from mpi4py import MPI
+        except ImportError:
+            MPI = None
+            if rank == 0:
+                print("note: mpi4py is not installed: the comm= path did not run")
+        if MPI is not None:
+            sub = MPI.COMM_WORLD.Dup()
+            viac = train("D", comm=sub)["losses"]
+            sub.Free()
+            report(viac == plain, "an mpi4py communicator (comm=) trains as MPI_COMM_WORLD")
     if N == 4 and os.path.isdir(os.path.join(DIR, "ckpt-n2-s%d" % (STEPS // 2))):
         k = STEPS // 2
         resumed = train("D", resume=os.path.join(DIR, "ckpt-n2-s%d" % k), start=k)["losses"]
