@@ -9,17 +9,38 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 pkgs="build-essential pkg-config libyaml-dev libsqlite3-dev sqlite3 libopenblas-dev
       liblapacke-dev libopenmpi-dev openmpi-bin libcmocka-dev
       fortunes gnuplot-nox clang libclang-rt-14-dev iproute2 util-linux python3 python3-venv"
+# torch is pinned (the binding's tests compare against torch.optim.Muon of
+# this release); PyPI's wheel pulls the CUDA libraries (see docs/python.md for
+# the measured download and time).  The dmuon package (python/) goes in last,
+# editable, so the tests import the tree's own binding.
+TORCH_PIN=2.15.0
 pyenv() {
     local env="$root/build/pyenv"
     if [ -x "$env/bin/python" ] && "$env/bin/python" -c 'import safetensors.numpy, numpy' 2>/dev/null; then
         echo "test python packages: present in $env"
-        return 0
-    fi
-    if python3 -m venv "$env" && "$env/bin/python" -m pip install -q safetensors numpy; then
+    elif python3 -m venv "$env" && "$env/bin/python" -m pip install -q safetensors numpy; then
         echo "test python packages: safetensors and numpy installed in $env"
     else
         echo "note: could not install the test-only Python packages (safetensors, numpy) into" \
              "$env; the tests that read exports with them will skip" >&2
+        return 0
+    fi
+    if "$env/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_PIN')" 2>/dev/null; then
+        echo "torch $TORCH_PIN: present in $env"
+    elif "$env/bin/python" -m pip install -q "torch==$TORCH_PIN"; then
+        echo "torch $TORCH_PIN installed in $env"
+    else
+        echo "note: could not install torch==$TORCH_PIN into $env; the PyTorch binding's" \
+             "tests will skip" >&2
+    fi
+    # optional: mpi4py lets a trainer hand dmuon a communicator (comm=)
+    "$env/bin/python" -c 'import mpi4py' 2>/dev/null || "$env/bin/python" -m pip install -q mpi4py ||
+        echo "note: could not install mpi4py into $env; the comm= check will not run" >&2
+    if "$env/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$root/python" 2>/dev/null ||
+       "$env/bin/python" -m pip install -q --no-deps -e "$root/python"; then
+        echo "dmuon Python package: installed in $env (editable, from python/)"
+    else
+        echo "note: could not install the dmuon Python package into $env" >&2
     fi
     return 0
 }

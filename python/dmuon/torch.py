@@ -1,0 +1,574 @@
+"""dmuon for PyTorch: libdmuon takes over the sharding, communication and
+optimizer of every trainable parameter of an nn.Module.
+
+    import dmuon.torch
+    plan = dmuon.torch.plan(model)                 # or dmuon.load_plan(path)
+    rt = dmuon.torch.shard(model, plan, line="D")
+    opt = rt.optimizer(lr=0.02, adamw_lr=1e-3)
+    for batch in data:
+        loss = loss_fn(model(batch.x), batch.y)    # each rank: mean over its batch
+        loss.backward()
+        opt.step(); opt.zero_grad()
+
+How it works (CPU tensors; CUDA modules are refused, see docs/python.md):
+  * the plan's layers are modules: "(root)" is the module itself (it holds
+    the embeddings, final norm and head and brackets the whole forward and
+    backward), "layers.N" the submodule of that name;
+  * every parameter keeps its Parameter and storage object, but its storage
+    is resized to zero bytes except inside its layer's forward and backward
+    (FSDP2's trick: tensors saved for backward stay valid).  Forward pre
+    hook: dmuon_rt_pre_forward + copy of the gathered weights; forward post
+    hook: dmuon_rt_post_forward + free.  Backward: a full backward pre hook
+    per block (a tensor hook on the root's outputs for the root) calls
+    dmuon_rt_pre_backward and refills; each parameter's
+    post-accumulate-grad hook adds its .grad (scaled 1/world for "mean")
+    into the runtime's gradient buffer and drops it; when a layer's last
+    parameter is in, dmuon_rt_post_backward; an autograd end-of-backward
+    callback closes what is left and the root;
+  * torch.utils.checkpoint (use_reentrant=False): a forward of a block that
+    runs inside backward is a recomputation (dmuon_rt_recompute_begin/end);
+  * several backward passes before step() accumulate (the runtime adds each
+    micro-batch's reduced gradients); a forward under torch.no_grad runs
+    the backward hooks with zero gradients, as the runtime needs every
+    micro-batch to end.
+"""
+import ctypes
+import os
+
+import torch
+
+from . import DmuonError, Plan, _live, comm_handle, world
+from ._lib import check, cstr, lib
+
+__all__ = ["plan", "shard", "Runtime", "Optimizer"]
+
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
+           torch.float64: "f64"}
+
+
+def _trainable(model):
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _inventory(named):
+    names, ndims, dims, dtypes = [], [], [], []
+    for n, p in named:
+        if p.dim() == 0:
+            raise DmuonError(1, "einval", "parameter '%s': a 0-d tensor (expected >= 1 "
+                             "dimension)" % n)
+        if p.dtype not in _DTYPES:
+            raise DmuonError(1, "einval", "parameter '%s': dtype %s (expected one of %s)"
+                             % (n, p.dtype, ", ".join(str(d) for d in _DTYPES)))
+        names.append(cstr(n))
+        ndims.append(p.dim())
+        dims.extend(int(s) for s in p.shape)
+        dtypes.append(cstr(_DTYPES[p.dtype]))
+    arr = lambda t, xs: (t * len(xs))(*xs)
+    return len(names), arr(ctypes.c_char_p, names), arr(ctypes.c_int, ndims), \
+        arr(ctypes.c_int64, dims), arr(ctypes.c_char_p, dtypes)
+
+
+class _PlanOpts:
+    def __init__(self, opts):
+        L = lib()
+        self.p = ctypes.c_void_p()
+        check(L.dmuon_capi_plan_opts_new(ctypes.byref(self.p)))
+        try:
+            for k, v in opts.items():
+                for one in (v if isinstance(v, (list, tuple)) else [v]):
+                    if isinstance(one, bool):
+                        one = int(one)
+                    check(L.dmuon_capi_plan_opts_set(self.p, cstr(k), cstr(str(one))))
+        except Exception:
+            self.close()
+            raise
+
+    def close(self):
+        if self.p.value:
+            lib().dmuon_capi_plan_opts_free(self.p)
+            self.p = ctypes.c_void_p()
+
+
+def plan(model, ranks_per_node=None, sharding="fsdp", zero=3, cost="flops", comm=None,
+         **plan_opts):
+    """Plans model's trainable named_parameters() for the running world
+    (comm: None = MPI_COMM_WORLD, or an mpi4py communicator).
+
+    ranks_per_node: ranks of one node (K; None: $DMUON_RANKS_PER_NODE, else
+    the ranks sharing this host); nodes = world size / K.  sharding "fsdp" or
+    "hsdp", zero 2 or 3, cost "flops" (analytic), "elements", "m2n" or "db"
+    (measured: give cost_db= and device=).  plan_opts: the other planning
+    options of dmuon/capi.h (param_dtype="bf16"|"f32", epsilon,
+    small_unit_bytes, strategy, byte_cap, layer_spread, column_balance,
+    muon=[patterns], adamw=[patterns]).  Roles follow dmuon/model.h: 2-D
+    tensors are Muon matrices except names with "embed" or "lm_head".
+    Collective (every rank calls it with the same module)."""
+    h = comm_handle(comm)
+    _, size = world(comm)
+    nodes, per = ctypes.c_int(), ctypes.c_int()
+    check(lib().dmuon_capi_comm_nodes(h, int(ranks_per_node or 0), ctypes.byref(nodes),
+                                      ctypes.byref(per)))
+    opts = dict(plan_opts)
+    opts.update(nodes=nodes.value, gpus_per_node=per.value, sharding=sharding, zero=zero,
+                cost=cost)
+    return _plan_named(_trainable(model), opts, type(model).__name__)
+
+
+def _plan_named(named, opts, source):
+    n, names, ndims, dims, dtypes = _inventory(named)
+    po = _PlanOpts(opts)
+    try:
+        p = ctypes.c_void_p()
+        check(lib().dmuon_capi_plan_tensors(cstr(source), n, names, ndims, dims, dtypes, po.p,
+                                            ctypes.byref(p), None))
+    finally:
+        po.close()
+    return Plan(p.value, source, rebuild=lambda **kw: _plan_named(named, {**opts, **kw}, source))
+
+
+def shard(model, plan, line="D", param_dtype=None, ns="gram-pe5", deadline_s=None, zero=None,
+          grad_reduce="mean", prefetch=True, comm=None):
+    """Takes over every trainable parameter of model under plan; returns the
+    Runtime.  line "D" (dmuon's collectives), "C" (per-owner MPI), "B"
+    (gather-then-replicate Muon), "A" (AdamW everywhere).  param_dtype: the
+    dtype parameters are gathered in ("bf16", "f32"); None keeps the plan's
+    (bf16 unless planned otherwise); a plan made by dmuon.torch.plan is
+    re-planned for another, a loaded one must match.  ns: the Newton–Schulz
+    variant ("gram-pe5", "direct-muon5", ...).  deadline_s: per
+    communication call (None: $DMUON_DEADLINE_MS or 60 s).  zero: 2 or 3
+    (None: the plan's).  grad_reduce "mean" (like DDP: each rank's loss is
+    the mean over its local batch) or "sum".  The parameters are freed
+    when the runtime opens: at rt.optimizer(), or at the first forward."""
+    return Runtime(model, plan, line, param_dtype, ns, deadline_s, zero, grad_reduce, prefetch,
+                   comm)
+
+
+class _Layer:
+    __slots__ = ("index", "name", "module", "params", "need", "got", "phase", "recompute")
+
+    def __init__(self, index, name, module):
+        self.index, self.name, self.module = index, name, module
+        self.params = []      # (runtime index, Parameter)
+        self.need = 0         # parameters whose gradient ends the layer's backward
+        self.got = 0
+        self.phase = 0        # 0 idle, 1 backward open, 2 backward done
+        self.recompute = False
+
+
+class Runtime:
+    """libdmuon's runtime over a module (see dmuon.torch.shard)."""
+
+    def __init__(self, model, plan, line, param_dtype, ns, deadline_s, zero, grad_reduce,
+                 prefetch, comm):
+        if not isinstance(plan, Plan):
+            raise DmuonError(1, "einval", "plan: expected a dmuon.Plan (dmuon.torch.plan or "
+                             "dmuon.load_plan), got %r" % type(plan).__name__)
+        if grad_reduce not in ("mean", "sum"):
+            raise DmuonError(1, "einval", "grad_reduce '%s': expected mean or sum" % grad_reduce)
+        if param_dtype is not None and param_dtype != plan.param_dtype:
+            if plan._rebuild is None:
+                raise DmuonError(7, "emismatch", "param_dtype '%s': the plan %s gathers %s "
+                                 "(plan again with --param-dtype %s)" % (
+                                     param_dtype, plan.source, plan.param_dtype, param_dtype))
+            plan = plan._rebuild(param_dtype=param_dtype)
+        self.model, self.plan = model, plan
+        self.rank, self.world = world(comm)
+        self._comm = comm_handle(comm)
+        self._scale = 1.0 / self.world if grad_reduce == "mean" else 1.0
+        self._opts = {"line": line, "ns": ns, "prefetch": int(bool(prefetch)),
+                      "ranks_per_node": plan.gpus_per_node}
+        if deadline_s is not None:
+            self._opts["deadline_ms"] = max(1, int(round(deadline_s * 1000)))
+        if zero is not None:
+            self._opts["zero"] = zero
+        self._rt = ctypes.c_void_p()
+        self._optimizer = None
+        self._hooks = []
+        self._bwd = False        # inside a micro-batch's backward
+        self.recomputations = 0  # layer forwards run inside backward (checkpointing)
+        self._fwd_grad = False
+        named = dict(_trainable(model))
+        planned = {n: (layer, numel) for n, layer, _, numel in plan.params}
+        missing = [n for n in planned if n not in named]
+        extra = [n for n in named if n not in planned]
+        wrong = [n for n in planned if n in named and named[n].numel() != planned[n][1]]
+        if missing or extra or wrong:
+            parts = []
+            for what, ns_ in (("in the plan, not trainable in the module", missing),
+                              ("trainable in the module, not in the plan", extra),
+                              ("of another size than the plan's", wrong)):
+                if ns_:
+                    parts.append("%d %s: %s%s" % (len(ns_), what, ", ".join(ns_[:8]),
+                                                  " ..." if len(ns_) > 8 else ""))
+            raise DmuonError(7, "emismatch", "plan %s and module %s differ: %s" % (
+                plan.source, type(model).__name__, "; ".join(parts)))
+        for n, p in named.items():
+            if p.device.type != "cpu":
+                raise DmuonError(13, "eunsupported", "parameter '%s' is on %s: this binding "
+                                 "takes CPU modules only (CUDA modules are untested and "
+                                 "refused)" % (n, p.device))
+            if not p.is_contiguous() or p.storage_offset() != 0 or \
+                    p.untyped_storage().nbytes() != p.numel() * p.element_size():
+                raise DmuonError(1, "einval", "parameter '%s' does not own its whole storage "
+                                 "(a view or shared tensor): dmuon needs one storage per "
+                                 "parameter" % n)
+        self._layers = []
+        for i, lname in enumerate(plan.layers):
+            if lname == "(root)":
+                mod = model
+            else:
+                try:
+                    mod = model.get_submodule(lname)
+                except AttributeError:
+                    raise DmuonError(5, "enotfound", "plan layer '%s': the module has no "
+                                     "submodule of that name" % lname) from None
+            self._layers.append(_Layer(i, lname, mod))
+        self._root = next((L for L in self._layers if L.name == "(root)"), None)
+        self._names = []
+        for n, layer, _, _ in plan.params:
+            self._layers[layer].params.append((len(self._names), named[n]))
+            self._names.append(n)
+        for L in self._layers:
+            L.need = len(L.params)
+        self._install()
+
+    # ------------------------------------------------------------ opening --
+    def _open(self, optim):
+        if self._rt.value:
+            return
+        L = lib()
+        ro = ctypes.c_void_p()
+        check(L.dmuon_capi_rt_opts_new(ctypes.byref(ro)))
+        try:
+            for k, v in {**self._opts, **optim}.items():
+                check(L.dmuon_capi_rt_opts_set(ro, cstr(k), cstr(str(v))))
+            check(L.dmuon_capi_rt_create(self.plan._ptr, self._comm, ro, ctypes.byref(self._rt)))
+        finally:
+            L.dmuon_capi_rt_opts_free(ro)
+        try:
+            for layer in self._layers:
+                for k, (_, p) in enumerate(layer.params):
+                    name = self._names[layer.params[k][0]]
+                    init = p.detach().to(torch.float32).contiguous()
+                    shape = (ctypes.c_int64 * p.dim())(*p.shape)
+                    check(L.dmuon_rt_register(self._rt, cstr(name), p.dim(), shape,
+                                              ctypes.c_void_p(init.data_ptr())))
+            check(L.dmuon_rt_open(self._rt))
+            self._idx = [L.dmuon_rt_param_index(self._rt, cstr(n)) for n in self._names]
+        except Exception:
+            L.dmuon_rt_free(self._rt)
+            self._rt = ctypes.c_void_p()
+            raise
+        for layer in self._layers:
+            self._free(layer)
+        _live.add(self)
+
+    def _ensure_open(self):
+        if not self._rt.value:
+            self._open(self._optim_opts(self._default_kw()))
+
+    # ---------------------------------------------------------- parameters --
+    def _fill(self, layer):
+        L = lib()
+        for i, p in layer.params:
+            ptr = L.dmuon_rt_weights(self._rt, self._idx[i])
+            if not ptr:
+                raise DmuonError(1, "einval", "layer '%s': parameter '%s' is not gathered"
+                                 % (layer.name, self._names[i]))
+            st = p.untyped_storage()
+            nbytes = p.numel() * p.element_size()
+            if st.nbytes() != nbytes:
+                st.resize_(nbytes)
+            if p.dtype == torch.float32:
+                ctypes.memmove(p.data_ptr(), ptr, nbytes)
+            else:
+                with torch.no_grad():
+                    p.data.view(-1).copy_(_f32(ptr, p.numel()))
+
+    @staticmethod
+    def _free(layer):
+        for _, p in layer.params:
+            p.untyped_storage().resize_(0)
+
+    # --------------------------------------------------------------- hooks --
+    def _install(self):
+        for layer in self._layers:
+            m = layer.module
+            self._hooks.append(m.register_forward_pre_hook(
+                lambda mod, args, layer=layer: self._pre_forward(layer)))
+            self._hooks.append(m.register_forward_hook(
+                lambda mod, args, out, layer=layer: self._post_forward(layer, out)))
+            if layer is not self._root:
+                self._hooks.append(m.register_full_backward_pre_hook(
+                    lambda mod, gout, layer=layer: self._pre_backward(layer)))
+            for i, p in layer.params:
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    lambda p, layer=layer, i=i: self._grad_ready(layer, i, p)))
+
+    def _call(self, fn, *args):
+        check(getattr(lib(), fn)(self._rt, *args))
+
+    def _pre_forward(self, layer):
+        self._ensure_open()
+        if self._bwd:            # a forward inside backward: recomputation
+            self._close_recompute()
+            if layer.phase != 1:
+                self._pre_backward(layer)
+            self._call("dmuon_rt_recompute_begin")
+            self.recomputations += 1
+            self._call("dmuon_rt_pre_forward", layer.index)
+            layer.recompute = True
+            return
+        if layer is self._root:
+            self._fwd_grad = torch.is_grad_enabled()
+        self._call("dmuon_rt_pre_forward", layer.index)
+        self._fill(layer)
+
+    def _post_forward(self, layer, out):
+        if layer.recompute:
+            self._close_recompute()
+            return
+        self._call("dmuon_rt_post_forward", layer.index)
+        self._free(layer)
+        if layer is not self._root:
+            return
+        if not self._fwd_grad:
+            self._empty_backward()
+            return
+        hooked = []
+        for t in _tensors(out):
+            if t.requires_grad:
+                hooked.append(t.register_hook(lambda g: self._root_backward()))
+        if not hooked:
+            self._empty_backward()
+
+    def _empty_backward(self):
+        """The backward hooks of a forward that computed no gradient."""
+        order = [self._root] + [L for L in reversed(self._layers) if L is not self._root]
+        for L in order:
+            self._call("dmuon_rt_pre_backward", L.index)
+        for L in order[1:] + order[:1]:
+            self._call("dmuon_rt_post_backward", L.index)
+
+    def _root_backward(self):
+        if self._bwd:
+            return
+        self._bwd = True
+        for L in self._layers:
+            L.phase, L.got, L.recompute = 0, 0, False
+        if self._root is not None:
+            self._pre_backward(self._root)
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _pre_backward(self, layer):
+        if not self._bwd:
+            self._root_backward()
+        self._close_recompute()
+        if layer.phase:
+            return
+        self._call("dmuon_rt_pre_backward", layer.index)
+        layer.phase = 1
+        self._fill(layer)
+
+    def _close_recompute(self):
+        """Ends a recomputation; torch.utils.checkpoint may stop a recomputed
+        forward early, before the module's forward hook runs."""
+        for L in self._layers:
+            if L.recompute:
+                L.recompute = False
+                self._call("dmuon_rt_post_forward", L.index)
+                self._call("dmuon_rt_recompute_end")
+
+    def _grad_ready(self, layer, i, p):
+        if layer.phase != 1:
+            self._pre_backward(layer)
+        self._close_recompute()
+        ptr = lib().dmuon_rt_grad(self._rt, self._idx[i])
+        if not ptr:
+            raise DmuonError(1, "einval", "parameter '%s': no gradient buffer (its layer '%s' "
+                             "is not in backward)" % (self._names[i], layer.name))
+        g = p.grad
+        if g is not None:
+            _f32(ptr, p.numel()).add_(g.detach().reshape(-1).to(torch.float32),
+                                      alpha=self._scale)
+            p.grad = None
+        layer.got += 1
+        if layer is not self._root and layer.got == layer.need:
+            self._post_backward(layer)
+
+    def _post_backward(self, layer):
+        self._call("dmuon_rt_post_backward", layer.index)
+        layer.phase = 2
+        self._free(layer)
+
+    def _end_backward(self):
+        self._close_recompute()
+        try:
+            for L in reversed(self._layers):
+                if L is self._root:
+                    continue
+                if L.phase == 0:
+                    self._pre_backward(L)
+                if L.phase == 1:
+                    self._post_backward(L)
+            if self._root is not None:
+                self._post_backward(self._root)
+        finally:
+            self._bwd = False
+
+    # ------------------------------------------------------------ optimizer --
+    @staticmethod
+    def _optim_opts(kw):
+        out = {}
+        names = {"momentum": "momentum", "nesterov": "nesterov", "weight_decay": "weight_decay",
+                 "adamw_eps": "eps", "adamw_weight_decay": "adamw_weight_decay",
+                 "adjust_lr": "adjust_lr", "clip_norm": "clip_norm"}
+        for k, v in kw.items():
+            if k == "adamw_betas":
+                out["beta1"], out["beta2"] = v
+            elif k in names:
+                out[names[k]] = int(v) if isinstance(v, bool) else v
+        if out.get("adjust_lr") is None:
+            out["adjust_lr"] = "original"
+        for k in list(out):
+            if isinstance(out[k], float):
+                out[k] = repr(out[k])
+        return out
+
+    def optimizer(self, lr=0.02, adamw_lr=1e-3, momentum=0.95, nesterov=True, weight_decay=0.0,
+                  adamw_betas=(0.9, 0.95), adamw_eps=1e-8, adamw_weight_decay=0.0,
+                  adjust_lr="match_rms_adamw", clip_norm=0.0):
+        """The torch.optim.Optimizer whose step() is dmuon_rt_step.  Names as in
+        torch.optim.Muon (lr, momentum, nesterov, weight_decay, adjust_lr as
+        adjust_lr_fn: "match_rms_adamw" or "original"/None) and
+        torch.optim.AdamW (adamw_lr, adamw_betas, adamw_eps,
+        adamw_weight_decay); clip_norm > 0 clips the global gradient norm.
+        param_groups: {"role": "muon", "lr": lr} and {"role": "adamw", "lr":
+        adamw_lr} (LR schedulers scale both).  Opens the runtime (frees the
+        module's parameters); the hyperparameters are fixed from then on."""
+        kw = dict(momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                  adamw_betas=adamw_betas, adamw_eps=adamw_eps,
+                  adamw_weight_decay=adamw_weight_decay, adjust_lr=adjust_lr,
+                  clip_norm=clip_norm)
+        if self._rt.value and self._optimizer is None and kw != self._default_kw():
+            raise DmuonError(1, "einval", "rt.optimizer(): the runtime was opened (by a forward, "
+                             "save, load or export) with the default hyperparameters; call "
+                             "rt.optimizer() first")
+        if self._optimizer is not None:
+            raise DmuonError(1, "einval", "rt.optimizer(): called twice (the runtime holds one "
+                             "optimizer state)")
+        self._open(self._optim_opts(kw))
+        self._optimizer = Optimizer(self, lr, adamw_lr)
+        return self._optimizer
+
+    @staticmethod
+    def _default_kw():
+        import inspect
+        sig = inspect.signature(Runtime.optimizer)
+        return {k: v.default for k, v in sig.parameters.items()
+                if k not in ("self", "lr", "adamw_lr")}
+
+    # ------------------------------------------------------------- the rest --
+    def step(self, lr, adamw_lr):
+        """dmuon_rt_step with these learning rates (Optimizer.step calls it)."""
+        self._ensure_open()
+        check(lib().dmuon_capi_rt_step(self._rt, float(lr), float(adamw_lr)))
+
+    def save(self, path):
+        """Saves the optimizer state (masters, momenta, moments) this rank
+        owns into the checkpoint directory path (collective)."""
+        self._ensure_open()
+        self._call("dmuon_rt_save", cstr(str(path)))
+
+    def load(self, path):
+        """Loads a checkpoint saved under any plan of this model (other rank
+        counts, FSDP/HSDP), before the first step (collective)."""
+        self._ensure_open()
+        self._call("dmuon_rt_load", cstr(str(path)))
+
+    def export(self, path):
+        """Writes the full FP32 master weights with the module's names as one
+        safetensors file (collective); load it with
+        safetensors.torch.load_file + module.load_state_dict."""
+        self._ensure_open()
+        self._call("dmuon_rt_export", cstr(str(path)))
+
+    def stats(self):
+        """This rank's figures (dmuon_rt_stats) as a dict."""
+        self._ensure_open()
+        v = (ctypes.c_double * 14)()
+        lib().dmuon_capi_rt_stats(self._rt, v)
+        keys = ("pool_bytes", "param_space_bytes", "grad_space_bytes", "window_bytes",
+                "state_bytes", "optim_s", "ns_s", "comm_wait_s", "publish_wait_s", "gather_s",
+                "reduce_s", "ns_matrices", "steps", "grad_norm")
+        return {k: (int(x) if k.endswith(("bytes", "matrices")) or k == "steps" else x)
+                for k, x in zip(keys, v)}
+
+    @property
+    def steps(self):
+        return lib().dmuon_rt_steps(self._rt) if self._rt.value else 0
+
+    def close(self):
+        """Frees the runtime (collective) and removes the hooks; the module's
+        parameters stay empty (load an export to use it again)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if self._rt.value:
+            lib().dmuon_rt_free(self._rt)
+            self._rt = ctypes.c_void_p()
+
+
+class Optimizer(torch.optim.Optimizer):
+    """torch.optim.Optimizer over a dmuon Runtime: step() is dmuon_rt_step
+    with each group's current lr; zero_grad() drops any .grad left (the
+    runtime keeps the accumulated gradients itself and clears them at
+    step).  The optimizer state lives in libdmuon: checkpoint it with
+    rt.save/rt.load; state_dict() holds the learning rates only."""
+
+    def __init__(self, rt, lr, adamw_lr):
+        self._rt = rt
+        roles = {n: r for n, _, r, _ in rt.plan.params}
+        named = dict(_trainable(rt.model))
+        groups = []
+        for role, glr in (("muon", lr), ("adamw", adamw_lr)):
+            ps = [named[n] for n in rt._names if roles[n] == role]
+            if ps:
+                groups.append({"params": ps, "lr": glr, "role": role})
+        super().__init__(groups, {"lr": lr})
+        self._lrs = {"muon": lr, "adamw": adamw_lr}
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for g in self.param_groups:
+            self._lrs[g["role"]] = g["lr"]
+        self._rt.step(self._lrs["muon"], self._lrs["adamw"])
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.grad = None
+
+
+def _f32(ptr, n):
+    """A float32 tensor viewing n floats of library memory at ptr (no copy)."""
+    return torch.frombuffer((ctypes.c_float * n).from_address(ptr), dtype=torch.float32)
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)
+    elif hasattr(x, "__dataclass_fields__"):
+        for k in x.__dataclass_fields__:
+            yield from _tensors(getattr(x, k))
