@@ -56,7 +56,8 @@ static dmuon_rc ours_setup(const bench_case *c, void **out)
         int64_t copy_bytes = 0;
         DMUON_TRY_GOTO(rc, dmuon_publish_layout(t->per_node, c->segs, c->n, s->params,
                                                 &copy_bytes), fail);
-        dmuon_publish_opts po = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
+        dmuon_publish_opts po = {.deadline_ms = c->gopts.deadline_ms,
+                                  .chunk_bytes = c->gopts.chunk_bytes};
         DMUON_TRY_GOTO(rc, dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, &s->mem), fail);
         DMUON_TRY_GOTO(rc, dmuon_publish_create(t, s->params, c->n, &po, s->mem, 0, &s->p), fail);
         unsigned char *copy = dmuon_publish_copy(s->p);

@@ -75,10 +75,16 @@ typedef struct dmuon_group dmuon_group;
  *              type.
  *   EQUAL      the equal-length primitive (allgather, reduce-scatter-block)
  *              over even shards: an owner-ordered table of exactly one
- *              segment per rank of the scope, all of one count.  Scope
- *              WORLD: N segments, owner r = rank r.  Scope NODE: K segments
- *              whose owner field is the local rank 0..K-1; the call runs on
- *              every node alike over the node's ranks (HSDP's even shards).
+ *              segment per rank of the scope, all of one count.
+ *
+ * Scope (EQUAL and PER_OWNER): WORLD, owners are ranks of the world; NODE,
+ * owners are local ranks 0..K-1 and the call runs on every node alike over
+ * the node's ranks (HSDP's replicated shards and node-local broadcasts).
+ * At node scope AllGatherV moves data inside each node only, while
+ * ReduceScatterV still sums over every rank of the world: the node's
+ * reduction is summed along each rail afterwards, so every node's owner of
+ * a segment holds the same world sum (the HSDP gradient of a replicated
+ * shard).
  *
  * Reductions of PER_OWNER, COALESCED and EQUAL are in the order the
  * transport chooses (BF16 rounding at every step; fp32_accum is not
@@ -119,7 +125,7 @@ typedef struct {
     int fp32_accum;           /* BF16 reduce: carry binary32 partials and
                                  round once, at the owner (SCHEDULED only) */
     dmuon_algo algorithm;     /* DEFAULT (0) → the backend's; see above */
-    dmuon_scope scope;        /* EQUAL only: WORLD (0) or NODE */
+    dmuon_scope scope;        /* EQUAL and PER_OWNER: WORLD (0) or NODE */
 } dmuon_group_opts;
 
 /* Reads the deadline in ms from opts (if > 0), else $DMUON_DEADLINE_MS, else
