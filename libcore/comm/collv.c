@@ -269,6 +269,14 @@ void dmuon_group_free(dmuon_group *g)
 int64_t dmuon_group_buffer_bytes(const dmuon_group *g) { return g->buffer_bytes; }
 int64_t dmuon_group_window_bytes(const dmuon_group *g) { return g->window_bytes; }
 
+int dmuon_group_algo_offered(dmuon_backend b, dmuon_algo a)
+{
+    const dmuon_comm_ops *ops = dmuon_comm_backend(b);
+    if (!ops || a < DMUON_ALGO_DEFAULT || a >= DMUON_ALGO_COUNT)
+        return 0;
+    return ops->group[a == DMUON_ALGO_DEFAULT ? ops->default_algo : a] != NULL;
+}
+
 dmuon_algo dmuon_group_algo(const dmuon_group *g) { return g->opts.algorithm; }
 
 const dmuon_sched *dmuon_group_sched(const dmuon_group *g, dmuon_sched_kind kind)

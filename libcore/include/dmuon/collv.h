@@ -187,6 +187,10 @@ void dmuon_group_free(dmuon_group *g);
 int64_t dmuon_group_buffer_bytes(const dmuon_group *g);
 int64_t dmuon_group_window_bytes(const dmuon_group *g);
 
+/* 1 if backend b is built and offers algorithm a for groups (DEFAULT: the
+ * backend's own), else 0.  Not collective. */
+int dmuon_group_algo_offered(dmuon_backend b, dmuon_algo a);
+
 /* The algorithm the group runs (DEFAULT resolved to the backend's). */
 dmuon_algo dmuon_group_algo(const dmuon_group *g);
 
