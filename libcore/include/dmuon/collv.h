@@ -263,18 +263,4 @@ dmuon_rc dmuon_reduce_scatterv_start(dmuon_group *g, int64_t buffer_offset,
 dmuon_rc dmuon_reduce_scatterv_test(dmuon_group *g, int *done);
 dmuon_rc dmuon_reduce_scatterv_wait(dmuon_group *g);
 
-/* Baselines for benchmarks on the GPU backends: the standard equal-length
- * primitives over mem (NCCL: ncclAllGather of bytes_per_rank bytes from
- * [send_offset, + bytes_per_rank) into [recv_offset, + N·bytes_per_rank);
- * ncclReduceScatter of count_per_rank BF16 or F32 elements per rank from
- * [send_offset, + N·count) into [recv_offset, + count)), collective over
- * mem's topology, synchronous, bounded by deadline_ms (0: the default).
- * The MPI backend has no such call (benchmarks call MPI on host memory):
- * DMUON_EUNSUPPORTED.  Errors: DMUON_EINVAL (ranges, element type),
- * DMUON_ECOMM, DMUON_ETIMEOUT. */
-dmuon_rc dmuon_allgather_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
-                               int64_t bytes_per_rank, int deadline_ms);
-dmuon_rc dmuon_reduce_scatter_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
-                                    int64_t count_per_rank, dmuon_dtype dtype, int deadline_ms);
-
 #endif
