@@ -21,15 +21,10 @@ const dmuon_comm_ops dmuon_mpi_ops = {
         [DMUON_ALGO_COALESCED] = &dmuon_mpi_baseline_ops,
         [DMUON_ALGO_EQUAL] = &dmuon_mpi_baseline_ops,
     },
-    .publish_create = dmuon_mpi_publish_create,
-    .publish_free = dmuon_mpi_publish_free,
-    .publish_begin = dmuon_mpi_publish_begin,
-    .publish_post = dmuon_mpi_publish_post,
-    .publish_progress = dmuon_mpi_publish_progress,
-    .publish_wait = dmuon_mpi_publish_wait,
-    .publish_end = dmuon_mpi_publish_end,
-    .publish_flag = dmuon_mpi_publish_flag,
-    .publish_node_load = dmuon_mpi_publish_node_load,
+    .publish = {
+        [DMUON_ALGO_SCHEDULED] = &dmuon_mpi_publish_scheduled_ops,
+        [DMUON_ALGO_PER_OWNER] = &dmuon_mpi_publish_per_owner_ops,
+    },
 };
 
 const char *dmuon_backend_name(dmuon_backend b)

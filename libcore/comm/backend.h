@@ -33,6 +33,7 @@
 
 typedef struct dmuon_comm_ops dmuon_comm_ops;
 typedef struct dmuon_group_ops dmuon_group_ops;
+typedef struct dmuon_publish_ops dmuon_publish_ops;
 
 struct dmuon_symm {
     const dmuon_comm_ops *ops;
@@ -62,6 +63,8 @@ struct dmuon_group {
 
 struct dmuon_publish {
     const dmuon_comm_ops *ops;
+    const dmuon_publish_ops *pops;   /* ops->publish[algorithm] */
+    dmuon_algo algorithm;            /* resolved */
     const dmuon_topo *topo;
     dmuon_symm *mem;
     int64_t copy_offset, copy_bytes;
@@ -97,19 +100,9 @@ struct dmuon_comm_ops {
     dmuon_algo default_algo;
     const dmuon_group_ops *group[DMUON_ALGO_COUNT];
 
-    /* Publish: create over the filled-in p; the rest as in publish.h with
-     * arguments already checked where the public layer can. */
-    dmuon_rc (*publish_create)(dmuon_publish *p);
-    void (*publish_free)(dmuon_publish *p);
-    dmuon_rc (*publish_begin)(dmuon_publish *p, int64_t step);
-    dmuon_rc (*publish_post)(dmuon_publish *p, int param, int64_t step);
-    dmuon_rc (*publish_progress)(dmuon_publish *p);
-    dmuon_rc (*publish_wait)(dmuon_publish *p, int param, int64_t step);
-    dmuon_rc (*publish_end)(dmuon_publish *p, int64_t step);
-    /* dmuon/publish.h dmuon_publish_node_load, ranges checked. */
-    dmuon_rc (*publish_node_load)(dmuon_publish *p, const dmuon_segment *segs,
-                                  const int *params, int n, int64_t dst_offset, int64_t step);
-    int64_t (*publish_flag)(const dmuon_publish *p, int param);
+    /* Publish, one table per algorithm (SCHEDULED, PER_OWNER; dmuon/publish.h);
+     * NULL where not offered. */
+    const dmuon_publish_ops *publish[DMUON_ALGO_COUNT];
 };
 
 /* The group operations of one algorithm of one backend.  The public layer
@@ -130,6 +123,23 @@ struct dmuon_group_ops {
     dmuon_rc (*start)(dmuon_group *g, int kind, int64_t buffer_offset, int64_t window_offset);
     dmuon_rc (*test)(dmuon_group *g, int kind, int *done);
     dmuon_rc (*wait)(dmuon_group *g, int kind);
+};
+
+/* The publish operations of one algorithm of one backend: create over the
+ * filled-in p; the rest as in publish.h with arguments already checked where
+ * the public layer can. */
+struct dmuon_publish_ops {
+    dmuon_rc (*create)(dmuon_publish *p);
+    void (*free)(dmuon_publish *p);
+    dmuon_rc (*begin)(dmuon_publish *p, int64_t step);
+    dmuon_rc (*post)(dmuon_publish *p, int param, int64_t step);
+    dmuon_rc (*progress)(dmuon_publish *p);
+    dmuon_rc (*wait)(dmuon_publish *p, int param, int64_t step);
+    dmuon_rc (*end)(dmuon_publish *p, int64_t step);
+    int64_t (*flag)(const dmuon_publish *p, int param);
+    /* dmuon_publish_node_load, ranges checked. */
+    dmuon_rc (*node_load)(dmuon_publish *p, const dmuon_segment *segs, const int *params, int n,
+                          int64_t dst_offset, int64_t step);
 };
 
 /* Records DMUON_EUNSUPPORTED "<what>: not offered by the <backend>

@@ -94,9 +94,16 @@ static dmuon_rc algo_table_ok(const dmuon_topo *t, const dmuon_segment *segs, in
                               const dmuon_group_opts *o)
 {
     const char *an = dmuon_algo_name(o->algorithm);
-    if (o->algorithm != DMUON_ALGO_EQUAL && o->scope != DMUON_SCOPE_WORLD)
-        return DMUON_FAIL(DMUON_EINVAL, "group: node scope is for the equal algorithm, not %s",
-                          an);
+    if (o->scope == DMUON_SCOPE_NODE && o->algorithm != DMUON_ALGO_EQUAL &&
+        o->algorithm != DMUON_ALGO_PER_OWNER)
+        return DMUON_FAIL(DMUON_EINVAL, "group: node scope is for the equal and per-owner "
+                          "algorithms, not %s", an);
+    if (o->scope == DMUON_SCOPE_NODE)
+        for (int i = 0; i < n; i++)
+            if (segs[i].owner >= t->per_node)
+                return DMUON_FAIL(DMUON_EINVAL, "group: segment %d: owner %d is not a rank of "
+                                  "the node (node scope: owners are local ranks 0..%d)", i,
+                                  (int)segs[i].owner, t->per_node - 1);
     if (o->fp32_accum && o->algorithm != DMUON_ALGO_SCHEDULED)
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: FP32 accumulation of BF16 is offered by "
                           "the scheduled algorithm only, not %s", an);
@@ -108,10 +115,6 @@ static dmuon_rc algo_table_ok(const dmuon_topo *t, const dmuon_segment *segs, in
                           "of its scope (%d), not %d", parts, n);
     for (int i = 0; i < n; i++) {
         const dmuon_segment *a = &segs[i];
-        if (a->owner >= parts)
-            return DMUON_FAIL(DMUON_EINVAL, "group: segment %d: owner %d is not a rank of the "
-                              "node (node scope: owners are local ranks 0..%d)", i,
-                              (int)a->owner, parts - 1);
         if (o->algorithm == DMUON_ALGO_EQUAL && (a->owner != i || a->count != segs[0].count))
             return DMUON_FAIL(DMUON_EINVAL, "group: segment %d: the equal algorithm takes segment "
                               "j owned by rank j, all of %lld elements (owner %d, %lld elements)",
@@ -265,6 +268,14 @@ void dmuon_group_free(dmuon_group *g)
 
 int64_t dmuon_group_buffer_bytes(const dmuon_group *g) { return g->buffer_bytes; }
 int64_t dmuon_group_window_bytes(const dmuon_group *g) { return g->window_bytes; }
+
+int dmuon_group_algo_offered(dmuon_backend b, dmuon_algo a)
+{
+    const dmuon_comm_ops *ops = dmuon_comm_backend(b);
+    if (!ops || a < DMUON_ALGO_DEFAULT || a >= DMUON_ALGO_COUNT)
+        return 0;
+    return ops->group[a == DMUON_ALGO_DEFAULT ? ops->default_algo : a] != NULL;
+}
 
 dmuon_algo dmuon_group_algo(const dmuon_group *g) { return g->opts.algorithm; }
 

@@ -2,7 +2,10 @@
  * mpi_algo.c — the MPI backend's per-owner, coalesced and equal algorithms
  * (dmuon/collv.h "algorithm"): MPI's own non-blocking collectives over the
  * group's ranges of the symmetric memory, on a duplicate of the scope's
- * communicator (t->world, or t->node for the equal algorithm's node scope).
+ * communicator (t->world, or t->node at node scope).  A reduction at node
+ * scope over more than one node has a second phase: each owner's result is
+ * summed along its rail (MPI_Iallreduce in place on a duplicate of t->rail),
+ * posted by the poll that sees the first phase complete.
  *
  *   per-owner  AllGatherV: the owner copies its window into its own buffer,
  *              then one MPI_Ibcast per segment rooted at the owner;
@@ -35,6 +38,9 @@
 
 typedef struct {
     MPI_Comm comm;            /* dup of the scope's communicator */
+    MPI_Comm rail;            /* node scope, several nodes: dup of t->rail; else NULL */
+    int phase;                /* reduce at node scope: 1 while the rail sums run */
+    unsigned char *cur_win;   /* the window of the call in flight */
     int me, parts;            /* this rank and the ranks of the scope */
     MPI_Request *req;         /* per-owner: one per segment; else one */
     int nreq;
@@ -98,6 +104,8 @@ static void algo_release(algo_group *a)
         return;
     if (a->comm != MPI_COMM_NULL)
         MPI_Comm_free(&a->comm);
+    if (a->rail != MPI_COMM_NULL)
+        MPI_Comm_free(&a->rail);
     free(a->req);
     free(a->bytes);
     free(a->elems);
@@ -109,10 +117,11 @@ static void algo_release(algo_group *a)
 static dmuon_rc algo_create(dmuon_group *g)
 {
     const dmuon_topo *t = g->topo;
-    const int node = g->opts.algorithm == DMUON_ALGO_EQUAL && g->opts.scope == DMUON_SCOPE_NODE;
+    const int node = g->opts.scope == DMUON_SCOPE_NODE;
     algo_group *a = calloc(1, sizeof *a);
     if (a) {
         a->comm = MPI_COMM_NULL;
+        a->rail = MPI_COMM_NULL;
         a->kind = -1;
         a->parts = node ? t->per_node : t->size;
         a->me = node ? t->local : t->rank;
@@ -151,6 +160,8 @@ static dmuon_rc algo_create(dmuon_group *g)
     /* fail: 1 out of memory, 2 MPI_Comm_dup failed, 3 too large (same on every rank) */
     if (!fail)
         fail = MPI_Comm_dup(node ? t->node : t->world, &a->comm) != MPI_SUCCESS ? 2 : 0;
+    if (!fail && node && t->nodes > 1)
+        fail = MPI_Comm_dup(t->rail, &a->rail) != MPI_SUCCESS ? 2 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
     if (fail) {
         algo_release(a);
@@ -218,6 +229,25 @@ static dmuon_rc post(dmuon_group *g, algo_group *a, int kind, unsigned char *buf
     }
 }
 
+/* The second phase of a node-scope reduction: this rank's results summed
+ * along its rail (every rank of a rail owns the same segments). */
+static dmuon_rc post_rail(dmuon_group *g, algo_group *a)
+{
+    int k = 0;
+    for (int i = 0; i < g->nseg; i++) {
+        const dmuon_segment *s = &g->segs[i];
+        if (s->owner != a->me)
+            continue;
+        DMUON_TRY(mpi_rc(MPI_Iallreduce(MPI_IN_PLACE, a->cur_win + s->window_offset,
+                                        (int)s->count, elem_type(s->dtype), sum_of(s->dtype),
+                                        a->rail, &a->req[k++]), "MPI_Iallreduce (rail)"));
+        if (k == a->nreq)
+            break;
+    }
+    a->phase = 1;
+    return DMUON_OK;
+}
+
 static dmuon_rc algo_start(dmuon_group *g, int kind, int64_t buffer_offset,
                            int64_t window_offset)
 {
@@ -236,6 +266,8 @@ static dmuon_rc algo_start(dmuon_group *g, int kind, int64_t buffer_offset,
         return dmuon_err_trace_add(rc, __FILE__, __LINE__);
     }
     a->kind = kind;
+    a->phase = 0;
+    a->cur_win = base + window_offset;
     return DMUON_OK;
 }
 
@@ -257,6 +289,14 @@ static dmuon_rc poll(dmuon_group *g, algo_group *a, int *done)
     if (err != MPI_SUCCESS) {
         a->broken = 1;
         return mpi_rc(err, "MPI_Testall");
+    }
+    if (*done && a->kind == DMUON_SCHED_REDUCE && a->rail != MPI_COMM_NULL && !a->phase) {
+        dmuon_rc rc = post_rail(g, a);
+        if (rc != DMUON_OK) {
+            a->broken = 1;
+            return dmuon_err_trace_add(rc, __FILE__, __LINE__);
+        }
+        *done = 0;
     }
     if (*done)
         a->kind = -1;

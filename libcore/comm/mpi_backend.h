@@ -45,15 +45,9 @@ void dmuon_mpi_progress_inflight(dmuon_symm *s);
  * per element, created at the first call (after MPI_Init) and kept. */
 MPI_Op dmuon_mpi_bf16_sum(void);
 
-dmuon_rc dmuon_mpi_publish_create(dmuon_publish *p);
-void dmuon_mpi_publish_free(dmuon_publish *p);
-dmuon_rc dmuon_mpi_publish_begin(dmuon_publish *p, int64_t step);
-dmuon_rc dmuon_mpi_publish_post(dmuon_publish *p, int param, int64_t step);
-dmuon_rc dmuon_mpi_publish_progress(dmuon_publish *p);
-dmuon_rc dmuon_mpi_publish_wait(dmuon_publish *p, int param, int64_t step);
-dmuon_rc dmuon_mpi_publish_end(dmuon_publish *p, int64_t step);
-int64_t dmuon_mpi_publish_flag(const dmuon_publish *p, int param);
-dmuon_rc dmuon_mpi_publish_node_load(dmuon_publish *p, const dmuon_segment *segs,
-                                     const int *params, int n, int64_t dst_offset, int64_t step);
+/* The publish (mpi_publish.c): scheduled (chunks along the rail, flags per
+ * parameter, the node half) and per-owner (one MPI_Ibcast per parameter on
+ * its rail at end). */
+extern const dmuon_publish_ops dmuon_mpi_publish_scheduled_ops, dmuon_mpi_publish_per_owner_ops;
 
 #endif

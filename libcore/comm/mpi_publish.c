@@ -74,7 +74,9 @@ typedef struct {
     MPI_Request *req_mem;
 } mpi_pub;
 
-dmuon_rc dmuon_mpi_publish_create(dmuon_publish *pub)
+static void mpi_publish_free(dmuon_publish *pub);
+
+static dmuon_rc mpi_publish_create(dmuon_publish *pub)
 {
     dmuon_rc rc = DMUON_OK;
     const dmuon_topo *t = pub->topo;
@@ -161,7 +163,7 @@ dmuon_rc dmuon_mpi_publish_create(dmuon_publish *pub)
     }
     return DMUON_OK;
 fail:
-    dmuon_mpi_publish_free(pub);
+    mpi_publish_free(pub);
     return rc;
 }
 
@@ -489,45 +491,205 @@ static dmuon_rc pub_node_load(mpi_pub *p, const dmuon_segment *segs, const int *
 
 /* ------------------------------------------------- backend entries ---- */
 
-void dmuon_mpi_publish_free(dmuon_publish *pub)
+static void mpi_publish_free(dmuon_publish *pub)
 {
     if (pub->impl)
         pub_free(pub->impl);
     pub->impl = NULL;
 }
 
-dmuon_rc dmuon_mpi_publish_begin(dmuon_publish *pub, int64_t step)
+static dmuon_rc mpi_publish_begin(dmuon_publish *pub, int64_t step)
 {
     return pub_begin(pub->impl, step);
 }
 
-dmuon_rc dmuon_mpi_publish_post(dmuon_publish *pub, int param, int64_t step)
+static dmuon_rc mpi_publish_post(dmuon_publish *pub, int param, int64_t step)
 {
     return pub_post(pub->impl, param, step);
 }
 
-dmuon_rc dmuon_mpi_publish_progress(dmuon_publish *pub)
+static dmuon_rc mpi_publish_progress(dmuon_publish *pub)
 {
     return pub_progress(pub->impl);
 }
 
-dmuon_rc dmuon_mpi_publish_wait(dmuon_publish *pub, int param, int64_t step)
+static dmuon_rc mpi_publish_wait(dmuon_publish *pub, int param, int64_t step)
 {
     return pub_wait(pub->impl, param, step);
 }
 
-dmuon_rc dmuon_mpi_publish_end(dmuon_publish *pub, int64_t step)
+static dmuon_rc mpi_publish_end(dmuon_publish *pub, int64_t step)
 {
     return pub_end(pub->impl, step);
 }
 
-int64_t dmuon_mpi_publish_flag(const dmuon_publish *pub, int param)
+static int64_t mpi_publish_flag(const dmuon_publish *pub, int param)
 {
     return pub_flag(pub->impl, param);
 }
 
-dmuon_rc dmuon_mpi_publish_node_load(dmuon_publish *pub, const dmuon_segment *segs,
-                                     const int *params, int n, int64_t dst_offset, int64_t step)
+static dmuon_rc mpi_publish_node_load(dmuon_publish *pub, const dmuon_segment *segs,
+                                      const int *params, int n, int64_t dst_offset, int64_t step)
 {
     return pub_node_load(pub->impl, segs, params, n, dst_offset, step);
 }
+
+const dmuon_publish_ops dmuon_mpi_publish_scheduled_ops = {
+    .create = mpi_publish_create,
+    .free = mpi_publish_free,
+    .begin = mpi_publish_begin,
+    .post = mpi_publish_post,
+    .progress = mpi_publish_progress,
+    .wait = mpi_publish_wait,
+    .end = mpi_publish_end,
+    .flag = mpi_publish_flag,
+    .node_load = mpi_publish_node_load,
+};
+
+/* ------------------------------------------------ the per-owner publish --
+ * One MPI_Ibcast per parameter of this rank's rail, rooted at the owner's
+ * node, from and into the copy at the parameter's offset, all posted by end
+ * in table order and completed within the deadline; begin and post only
+ * keep the step (nothing streams while the caller computes). */
+
+typedef struct {
+    MPI_Comm rail;           /* duplicate of t->rail */
+    MPI_Request *req;        /* one per parameter */
+    int64_t *flag;           /* per parameter: the step of its last broadcast */
+    int64_t step;
+    int open, broken;
+} po_pub;
+
+static void po_free(dmuon_publish *pub)
+{
+    po_pub *q = pub->impl;
+    if (q) {
+        if (q->rail != MPI_COMM_NULL)
+            MPI_Comm_free(&q->rail);
+        free(q->req);
+        free(q->flag);
+        free(q);
+    }
+    pub->impl = NULL;
+}
+
+static dmuon_rc po_create(dmuon_publish *pub)
+{
+    const dmuon_topo *t = pub->topo;
+    po_pub *q = calloc(1, sizeof *q);
+    int fail = !q;
+    if (q) {
+        q->rail = MPI_COMM_NULL;
+        q->req = malloc((size_t)(pub->n > 0 ? pub->n : 1) * sizeof *q->req);
+        q->flag = calloc((size_t)(pub->n > 0 ? pub->n : 1), sizeof *q->flag);
+        fail = !q->req || !q->flag;
+    }
+    for (int i = 0; !fail && i < pub->n; i++)
+        if (pub->params[i].count * (int64_t)dmuon_dtype_size(pub->params[i].dtype) > INT_MAX)
+            fail = 3;
+    if (!fail)
+        fail = MPI_Comm_dup(t->rail, &q->rail) != MPI_SUCCESS ? 2 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
+    pub->impl = q;
+    if (fail) {
+        po_free(pub);
+        return fail == 3 ? DMUON_FAIL(DMUON_EINVAL, "publish (per-owner): a parameter of more "
+                                      "than 2^31 - 1 bytes does not fit one MPI broadcast")
+             : fail == 2 ? DMUON_FAIL(DMUON_ECOMM, "publish (per-owner): MPI_Comm_dup of the "
+                                      "rail failed")
+                         : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
+    }
+    for (int i = 0; i < pub->n; i++)
+        q->req[i] = MPI_REQUEST_NULL;
+    return DMUON_OK;
+}
+
+static dmuon_rc po_begin(dmuon_publish *pub, int64_t step)
+{
+    po_pub *q = pub->impl;
+    if (q->broken)
+        return DMUON_FAIL(DMUON_ECOMM, "publish: failed in an earlier step");
+    if (q->open || step <= q->step)
+        return DMUON_FAIL(DMUON_EINVAL, "publish: begin of step %lld after step %lld%s",
+                          (long long)step, (long long)q->step, q->open ? " (not ended)" : "");
+    q->step = step;
+    q->open = 1;
+    return DMUON_OK;
+}
+
+static dmuon_rc po_post(dmuon_publish *pub, int param, int64_t step)
+{
+    po_pub *q = pub->impl;
+    if (param < 0 || param >= pub->n || pub->params[param].owner != pub->topo->rank)
+        return DMUON_FAIL(DMUON_EINVAL, "publish: this rank does not own parameter %d", param);
+    if (!q->open || step != q->step)
+        return DMUON_FAIL(DMUON_EINVAL, "publish: post of step %lld, but step %lld is open",
+                          (long long)step, (long long)q->step);
+    return DMUON_OK;
+}
+
+static dmuon_rc po_progress(dmuon_publish *pub) { return DMUON_OK; }
+
+static dmuon_rc po_end(dmuon_publish *pub, int64_t step)
+{
+    po_pub *q = pub->impl;
+    const dmuon_topo *t = pub->topo;
+    const int K = t->per_node;
+    if (!q->open || step != q->step)
+        return DMUON_FAIL(DMUON_EINVAL, "publish: end of step %lld, but step %lld is open",
+                          (long long)step, (long long)q->step);
+    q->open = 0;
+    int k = 0;
+    for (int i = 0; i < pub->n && t->nodes > 1; i++) {
+        const dmuon_segment *s = &pub->params[i];
+        if (s->owner % K != t->local)
+            continue;
+        if (MPI_Ibcast(pub->copy + s->offset,
+                       (int)(s->count * (int64_t)dmuon_dtype_size(s->dtype)), MPI_BYTE,
+                       s->owner / K, q->rail, &q->req[k++]) != MPI_SUCCESS) {
+            q->broken = 1;
+            return DMUON_FAIL(DMUON_ECOMM, "publish (per-owner): MPI_Ibcast of parameter %d "
+                              "failed", i);
+        }
+    }
+    dmuon_waiter w;
+    dmuon_waiter_start(&w, pub->deadline_ms);
+    for (;;) {
+        int done = 0;
+        if (MPI_Testall(k, q->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+            q->broken = 1;
+            return DMUON_FAIL(DMUON_ECOMM, "publish (per-owner): MPI_Testall failed");
+        }
+        if (done)
+            break;
+        if (dmuon_waiter_expired(&w)) {
+            q->broken = 1;
+            return DMUON_FAIL(DMUON_ETIMEOUT, "publish (per-owner): rank %d: the broadcasts of "
+                              "step %lld on rail %d were not complete within the %d ms deadline",
+                              t->rank, (long long)step, t->local, pub->deadline_ms);
+        }
+        dmuon_waiter_idle(&w);
+    }
+    for (int i = 0; i < pub->n; i++)
+        if (pub->params[i].owner % K == t->local)
+            q->flag[i] = step;
+    return DMUON_OK;
+}
+
+static int64_t po_flag(const dmuon_publish *pub, int param)
+{
+    const po_pub *q = pub->impl;
+    return param >= 0 && param < pub->n ? q->flag[param] : 0;
+}
+
+/* wait and node_load are not offered: nothing is known to have arrived
+ * before end. */
+const dmuon_publish_ops dmuon_mpi_publish_per_owner_ops = {
+    .create = po_create,
+    .free = po_free,
+    .begin = po_begin,
+    .post = po_post,
+    .progress = po_progress,
+    .end = po_end,
+    .flag = po_flag,
+};

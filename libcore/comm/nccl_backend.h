@@ -67,18 +67,6 @@ dmuon_rc dmuon_nccl_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
  * DMUON_ETIMEOUT, DMUON_ECOMM (NCCL error), DMUON_EDEVICE. */
 dmuon_rc dmuon_nccl_wait(nccl_symm *m, int deadline_ms, const char *what);
 
-/* The standard primitives as baselines (benchmarks): ncclAllGather of
- * bytes_per_rank bytes from [send_offset, +bytes_per_rank) into [recv_offset,
- * + N·bytes_per_rank), and ncclReduceScatter of count_per_rank elements of
- * dtype (BF16 or F32) per rank from [send_offset, + N·count) into
- * [recv_offset, + count).  Offsets into the memory; synchronous.  Errors:
- * DMUON_EINVAL (ranges, dtype), DMUON_ECOMM, DMUON_ETIMEOUT. */
-dmuon_rc dmuon_nccl_allgather_equal(dmuon_symm *s, int64_t send_offset, int64_t recv_offset,
-                                    int64_t bytes_per_rank, int deadline_ms);
-dmuon_rc dmuon_nccl_reduce_scatter_equal(dmuon_symm *s, int64_t send_offset,
-                                         int64_t recv_offset, int64_t count_per_rank,
-                                         dmuon_dtype dtype, int deadline_ms);
-
 #endif
 
 #endif

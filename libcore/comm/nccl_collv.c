@@ -1,7 +1,7 @@
 /*
  * nccl_collv.c — the NCCL host-API backend (nccl_backend.h): groups,
- * AllGatherV and ReduceScatterV as the paper's line C, and the standard
- * primitives as baselines.
+ * AllGatherV and ReduceScatterV as the paper's line C (the per-owner
+ * algorithm, this backend's default), and the equal algorithm.
  *
  * AllGatherV: one ncclBroadcast per segment, root = its owner, from the
  * owner's window (window_offset + segment.window_offset) to every rank's
@@ -139,55 +139,6 @@ dmuon_rc dmuon_nccl_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
     return dmuon_nccl_wait(m, g->opts.deadline_ms, "reducescatterv");
 }
 
-/* ---------------------------------------------------------- baselines -- */
-
-static dmuon_rc range_ok(const dmuon_symm *s, int64_t off, int64_t len, const char *what)
-{
-    if (off < 0 || len < 0 || off > s->bytes || len > s->bytes - off)
-        return DMUON_FAIL(DMUON_EINVAL, "%s: range at %lld (%lld bytes) is not inside the %lld "
-                          "bytes of symmetric memory", what, (long long)off, (long long)len,
-                          (long long)s->bytes);
-    return DMUON_OK;
-}
-
-dmuon_rc dmuon_nccl_allgather_equal(dmuon_symm *s, int64_t send_offset, int64_t recv_offset,
-                                    int64_t bytes_per_rank, int deadline_ms)
-{
-    nccl_symm *m = s->impl;
-    const int N = s->topo->size;
-    DMUON_TRY(range_ok(s, send_offset, bytes_per_rank, "ncclAllGather"));
-    DMUON_TRY(range_ok(s, recv_offset, bytes_per_rank * N, "ncclAllGather"));
-    DMUON_TRY(usable(m, "ncclAllGather"));
-    ncclResult_t r = ncclAllGather(s->base + send_offset, s->base + recv_offset,
-                                   (size_t)bytes_per_rank, ncclUint8, m->comm, m->stream);
-    if (r != ncclSuccess)
-        return DMUON_FAIL(DMUON_ECOMM, "ncclAllGather: %s", ncclGetErrorString(r));
-    return dmuon_nccl_wait(m, deadline_ms, "ncclAllGather");
-}
-
-dmuon_rc dmuon_nccl_reduce_scatter_equal(dmuon_symm *s, int64_t send_offset,
-                                         int64_t recv_offset, int64_t count_per_rank,
-                                         dmuon_dtype dtype, int deadline_ms)
-{
-    nccl_symm *m = s->impl;
-    const int N = s->topo->size;
-    if (dtype != DMUON_BF16 && dtype != DMUON_F32)
-        return DMUON_FAIL(DMUON_EINVAL, "ncclReduceScatter: element type %s (expected bf16 or "
-                          "f32)", dmuon_dtype_name(dtype));
-    const int64_t esz = (int64_t)dmuon_dtype_size(dtype);
-    DMUON_TRY(range_ok(s, send_offset, count_per_rank * esz * N, "ncclReduceScatter"));
-    DMUON_TRY(range_ok(s, recv_offset, count_per_rank * esz, "ncclReduceScatter"));
-    DMUON_TRY(usable(m, "ncclReduceScatter"));
-    ncclResult_t r = ncclReduceScatter(s->base + send_offset, s->base + recv_offset,
-                                       (size_t)count_per_rank, nccl_type(dtype), ncclSum, m->comm,
-                                       m->stream);
-    if (r != ncclSuccess)
-        return DMUON_FAIL(DMUON_ECOMM, "ncclReduceScatter: %s", ncclGetErrorString(r));
-    return dmuon_nccl_wait(m, deadline_ms, "ncclReduceScatter");
-}
-
-/* ------------------------------------------------------------ the ops -- */
-
 /* The equal algorithm (collv.h; world scope): ncclAllGather of segment
  * 0's bytes per rank from this rank's window into the layer buffer, and
  * ncclReduceScatter of its elements from the layer buffer into this rank's
@@ -268,34 +219,3 @@ const dmuon_comm_ops dmuon_nccl_ops = {
 };
 
 #endif
-
-/* ------------------------------------------- public baseline wrappers -- */
-
-dmuon_rc dmuon_allgather_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
-                               int64_t bytes_per_rank, int deadline_ms)
-{
-#ifdef DMUON_HAVE_NCCL
-    if (mem->backend == DMUON_BACKEND_NCCL || mem->backend == DMUON_BACKEND_NCCL_DEV) {
-        int d;
-        DMUON_TRY(dmuon_deadline_ms(deadline_ms, &d));
-        return dmuon_nccl_allgather_equal(mem, send_offset, recv_offset, bytes_per_rank, d);
-    }
-#endif
-    return DMUON_FAIL(DMUON_EUNSUPPORTED, "allgather baseline: not offered on the %s backend",
-                      dmuon_backend_name(mem->backend));
-}
-
-dmuon_rc dmuon_reduce_scatter_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
-                                    int64_t count_per_rank, dmuon_dtype dtype, int deadline_ms)
-{
-#ifdef DMUON_HAVE_NCCL
-    if (mem->backend == DMUON_BACKEND_NCCL || mem->backend == DMUON_BACKEND_NCCL_DEV) {
-        int d;
-        DMUON_TRY(dmuon_deadline_ms(deadline_ms, &d));
-        return dmuon_nccl_reduce_scatter_equal(mem, send_offset, recv_offset, count_per_rank,
-                                               dtype, d);
-    }
-#endif
-    return DMUON_FAIL(DMUON_EUNSUPPORTED, "reduce-scatter baseline: not offered on the %s "
-                      "backend", dmuon_backend_name(mem->backend));
-}

@@ -17,6 +17,16 @@
 #include "dmuon/collv.h"
 #include "backend.h"
 
+/* Returns DMUON_EUNSUPPORTED from the calling function when the publish's
+ * algorithm has no entry fn on its backend. */
+#define PUB_NEED(p, fn, what)                                                                \
+    do {                                                                                     \
+        if (!(p)->pops || !(p)->pops->fn)                                                    \
+            return dmuon_err_set(DMUON_EUNSUPPORTED, __FILE__, __LINE__, "%s: not offered by " \
+                                 "the %s backend with the %s algorithm", (what),             \
+                                 (p)->ops->name, dmuon_algo_name((p)->algorithm));           \
+    } while (0)
+
 dmuon_rc dmuon_publish_layout(int per_node, const dmuon_segment *segs, int n, dmuon_segment *out,
                               int64_t *copy_bytes)
 {
@@ -83,8 +93,16 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);
     DMUON_TRY_GOTO(rc, dmuon_chunk_bytes_check(o.chunk_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_comm_backend_get(t->backend, "publish", &p->ops), fail);
-    if (!p->ops->publish_create) {
-        rc = dmuon_comm_unsupported(p->ops, "publish", __FILE__, __LINE__);
+    if (o.algorithm < DMUON_ALGO_DEFAULT || o.algorithm >= DMUON_ALGO_COUNT) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "publish: unknown algorithm %d", (int)o.algorithm);
+        goto fail;
+    }
+    p->algorithm = o.algorithm == DMUON_ALGO_DEFAULT ? DMUON_ALGO_SCHEDULED : o.algorithm;
+    p->pops = p->ops->publish[p->algorithm];
+    if (!p->pops || !p->pops->create || !p->pops->free) {
+        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "publish: the %s algorithm is not offered by the %s "
+                        "backend", dmuon_algo_name(p->algorithm), p->ops->name);
+        p->pops = NULL;
         goto fail;
     }
     p->chunk_bytes = o.chunk_bytes > 0 ? o.chunk_bytes
@@ -107,7 +125,7 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     memcpy(p->params, params, (size_t)n * sizeof *params);
     p->n = n;
     p->copy = mem->base + copy_offset;
-    DMUON_TRY_GOTO(rc, p->ops->publish_create(p), fail);
+    DMUON_TRY_GOTO(rc, p->pops->create(p), fail);
     *out = p;
     return DMUON_OK;
 fail:
@@ -119,8 +137,8 @@ void dmuon_publish_free(dmuon_publish *p)
 {
     if (!p)
         return;
-    if (p->ops && p->impl && p->ops->publish_free)
-        p->ops->publish_free(p);
+    if (p->pops && p->impl)
+        p->pops->free(p);
     dmuon_pub_sched_release(&p->sched);
     free(p->params);
     free(p);
@@ -129,46 +147,47 @@ void dmuon_publish_free(dmuon_publish *p)
 void *dmuon_publish_copy(const dmuon_publish *p) { return p->copy; }
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p) { return p->copy_bytes; }
 const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p) { return &p->sched; }
+dmuon_algo dmuon_publish_algo(const dmuon_publish *p) { return p->algorithm; }
 
 dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step)
 {
-    DMUON_COMM_NEED(p->ops, publish_begin, "publish_begin");
-    DMUON_TRY(p->ops->publish_begin(p, step));
+    PUB_NEED(p, begin, "publish_begin");
+    DMUON_TRY(p->pops->begin(p, step));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_post(dmuon_publish *p, int param, int64_t step)
 {
-    DMUON_COMM_NEED(p->ops, publish_post, "publish_post");
-    DMUON_TRY(p->ops->publish_post(p, param, step));
+    PUB_NEED(p, post, "publish_post");
+    DMUON_TRY(p->pops->post(p, param, step));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_progress(dmuon_publish *p)
 {
-    DMUON_COMM_NEED(p->ops, publish_progress, "publish_progress");
-    DMUON_TRY(p->ops->publish_progress(p));
+    PUB_NEED(p, progress, "publish_progress");
+    DMUON_TRY(p->pops->progress(p));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_wait(dmuon_publish *p, int param, int64_t step)
 {
-    DMUON_COMM_NEED(p->ops, publish_wait, "publish_wait");
-    DMUON_TRY(p->ops->publish_wait(p, param, step));
+    PUB_NEED(p, wait, "publish_wait");
+    DMUON_TRY(p->pops->wait(p, param, step));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step)
 {
-    DMUON_COMM_NEED(p->ops, publish_end, "publish_end");
-    DMUON_TRY(p->ops->publish_end(p, step));
+    PUB_NEED(p, end, "publish_end");
+    DMUON_TRY(p->pops->end(p, step));
     return DMUON_OK;
 }
 
 dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
                                  int n, int64_t dst_offset, int64_t step)
 {
-    DMUON_COMM_NEED(p->ops, publish_node_load, "publish_node_load");
+    PUB_NEED(p, node_load, "publish_node_load");
     if (n < 0 || (n > 0 && (!segs || !params)))
         return DMUON_FAIL(DMUON_EINVAL, "publish node load: %d parameters: expected a list", n);
     for (int j = 0; j < n; j++) {
@@ -185,13 +204,13 @@ dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, co
                               "memory or overlaps the copy", j, params[j], (long long)at,
                               (long long)bytes, (long long)p->mem->bytes);
     }
-    DMUON_TRY(p->ops->publish_node_load(p, segs, params, n, dst_offset, step));
+    DMUON_TRY(p->pops->node_load(p, segs, params, n, dst_offset, step));
     return DMUON_OK;
 }
 
 int64_t dmuon_publish_flag(const dmuon_publish *p, int param)
 {
-    if (!p->ops->publish_flag)
+    if (!p->pops || !p->pops->flag)
         return -1;
-    return p->ops->publish_flag(p, param);
+    return p->pops->flag(p, param);
 }

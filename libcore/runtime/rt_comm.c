@@ -1,22 +1,26 @@
 /*
  * rt_comm.c — how each line moves a layer's parameters and gradients
- * (dmuon/runtime.h "Lines").
+ * (dmuon/runtime.h "Lines"), as operators of the communication layer: every
+ * layer has up to four groups (dmuon/collv.h) over ranges of the symmetric
+ * pool, and the HSDP run one publish (dmuon/publish.h).  A line is a row of
+ * line_ops below: the algorithm of its owned region (gather and reduce; the
+ * even region is always the equal-length primitive), of its publish, where
+ * the HSDP node half comes from, and whether gathers may run ahead.
  *
  *                 owned region (Muon, C/D)               even region (all lines)
- *   gather  D     AllGatherV (FSDP) / publish wait +     MPI_Allgather over the
- *                 node-shared loads from the column's     shard group (world or
- *                 leader (HSDP)                           node)
- *           C     MPI_Bcast per segment (FSDP) / per
- *                 segment MPI_Bcast inside the node
- *                 from the column's leader (HSDP)
- *   reduce  D     ReduceScatterV (F32 table)              MPI_Reduce_scatter_block
- *           C     MPI_Reduce per segment                  (+ MPI_Allreduce on the
- *                                                         rail under HSDP)
- *   publish D     dmuon_publish along the rail
- *   (HSDP)  C     MPI_Bcast per segment on the rail
+ *   gather  D     scheduled AllGatherV (FSDP) /           equal: allgather over
+ *                 the publish's node load (HSDP)          the shard group (world
+ *           C     per-owner (FSDP) / per-owner inside     or node)
+ *                 the node from the column's leader
+ *   reduce  D     scheduled ReduceScatterV (F32 table)    equal: reduce-scatter-
+ *           C     per-owner                               block (+ summed along
+ *                                                         the rail under HSDP)
+ *   publish D     scheduled, along the rail as posted
+ *   (HSDP)  C     per-owner: one broadcast per segment on the rail, at finish
  * Every path reads and writes only ranges of the symmetric pool.  Each
  * function is collective over the communicators it uses; all ranks walk the
- * same tables in the same order.
+ * same tables in the same order.  Control decisions (agreement, norms,
+ * digests) go through dmuon/ctl.h (rt_ctl_*).
  */
 #include "rt_internal.h"
 
@@ -34,14 +38,6 @@ static dmuon_rc mpi_ok(int err, const char *what, const dmuon_rt *rt)
     int len = 0;
     MPI_Error_string(err, s, &len);
     return DMUON_FAIL(DMUON_ECOMM, "runtime: %s failed on rank %d: %s", what, rt->topo.rank, s);
-}
-
-static dmuon_rc count_ok(int64_t n, const char *what)
-{
-    if (n > INT_MAX)
-        return DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: %s of %lld elements exceeds one MPI call",
-                          what, (long long)n);
-    return DMUON_OK;
 }
 
 /* Completes a non-blocking MPI call within the runtime's deadline: a peer
@@ -93,78 +89,156 @@ dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what)
                                             rt->opts.deadline_ms, what));
 }
 
-static MPI_Datatype pdt_mpi(const dmuon_rt *rt)
-{
-    return rt->pdt == DMUON_F32 ? MPI_FLOAT : MPI_UINT16_T;
-}
+/* ----------------------------------------------------------- the lines -- */
+
+typedef struct {
+    dmuon_algo owned;         /* gather and reduce of owned segments; DEFAULT: none */
+    dmuon_algo publish;       /* HSDP: the rail half */
+    bool node_load;           /* HSDP: the node half is the publish's node load
+                                 (else a node-scope group from the column's copy) */
+    bool prefetch;            /* FSDP: gathers run ahead split phase */
+} rt_line_ops;
+
+static const rt_line_ops line_ops[] = {
+    [DMUON_LINE_D] = {DMUON_ALGO_SCHEDULED, DMUON_ALGO_SCHEDULED, true, true},
+    [DMUON_LINE_C] = {DMUON_ALGO_PER_OWNER, DMUON_ALGO_PER_OWNER, false, false},
+    [DMUON_LINE_B] = {DMUON_ALGO_DEFAULT, DMUON_ALGO_DEFAULT, false, false},
+    [DMUON_LINE_A] = {DMUON_ALGO_DEFAULT, DMUON_ALGO_DEFAULT, false, false},
+};
+
+static const rt_line_ops *line_of(const dmuon_rt *rt) { return &line_ops[rt->opts.line]; }
 
 /* -------------------------------------------------------------- groups -- */
 
-static dmuon_group_opts group_opts(const dmuon_rt *rt)
+/* A layer's groups, in the order of their control areas. */
+enum { G_OWN_GATHER = 0, G_OWN_REDUCE, G_EVEN_GATHER, G_EVEN_REDUCE, G_COUNT };
+
+static dmuon_group **group_slot(rt_layer *L, int k)
 {
-    dmuon_group_opts o;
-    memset(&o, 0, sizeof o);
-    o.deadline_ms = rt->opts.deadline_ms;
-    return o;
+    return k == G_OWN_GATHER ? &L->pgrp : k == G_OWN_REDUCE ? &L->ggrp
+         : k == G_EVEN_GATHER ? &L->egrp : &L->eggrp;
+}
+
+/* Group k of layer L: its table (*segs, *n; *owned_table set when the
+ * caller must free it) and options; *n = 0 when the layer has none. */
+static dmuon_rc layer_table(const dmuon_rt *rt, const rt_layer *L, int k, dmuon_segment **segs,
+                            int *n, dmuon_group_opts *o)
+{
+    const rt_line_ops *lo = line_of(rt);
+    memset(o, 0, sizeof *o);
+    o->deadline_ms = rt->opts.deadline_ms;
+    *segs = NULL;
+    *n = 0;
+    if (k == G_OWN_GATHER || k == G_OWN_REDUCE) {
+        if (!L->nseg || lo->owned == DMUON_ALGO_DEFAULT)
+            return DMUON_OK;
+        if (k == G_OWN_GATHER && rt->hsdp && lo->node_load)
+            return DMUON_OK;   /* the publish's node load gathers */
+        *segs = malloc(L->nseg * sizeof **segs);
+        if (!*segs)
+            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for a layer's table");
+        memcpy(*segs, k == G_OWN_GATHER ? L->segs : L->gsegs, L->nseg * sizeof **segs);
+        o->algorithm = lo->owned;
+        if (k == G_OWN_GATHER && rt->hsdp) {
+            /* inside the node, from the copy of the column's leader */
+            for (size_t s = 0; s < L->nseg; s++) {
+                (*segs)[s].owner = L->segs[s].owner % rt->topo.per_node;
+                (*segs)[s].window_offset = L->seg_copy[s];
+            }
+            o->scope = DMUON_SCOPE_NODE;
+        }
+        *n = (int)L->nseg;
+        return DMUON_OK;
+    }
+    if (!L->shard)
+        return DMUON_OK;
+    const dmuon_dtype dt = k == G_EVEN_GATHER ? rt->pdt : DMUON_F32;
+    const int64_t es = (int64_t)dmuon_dtype_size(dt);
+    *segs = malloc((size_t)rt->shard_size * sizeof **segs);
+    if (!*segs)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for a layer's table");
+    DMUON_TRY(dmuon_table_even(rt->shard_size, L->shard, dt, *segs));
+    for (int j = 0; j < rt->shard_size; j++) {
+        (*segs)[j].offset += L->own_elems * es;
+        (*segs)[j].window_offset = L->even_pos * es;
+    }
+    o->algorithm = DMUON_ALGO_EQUAL;
+    o->scope = rt->hsdp ? DMUON_SCOPE_NODE : DMUON_SCOPE_WORLD;
+    *n = rt->shard_size;
+    return DMUON_OK;
+}
+
+int rt_layer_groups(const dmuon_rt *rt, size_t l)
+{
+    int count = 0;
+    for (int k = 0; k < G_COUNT; k++) {
+        dmuon_segment *segs = NULL;
+        int n = 0;
+        dmuon_group_opts o;
+        if (layer_table(rt, &rt->layers[l], k, &segs, &n, &o) == DMUON_OK && n)
+            count++;
+        free(segs);
+    }
+    return count;
 }
 
 dmuon_rc rt_groups_size(dmuon_rt *rt)
 {
     rt->ctrl_per_group = 0;
-    if (rt->opts.line != DMUON_LINE_D)
-        return DMUON_OK;
-    dmuon_group_opts o = group_opts(rt);
-    for (size_t l = 0; l < rt->nlayers; l++) {
-        const rt_layer *L = &rt->layers[l];
-        if (!L->nseg)
-            continue;
-        int64_t a = 0, b = 0;
-        DMUON_TRY(dmuon_group_ctrl_bytes(&rt->topo, L->segs, (int)L->nseg, &o, &a));
-        DMUON_TRY(dmuon_group_ctrl_bytes(&rt->topo, L->gsegs, (int)L->nseg, &o, &b));
-        if (a > rt->ctrl_per_group)
-            rt->ctrl_per_group = a;
-        if (b > rt->ctrl_per_group)
-            rt->ctrl_per_group = b;
-    }
+    for (size_t l = 0; l < rt->nlayers; l++)
+        for (int k = 0; k < G_COUNT; k++) {
+            dmuon_segment *segs = NULL;
+            int n = 0;
+            dmuon_group_opts o;
+            int64_t b = 0;
+            dmuon_rc rc = layer_table(rt, &rt->layers[l], k, &segs, &n, &o);
+            if (rc == DMUON_OK && n)
+                rc = dmuon_group_ctrl_bytes(&rt->topo, segs, n, &o, &b);
+            free(segs);
+            DMUON_TRY(rc);
+            if (b > rt->ctrl_per_group)
+                rt->ctrl_per_group = b;
+        }
     rt->ctrl_per_group = dmuon_pool_align(rt->ctrl_per_group);
     return DMUON_OK;
 }
 
 dmuon_rc rt_groups_create(dmuon_rt *rt)
 {
-    if (rt->opts.line == DMUON_LINE_D) {
-        dmuon_group_opts o = group_opts(rt);
-        int64_t ctrl = rt->space_off[DMUON_SPACE_CTRL];
-        for (size_t l = 0; l < rt->nlayers; l++) {
+    int64_t ctrl = rt->space_off[DMUON_SPACE_CTRL];
+    for (size_t l = 0; l < rt->nlayers; l++)
+        for (int k = 0; k < G_COUNT; k++) {
             rt_layer *L = &rt->layers[l];
-            if (!L->nseg)
-                continue;
-            DMUON_TRY(rt_fail_comm(rt, dmuon_group_create(&rt->topo, L->segs, (int)L->nseg, &o,
-                                                          rt->symm, ctrl, &L->pgrp)));
-            ctrl += rt->ctrl_per_group;
-            DMUON_TRY(rt_fail_comm(rt, dmuon_group_create(&rt->topo, L->gsegs, (int)L->nseg, &o,
-                                                          rt->symm, ctrl, &L->ggrp)));
-            ctrl += rt->ctrl_per_group;
+            dmuon_segment *segs = NULL;
+            int n = 0;
+            dmuon_group_opts o;
+            dmuon_rc rc = layer_table(rt, L, k, &segs, &n, &o);
+            if (rc == DMUON_OK && n) {
+                rc = dmuon_group_create(&rt->topo, segs, n, &o, rt->symm, ctrl, group_slot(L, k));
+                ctrl += rt->ctrl_per_group;
+            }
+            free(segs);
+            DMUON_TRY(rt_fail_comm(rt, rc));
         }
-        if (rt->hsdp && rt->npub) {
-            dmuon_publish_opts po;
-            memset(&po, 0, sizeof po);
-            po.deadline_ms = rt->opts.deadline_ms;
-            DMUON_TRY(rt_fail_comm(rt, dmuon_publish_create(&rt->topo, rt->pub_table, rt->npub,
-                                                            &po, rt->symm, rt->copy_off,
-                                                            &rt->pub)));
-        }
+    if (rt->hsdp && rt->npub && line_of(rt)->publish != DMUON_ALGO_DEFAULT) {
+        dmuon_publish_opts po;
+        memset(&po, 0, sizeof po);
+        po.deadline_ms = rt->opts.deadline_ms;
+        po.algorithm = line_of(rt)->publish;
+        DMUON_TRY(rt_fail_comm(rt, dmuon_publish_create(&rt->topo, rt->pub_table, rt->npub, &po,
+                                                        rt->symm, rt->copy_off, &rt->pub)));
     }
     return DMUON_OK;
 }
 
 void rt_groups_free(dmuon_rt *rt)
 {
-    for (size_t l = 0; l < rt->nlayers; l++) {
-        dmuon_group_free(rt->layers[l].pgrp);
-        dmuon_group_free(rt->layers[l].ggrp);
-        rt->layers[l].pgrp = rt->layers[l].ggrp = NULL;
-    }
+    for (size_t l = 0; l < rt->nlayers; l++)
+        for (int k = 0; k < G_COUNT; k++) {
+            dmuon_group **g = group_slot(&rt->layers[l], k);
+            dmuon_group_free(*g);
+            *g = NULL;
+        }
     dmuon_publish_free(rt->pub);
     rt->pub = NULL;
     rt->pub_open = false;
@@ -194,26 +268,14 @@ dmuon_rc rt_pub_post(dmuon_rt *rt, size_t l, size_t s)
     return rt_fail_comm(rt, dmuon_publish_progress(rt->pub));
 }
 
-/* Line C: the round's broadcasts, rail by rail, after every update. */
+/* After every update: a publish that moves nothing before its end (the
+ * per-owner one) ends now, so the next gathers find the copies complete. */
 dmuon_rc rt_pub_finish(dmuon_rt *rt)
 {
-    if (!rt->hsdp || rt->opts.line != DMUON_LINE_C)
+    if (!rt->pub || !rt->pub_open || dmuon_publish_algo(rt->pub) != DMUON_ALGO_PER_OWNER)
         return DMUON_OK;
-    const int K = rt->topo.per_node;
-    for (size_t l = 0; l < rt->nlayers; l++) {
-        const rt_layer *L = &rt->layers[l];
-        for (size_t s = 0; s < L->nseg; s++) {
-            if (L->segs[s].owner % K != rt->topo.local)
-                continue;
-            DMUON_TRY(count_ok(L->segs[s].count, "a published segment"));
-            MPI_Request q;
-            DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(rt->base + rt->copy_off + L->seg_copy[s],
-                                                 (int)L->segs[s].count, pdt_mpi(rt),
-                                                 L->segs[s].owner / K, rt->topo.rail, &q),
-                                  &q, "MPI_Ibcast (publish)", l));
-        }
-    }
-    return DMUON_OK;
+    rt->pub_open = false;
+    return rt_fail_comm(rt, dmuon_publish_end(rt->pub, rt->pub_round));
 }
 
 dmuon_rc rt_pub_end(dmuon_rt *rt)
@@ -243,67 +305,40 @@ dmuon_rc rt_pub_round(dmuon_rt *rt)
 
 /* -------------------------------------------------------------- gather -- */
 
-static dmuon_rc gather_owned(dmuon_rt *rt, rt_layer *L)
+static int64_t pblock_off(const dmuon_rt *rt, const rt_layer *L)
 {
-    unsigned char *blk = rt_pblock(rt, L);
-    const int K = rt->topo.per_node;
-    if (!rt->hsdp && rt->opts.line == DMUON_LINE_D)
-        return dmuon_allgatherv(L->pgrp, rt->space_off[DMUON_SPACE_PARAM] + L->poff,
-                                rt->pwin_off);
-    if (!rt->hsdp) {   /* line C, FSDP */
-        for (size_t s = 0; s < L->nseg; s++) {
-            const dmuon_segment *g = &L->segs[s];
-            if (g->owner == rt->topo.rank)
-                memcpy(blk + g->offset, rt->base + rt->pwin_off + g->window_offset,
-                       (size_t)g->count * rt->dsize);
-            DMUON_TRY(count_ok(g->count, "a segment"));
-            MPI_Request q;
-            DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(blk + g->offset, (int)g->count, pdt_mpi(rt),
-                                                 g->owner, rt->topo.world, &q),
-                                  &q, "MPI_Ibcast", L - rt->layers));
-        }
-        return DMUON_OK;
-    }
-    if (rt->opts.line == DMUON_LINE_C) {   /* HSDP: from the column's leader */
-        for (size_t s = 0; s < L->nseg; s++) {
-            const dmuon_segment *g = &L->segs[s];
-            int col = g->owner % K;
-            if (col == rt->topo.local)
-                memcpy(blk + g->offset, rt->base + rt->copy_off + L->seg_copy[s],
-                       (size_t)g->count * rt->dsize);
-            DMUON_TRY(count_ok(g->count, "a segment"));
-            MPI_Request q;
-            DMUON_TRY(rt_mpi_wait(rt, MPI_Ibcast(blk + g->offset, (int)g->count, pdt_mpi(rt), col,
-                                                 rt->topo.node, &q),
-                                  &q, "MPI_Ibcast (node)", L - rt->layers));
-        }
-        return DMUON_OK;
-    }
-    /* line D, HSDP: the publish's node half (waits for what this rank
-     * leads, then loads from the leaders of the node) */
-    double t0 = MPI_Wtime();
-    dmuon_rc rc = dmuon_publish_node_load(rt->pub, L->segs, L->seg_pub, (int)L->nseg,
-                                          blk - rt->base, rt->pub_round);
-    rt->stats.publish_wait_s += MPI_Wtime() - t0;
-    return rt_fail_comm(rt, rc);
+    return rt->space_off[DMUON_SPACE_PARAM] + L->poff;
+}
+
+static int64_t gblock_off(const dmuon_rt *rt, const rt_layer *L)
+{
+    return rt->space_off[DMUON_SPACE_GRAD] + L->goff;
+}
+
+/* The owned gather's window: the owner windows (FSDP), or the publish copy
+ * of the column's leader (HSDP, a node-scope group). */
+static int64_t pgrp_window(const dmuon_rt *rt)
+{
+    return rt->hsdp ? rt->copy_off : rt->pwin_off;
 }
 
 dmuon_rc rt_gather(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    if (L->nseg)
-        DMUON_TRY(gather_owned(rt, L));
-    if (L->shard) {
-        DMUON_TRY(count_ok(L->shard, "an even shard"));
-        MPI_Request q;
-        DMUON_TRY(rt_mpi_wait(rt, MPI_Iallgather(rt->base + rt->ewin_off +
-                                                     L->even_pos * (int64_t)rt->dsize,
-                                                 (int)L->shard, pdt_mpi(rt),
-                                                 rt_pblock(rt, L) +
-                                                     L->own_elems * (int64_t)rt->dsize,
-                                                 (int)L->shard, pdt_mpi(rt), rt->shard_comm, &q),
-                              &q, "MPI_Iallgather", l));
+    if (L->nseg && rt->hsdp && rt->pub && line_of(rt)->node_load) {
+        /* the publish's node half: waits for what this rank leads, then
+         * loads from the leaders of the node */
+        double t0 = MPI_Wtime();
+        dmuon_rc rc = dmuon_publish_node_load(rt->pub, L->segs, L->seg_pub, (int)L->nseg,
+                                              pblock_off(rt, L), rt->pub_round);
+        rt->stats.publish_wait_s += MPI_Wtime() - t0;
+        DMUON_TRY(rt_fail_comm(rt, rc));
     }
+    if (L->pgrp)
+        DMUON_TRY(rt_fail_comm(rt, dmuon_allgatherv(L->pgrp, pblock_off(rt, L),
+                                                    pgrp_window(rt))));
+    if (L->egrp)
+        DMUON_TRY(rt_fail_comm(rt, dmuon_allgatherv(L->egrp, pblock_off(rt, L), rt->ewin_off)));
     return DMUON_OK;
 }
 
@@ -312,26 +347,10 @@ dmuon_rc rt_gather(dmuon_rt *rt, size_t l)
 dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    float *blk = rt_gblock(rt, L);
     float *gwin = (float *)(rt->base + rt->gwin_off);
-    if (L->nseg) {
-        if (rt->opts.line == DMUON_LINE_D) {
-            DMUON_TRY(dmuon_reduce_scatterv(L->ggrp, rt->space_off[DMUON_SPACE_GRAD] + L->goff,
-                                            rt->gwin_off));
-        } else {
-            for (size_t s = 0; s < L->nseg; s++) {
-                const dmuon_segment *g = &L->gsegs[s];
-                bool mine = g->owner == rt->topo.rank;
-                DMUON_TRY(count_ok(g->count, "a segment"));
-                MPI_Request q;
-                DMUON_TRY(rt_mpi_wait(rt, MPI_Ireduce((unsigned char *)blk + g->offset,
-                                                      mine ? (unsigned char *)gwin + g->window_offset
-                                                           : NULL,
-                                                      (int)g->count, MPI_FLOAT, MPI_SUM, g->owner,
-                                                      rt->topo.world, &q),
-                                      &q, "MPI_Ireduce", l));
-            }
-        }
+    if (L->ggrp) {
+        DMUON_TRY(rt_fail_comm(rt, dmuon_reduce_scatterv(L->ggrp, gblock_off(rt, L),
+                                                         rt->gwin_off)));
         for (size_t s = 0; s < L->nseg; s++) {
             const dmuon_segment *g = &L->gsegs[s];
             if (g->owner != rt->topo.rank)
@@ -341,17 +360,11 @@ dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
                 rt->own_g[w0 + i] += gwin[w0 + i];
         }
     }
-    if (L->shard) {
-        float *dst = (float *)(rt->base + rt->egwin_off) + L->even_pos;
-        DMUON_TRY(count_ok(L->shard, "an even shard"));
-        MPI_Request q;
-        DMUON_TRY(rt_mpi_wait(rt, MPI_Ireduce_scatter_block(blk + L->own_elems, dst, (int)L->shard,
-                                                            MPI_FLOAT, MPI_SUM, rt->shard_comm, &q),
-                              &q, "MPI_Ireduce_scatter_block", l));
-        if (rt->hsdp && rt->topo.nodes > 1)
-            DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(MPI_IN_PLACE, dst, (int)L->shard, MPI_FLOAT,
-                                                     MPI_SUM, rt->topo.rail, &q),
-                                  &q, "MPI_Iallreduce (rail)", l));
+    if (L->eggrp) {
+        /* at node scope (HSDP) the shard comes back summed along the rail */
+        DMUON_TRY(rt_fail_comm(rt, dmuon_reduce_scatterv(L->eggrp, gblock_off(rt, L),
+                                                         rt->egwin_off)));
+        const float *dst = (const float *)(rt->base + rt->egwin_off) + L->even_pos;
         float *acc = rt->even_g + L->even_pos;
         for (int64_t i = 0; i < L->shard; i++)
             acc[i] += dst[i];
@@ -363,12 +376,11 @@ dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
 
 static bool split(const dmuon_rt *rt)
 {
-    return rt->opts.line == DMUON_LINE_D && !rt->hsdp;
+    return line_of(rt)->prefetch && !rt->hsdp;
 }
 
-/* Starts layer l's gather: AllGatherV start and the even region's
- * MPI_Iallgather; where the path has no split phase (line C, HSDP), the
- * gather runs now. */
+/* Starts layer l's gathers split phase; where the line does not run ahead,
+ * the gather runs now. */
 dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
@@ -376,18 +388,10 @@ dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l)
         DMUON_TRY(rt_gather(rt, l));
         return DMUON_OK;
     }
-    if (L->nseg)
-        DMUON_TRY(dmuon_allgatherv_start(L->pgrp, rt->space_off[DMUON_SPACE_PARAM] + L->poff,
-                                         rt->pwin_off));
-    L->even_req = MPI_REQUEST_NULL;
-    if (L->shard) {
-        DMUON_TRY(count_ok(L->shard, "an even shard"));
-        DMUON_TRY(mpi_ok(MPI_Iallgather(rt->base + rt->ewin_off + L->even_pos * (int64_t)rt->dsize,
-                                        (int)L->shard, pdt_mpi(rt),
-                                        rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
-                                        (int)L->shard, pdt_mpi(rt), rt->shard_comm,
-                                        &L->even_req), "MPI_Iallgather", rt));
-    }
+    if (L->pgrp)
+        DMUON_TRY(dmuon_allgatherv_start(L->pgrp, pblock_off(rt, L), pgrp_window(rt)));
+    if (L->egrp)
+        DMUON_TRY(dmuon_allgatherv_start(L->egrp, pblock_off(rt, L), rt->ewin_off));
     L->inflight = true;
     return DMUON_OK;
 }
@@ -398,10 +402,10 @@ dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l)
     if (!L->inflight)
         return DMUON_OK;
     L->inflight = false;
-    if (L->nseg)
+    if (L->pgrp)
         DMUON_TRY(dmuon_allgatherv_wait(L->pgrp));
-    if (L->even_req != MPI_REQUEST_NULL)
-        DMUON_TRY(rt_mpi_wait(rt, MPI_SUCCESS, &L->even_req, "MPI_Iallgather", l));
+    if (L->egrp)
+        DMUON_TRY(dmuon_allgatherv_wait(L->egrp));
     return DMUON_OK;
 }
 
@@ -411,9 +415,9 @@ dmuon_rc rt_gather_test(dmuon_rt *rt, size_t l)
     if (!L->inflight)
         return DMUON_OK;
     int done = 0;
-    if (L->nseg)
+    if (L->pgrp)
         DMUON_TRY(dmuon_allgatherv_test(L->pgrp, &done));
-    if (L->even_req != MPI_REQUEST_NULL)
-        DMUON_TRY(mpi_ok(MPI_Test(&L->even_req, &done, MPI_STATUS_IGNORE), "MPI_Test", rt));
+    if (L->egrp)
+        DMUON_TRY(dmuon_allgatherv_test(L->egrp, &done));
     return DMUON_OK;
 }

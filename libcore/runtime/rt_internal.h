@@ -75,7 +75,8 @@ typedef struct {
     int64_t own_elems;
     int64_t *seg_copy;        /* HSDP: per segment, bytes into its rail's copy */
     int *seg_pub;             /* HSDP: per segment, index in the publish table */
-    dmuon_group *pgrp, *ggrp; /* line D */
+    dmuon_group *pgrp, *ggrp; /* owned region: gather, reduce (lines C, D) */
+    dmuon_group *egrp, *eggrp;/* even region: gather, reduce (equal algorithm) */
     /* even region */
     int64_t even_elems, even_pad, shard;
     int64_t even_pos;         /* first element of this layer's shard in even_* */
@@ -84,7 +85,6 @@ typedef struct {
     int64_t poff, goff;       /* current offsets in the spaces (when live) */
     bool p_live, g_live, gathered, in_fwd, in_bwd, bwd_done;
     bool inflight;            /* a prefetch started, not yet waited for */
-    MPI_Request even_req;     /* its even-region MPI_Iallgather */
     float *w;                 /* F32 view of the gathered block (private) */
 } rt_layer;
 
@@ -164,6 +164,7 @@ dmuon_rc rt_write_windows(dmuon_rt *rt);
 
 /* rt_comm.c */
 dmuon_rc rt_groups_size(dmuon_rt *rt);   /* sets ctrl_per_group */
+int rt_layer_groups(const dmuon_rt *rt, size_t l);   /* groups of layer l (control areas) */
 dmuon_rc rt_groups_create(dmuon_rt *rt);
 void rt_groups_free(dmuon_rt *rt);
 dmuon_rc rt_gather(dmuon_rt *rt, size_t l);

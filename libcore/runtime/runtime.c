@@ -549,7 +549,7 @@ dmuon_rc rt_pool_build(dmuon_rt *rt)
     DMUON_TRY(rt_groups_size(rt));
     int ngroups = 0;
     for (size_t l = 0; l < rt->nlayers; l++)
-        ngroups += rt->layers[l].nseg ? 2 : 0;
+        ngroups += rt_layer_groups(rt, l);
     b[DMUON_SPACE_CTRL] = rt->ctrl_per_group * ngroups;
     if (rt->packed) {
         b[DMUON_SPACE_PARAM] = rt->rec[0].total;

@@ -80,22 +80,6 @@ int64_t bench_seg_bytes(const dmuon_segment *s)
     return s->count * (int64_t)dmuon_dtype_size(s->dtype);
 }
 
-MPI_Datatype bench_mpi_type(dmuon_dtype dt)
-{
-    return dt == DMUON_BF16 ? MPI_UINT16_T : MPI_FLOAT;
-}
-
-MPI_Op bench_mpi_sum(const bench_case *c, dmuon_dtype dt)
-{
-    return dt == DMUON_BF16 ? c->bf16_sum : MPI_SUM;
-}
-
-/* The user-defined BF16 sum of the baselines: inout = rnd(in + inout). */
-static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type)
-{
-    dmuon_bf16_add(inout, in, inout, (size_t)*len);
-}
-
 /* ---------------------------------------------------------- timing ---- */
 
 static int cmp_double(const void *a, const void *b)
@@ -128,19 +112,19 @@ dmuon_rc bench_measure(bench_opts *o, const bench_case *c, bench_result *res)
     dmuon_rc rc = DMUON_OK;
     memset(res, 0, sizeof *res);
     for (int l = 0; l < BENCH_NLINES; l++)
-        res->ran[l] = (o->lines & (1 << l)) && bench_lines[l]->supports(c);
+        res->ran[l] = (o->lines & (1 << l)) && bench_line_supports(bench_lines[l], c);
     for (int launch = 0; launch < L && rc == DMUON_OK; launch++)
         for (int l = 0; l < BENCH_NLINES && rc == DMUON_OK; l++) {
             if (!res->ran[l])
                 continue;
             void *st = NULL;
-            DMUON_TRY_GOTO(rc, bench_lines[l]->setup(c, &st), out);
+            DMUON_TRY_GOTO(rc, bench_line_setup(bench_lines[l], c, &st), out);
             for (int w = 0; w < o->warmup && rc == DMUON_OK; w++)
-                rc = bench_lines[l]->run(st);
+                rc = bench_line_run(bench_lines[l], c, st);
             for (int i = 0; i < o->iters && rc == DMUON_OK; i++) {
                 MPI_Barrier(t->world);
                 double t0 = MPI_Wtime();
-                rc = bench_lines[l]->run(st);
+                rc = bench_line_run(bench_lines[l], c, st);
                 double dt = MPI_Wtime() - t0;
                 MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, t->world);
                 iters[i] = dt;
@@ -149,10 +133,10 @@ dmuon_rc bench_measure(bench_opts *o, const bench_case *c, bench_result *res)
                 dmuon_err_trace_add(rc, __FILE__, __LINE__);
                 goto out;   /* no teardown: freeing may be collective */
             }
-            long long wrong = (long long)bench_lines[l]->check(st);
+            long long wrong = (long long)bench_line_check(bench_lines[l], c, st);
             MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, t->world);
             res->wrong[l] += wrong;
-            bench_lines[l]->teardown(st);
+            bench_line_teardown(bench_lines[l], c, st);
             per_launch[l * L + launch] = median(iters, o->iters);
         }
     for (int l = 0; l < BENCH_NLINES; l++)
@@ -636,12 +620,10 @@ int bench_ops_main(int argc, char **argv)
             return 2;
         }
     }
-    MPI_Op bf16_sum;
-    MPI_Op_create(bf16_sum_fn, 1, &bf16_sum);
     int wrong = 0;
 
     if (o.plan || o.replay_publish) {
-        rc = bench_replay(&o, &t, bf16_sum, op_mask, &wrong);
+        rc = bench_replay(&o, &t, op_mask, &wrong);
     } else {
         char what[128];
         snprintf(what, sizeof what, "layout %s%s", dmuon_layout_name(layout),
@@ -656,7 +638,7 @@ int bench_ops_main(int argc, char **argv)
                 rc = dmuon_layout_make(layout, b, o.dtype, t.nodes, t.per_node, &segs, &n);
                 if (rc != DMUON_OK)
                     break;
-                bench_case c = {&t, op, segs, n, NULL, NULL, {0}, bf16_sum};
+                bench_case c = {&t, op, segs, n, NULL, NULL, {0}};
                 c.gopts.path = o.path;
                 c.gopts.chunk_bytes = o.chunk_bytes;
                 c.gopts.deadline_ms = o.deadline_ms;
@@ -696,7 +678,6 @@ int bench_ops_main(int argc, char **argv)
     int code = rc != DMUON_OK ? dmuon_rc_exit_code(rc) : wrong ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &code, 1, MPI_INT, MPI_MAX, t.world);
     free(o.rows);
-    MPI_Op_free(&bf16_sum);
     dmuon_topo_release(&t);
     MPI_Finalize();
     return code;

@@ -1,7 +1,9 @@
 /*
- * ops.h — the shared driver of dmuon-bench's operator benchmarks (ops.c) and
- * the lines of its table, in the style of nccl-tests: each line (ours and
- * every baseline) is a small file filling a bench_line.
+ * ops.h — the shared driver of dmuon-bench's operator benchmarks (ops.c,
+ * ops_group.c) and the lines of its table, in the style of nccl-tests: each
+ * line (ours and every baseline) is a small file filling a bench_line with
+ * its algorithm and its table; the driver fills, times and checks them all
+ * alike through the library's groups and publish.
  */
 #ifndef DMUON_TOOLS_BENCH_OPS_H
 #define DMUON_TOOLS_BENCH_OPS_H
@@ -24,24 +26,46 @@ typedef struct {
     const int *layer_of;           /* publish: layer of each parameter (NULL = one
                                       layer), for the per-layer coalesced line */
     dmuon_group_opts gopts;
-    MPI_Op bf16_sum;               /* user-defined BF16 sum for the baselines */
 } bench_case;
 
+/* A publish line of its own (a baseline the library does not offer): setup
+ * allocates and fills the inputs (collective), run is one timed operation
+ * (collective), check counts wrong bytes on this rank after the last run. */
 typedef struct {
-    const char *name;   /* "ours", "per_owner", "coalesced", "equal_length" */
-    /* 1 if the line can run this case */
-    int (*supports)(const bench_case *c);
-    /* Allocates and fills the inputs (collective). */
     dmuon_rc (*setup)(const bench_case *c, void **state);
-    /* One timed operation (collective). */
     dmuon_rc (*run)(void *state);
-    /* Wrong elements (AGV: bytes) on this rank after the last run. */
     int64_t (*check)(void *state);
     void (*teardown)(void *state);
+} bench_pub_own;
+
+/* A line of the table: AllGatherV and ReduceScatterV run through a group of
+ * `algo` over the line's table (where segment i of its result lies), the
+ * publish through the library publish of `pub_algo`, or `pub_own`, or not
+ * at all.  The driver (ops_group.c) fills, times and checks every line
+ * alike. */
+typedef struct {
+    const char *name;   /* "ours", "per_owner", "coalesced", "equal_length" */
+    dmuon_algo algo;
+    /* The line's table for the case (*out malloc'd, *n entries); 0 when the
+     * line cannot hold this case (one element type needed, ...). */
+    int (*table)(const bench_case *c, dmuon_segment **out, int *n);
+    dmuon_algo pub_algo;          /* DEFAULT: no library publish */
+    const bench_pub_own *pub_own; /* NULL: none of its own */
 } bench_line;
 
 extern const bench_line bench_line_ours, bench_line_per_owner, bench_line_coalesced,
     bench_line_equal;
+
+/* The driver's side of a line (ops_group.c).  supports: 1 if the line can
+ * run the case on its backend (not collective). */
+int bench_line_supports(const bench_line *l, const bench_case *c);
+dmuon_rc bench_line_setup(const bench_line *l, const bench_case *c, void **state);
+dmuon_rc bench_line_run(const bench_line *l, const bench_case *c, void *state);
+int64_t bench_line_check(const bench_line *l, const bench_case *c, void *state);
+void bench_line_teardown(const bench_line *l, const bench_case *c, void *state);
+
+/* The case's own table, copied (a line's table function). */
+int bench_table_same(const bench_case *c, dmuon_segment **out, int *n);
 
 /* Inputs every line uses, so every line computes the same thing:
  * AGV: byte k of segment i is bench_agv_byte(i, k) in its owner's window;
@@ -54,10 +78,5 @@ float bench_rsv_sum(int nranks, int seg, int64_t k);
 void bench_store(dmuon_dtype dt, void *base, int64_t i, float v);
 float bench_load(dmuon_dtype dt, const void *base, int64_t i);
 int64_t bench_seg_bytes(const dmuon_segment *s);
-
-/* The MPI datatype and reduction of dt for the baselines (BF16: 16-bit
- * words with the case's user-defined sum). */
-MPI_Datatype bench_mpi_type(dmuon_dtype dt);
-MPI_Op bench_mpi_sum(const bench_case *c, dmuon_dtype dt);
 
 #endif

@@ -54,7 +54,6 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
                  dmuon_dtype dt, const bench_result *r);
 
 /* --plan / --replay-publish (ops_replay.c); *wrong set when a check failed. */
-dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, MPI_Op bf16_sum, int op_mask,
-                      int *wrong);
+dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, int op_mask, int *wrong);
 
 #endif

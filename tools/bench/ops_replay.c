@@ -55,7 +55,7 @@ static dmuon_rc load_matching(const char *path, const dmuon_topo *t, dmuon_plan 
     return DMUON_OK;
 }
 
-static void case_init(bench_case *c, const bench_opts *o, const dmuon_topo *t, MPI_Op sum)
+static void case_init(bench_case *c, const bench_opts *o, const dmuon_topo *t)
 {
     memset(c, 0, sizeof *c);
     c->topo = t;
@@ -63,11 +63,9 @@ static void case_init(bench_case *c, const bench_opts *o, const dmuon_topo *t, M
     c->gopts.chunk_bytes = o->chunk_bytes;
     c->gopts.deadline_ms = o->deadline_ms;
     c->gopts.fp32_accum = o->fp32_accum;
-    c->bf16_sum = sum;
 }
 
-static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, int op_mask,
-                              int *wrong)
+static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int op_mask, int *wrong)
 {
     dmuon_plan *p = NULL;
     DMUON_TRY(load_matching(o->plan, t, &p));
@@ -114,7 +112,7 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, in
             if (k < lo || k >= hi)
                 continue;
             bench_case c;
-            case_init(&c, o, t, sum);
+            case_init(&c, o, t);
             c.op = op;
             c.segs = segs;
             c.n = (int)n;
@@ -144,7 +142,7 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, MPI_Op sum, in
     return rc;
 }
 
-static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, MPI_Op sum, int *wrong)
+static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, int *wrong)
 {
     dmuon_plan *p = NULL;
     DMUON_TRY(load_matching(o->replay_publish, t, &p));
@@ -175,7 +173,7 @@ static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, MPI_Op sum, i
     if (t->rank == 0)
         fprintf(stderr, "dmuon-bench: publish replay of rail %d: %d units\n", o->rail, n);
     bench_case c;
-    case_init(&c, o, t, sum);
+    case_init(&c, o, t);
     c.op = OP_PUB;
     c.segs = params;
     c.n = n;
@@ -194,19 +192,17 @@ done:
     return rc;
 }
 
-dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, MPI_Op bf16_sum, int op_mask,
-                      int *wrong)
+dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, int op_mask, int *wrong)
 {
     if (o->plan)
-        DMUON_TRY(replay_layers(o, t, bf16_sum, op_mask, wrong));
+        DMUON_TRY(replay_layers(o, t, op_mask, wrong));
     if (o->replay_publish)
-        DMUON_TRY(replay_publish(o, t, bf16_sum, wrong));
+        DMUON_TRY(replay_publish(o, t, wrong));
     return DMUON_OK;
 }
 
 #else
-dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, MPI_Op bf16_sum, int op_mask,
-                      int *wrong)
+dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, int op_mask, int *wrong)
 {
     return DMUON_FAIL(DMUON_EUNSUPPORTED, "%s: this build has no plan reader "
                       "(libcore/plan_io.c); plan replay is unavailable",

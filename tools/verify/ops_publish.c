@@ -36,7 +36,8 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
         free(ps);
         return rc;
     }
-    dmuon_publish_opts o = {c->gopts.deadline_ms, c->gopts.chunk_bytes};
+    dmuon_publish_opts o = {.deadline_ms = c->gopts.deadline_ms,
+                            .chunk_bytes = c->gopts.chunk_bytes};
     dmuon_publish *p = NULL;
     dmuon_symm *mem = NULL;
     rc = dmuon_table_agree(t->world, ps, n);

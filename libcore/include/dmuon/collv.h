@@ -75,10 +75,16 @@ typedef struct dmuon_group dmuon_group;
  *              type.
  *   EQUAL      the equal-length primitive (allgather, reduce-scatter-block)
  *              over even shards: an owner-ordered table of exactly one
- *              segment per rank of the scope, all of one count.  Scope
- *              WORLD: N segments, owner r = rank r.  Scope NODE: K segments
- *              whose owner field is the local rank 0..K-1; the call runs on
- *              every node alike over the node's ranks (HSDP's even shards).
+ *              segment per rank of the scope, all of one count.
+ *
+ * Scope (EQUAL and PER_OWNER): WORLD, owners are ranks of the world; NODE,
+ * owners are local ranks 0..K-1 and the call runs on every node alike over
+ * the node's ranks (HSDP's replicated shards and node-local broadcasts).
+ * At node scope AllGatherV moves data inside each node only, while
+ * ReduceScatterV still sums over every rank of the world: the node's
+ * reduction is summed along each rail afterwards, so every node's owner of
+ * a segment holds the same world sum (the HSDP gradient of a replicated
+ * shard).
  *
  * Reductions of PER_OWNER, COALESCED and EQUAL are in the order the
  * transport chooses (BF16 rounding at every step; fp32_accum is not
@@ -119,7 +125,7 @@ typedef struct {
     int fp32_accum;           /* BF16 reduce: carry binary32 partials and
                                  round once, at the owner (SCHEDULED only) */
     dmuon_algo algorithm;     /* DEFAULT (0) → the backend's; see above */
-    dmuon_scope scope;        /* EQUAL only: WORLD (0) or NODE */
+    dmuon_scope scope;        /* EQUAL and PER_OWNER: WORLD (0) or NODE */
 } dmuon_group_opts;
 
 /* Reads the deadline in ms from opts (if > 0), else $DMUON_DEADLINE_MS, else
@@ -180,6 +186,10 @@ void dmuon_group_free(dmuon_group *g);
  * from the table. */
 int64_t dmuon_group_buffer_bytes(const dmuon_group *g);
 int64_t dmuon_group_window_bytes(const dmuon_group *g);
+
+/* 1 if backend b is built and offers algorithm a for groups (DEFAULT: the
+ * backend's own), else 0.  Not collective. */
+int dmuon_group_algo_offered(dmuon_backend b, dmuon_algo a);
 
 /* The algorithm the group runs (DEFAULT resolved to the backend's). */
 dmuon_algo dmuon_group_algo(const dmuon_group *g);
@@ -252,19 +262,5 @@ dmuon_rc dmuon_reduce_scatterv_start(dmuon_group *g, int64_t buffer_offset,
                                      int64_t window_offset);
 dmuon_rc dmuon_reduce_scatterv_test(dmuon_group *g, int *done);
 dmuon_rc dmuon_reduce_scatterv_wait(dmuon_group *g);
-
-/* Baselines for benchmarks on the GPU backends: the standard equal-length
- * primitives over mem (NCCL: ncclAllGather of bytes_per_rank bytes from
- * [send_offset, + bytes_per_rank) into [recv_offset, + N·bytes_per_rank);
- * ncclReduceScatter of count_per_rank BF16 or F32 elements per rank from
- * [send_offset, + N·count) into [recv_offset, + count)), collective over
- * mem's topology, synchronous, bounded by deadline_ms (0: the default).
- * The MPI backend has no such call (benchmarks call MPI on host memory):
- * DMUON_EUNSUPPORTED.  Errors: DMUON_EINVAL (ranges, element type),
- * DMUON_ECOMM, DMUON_ETIMEOUT. */
-dmuon_rc dmuon_allgather_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
-                               int64_t bytes_per_rank, int deadline_ms);
-dmuon_rc dmuon_reduce_scatter_equal(dmuon_symm *mem, int64_t send_offset, int64_t recv_offset,
-                                    int64_t count_per_rank, dmuon_dtype dtype, int deadline_ms);
 
 #endif

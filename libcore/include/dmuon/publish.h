@@ -31,6 +31,7 @@
 
 #include <stdint.h>
 
+#include "dmuon/collv.h"
 #include "dmuon/rc.h"
 #include "dmuon/sched.h"
 #include "dmuon/symm.h"
@@ -45,6 +46,12 @@ typedef struct {
     int64_t chunk_bytes;     /* 0 → the backend's (MPI: 64 KiB less 128 bytes,
                                 one eager TCP fragment); else a multiple of 8,
                                 ≥ 256 */
+    dmuon_algo algorithm;    /* DEFAULT (0) or SCHEDULED: chunks along the rail as
+                                posted, per-parameter flags, the node half;
+                                PER_OWNER: nothing moves until end, which runs one
+                                broadcast per parameter on its rail from the owner's
+                                node, in table order (wait and node_load are not
+                                offered: DMUON_EUNSUPPORTED) */
 } dmuon_publish_opts;
 
 /* The publish copy layout: the parameters of each rail back to back in
@@ -90,6 +97,9 @@ void dmuon_publish_free(dmuon_publish *p);
  * parameters at their offsets) and its size in bytes. */
 void *dmuon_publish_copy(const dmuon_publish *p);
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p);
+
+/* The algorithm the publish runs (DEFAULT resolved). */
+dmuon_algo dmuon_publish_algo(const dmuon_publish *p);
 
 /* The schedule the publish runs (chunks and routes, dmuon/sched.h), valid
  * until dmuon_publish_free. */
