@@ -134,9 +134,13 @@ struct dmuon_rt {
     int64_t pub_round;        /* last round begun */
     bool pub_open;
 
-    /* optimizer state */
+    /* optimizer state: one allocation (state, state_elems floats) */
+    float *state;
+    int64_t state_elems;
     float *own_w, *own_m, *own_g;           /* win_elems each */
+    float *own_o;             /* win_elems: the step's directions, before commit */
     float *even_w, *even_m, *even_v, *even_g; /* even_total each */
+    float *even_o;            /* line B: even_total directions; else none */
     float *scratch;
     int64_t scratch_elems;
 
@@ -182,6 +186,7 @@ dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc);
 dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, size_t l);
 
 /* rt_step.c */
+dmuon_rc rt_step_prepare(dmuon_rt *rt);   /* at open: the step's scratch */
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 void rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *dst_base);
 

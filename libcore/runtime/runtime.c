@@ -636,16 +636,26 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt)
         return rc;
     rc = lay_out(rt);
     if (rc == DMUON_OK) {
-        rt->own_w = calloc((size_t)rt->win_elems + 1, 4);
-        rt->own_m = calloc((size_t)rt->win_elems + 1, 4);
-        rt->own_g = calloc((size_t)rt->win_elems + 1, 4);
-        rt->even_w = calloc((size_t)rt->even_total + 1, 4);
-        rt->even_m = calloc((size_t)rt->even_total + 1, 4);
-        rt->even_v = calloc((size_t)rt->even_total + 1, 4);
-        rt->even_g = calloc((size_t)rt->even_total + 1, 4);
-        if (!rt->own_w || !rt->own_m || !rt->own_g || !rt->even_w || !rt->even_m ||
-            !rt->even_v || !rt->even_g)
+        /* optimizer state, gradients and directions: one allocation */
+        int64_t we = rt->win_elems, ee = rt->even_total;
+        int64_t eo = rt->opts.line == DMUON_LINE_B ? ee : 0;
+        rt->state = calloc((size_t)(4 * we + 4 * ee + eo + 1), sizeof *rt->state);
+        if (!rt->state) {
             rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for optimizer state");
+        } else {
+            float *f = rt->state;
+            rt->own_w = f, f += we;
+            rt->own_m = f, f += we;
+            rt->own_g = f, f += we;
+            rt->own_o = f, f += we;
+            rt->even_w = f, f += ee;
+            rt->even_m = f, f += ee;
+            rt->even_v = f, f += ee;
+            rt->even_g = f, f += ee;
+            rt->even_o = f;
+            rt->state_elems = 4 * we + 4 * ee + eo;
+            rc = rt_step_prepare(rt);
+        }
     }
     DMUON_TRY(rt_agree(rt, rc));
     for (size_t i = 0; i < rt->npieces; i++) {
@@ -1021,12 +1031,30 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
         DMUON_TRY(repack(rt));
         DMUON_TRY(rt_write_windows(rt));
     }
-    DMUON_TRY(rt_step(rt, lrs));
+    /* the micro-batches are spent whatever the outcome: a failed step
+     * dropped their gradients, so a retry needs a new micro-batch */
     rt->micro = 0;
-    return DMUON_OK;
+    return rt_step(rt, lrs);
 }
 
 int64_t dmuon_rt_steps(const dmuon_rt *rt) { return rt->steps; }
+
+uint64_t dmuon_rt_state_digest(const dmuon_rt *rt)
+{
+    uint64_t d = dmuon_digest(&rt->steps, sizeof rt->steps, DMUON_DIGEST_SEED);
+    if (!rt->opened)
+        return d;
+    const float *st[] = {rt->own_w, rt->own_m, rt->even_w, rt->even_m, rt->even_v};
+    const int64_t n[] = {rt->win_elems, rt->win_elems, rt->even_total, rt->even_total,
+                         rt->even_total};
+    for (int i = 0; i < 5; i++)
+        d = dmuon_digest(st[i], (size_t)n[i] * sizeof(float), d);
+    /* what the next gathers read: the owner window, the even shards, the
+     * publish copy */
+    d = dmuon_digest(rt->base + rt->pwin_off, (size_t)(rt->win_elems * (int64_t)rt->dsize), d);
+    d = dmuon_digest(rt->base + rt->ewin_off, (size_t)(rt->even_total * (int64_t)rt->dsize), d);
+    return dmuon_digest(rt->base + rt->copy_off, (size_t)rt->copy_bytes, d);
+}
 double dmuon_rt_grad_norm(const dmuon_rt *rt) { return rt->grad_norm; }
 
 void dmuon_rt_get_stats(const dmuon_rt *rt, dmuon_rt_stats *out)
@@ -1069,13 +1097,7 @@ void dmuon_rt_free(dmuon_rt *rt)
     free(rt->params);
     free(rt->layers);
     free(rt->pieces);
-    free(rt->own_w);
-    free(rt->own_m);
-    free(rt->own_g);
-    free(rt->even_w);
-    free(rt->even_m);
-    free(rt->even_v);
-    free(rt->even_g);
+    free(rt->state);
     free(rt->scratch);
     dmuon_ns_free(rt->ns);
     if (rt->topo_ok)

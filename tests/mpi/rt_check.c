@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "dmuon/bf16.h"
@@ -43,6 +44,25 @@
 static int g_rank, g_pass, g_fail;
 
 static int g_stall_mode;
+
+/* --fault: what one rank (the last) does wrong at the second step, and the
+ * test-only slow fsync: this program's fsync replaces the C library's for
+ * the whole process (the library's checkpoint code included), so one rank
+ * can be made slow without a hook in the library. */
+static const char *g_fault;
+static int g_slow_fsync_ms;
+
+int fsync(int fd)
+{
+    if (g_slow_fsync_ms > 0) {
+        struct timespec ts = {g_slow_fsync_ms / 1000, (long)(g_slow_fsync_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+static int fault_is(const char *k) { return g_fault && strcmp(g_fault, k) == 0; }
+
 
 static void check(int ok, const char *fmt, ...)
 {
@@ -263,6 +283,51 @@ static void ref_step(const dmuon_model *model, int t, int size, int micro, int s
     }
 }
 
+/* ------------------------------------------------------------- faults -- */
+
+/* Every rank got the same code. */
+static int same_everywhere(int v)
+{
+    int lo = v, hi = v;
+    MPI_Allreduce(&v, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&v, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+/* The step with --fault's injection: it fails with the same code on every
+ * rank, the state is byte-identical to before, the norm reads NaN and a
+ * retry without a micro-batch is refused.  True when the run can go on
+ * (the step failed cleanly; a stall leaves the runtime unusable). */
+static bool fault_failed_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int size, int deadline,
+                              const char *param)
+{
+    bool stall = fault_is("stall");
+    uint64_t before = dmuon_rt_state_digest(rt);
+    int64_t steps = dmuon_rt_steps(rt);
+    if (stall && g_rank == size - 1) {   /* comes to the step late */
+        struct timespec ts = {deadline * 2 / 1000, (long)(deadline * 2 % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    dmuon_rc rc = dmuon_rt_step(rt, lrs);
+    dmuon_rc want = stall ? DMUON_ETIMEOUT : DMUON_ENUMERIC;
+    check(same_everywhere((int)rc), "%s: every rank returns the same code (rank %d: %s)", g_fault,
+          g_rank, dmuon_rc_name(rc));
+    check(rc == want && (stall || strstr(dmuon_errmsg(), param)),
+          "%s: the step fails with %s%s%s (%s)", g_fault, dmuon_rc_name(want),
+          stall ? "" : " naming ", stall ? "" : param, dmuon_errmsg());
+    check(dmuon_rt_state_digest(rt) == before && dmuon_rt_steps(rt) == steps,
+          "%s: masters, momenta, moments, weights and the step count are byte-identical to "
+          "before the failed step", g_fault);
+    check(isnan(dmuon_rt_grad_norm(rt)), "%s: the failed step's gradient norm reads NaN (%g)",
+          g_fault, dmuon_rt_grad_norm(rt));
+    rc = dmuon_rt_step(rt, lrs);
+    check(rc == (stall ? DMUON_ECOMM : DMUON_EINVAL) && same_everywhere((int)rc),
+          "%s: a retry without a micro-batch is refused on every rank (%s)", g_fault,
+          dmuon_errmsg());
+    check(dmuon_rt_state_digest(rt) == before, "%s: the refused retry changed nothing", g_fault);
+    return !stall;
+}
+
 /* --------------------------------------------------------------- main -- */
 
 int main(int argc, char **argv)
@@ -282,6 +347,7 @@ int main(int argc, char **argv)
                                  {"layers", 1, 0, 'L'},     {"seed", 1, 0, 'S'},
                                  {"dtype", 1, 0, 'd'},      {"recompute", 0, 0, 'r'},
                                  {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'}, {"stall", 1, 0, 'X'}, {"global-grads", 0, 0, 'G'}, {"clip", 1, 0, 'C'}, {"zero-grads", 0, 0, 'Z'}, {"save", 1, 0, 'V'}, {"load", 1, 0, 'O'}, {"start", 1, 0, 'T'}, {"saved-ranks", 1, 0, 'R'}, {"export", 1, 0, 'E'}, {"expect-load-error", 0, 0, 'F'}, {"deadline-ms", 1, 0, 'D'}, {"shape-scale", 0, 0, 'Q'},
+                                 {"fault", 1, 0, 'K'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -311,6 +377,7 @@ int main(int argc, char **argv)
         case 'R': break;   /* global gradients do not depend on the rank count */
         case 'E': export_path = optarg; break;
         case 'F': expect_load_error = 1; break;
+        case 'K': g_fault = optarg; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -466,7 +533,15 @@ int main(int argc, char **argv)
     const size_t L = dmuon_plan_layer_count(plan);
     uint64_t digest = DMUON_DIGEST_SEED;
     int64_t mismatches = 0, compared = 0;
-    int nan_step = errors ? 1 : -1;
+    int nan_step = errors || fault_is("nan") ? 1 : -1;
+    /* --fault overflow: a finite gradient whose Nesterov direction (or, for
+     * AdamW, whose square) overflows binary32, on one rank, in one matrix */
+    int fault_step = g_fault ? 1 : -1, over_p = -1;
+    for (size_t p = 0; p < np && fault_is("overflow"); p++)
+        if (strcmp(dmuon_model_param(model, p)->name, "model.layers.0.self_attn.q_proj.weight") == 0)
+            over_p = (int)p;
+    if (fault_is("overflow"))
+        check(over_p >= 0, "the overflow fault has its parameter");
     for (int t = start; t <= start + steps; t++) {
         for (int k = 0; k < (t == start + steps ? 1 : micro); k++) {
             /* forward: root bracket around the blocks */
@@ -550,6 +625,8 @@ int main(int argc, char **argv)
                         float v = contrib(g_rank, size, t, k, (int)p, i, seed, pp->name);
                         if (t == nan_step && p == np / 2 && i == 3 && g_rank == size - 1)
                             v = NAN;
+                        if (t == fault_step && k == 0 && (int)p == over_p && i == 5 && g_rank == size - 1)
+                            v = 2.5e38f;
                         g[i] += v;
                     }
                 }
@@ -562,6 +639,12 @@ int main(int argc, char **argv)
         if (t == start + steps)
             break;
         dmuon_rt_lrs lrs = {0.02, 0.003};
+        if (t == fault_step) {
+            if (fault_failed_step(rt, &lrs, size, deadline, over_p >= 0 ? dmuon_model_param(model, over_p)->name
+                                                               : dmuon_model_param(model, np / 2)->name))
+                continue;   /* nothing changed: the reference does not step either */
+            goto out;
+        }
         rc = dmuon_rt_step(rt, &lrs);
         if (t == nan_step) {
             check(rc == DMUON_ENUMERIC && strstr(dmuon_errmsg(), dmuon_model_param(model, np / 2)->name),

@@ -179,16 +179,40 @@ typedef struct {
  * the real out x in matrix (mat_m x mat_n of dmuon_plan_param): a
  * transposed or strided (gate/up halves, interleaved) matrix is read from
  * the storage with its layout's strides and the result written back there;
- * parameters, gradients and optimizer state stay in storage order.  A non-finite gradient
- * anywhere fails the step on every rank with DMUON_ENUMERIC naming the
- * parameter, and changes no state.  Collective.  Errors: DMUON_EINVAL (a
- * micro-batch not ended), DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM. */
+ * parameters, gradients and optimizer state stay in storage order.
+ * A step fails as a whole, on every rank alike: every Newton–Schulz
+ * direction and every new momentum, moment and master is computed and
+ * checked before anything is stored, and the outcome is agreed over the
+ * world within the deadline before any rank stores or publishes.  A
+ * non-finite gradient, or a finite one whose direction or update is not
+ * finite (e.g. a Nesterov direction that overflows binary32), fails the
+ * step on every rank with DMUON_ENUMERIC naming the parameter; another
+ * rank's local error fails it on every rank with that rank's code.  A failed
+ * step changes no parameter, optimizer state or step count; it drops the
+ * accumulated gradients (the next micro-batch starts clean), so calling
+ * step again without a new micro-batch is DMUON_EINVAL, and
+ * dmuon_rt_grad_norm reads NaN.  A deadline passed (DMUON_ETIMEOUT) or a
+ * communication failure also leaves the state as it was if it happens
+ * before the agreement, but the runtime is then unusable (free it).
+ * Collective.  Errors: DMUON_EINVAL (a micro-batch not ended, no
+ * micro-batch since the last step, non-finite learning rates),
+ * DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM, and a failing rank's code. */
 dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 
 /* Steps taken (0 after open; restored by load). */
 int64_t dmuon_rt_steps(const dmuon_rt *rt);
 
-/* Global gradient norm of the last step (before clipping). */
+/* A digest (dmuon_digest) of everything a step changes on this rank: the
+ * step count, the masters, momenta and moments this rank holds, and the
+ * parameter-dtype copies the gathers read (owner window, even shards,
+ * HSDP publish copy).  Accumulated gradients are not part of it.  Local;
+ * for checking that a failed step changed nothing, or that replicas agree
+ * (equal digests on the ranks holding the same shards). */
+uint64_t dmuon_rt_state_digest(const dmuon_rt *rt);
+
+/* Global gradient norm of the last step (before clipping); NaN when the
+ * last step failed (also when its gradients were finite: a failed step
+ * reports no norm) and 0 before the first step. */
 double dmuon_rt_grad_norm(const dmuon_rt *rt);
 
 /* -------------------------------------------------------------- reports -- */
