@@ -50,9 +50,16 @@
  * assumption as save.
  *
  * Agreement: every step that can fail on one rank ends in agree(): an
- * MPI_Allreduce finds the lowest failing rank, which broadcasts its rc and
+ * all-reduction finds the lowest failing rank, which broadcasts its rc and
  * message; every other rank returns that rc with the message prefixed
- * "rank R: " (a failing rank keeps its own).
+ * "rank R: " (a failing rank keeps its own); when none failed, a second
+ * all-reduction confirms it.  Every collective here is started
+ * non-blocking and completed within the deadline (ck_wait): a slow fsync,
+ * a stalled or a dead rank makes the others fail with DMUON_ETIMEOUT within
+ * the deadline instead of waiting, and the slow rank times out at its next
+ * collective.  A save that times out leaves DIR as it was (rank 0 removes
+ * DIR.tmp.X; a rank still writing there gets an I/O error or writes an
+ * unlinked file); a load that times out writes nothing.
  *
  * Data is stored little-endian; this file is built for little-endian hosts
  * only (compile-time check).
@@ -64,6 +71,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -72,7 +80,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm/wait.h"
 #include "dmuon/bf16.h"
+#include "dmuon/collv.h"
 #include "dmuon/doc.h"
 #include "dmuon/io.h"
 #include "st_internal.h"
@@ -185,18 +195,51 @@ static long ptable_find(const ptable *t, const char *name)
     return -1;
 }
 
+/* Completes a collective started non-blocking (err: what starting it
+ * returned) within ms: a peer that is slow (a long fsync), stalled or dead
+ * makes this rank fail with DMUON_ETIMEOUT instead of waiting for it (a
+ * blocking MPI call has no deadline).  MPI cannot cancel the call: after a
+ * timeout the communicator is out of step, and the caller must treat it as
+ * failed. */
+static dmuon_rc ck_wait(int err, MPI_Request *q, int ms, const char *what)
+{
+    if (err != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "checkpoint: %s failed", what);
+    dmuon_waiter w;
+    dmuon_waiter_start(&w, ms);
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return DMUON_FAIL(DMUON_ECOMM, "checkpoint: %s failed", what);
+        if (done)
+            return DMUON_OK;
+        if (dmuon_waiter_expired(&w))
+            return DMUON_FAIL(DMUON_ETIMEOUT, "checkpoint: %s did not complete within the %d ms "
+                              "deadline (a peer is slow, stalled or died)", what, ms);
+        dmuon_waiter_idle(&w);
+    }
+}
+
 /* Every rank learns whether any failed: DMUON_OK when none did; a failing
  * rank returns its own rc and message ("rank R: " added when missing); the
- * others return the lowest failing rank's rc with its message. */
-static dmuon_rc agree(MPI_Comm comm, dmuon_rc mine)
+ * others return the lowest failing rank's rc with its message.  Each round
+ * has the deadline ms.  When none failed, a second round that needs every
+ * rank confirms it: a rank that arrives after the others gave up at the
+ * deadline (its first round completes against their abandoned calls) times
+ * out there instead of going on alone. */
+static dmuon_rc agree(MPI_Comm comm, int ms, dmuon_rc mine)
 {
     int rank, flag, first;
+    MPI_Request q;
     MPI_Comm_rank(comm, &rank);
     flag = mine == DMUON_OK ? INT_MAX : rank;
-    if (MPI_Allreduce(&flag, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Allreduce failed");
-    if (first == INT_MAX)
-        return DMUON_OK;
+    DMUON_TRY(ck_wait(MPI_Iallreduce(&flag, &first, 1, MPI_INT, MPI_MIN, comm, &q), &q, ms,
+                      "MPI_Iallreduce (agreement)"));
+    if (first == INT_MAX) {
+        int one = 1, all = 0;
+        return ck_wait(MPI_Iallreduce(&one, &all, 1, MPI_INT, MPI_MIN, comm, &q), &q, ms,
+                       "MPI_Iallreduce (confirmation)");
+    }
     struct {
         int rc;
         char msg[1024];
@@ -206,8 +249,10 @@ static dmuon_rc agree(MPI_Comm comm, dmuon_rc mine)
         m.rc = (int)mine;
         snprintf(m.msg, sizeof m.msg, "%s", dmuon_errmsg());
     }
-    if (MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Bcast failed after rank %d failed", first);
+    dmuon_rc brc = ck_wait(MPI_Ibcast(&m, (int)sizeof m, MPI_BYTE, first, comm, &q), &q, ms,
+                           "MPI_Ibcast (a failing rank's message)");
+    if (brc != DMUON_OK)
+        return mine != DMUON_OK ? mine : brc;
     char pre[32];
     int plen = snprintf(pre, sizeof pre, "rank %d: ", rank == first || mine == DMUON_OK ? first
                                                                                         : rank);
@@ -363,10 +408,11 @@ static dmuon_rc clean_dir(const char *dir, char out[CKPT_PATH_MAX])
 }
 
 /* Broadcasts a NUL-terminated path buffer from rank 0. */
-static dmuon_rc bcast_path(MPI_Comm comm, char path[CKPT_PATH_MAX])
+static dmuon_rc bcast_path(MPI_Comm comm, int ms, char path[CKPT_PATH_MAX])
 {
-    if (MPI_Bcast(path, CKPT_PATH_MAX, MPI_CHAR, 0, comm) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Bcast of a path failed");
+    MPI_Request q;
+    DMUON_TRY(ck_wait(MPI_Ibcast(path, CKPT_PATH_MAX, MPI_CHAR, 0, comm, &q), &q, ms,
+                      "MPI_Ibcast of a path"));
     path[CKPT_PATH_MAX - 1] = '\0';
     return DMUON_OK;
 }
@@ -692,6 +738,8 @@ static dmuon_rc write_manifest(FILE *f, void *vctx)
         dmuon_json_kstr(&w, m->hparam_names[i], num);
     }
     dmuon_json_end_object(&w);
+    if (m->ns_variant)
+        dmuon_json_kstr(&w, "ns_variant", m->ns_variant);
     dmuon_json_key(&w, "params");
     dmuon_json_begin_array(&w);
     for (size_t i = 0; i < c->t->np; i++) {
@@ -788,6 +836,9 @@ static dmuon_rc check_meta(const dmuon_ckpt_meta *m)
     if (!m->sharding || (strcmp(m->sharding, "fsdp") && strcmp(m->sharding, "hsdp")))
         return DMUON_FAIL(DMUON_EINVAL, "checkpoint: meta sharding '%s': expected 'fsdp' or "
                                         "'hsdp'", m->sharding ? m->sharding : "(null)");
+    if (m->ns_variant && (!*m->ns_variant || strlen(m->ns_variant) >= CKPT_NAME_MAX))
+        return DMUON_FAIL(DMUON_EINVAL, "checkpoint: meta ns_variant: expected a name of 1 to %d "
+                          "bytes or NULL", CKPT_NAME_MAX - 1);
     if (m->n_hparams < 0 || m->n_hparams > DMUON_CKPT_MAX_HPARAMS)
         return DMUON_FAIL(DMUON_EINVAL, "checkpoint: %d hyperparameters: expected 0 to %d",
                           m->n_hparams, DMUON_CKPT_MAX_HPARAMS);
@@ -804,8 +855,8 @@ static dmuon_rc check_meta(const dmuon_ckpt_meta *m)
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_ckpt_save(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *meta,
-                         const dmuon_ckpt_param *params, size_t np,
+dmuon_rc dmuon_ckpt_save(MPI_Comm comm, int deadline_ms, const char *dir,
+                         const dmuon_ckpt_meta *meta, const dmuon_ckpt_param *params, size_t np,
                          const dmuon_ckpt_piece *pieces, size_t n)
 {
     dmuon_rc rc = DMUON_OK;
@@ -816,6 +867,8 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
     int *counts = NULL, *displs = NULL;
     size_t nmine = 0;
     char d[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX] = "";
+    int ms = DMUON_DEADLINE_MS_DEFAULT;   /* the same on every rank (same options) */
+    DMUON_TRY(dmuon_deadline_ms(deadline_ms, &ms));
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &world);
 
@@ -831,18 +884,18 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
         rc = check_pieces(&t, pieces, n, rank, -1, mine, &nmine);
     if (rc == DMUON_OK)
         rc = dedupe(&t, mine, &nmine, "checkpoint");
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
 
     /* 2. the temporary directory */
     if (rank == 0)
         rc = make_tmpdir(d, tmp);
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
-    DMUON_TRY_GOTO(rc, bcast_path(comm, tmp), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
+    DMUON_TRY_GOTO(rc, bcast_path(comm, ms, tmp), out);
 
     /* 3. this rank's file */
     if (nmine > 0)
         rc = write_rank_file(tmp, rank, &t, pieces, mine, nmine, &info);
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
 
     /* 4. piece lists and file digests to rank 0 */
     int cnt = (int)nmine * REC_WORDS;
@@ -855,12 +908,12 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
         if (!counts || !displs || !infos)
             rc = DMUON_FAIL(DMUON_ENOMEM, "checkpoint: out of memory gathering the pieces");
     }
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
-    if (MPI_Gather(&cnt, 1, MPI_INT, counts, 1, MPI_INT, 0, comm) != MPI_SUCCESS ||
-        MPI_Gather(&info, 3, MPI_UINT64_T, infos, 3, MPI_UINT64_T, 0, comm) != MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Gather failed");
-        goto out;
-    }
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
+    MPI_Request q;
+    DMUON_TRY_GOTO(rc, ck_wait(MPI_Igather(&cnt, 1, MPI_INT, counts, 1, MPI_INT, 0, comm, &q), &q,
+                               ms, "MPI_Igather (piece counts)"), out);
+    DMUON_TRY_GOTO(rc, ck_wait(MPI_Igather(&info, 3, MPI_UINT64_T, infos, 3, MPI_UINT64_T, 0, comm,
+                                           &q), &q, ms, "MPI_Igather (file digests)"), out);
     size_t total = 0;
     if (rank == 0) {
         long long sum = 0;
@@ -875,12 +928,10 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
             rc = DMUON_FAIL(DMUON_ENOMEM, "checkpoint: out of memory gathering the pieces");
         total = (size_t)sum / REC_WORDS;
     }
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
-    if (MPI_Gatherv(mine, cnt, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0, comm) !=
-        MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Gatherv failed");
-        goto out;
-    }
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
+    DMUON_TRY_GOTO(rc, ck_wait(MPI_Igatherv(mine, cnt, MPI_INT64_T, all, counts, displs,
+                                            MPI_INT64_T, 0, comm, &q), &q, ms,
+                               "MPI_Igatherv (piece lists)"), out);
 
     /* 5. rank 0: one copy per range, manifest, rename */
     if (rank == 0) {
@@ -891,7 +942,7 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
             rc = finish_save(d, tmp, &c);
         }
     }
-    rc = agree(comm, rc);
+    rc = agree(comm, ms, rc);
 out:
     if (rc != DMUON_OK && rank == 0 && tmp[0])
         remove_dir(tmp);
@@ -920,6 +971,7 @@ typedef struct {
     int64_t step, world;
     uint64_t model_digest, plan_digest;
     const char *sharding;
+    const char *ns_variant;  /* NULL: not recorded (saved before it was) */
     int nh;
     const char *hnames[DMUON_CKPT_MAX_HPARAMS];
     double hvals[DMUON_CKPT_MAX_HPARAMS];
@@ -1054,6 +1106,38 @@ out:
     return rc;
 }
 
+/* What the caller resumes with against what was saved: every hyperparameter
+ * named in expect must have been saved with the same value (both are
+ * binary64; the manifest keeps 17 significant digits, which round-trips),
+ * and expect's NS variant must be the saved one when both are known (a
+ * manifest written before the variant was recorded has none).  A name the
+ * caller leaves out of expect is not compared (its explicit override). */
+static dmuon_rc check_resume(const manifest *m, const dmuon_ckpt_meta *expect)
+{
+    for (int i = 0; i < expect->n_hparams; i++) {
+        const char *nm = expect->hparam_names[i];
+        int j = 0;
+        while (j < m->nh && strcmp(m->hnames[j], nm))
+            j++;
+        if (j == m->nh)
+            return DMUON_FAIL(DMUON_EMISMATCH, "%s: hyperparameter '%s' is not in the "
+                              "checkpoint (this run has %.17g): resume without it only by "
+                              "allowing the change explicitly", m->path, nm,
+                              expect->hparam_values[i]);
+        if (m->hvals[j] != expect->hparam_values[i] &&
+            !(isnan(m->hvals[j]) && isnan(expect->hparam_values[i])))
+            return DMUON_FAIL(DMUON_EMISMATCH, "%s: hyperparameter '%s' was %.17g when saved, "
+                              "this run has %.17g: resume with the saved value, or allow the "
+                              "change explicitly", m->path, nm, m->hvals[j],
+                              expect->hparam_values[i]);
+    }
+    if (expect->ns_variant && m->ns_variant && strcmp(expect->ns_variant, m->ns_variant))
+        return DMUON_FAIL(DMUON_EMISMATCH, "%s: Newton-Schulz variant '%s' when saved, this run "
+                          "uses '%s': resume with the saved variant, or allow the change "
+                          "explicitly", m->path, m->ns_variant, expect->ns_variant);
+    return DMUON_OK;
+}
+
 /* Parses and checks the manifest text (see the file comment). */
 static dmuon_rc parse_manifest(manifest *m, const char *path, const char *buf, size_t len,
                                const ptable *t, const dmuon_ckpt_meta *expect)
@@ -1112,6 +1196,14 @@ static dmuon_rc parse_manifest(manifest *m, const char *path, const char *buf, s
         m->hvals[i] = x;
     }
     m->nh = (int)nh;
+    if ((v = dmuon_doc_get(&m->doc, root, "ns_variant"))) {
+        m->ns_variant = dmuon_doc_str(v);
+        if (!m->ns_variant || !*m->ns_variant || strlen(m->ns_variant) >= CKPT_NAME_MAX)
+            return DMUON_FAIL(DMUON_EPARSE, "%s:%d: field 'ns_variant': expected a name of 1 to "
+                              "%d bytes", path, dmuon_doc_line(v), CKPT_NAME_MAX - 1);
+    }
+    if (expect)
+        DMUON_TRY(check_resume(m, expect));
     DMUON_TRY(match_params(m, root, t));
 
     /* files */
@@ -1436,13 +1528,15 @@ out:
 /* Storage for the strings of meta_out (see dmuon_ckpt_load). */
 static _Thread_local struct {
     char sharding[8];
+    char ns_variant[CKPT_NAME_MAX];
     char names[DMUON_CKPT_MAX_HPARAMS][CKPT_NAME_MAX];
 } meta_store;
 
 /* Rank 0 reads the manifest; every rank gets its bytes (*buf malloc'ed). */
-static dmuon_rc bcast_manifest(MPI_Comm comm, int rank, const char *path, char **buf,
-                               size_t *len)
+static dmuon_rc bcast_manifest(MPI_Comm comm, int ms, int rank, const char *path,
+                               char **buf, size_t *len)
 {
+    MPI_Request q;
     dmuon_rc rc = DMUON_OK;
     uint64_t n = 0;
     *buf = NULL;
@@ -1454,17 +1548,18 @@ static dmuon_rc bcast_manifest(MPI_Comm comm, int rank, const char *path, char *
             rc = dmuon_read_file(path, 1u << 30, buf, len);
         n = *len;
     }
-    DMUON_TRY(agree(comm, rc));
-    if (MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Bcast failed");
+    DMUON_TRY(agree(comm, ms, rc));
+    DMUON_TRY(ck_wait(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, comm, &q), &q, ms,
+                      "MPI_Ibcast (manifest size)"));
     if (rank != 0) {
         *len = (size_t)n;
         if (!(*buf = malloc((size_t)n + 1)))
             rc = DMUON_FAIL(DMUON_ENOMEM, "checkpoint: out of memory for the manifest");
     }
-    rc = agree(comm, rc);
-    if (rc == DMUON_OK && MPI_Bcast(*buf, (int)n, MPI_CHAR, 0, comm) != MPI_SUCCESS)
-        rc = DMUON_FAIL(DMUON_ECOMM, "checkpoint: MPI_Bcast of the manifest failed");
+    rc = agree(comm, ms, rc);
+    if (rc == DMUON_OK)
+        rc = ck_wait(MPI_Ibcast(*buf, (int)n, MPI_CHAR, 0, comm, &q), &q, ms,
+                     "MPI_Ibcast (manifest)");
     if (rc != DMUON_OK) {
         free(*buf);
         *buf = NULL;
@@ -1474,8 +1569,8 @@ static dmuon_rc bcast_manifest(MPI_Comm comm, int rank, const char *path, char *
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *expect,
-                         const dmuon_ckpt_param *params, size_t np,
+dmuon_rc dmuon_ckpt_load(MPI_Comm comm, int deadline_ms, const char *dir,
+                         const dmuon_ckpt_meta *expect, const dmuon_ckpt_param *params, size_t np,
                          dmuon_ckpt_piece *pieces, size_t n, dmuon_ckpt_meta *meta_out)
 {
     dmuon_rc rc = DMUON_OK;
@@ -1490,6 +1585,8 @@ dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
     char *buf = NULL, *chunk = NULL, *text = NULL;
     char d[CKPT_PATH_MAX], mpath[CKPT_PATH_MAX];
     size_t tlen = 0;
+    int ms = DMUON_DEADLINE_MS_DEFAULT;   /* the same on every rank (same options) */
+    DMUON_TRY(dmuon_deadline_ms(deadline_ms, &ms));
     MPI_Comm_rank(comm, &rank);
 
     /* 1. arguments and requested pieces */
@@ -1501,11 +1598,11 @@ dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
         rc = DMUON_FAIL(DMUON_ENOMEM, "checkpoint: out of memory for %zu pieces", n);
     if (rc == DMUON_OK)
         rc = check_pieces(&t, pieces, n, rank, -1, q, &nq);
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
     fmt_path(mpath, "%s/" CKPT_MANIFEST, d);
 
     /* 2. the manifest */
-    DMUON_TRY_GOTO(rc, bcast_manifest(comm, rank, mpath, &text, &tlen), out);
+    DMUON_TRY_GOTO(rc, bcast_manifest(comm, ms, rank, mpath, &text, &tlen), out);
     rc = parse_manifest(&m, mpath, text, tlen, &t, expect);
 
     /* 3. what to copy from where */
@@ -1541,7 +1638,7 @@ dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
         if (needed)
             rc = read_file(d, &m, &t, fi, ur + j0, j1 - j0, segs + s0, s1 - s0, buf, chunk);
     }
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
 
     /* 5. every rank succeeded: the destinations */
     for (size_t i = 0; i < nq; i++)
@@ -1554,6 +1651,10 @@ dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
         meta_out->world_size = (int)m.world;
         snprintf(meta_store.sharding, sizeof meta_store.sharding, "%s", m.sharding);
         meta_out->sharding = meta_store.sharding;
+        if (m.ns_variant) {
+            snprintf(meta_store.ns_variant, sizeof meta_store.ns_variant, "%s", m.ns_variant);
+            meta_out->ns_variant = meta_store.ns_variant;
+        }
         meta_out->n_hparams = m.nh;
         for (int i = 0; i < m.nh; i++) {
             snprintf(meta_store.names[i], CKPT_NAME_MAX, "%s", m.hnames[i]);
@@ -1624,8 +1725,9 @@ static bool write_converted(int fd, const float *data, int64_t count, dmuon_dtyp
     return true;
 }
 
-dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_param *params,
-                           size_t np, const dmuon_ckpt_piece *pieces, size_t n)
+dmuon_rc dmuon_ckpt_export(MPI_Comm comm, int deadline_ms, const char *path,
+                           const dmuon_ckpt_param *params, size_t np,
+                           const dmuon_ckpt_piece *pieces, size_t n)
 {
     dmuon_rc rc = DMUON_OK;
     int rank, world;
@@ -1638,6 +1740,8 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_par
     size_t nmine = 0, hlen = 0, total = 0;
     char tmp[CKPT_PATH_MAX] = "", parent[CKPT_PATH_MAX];
     int fd = -1;
+    int ms = DMUON_DEADLINE_MS_DEFAULT;   /* the same on every rank (same options) */
+    DMUON_TRY(dmuon_deadline_ms(deadline_ms, &ms));
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &world);
 
@@ -1659,14 +1763,13 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_par
         rc = DMUON_FAIL(DMUON_ENOMEM, "export: out of memory");
     if (rc == DMUON_OK)
         rc = check_pieces(&t, pieces, n, rank, 0, mine, &nmine);
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
 
     /* 2. every rank learns every master range */
     int cnt = (int)nmine * REC_WORDS;
-    if (MPI_Allgather(&cnt, 1, MPI_INT, counts, 1, MPI_INT, comm) != MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "export: MPI_Allgather failed");
-        goto out;
-    }
+    MPI_Request q;
+    DMUON_TRY_GOTO(rc, ck_wait(MPI_Iallgather(&cnt, 1, MPI_INT, counts, 1, MPI_INT, comm, &q), &q,
+                               ms, "MPI_Iallgather (piece counts)"), out);
     long long sum = 0;
     for (int r = 0; r < world; r++) {
         displs[r] = (int)sum;
@@ -1676,12 +1779,10 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_par
         rc = DMUON_FAIL(DMUON_EINVAL, "export: too many pieces (%lld)", sum / REC_WORDS);
     else if (!(all = malloc(((size_t)sum ? (size_t)sum : 1) * sizeof(int64_t))))
         rc = DMUON_FAIL(DMUON_ENOMEM, "export: out of memory");
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
-    if (MPI_Allgatherv(mine, cnt, MPI_INT64_T, all, counts, displs, MPI_INT64_T, comm) !=
-        MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "export: MPI_Allgatherv failed");
-        goto out;
-    }
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
+    DMUON_TRY_GOTO(rc, ck_wait(MPI_Iallgatherv(mine, cnt, MPI_INT64_T, all, counts, displs,
+                                               MPI_INT64_T, comm, &q), &q, ms,
+                               "MPI_Iallgatherv (piece lists)"), out);
     size_t nall = (size_t)sum / REC_WORDS;
 
     /* 3. coverage (same answer on every rank), layout, header */
@@ -1718,7 +1819,7 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_par
     }
     if (rc == DMUON_OK && !(chunk = malloc(CKPT_CHUNK)))
         rc = DMUON_FAIL(DMUON_ENOMEM, "export: out of memory");
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
 
     /* 4. rank 0 creates the file: header, full size */
     if (rank == 0) {
@@ -1737,8 +1838,8 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_par
             }
         }
     }
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
-    DMUON_TRY_GOTO(rc, bcast_path(comm, tmp), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
+    DMUON_TRY_GOTO(rc, bcast_path(comm, ms, tmp), out);
 
     /* 5. every rank writes its master pieces (the first copy of replicas) */
     if (rank != 0 && nmine > 0 && (fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
@@ -1761,7 +1862,7 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_par
             rc = DMUON_FAIL(DMUON_EIO, "export: cannot close '%s': %s", tmp, strerror(errno));
         fd = -1;
     }
-    DMUON_TRY_GOTO(rc, agree(comm, rc), out);
+    DMUON_TRY_GOTO(rc, agree(comm, ms, rc), out);
 
     /* 6. rank 0: into place */
     if (rank == 0) {
@@ -1774,7 +1875,7 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_par
             rc = fsync_dir(parent);
         }
     }
-    rc = agree(comm, rc);
+    rc = agree(comm, ms, rc);
 out:
     if (fd >= 0)
         close(fd);

@@ -436,18 +436,66 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
 
 /* --------------------------------------------------------- checkpoints -- */
 
+/* The settings a checkpoint records and a load compares (learning rates
+ * are the trainer's, per step, and stay free). */
+static const char *const hparam_names[] = {"momentum", "nesterov", "muon_weight_decay",
+                                           "muon_scale", "beta1", "beta2", "eps",
+                                           "adamw_weight_decay", "clip_norm"};
+#define N_HPARAMS ((int)(sizeof hparam_names / sizeof *hparam_names))
+
 static void hparams(const dmuon_rt *rt, dmuon_ckpt_meta *m)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
-    static const char *names[] = {"momentum", "nesterov", "muon_weight_decay", "muon_scale",
-                                  "beta1", "beta2", "eps", "adamw_weight_decay", "clip_norm"};
-    double v[] = {o->momentum, o->nesterov, o->muon_weight_decay, (double)o->scale,
-                  o->beta1, o->beta2, o->eps, o->adamw_weight_decay, o->clip_norm};
-    m->n_hparams = (int)(sizeof v / sizeof v[0]);
+    double v[N_HPARAMS] = {o->momentum, o->nesterov, o->muon_weight_decay, (double)o->scale,
+                           o->beta1, o->beta2, o->eps, o->adamw_weight_decay, o->clip_norm};
+    m->n_hparams = N_HPARAMS;
     for (int i = 0; i < m->n_hparams; i++) {
-        m->hparam_names[i] = names[i];
+        m->hparam_names[i] = hparam_names[i];
         m->hparam_values[i] = v[i];
     }
+    m->ns_variant = o->ns_variant;
+}
+
+/* Drops from m what opts.resume_override allows to differ from the
+ * checkpoint: a list of names separated by commas or spaces, each a
+ * hyperparameter of hparam_names, "ns_variant", or "all".  Local and the
+ * same on every rank (same options).  Errors: DMUON_EINVAL naming an
+ * unknown entry. */
+static dmuon_rc apply_override(const dmuon_rt *rt, dmuon_ckpt_meta *m)
+{
+    const char *s = rt->opts.resume_override;
+    bool drop[N_HPARAMS] = {false}, ns = false;
+    while (*s) {
+        size_t n = strcspn(s, ", ");
+        bool known = n == 3 && !strncmp(s, "all", 3);
+        if (known) {
+            ns = true;
+            for (int i = 0; i < N_HPARAMS; i++)
+                drop[i] = true;
+        } else if (n == 10 && !strncmp(s, "ns_variant", 10)) {
+            known = ns = true;
+        }
+        for (int i = 0; i < N_HPARAMS && !known && n; i++)
+            if (strlen(hparam_names[i]) == n && !strncmp(s, hparam_names[i], n))
+                known = drop[i] = true;
+        if (n && !known)
+            return DMUON_FAIL(DMUON_EINVAL, "runtime: resume_override entry '%.*s': expected "
+                              "all, ns_variant, momentum, nesterov, muon_weight_decay, "
+                              "muon_scale, beta1, beta2, eps, adamw_weight_decay or clip_norm",
+                              (int)n, s);
+        s += n;
+        s += strspn(s, ", ");
+    }
+    int k = 0;
+    for (int i = 0; i < m->n_hparams; i++)
+        if (!drop[i]) {
+            m->hparam_names[k] = m->hparam_names[i];
+            m->hparam_values[k++] = m->hparam_values[i];
+        }
+    m->n_hparams = k;
+    if (ns)
+        m->ns_variant = NULL;
+    return DMUON_OK;
 }
 
 /* The parameter table's digest: names, element counts and roles. */
@@ -525,6 +573,9 @@ dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir)
 {
     if (!rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: save before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: save after a communication failure (a missed "
+                          "deadline leaves the communicator out of step): free the runtime");
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;
@@ -532,7 +583,8 @@ dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir)
     meta_of(rt, &meta);
     dmuon_rc rc = rt_agree(rt, ckpt_tables(rt, true, &params, &pieces, &n));
     if (rc == DMUON_OK)
-        rc = dmuon_ckpt_save(rt->topo.world, dir, &meta, params, rt->nparams, pieces, n);
+        rc = rt_fail_comm(rt, dmuon_ckpt_save(rt->topo.world, rt->opts.deadline_ms, dir, &meta,
+                                              params, rt->nparams, pieces, n));
     free(params);
     free(pieces);
     return rc;
@@ -542,6 +594,9 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
 {
     if (!rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: load before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: load after a communication failure (a missed "
+                          "deadline leaves the communicator out of step): free the runtime");
     if (rt->steps > 0 || rt->micro > 0 || rt->in_micro)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: load after %s: load right after open, before "
                           "the first micro-batch", rt->steps > 0 ? "a step" : "a micro-batch began");
@@ -553,11 +608,14 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
     /* every replica loads its pieces (HSDP even shards on every node) */
     bool hsdp = rt->hsdp;
     rt->hsdp = false;
-    dmuon_rc rc = ckpt_tables(rt, true, &params, &pieces, &n);
+    dmuon_rc rc = apply_override(rt, &meta);
+    if (rc == DMUON_OK)
+        rc = ckpt_tables(rt, true, &params, &pieces, &n);
     rt->hsdp = hsdp;
     rc = rt_agree(rt, rc);
     if (rc == DMUON_OK)
-        rc = dmuon_ckpt_load(rt->topo.world, dir, &meta, params, rt->nparams, pieces, n, &got);
+        rc = rt_fail_comm(rt, dmuon_ckpt_load(rt->topo.world, rt->opts.deadline_ms, dir, &meta,
+                                              params, rt->nparams, pieces, n, &got));
     free(params);
     free(pieces);
     DMUON_TRY(rc);
@@ -572,12 +630,16 @@ dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path)
 {
     if (!rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: export before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: export after a communication failure (a missed "
+                          "deadline leaves the communicator out of step): free the runtime");
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;
     dmuon_rc rc = rt_agree(rt, ckpt_tables(rt, false, &params, &pieces, &n));
     if (rc == DMUON_OK)
-        rc = dmuon_ckpt_export(rt->topo.world, path, params, rt->nparams, pieces, n);
+        rc = rt_fail_comm(rt, dmuon_ckpt_export(rt->topo.world, rt->opts.deadline_ms, path,
+                                                params, rt->nparams, pieces, n));
     free(params);
     free(pieces);
     return rc;

@@ -112,8 +112,11 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     if (rc != DMUON_OK)
         goto fail;
     int size = 0, wrank = 0;
-    MPI_Comm_size(comm, &size);
-    MPI_Comm_rank(comm, &wrank);
+    if (MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &wrank) != MPI_SUCCESS) {
+        rc = DMUON_FAIL(DMUON_ECOMM, "runtime: create: the communicator is not usable "
+                        "(MPI_Comm_size / MPI_Comm_rank failed)");
+        goto fail;
+    }
     dmuon_err_set_rank(wrank);
     if (size != dmuon_plan_ranks(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan is for %d ranks (%d node%s x %d), "
@@ -132,11 +135,16 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
                         rt->topo.virtual_nodes ? "virtual nodes" : "MPI_COMM_TYPE_SHARED");
         goto fail;
     }
-    {   /* the same plan on every rank */
+    {   /* the same plan on every rank: the minimum of the digest and of its
+         * complement in one reduction, within the deadline */
         uint64_t mine = dmuon_plan_units_digest(plan) ^ (dmuon_plan_segments_digest(plan) << 1);
-        uint64_t lo = mine, hi = mine;
-        MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, rt->topo.world);
-        MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, rt->topo.world);
+        uint64_t in[2] = {mine, ~mine}, low[2];
+        MPI_Request q;
+        DMUON_TRY_GOTO(rc, rt_mpi_wait(rt, MPI_Iallreduce(in, low, 2, MPI_UINT64_T, MPI_MIN,
+                                                          rt->topo.world, &q),
+                                       &q, "create: MPI_Iallreduce (plan digest)", SIZE_MAX),
+                       fail);
+        uint64_t lo = low[0], hi = ~low[1];
         if (lo != hi) {
             rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the ranks were given different plans "
                             "(units or segment tables differ): load the same plan file on "
@@ -154,8 +162,12 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         goto fail;
     }
     rt->shard_comm = rt->hsdp ? rt->topo.node : rt->topo.world;
-    MPI_Comm_rank(rt->shard_comm, &rt->shard_rank);
-    MPI_Comm_size(rt->shard_comm, &rt->shard_size);
+    if (MPI_Comm_rank(rt->shard_comm, &rt->shard_rank) != MPI_SUCCESS ||
+        MPI_Comm_size(rt->shard_comm, &rt->shard_size) != MPI_SUCCESS) {
+        rc = DMUON_FAIL(DMUON_ECOMM, "runtime: create: MPI_Comm_rank / MPI_Comm_size of the "
+                        "shard group failed");
+        goto fail;
+    }
 
     dmuon_ns_opts nso;
     dmuon_ns_opts_init(&nso);

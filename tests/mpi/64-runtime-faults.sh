@@ -9,6 +9,9 @@
 # byte-identical to before the step, the norm reported as NaN, a retry
 # without a micro-batch refused; after the numeric faults the next steps
 # match the reference bit for bit (the failed step's gradients dropped).
+# Last, a save whose fsync on one rank takes 4 deadlines: every rank returns
+# DMUON_ETIMEOUT (the waiting ones within 3 deadlines), no checkpoint or
+# temporary directory is left, and the runtime refuses further collectives.
 source "$(dirname "$0")/../cli/lib.sh"
 R="$DMUON_BUILD/tests/mpi/rt_check"
 MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
@@ -39,4 +42,13 @@ case_ok 4 "a rank stalled before the step, line D" --fault stall --line D --dead
 check_out '^ok   stall: every rank returns the same code' "stall: the same code on every rank"
 took=$(( $(date +%s) - start ))
 [ "$took" -lt 60 ] && ok || bad "stall: took ${took}s"
+
+start=$(date +%s)
+case_ok 4 "a slow fsync on one rank during save" --fault slow-save --line D --deadline-ms 1000 \
+    --save "$T_TMP/ck"
+check_out '^ok   slow fsync: save returns DMUON_ETIMEOUT on every rank' "slow fsync: the check ran"
+check_out '^ok   slow fsync: rank 0 returned after' "slow fsync: the time check ran"
+check_eq "$(ls -d "$T_TMP"/ck* 2>/dev/null | wc -l)" 0 "slow fsync: no checkpoint or temporary directory left"
+took=$(( $(date +%s) - start ))
+[ "$took" -lt 60 ] && ok || bad "slow fsync: took ${took}s"
 finish

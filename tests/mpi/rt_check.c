@@ -63,6 +63,13 @@ int fsync(int fd)
 
 static int fault_is(const char *k) { return g_fault && strcmp(g_fault, k) == 0; }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 
 static void check(int ok, const char *fmt, ...)
 {
@@ -340,6 +347,9 @@ int main(int argc, char **argv)
     int zero = 3, per_node = 2, steps = 3, micro = 2, layers = 3, seed = 1, recompute = 0,
         errors = 0, mismatch = 0, shape_scale = 0, stall = -1, deadline = 20000, start = 0, expect_load_error = 0;
     const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL;
+    const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
+    double momentum = -1;
+    int load_only = 0;
     int64_t small_unit = 0;
     static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
                                  {"zero", 1, 0, 'z'},       {"ranks-per-node", 1, 0, 'k'},
@@ -347,7 +357,9 @@ int main(int argc, char **argv)
                                  {"layers", 1, 0, 'L'},     {"seed", 1, 0, 'S'},
                                  {"dtype", 1, 0, 'd'},      {"recompute", 0, 0, 'r'},
                                  {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'}, {"stall", 1, 0, 'X'}, {"global-grads", 0, 0, 'G'}, {"clip", 1, 0, 'C'}, {"zero-grads", 0, 0, 'Z'}, {"save", 1, 0, 'V'}, {"load", 1, 0, 'O'}, {"start", 1, 0, 'T'}, {"saved-ranks", 1, 0, 'R'}, {"export", 1, 0, 'E'}, {"expect-load-error", 0, 0, 'F'}, {"deadline-ms", 1, 0, 'D'}, {"shape-scale", 0, 0, 'Q'},
-                                 {"fault", 1, 0, 'K'},
+                                 {"fault", 1, 0, 'K'},              {"momentum", 1, 0, 'M'},
+                                 {"ns-variant", 1, 0, 'N'},         {"resume-override", 1, 0, 'W'},
+                                 {"load-only", 0, 0, 'Y'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -378,6 +390,10 @@ int main(int argc, char **argv)
         case 'E': export_path = optarg; break;
         case 'F': expect_load_error = 1; break;
         case 'K': g_fault = optarg; break;
+        case 'M': momentum = atof(optarg); break;
+        case 'N': ns_variant = optarg; break;
+        case 'W': resume_override = optarg; break;
+        case 'Y': load_only = 1; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -421,6 +437,12 @@ int main(int argc, char **argv)
     ro.optim.clip_norm = g_clip;
     if (shape_scale)   /* √max(1, m/n): not symmetric in m and n */
         ro.optim.scale = DMUON_MUON_SCALE_SHAPE;
+    if (momentum >= 0)
+        ro.optim.momentum = momentum;
+    if (ns_variant)
+        snprintf(ro.optim.ns_variant, sizeof ro.optim.ns_variant, "%s", ns_variant);
+    if (resume_override)
+        snprintf(ro.resume_override, sizeof ro.resume_override, "%s", resume_override);
 
     /* the model has the placements it is meant to test */
     int placed[3] = {0, 0, 0};   /* halves, interleaved, transposed contiguous */
@@ -518,6 +540,8 @@ int main(int argc, char **argv)
               load_dir, (long long)dmuon_rt_steps(rt), rc ? dmuon_errmsg() : "");
         if (rc != DMUON_OK)
             goto out;
+        if (load_only)   /* other settings than the reference's: no steps */
+            goto out;
         for (int t = 0; t < start; t++)
             ref_step(model, t, size, micro, seed, ro.line, &ro.optim, ns, t + 1, ref_w, ref_m,
                      ref_v, ref_g);
@@ -536,7 +560,7 @@ int main(int argc, char **argv)
     int nan_step = errors || fault_is("nan") ? 1 : -1;
     /* --fault overflow: a finite gradient whose Nesterov direction (or, for
      * AdamW, whose square) overflows binary32, on one rank, in one matrix */
-    int fault_step = g_fault ? 1 : -1, over_p = -1;
+    int fault_step = g_fault && !fault_is("slow-save") ? 1 : -1, over_p = -1;
     for (size_t p = 0; p < np && fault_is("overflow"); p++)
         if (strcmp(dmuon_model_param(model, p)->name, "model.layers.0.self_attn.q_proj.weight") == 0)
             over_p = (int)p;
@@ -669,6 +693,27 @@ int main(int argc, char **argv)
               "post_backward"), "step inside a micro-batch names the layer: %s", dmuon_errmsg());
         check(dmuon_rt_load(rt, "/nonexistent") == DMUON_EINVAL && strstr(dmuon_errmsg(), "load after"),
               "load after steps is refused: %s", dmuon_errmsg());
+    }
+    if (save_dir && fault_is("slow-save")) {
+        /* the last rank's fsync takes 4 deadlines: every rank fails with
+         * DMUON_ETIMEOUT, the waiting ones within 3 deadlines, the slow one
+         * within 3 deadlines after its fsync; no checkpoint appears */
+        double slow = 4.0 * deadline / 1e3, t0 = now_s();
+        if (g_rank == size - 1)
+            g_slow_fsync_ms = 4 * deadline;
+        rc = dmuon_rt_save(rt, save_dir);
+        double took = now_s() - t0, limit = 3.0 * deadline / 1e3 + (g_rank == size - 1 ? slow : 0);
+        g_slow_fsync_ms = 0;
+        check(same_everywhere((int)rc) && rc == DMUON_ETIMEOUT,
+              "slow fsync: save returns DMUON_ETIMEOUT on every rank (rank %d: %s)", g_rank,
+              dmuon_errmsg());
+        check(took < limit, "slow fsync: rank %d returned after %.2f s (limit %.2f s: 3 deadlines%s)",
+              g_rank, took, limit, g_rank == size - 1 ? " after its own fsync" : "");
+        check(access(save_dir, F_OK) != 0, "slow fsync: no checkpoint '%s' appeared", save_dir);
+        rc = dmuon_rt_save(rt, save_dir);
+        check(rc == DMUON_ECOMM && same_everywhere((int)rc),
+              "slow fsync: the runtime refuses further collectives (%s)", dmuon_errmsg());
+        goto out;
     }
     if (save_dir) {
         rc = dmuon_rt_save(rt, save_dir);

@@ -81,6 +81,15 @@ typedef struct {
                                  layer's own hook waits for it, so it overlaps
                                  the compute between; other paths gather at
                                  once.  0: none.  Use dmuon_rt_opts_init. */
+    char resume_override[256];/* dmuon_rt_load compares the checkpoint's
+                                 hyperparameters and NS variant with optim
+                                 and refuses a difference; this lists those
+                                 allowed to differ (taking this run's value):
+                                 names separated by commas or spaces among
+                                 momentum, nesterov, muon_weight_decay,
+                                 muon_scale, beta1, beta2, eps,
+                                 adamw_weight_decay, clip_norm, ns_variant,
+                                 or "all".  Default empty. */
 } dmuon_rt_opts;
 
 void dmuon_rt_opts_init(dmuon_rt_opts *o);
@@ -88,8 +97,9 @@ void dmuon_rt_opts_init(dmuon_rt_opts *o);
 /* Creates a runtime for plan on comm (collective over comm).  The plan is
  * borrowed and must outlive the runtime; comm is duplicated.  Errors, on
  * every rank: DMUON_EMISMATCH (world size or ranks per node differ from the
- * plan: the message gives both), DMUON_EINVAL (bad opts), DMUON_ENOMEM,
- * DMUON_ECOMM.  On failure *out is NULL. */
+ * plan: the message gives both; different plans on the ranks), DMUON_EINVAL
+ * (bad opts), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not
+ * reach create within the deadline).  On failure *out is NULL. */
 dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
                          dmuon_rt **out);
 
@@ -240,14 +250,23 @@ void dmuon_rt_reset_stats(dmuon_rt *rt);
 
 /* --------------------------------------------------------- checkpoints -- */
 
-/* Saves the optimizer state this rank owns into dir (dmuon/ckpt.h),
- * collective.  Errors: those of dmuon_ckpt_save. */
+/* Saves the optimizer state this rank owns into dir (dmuon/ckpt.h), with
+ * the hyperparameters and NS variant, collective; every wait has the
+ * runtime's deadline (a rank slow in its file I/O makes every rank return
+ * DMUON_ETIMEOUT; the runtime is then unusable).  Errors: DMUON_ECOMM after
+ * an earlier communication failure, those of dmuon_ckpt_save. */
 dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir);
 
 /* Loads the state this rank owns under this runtime's plan from dir (saved
  * under any plan of the same model), then places the parameters as open
- * does.  Collective; call after open, before the first step.  Errors: those
- * of dmuon_ckpt_load. */
+ * does.  The checkpoint's hyperparameters (optim: momentum, nesterov,
+ * weight decays, update scale, betas, eps, clip norm) and NS variant must
+ * equal this runtime's, except those named in opts.resume_override:
+ * DMUON_EMISMATCH naming the field and both values, nothing loaded
+ * (checkpoints saved before the variant was recorded are not compared on
+ * it).  Learning rates are per step and never compared.  Collective; call
+ * after open, before the first step.  Errors: DMUON_EINVAL (after a step,
+ * or an unknown resume_override entry), those of dmuon_ckpt_load. */
 dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir);
 
 /* Writes the full FP32 master weights as one safetensors file with the
