@@ -84,8 +84,18 @@ typedef struct {
     bool p_live, g_live, gathered, in_fwd, in_bwd, bwd_done;
     bool inflight;            /* a prefetch started, not yet waited for */
     MPI_Request even_req;     /* its even-region MPI_Iallgather */
-    float *w;                 /* F32 view of the gathered block (private) */
+    float *w;                 /* F32 view of the gathered block while one of
+                                 the layer's brackets is open (forward or
+                                 backward), else NULL: in the view arena
+                                 once packed, else w_own */
+    float *w_own;             /* before packing: the layer's own view buffer */
 } rt_layer;
+
+/* The recorded spaces: the pool's parameter and gradient spaces, and the
+ * private F32 views of gathered blocks (packed the same way, so that a
+ * layer's view exists only while one of its brackets is open and ZeRO-2
+ * holds no FP32 copy of the whole model). */
+enum { RT_PARAM = 0, RT_GRAD = 1, RT_VIEW = 2, RT_SPACES = 3 };
 
 typedef struct {
     dmuon_pool_event *ev;
@@ -150,9 +160,10 @@ struct dmuon_rt {
     int64_t micro;            /* micro-batches since the last step */
     size_t bwd_count;         /* layers whose backward ended this micro-batch */
     bool in_micro;
-    rt_space_rec rec[2];      /* parameter, gradient */
+    rt_space_rec rec[RT_SPACES];   /* parameter, gradient, F32 view */
     bool recording;
-    size_t acq_index[2];      /* acquisitions so far in this micro-batch */
+    size_t acq_index[RT_SPACES];   /* acquisitions so far in this micro-batch */
+    float *views;             /* the F32 view arena (rec[RT_VIEW].total bytes), once packed */
     double grad_norm;
     dmuon_rt_stats stats;
 };

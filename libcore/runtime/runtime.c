@@ -720,7 +720,8 @@ static void micro_begin(dmuon_rt *rt)
         return;
     rt->in_micro = true;
     rt->bwd_count = 0;
-    rt->acq_index[0] = rt->acq_index[1] = 0;
+    for (int k = 0; k < RT_SPACES; k++)
+        rt->acq_index[k] = 0;
     for (size_t l = 0; l < rt->nlayers; l++)
         rt->layers[l].bwd_done = false;
 }
@@ -748,38 +749,72 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
     if (rt->packed) {
         rt_space_rec *r = &rt->rec[space];
         size_t k = rt->acq_index[space]++;
+        static const char *const what[RT_SPACES] = {"parameter", "gradient", "weight view"};
         if (k >= r->nacq || (size_t)r->acq_block[k] != l)
             return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch is "
                               "layer '%s'; the recorded micro-batch acquired %s%s%s there (the "
                               "hooks must repeat one order every micro-batch)",
-                              space ? "gradient" : "parameter", k,
+                              what[space], k,
                               dmuon_plan_layer_name(rt->plan, l), k < r->nacq ? "layer '" : "nothing",
                               k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
                               k < r->nacq ? "'" : "");
-        if (space == 0)
+        if (space == RT_PARAM)
             L->poff = r->offsets[k];
-        else
+        else if (space == RT_GRAD)
             L->goff = r->offsets[k];
+        else
+            L->w = (float *)((unsigned char *)rt->views + r->offsets[k]);
     } else if (rt->recording) {
         DMUON_TRY(record(rt, space, l, 1));
     }
-    if (space == 0)
+    if (space == RT_PARAM)
         L->p_live = true;
-    else
+    else if (space == RT_GRAD)
         L->g_live = true;
+    else if (!rt->packed)
+        L->w = L->w_own;
+    return DMUON_OK;
+}
+
+/* The F32 view of layer l's gathered block: acquired (no allocation once
+ * packed: a range of the view arena; before, the layer's own buffer,
+ * allocated once) and filled from the parameter space. */
+static dmuon_rc view_open(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (L->w)
+        return DMUON_OK;
+    int64_t n = L->own_elems + L->even_elems;
+    if (!rt->packed && !L->w_own && !(L->w_own = malloc((size_t)(n ? n : 1) * sizeof(float))))
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for layer '%s' weights",
+                          dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(acquire(rt, RT_VIEW, l));
+    from_pdt(rt, L->w, rt_pblock(rt, L), L->own_elems);
+    from_pdt(rt, L->w + L->own_elems, rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
+             L->even_elems);
+    return DMUON_OK;
+}
+
+static dmuon_rc view_close(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (!L->w)
+        return DMUON_OK;
+    L->w = NULL;
+    if (!rt->packed && rt->recording)
+        DMUON_TRY(record(rt, RT_VIEW, l, 0));
     return DMUON_OK;
 }
 
 static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    if (space == 0) {
+    if (space == RT_PARAM) {
         if (L->inflight)
             DMUON_TRY(rt_fail_comm(rt, rt_gather_finish(rt, l)));
+        DMUON_TRY(view_close(rt, l));
         L->p_live = false;
         L->gathered = false;
-        free(L->w);
-        L->w = NULL;
     } else {
         L->g_live = false;
     }
@@ -791,7 +826,9 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
 /* Acquires layer l's parameter block and gathers into it unless the data
  * is there.  A prefetch only starts the gather (split phase where the line
  * has one); the use that follows waits for it and widens the block into
- * the FP32 view.  Time blocked here is exposed communication. */
+ * the FP32 view (ZeRO-2 keeps the block through the micro-batch but not
+ * the view: it is widened again at pre_backward).  Time blocked here is
+ * exposed communication. */
 static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
 {
     rt_layer *L = &rt->layers[l];
@@ -802,7 +839,7 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
         DMUON_TRY(acquire(rt, 0, l));
     }
     if (L->gathered)
-        return DMUON_OK;
+        return prefetch ? DMUON_OK : view_open(rt, l);
     double t0 = dmuon_now_ms();
     dmuon_rc rc;
     if (prefetch) {
@@ -818,17 +855,8 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
         rt->stats.comm_wait_s += dt;
         DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gather", l)));
     }
-    int64_t n = L->own_elems + L->even_elems;
-    free(L->w);
-    L->w = malloc((size_t)(n ? n : 1) * sizeof(float));
-    if (!L->w)
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for layer '%s' weights",
-                          dmuon_plan_layer_name(rt->plan, l));
-    from_pdt(rt, L->w, rt_pblock(rt, L), L->own_elems);
-    from_pdt(rt, L->w + L->own_elems, rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
-             L->even_elems);
     L->gathered = true;
-    return DMUON_OK;
+    return prefetch ? DMUON_OK : view_open(rt, l);
 }
 
 dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
@@ -873,6 +901,8 @@ dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t l)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_forward('%s') without pre_forward",
                           dmuon_plan_layer_name(rt->plan, l));
     L->in_fwd = false;
+    if (!L->in_bwd)
+        DMUON_TRY(view_close(rt, l));
     if (rt->zero == 3 && !rt->recompute && !L->in_bwd)
         DMUON_TRY(release(rt, 0, l));
     return DMUON_OK;
@@ -918,6 +948,7 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
     L->in_bwd = false;
     L->bwd_done = true;
     DMUON_TRY(release(rt, 1, l));
+    DMUON_TRY(view_close(rt, l));
     if (rt->zero == 3)
         DMUON_TRY(release(rt, 0, l));
     if (++rt->bwd_count == rt->nlayers) {
@@ -954,7 +985,7 @@ const float *dmuon_rt_weights(dmuon_rt *rt, int p)
     if (!rt->opened || p < 0 || (size_t)p >= rt->nparams)
         return NULL;
     const rt_layer *L = &rt->layers[rt->params[p].layer];
-    return L->p_live && L->gathered && L->w ? L->w + rt->params[p].off : NULL;
+    return L->w ? L->w + rt->params[p].off : NULL;
 }
 
 float *dmuon_rt_grad(dmuon_rt *rt, int p)
@@ -973,10 +1004,13 @@ static dmuon_rc repack(dmuon_rt *rt)
     if (!sizes)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
     dmuon_rc rc = DMUON_OK;
-    for (int s = 0; s < 2 && rc == DMUON_OK; s++) {
+    for (int s = 0; s < RT_SPACES && rc == DMUON_OK; s++) {
         rt_space_rec *r = &rt->rec[s];
-        for (size_t l = 0; l < rt->nlayers; l++)
-            sizes[l] = s == 0 ? rt->layers[l].pbytes : rt->layers[l].gbytes;
+        for (size_t l = 0; l < rt->nlayers; l++) {
+            const rt_layer *L = &rt->layers[l];
+            sizes[l] = s == RT_PARAM ? L->pbytes : s == RT_GRAD ? L->gbytes
+                                                               : (L->own_elems + L->even_elems) * 4;
+        }
         r->nacq = 0;
         for (size_t e = 0; e < r->nev; e++)
             r->nacq += r->ev[e].acquire ? 1 : 0;
@@ -993,9 +1027,18 @@ static dmuon_rc repack(dmuon_rt *rt)
     }
     free(sizes);
     DMUON_TRY(rc);
+    /* the views move into one arena: the layers' own buffers go */
+    rt->views = malloc((size_t)(rt->rec[RT_VIEW].total ? rt->rec[RT_VIEW].total : 1));
+    if (!rt->views)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld bytes of weight views",
+                          (long long)rt->rec[RT_VIEW].total);
+    for (size_t l = 0; l < rt->nlayers; l++) {
+        free(rt->layers[l].w_own);
+        rt->layers[l].w_own = NULL;
+    }
     /* every rank must have recorded the same order, or the layouts differ */
     uint64_t d = DMUON_DIGEST_SEED;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < RT_SPACES; s++)
         d = dmuon_digest(rt->rec[s].ev, rt->rec[s].nev * sizeof *rt->rec[s].ev, d);
     uint64_t ref = d;
     MPI_Request q;
@@ -1073,6 +1116,12 @@ void dmuon_rt_get_stats(const dmuon_rt *rt, dmuon_rt_stats *out)
 {
     *out = rt->stats;
     out->state_bytes = (rt->win_elems * 2 + rt->even_total * (rt->opts.line == DMUON_LINE_B ? 2 : 3)) * 4;
+    out->view_bytes = rt->packed ? rt->rec[RT_VIEW].total : 0;
+    for (size_t l = 0; l < rt->nlayers && !rt->packed; l++)
+        if (rt->layers[l].w_own)
+            out->view_bytes += (rt->layers[l].own_elems + rt->layers[l].even_elems) * 4;
+    out->step_bytes = (rt->win_elems + (rt->opts.line == DMUON_LINE_B ? rt->even_total : 0) +
+                       rt->scratch_elems) * 4;
 }
 
 void dmuon_rt_reset_stats(dmuon_rt *rt)
@@ -1094,13 +1143,14 @@ void dmuon_rt_free(dmuon_rt *rt)
         free(L->gsegs);
         free(L->seg_copy);
         free(L->seg_pub);
-        free(L->w);
+        free(L->w_own);
     }
     for (size_t i = 0; i < rt->nparams; i++)
         free(rt->params[i].init);
     for (size_t i = 0; i < rt->nunknown; i++)
         free(rt->unknown[i]);
-    for (int s = 0; s < 2; s++) {
+    free(rt->views);
+    for (int s = 0; s < RT_SPACES; s++) {
         free(rt->rec[s].ev);
         free(rt->rec[s].offsets);
         free(rt->rec[s].acq_block);

@@ -732,10 +732,11 @@ int main(int argc, char **argv)
         dmuon_rt_stats st;
         dmuon_rt_get_stats(rt, &st);
         printf("weights digest %016llx\n", (unsigned long long)digest);
-        printf("pool %lld bytes: parameters %lld, gradients %lld, windows %lld; state %lld\n",
+        printf("pool %lld bytes: parameters %lld, gradients %lld, windows %lld; state %lld; "
+               "views %lld; step %lld\n",
                (long long)st.pool_bytes, (long long)st.param_space_bytes,
                (long long)st.grad_space_bytes, (long long)st.window_bytes,
-               (long long)st.state_bytes);
+               (long long)st.state_bytes, (long long)st.view_bytes, (long long)st.step_bytes);
     }
 out:
     dmuon_rt_free(rt);

@@ -235,6 +235,15 @@ typedef struct {
     int64_t window_bytes;        /* owner windows (+ HSDP publish copy) */
     int64_t state_bytes;         /* optimizer state held by this rank
                                     (masters, momenta, moments) */
+    int64_t view_bytes;          /* private FP32 views of gathered layers
+                                    (dmuon_rt_weights): after the first step
+                                    one arena packed like the parameter
+                                    space, holding only layers inside an
+                                    open bracket (ZeRO-2 too); before it,
+                                    one buffer per layer used so far */
+    int64_t step_bytes;          /* the step's working memory: the direction
+                                    buffers (owner window; line B: also the
+                                    even shards) and Newton–Schulz scratch */
     double optim_s;              /* last step: owner updates (s, wall) */
     double ns_s;                 /* of which Newton–Schulz */
     double comm_wait_s;          /* since the last reset: time blocked in
