@@ -64,6 +64,24 @@ typedef struct {
     int32_t seg;              /* owned: segment index in the layer's table */
 } rt_piece;
 
+/* A layer's place in the hooks of a micro-batch.  The gradient block is
+ * live exactly in RT_BWD and RT_BWD_FWD; the F32 view exists exactly in
+ * RT_FWD, RT_BWD and RT_BWD_FWD. */
+typedef enum {
+    RT_IDLE = 0,              /* no bracket open; backward not yet run */
+    RT_FWD,                   /* pre_forward .. post_forward */
+    RT_BWD,                   /* pre_backward .. post_backward */
+    RT_BWD_FWD,               /* a (recomputed) forward inside its backward */
+    RT_DONE                   /* post_backward ran this micro-batch */
+} rt_phase;
+
+/* The layer's parameter block in the parameter space. */
+typedef enum {
+    RT_BLOCK_NONE = 0,        /* not acquired (ZeRO-3 between uses) */
+    RT_BLOCK_LIVE,            /* acquired; data not (yet) there */
+    RT_BLOCK_GATHERED         /* acquired and holds this step's parameters */
+} rt_block;
+
 typedef struct {
     int *params;              /* indices, forward order */
     int np;
@@ -81,8 +99,9 @@ typedef struct {
     /* blocks */
     int64_t pbytes, gbytes;   /* block sizes */
     int64_t poff, goff;       /* current offsets in the spaces (when live) */
-    bool p_live, g_live, gathered, in_fwd, in_bwd, bwd_done;
-    bool inflight;            /* a prefetch started, not yet waited for */
+    rt_phase phase;           /* where the hooks are in this micro-batch */
+    rt_block pblock;          /* the parameter block */
+    bool inflight;            /* transport: a prefetch started, not yet waited for */
     MPI_Request even_req;     /* its even-region MPI_Iallgather */
     float *w;                 /* F32 view of the gathered block while one of
                                  the layer's brackets is open (forward or

@@ -621,7 +621,8 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
     DMUON_TRY(rc);
     rt->steps = got.step;
     for (size_t l = 0; l < rt->nlayers; l++)
-        rt->layers[l].gathered = false;
+        if (rt->layers[l].pblock == RT_BLOCK_GATHERED)
+            rt->layers[l].pblock = RT_BLOCK_LIVE;
     DMUON_TRY(rt_write_windows(rt));
     return rt_pub_round(rt);
 }

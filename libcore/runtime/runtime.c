@@ -21,6 +21,7 @@
  */
 #include "rt_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -572,44 +573,38 @@ static dmuon_rc pool_agree(dmuon_rt *rt)
 
 dmuon_rc rt_pool_build(dmuon_rt *rt)
 {
-    int64_t b[DMUON_SPACE_COUNT] = {0};
     DMUON_TRY(rt_groups_size(rt));
     int ngroups = 0;
     for (size_t l = 0; l < rt->nlayers; l++)
         ngroups += rt->layers[l].nseg ? 2 : 0;
-    b[DMUON_SPACE_CTRL] = rt->ctrl_per_group * ngroups;
+    dmuon_pool_sizes sz = {.ctrl = rt->ctrl_per_group * ngroups};
     if (rt->packed) {
-        b[DMUON_SPACE_PARAM] = rt->rec[0].total;
-        b[DMUON_SPACE_GRAD] = rt->rec[1].total;
+        sz.param = rt->rec[RT_PARAM].total;
+        sz.grad = rt->rec[RT_GRAD].total;
     } else {
         for (size_t l = 0; l < rt->nlayers; l++) {
-            b[DMUON_SPACE_PARAM] += dmuon_pool_align(rt->layers[l].pbytes);
-            b[DMUON_SPACE_GRAD] += dmuon_pool_align(rt->layers[l].gbytes);
+            sz.param += dmuon_pool_align(rt->layers[l].pbytes);
+            sz.grad += dmuon_pool_align(rt->layers[l].gbytes);
         }
     }
-    int64_t w = 0;
-    rt->pwin_off = w;
-    w += dmuon_pool_align(rt->max_win_elems * (int64_t)rt->dsize);
-    rt->gwin_off = w;
-    w += dmuon_pool_align(rt->max_win_elems * 4);
-    rt->ewin_off = w;
-    w += dmuon_pool_align(rt->even_total * (int64_t)rt->dsize);
-    rt->egwin_off = w;
-    w += dmuon_pool_align(rt->even_total * 4);
-    rt->copy_off = w;
-    w += dmuon_pool_align(rt->copy_bytes);
-    b[DMUON_SPACE_WINDOW] = w;
-    int64_t off = 0;
+    sz.win[DMUON_WIN_PARAM] = rt->max_win_elems * (int64_t)rt->dsize;
+    sz.win[DMUON_WIN_GRAD] = rt->max_win_elems * 4;
+    sz.win[DMUON_WIN_EVEN] = rt->even_total * (int64_t)rt->dsize;
+    sz.win[DMUON_WIN_EVEN_GRAD] = rt->even_total * 4;
+    sz.win[DMUON_WIN_COPY] = rt->copy_bytes;
+    dmuon_pool_map map;
+    dmuon_pool_lay_out(&sz, &map);
     for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
-        rt->space_off[s] = off;
-        rt->space_bytes[s] = b[s];
-        off += (b[s] + DMUON_POOL_BASE_ALIGN - 1) / DMUON_POOL_BASE_ALIGN * DMUON_POOL_BASE_ALIGN;
+        rt->space_off[s] = map.space_off[s];
+        rt->space_bytes[s] = map.space_bytes[s];
     }
-    rt->pwin_off += rt->space_off[DMUON_SPACE_WINDOW];
-    rt->gwin_off += rt->space_off[DMUON_SPACE_WINDOW];
-    rt->ewin_off += rt->space_off[DMUON_SPACE_WINDOW];
-    rt->egwin_off += rt->space_off[DMUON_SPACE_WINDOW];
-    rt->copy_off += rt->space_off[DMUON_SPACE_WINDOW];
+    rt->pwin_off = map.win_off[DMUON_WIN_PARAM];
+    rt->gwin_off = map.win_off[DMUON_WIN_GRAD];
+    rt->ewin_off = map.win_off[DMUON_WIN_EVEN];
+    rt->egwin_off = map.win_off[DMUON_WIN_EVEN_GRAD];
+    rt->copy_off = map.win_off[DMUON_WIN_COPY];
+    int64_t off = map.total;
+    const int64_t *b = map.space_bytes;
     DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, &rt->symm)));
     rt->base = dmuon_symm_base(rt->symm);
     DMUON_TRY(pool_agree(rt));
@@ -723,7 +718,8 @@ static void micro_begin(dmuon_rt *rt)
     for (int k = 0; k < RT_SPACES; k++)
         rt->acq_index[k] = 0;
     for (size_t l = 0; l < rt->nlayers; l++)
-        rt->layers[l].bwd_done = false;
+        if (rt->layers[l].phase == RT_DONE)
+            rt->layers[l].phase = RT_IDLE;
 }
 
 static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
@@ -768,10 +764,8 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
         DMUON_TRY(record(rt, space, l, 1));
     }
     if (space == RT_PARAM)
-        L->p_live = true;
-    else if (space == RT_GRAD)
-        L->g_live = true;
-    else if (!rt->packed)
+        L->pblock = RT_BLOCK_LIVE;
+    else if (space == RT_VIEW && !rt->packed)
         L->w = L->w_own;
     return DMUON_OK;
 }
@@ -813,10 +807,7 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
         if (L->inflight)
             DMUON_TRY(rt_fail_comm(rt, rt_gather_finish(rt, l)));
         DMUON_TRY(view_close(rt, l));
-        L->p_live = false;
-        L->gathered = false;
-    } else {
-        L->g_live = false;
+        L->pblock = RT_BLOCK_NONE;
     }
     if (!rt->packed && rt->recording)
         DMUON_TRY(record(rt, space, l, 0));
@@ -832,13 +823,13 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
 static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
 {
     rt_layer *L = &rt->layers[l];
-    if (!L->p_live) {
+    if (L->pblock == RT_BLOCK_NONE) {
         if (!may_acquire)
             return DMUON_FAIL(DMUON_EINVAL, "runtime: recomputing layer '%s' before its "
                               "pre_backward", dmuon_plan_layer_name(rt->plan, l));
-        DMUON_TRY(acquire(rt, 0, l));
+        DMUON_TRY(acquire(rt, RT_PARAM, l));
     }
-    if (L->gathered)
+    if (L->pblock == RT_BLOCK_GATHERED)
         return prefetch ? DMUON_OK : view_open(rt, l);
     double t0 = dmuon_now_ms();
     dmuon_rc rc;
@@ -855,7 +846,7 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
         rt->stats.comm_wait_s += dt;
         DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gather", l)));
     }
-    L->gathered = true;
+    L->pblock = RT_BLOCK_GATHERED;
     return prefetch ? DMUON_OK : view_open(rt, l);
 }
 
@@ -868,27 +859,45 @@ dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
     return DMUON_OK;
 }
 
+static bool in_fwd(const rt_layer *L) { return L->phase == RT_FWD || L->phase == RT_BWD_FWD; }
+static bool in_bwd(const rt_layer *L) { return L->phase == RT_BWD || L->phase == RT_BWD_FWD; }
+
+/* The invariants between a layer's phase and its blocks, after each hook
+ * (debug builds): inside a bracket the block holds the parameters and the
+ * F32 view exists; outside, no view; ZeRO-3 keeps no block outside its
+ * brackets except a prefetch. */
+static void layer_assert(const dmuon_rt *rt, const rt_layer *L)
+{
+    bool open = in_fwd(L) || in_bwd(L);
+    assert(!open || (L->pblock == RT_BLOCK_GATHERED && L->w));
+    assert(open || !L->w);
+    assert(!L->inflight || L->pblock == RT_BLOCK_LIVE);
+    (void)rt;
+}
+
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "pre_forward", l));
     rt_layer *L = &rt->layers[l];
-    if (L->in_fwd)
+    if (in_fwd(L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') twice without post_forward",
                           dmuon_plan_layer_name(rt->plan, l));
     if (rt->recompute) {
         DMUON_TRY(fetch(rt, l, false, false));
-        L->in_fwd = true;
+        L->phase = L->phase == RT_BWD ? RT_BWD_FWD : RT_FWD;
+        layer_assert(rt, L);
         return DMUON_OK;
     }
     micro_begin(rt);
-    if (L->bwd_done)
+    if (L->phase == RT_DONE)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') after its backward in this "
                           "micro-batch (missing post_backward of other layers?)",
                           dmuon_plan_layer_name(rt->plan, l));
     DMUON_TRY(fetch(rt, l, true, false));
-    L->in_fwd = true;
-    if (rt->opts.prefetch && l + 1 < rt->nlayers && !rt->layers[l + 1].p_live &&
-        !rt->layers[l + 1].bwd_done)
+    L->phase = L->phase == RT_BWD ? RT_BWD_FWD : RT_FWD;
+    layer_assert(rt, L);
+    if (rt->opts.prefetch && l + 1 < rt->nlayers && rt->layers[l + 1].pblock == RT_BLOCK_NONE &&
+        rt->layers[l + 1].phase != RT_DONE)
         DMUON_TRY(fetch(rt, l + 1, true, true));
     return DMUON_OK;
 }
@@ -897,14 +906,15 @@ dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "post_forward", l));
     rt_layer *L = &rt->layers[l];
-    if (!L->in_fwd)
+    if (!in_fwd(L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_forward('%s') without pre_forward",
                           dmuon_plan_layer_name(rt->plan, l));
-    L->in_fwd = false;
-    if (!L->in_bwd)
+    L->phase = L->phase == RT_BWD_FWD ? RT_BWD : RT_IDLE;
+    if (L->phase == RT_IDLE)
         DMUON_TRY(view_close(rt, l));
-    if (rt->zero == 3 && !rt->recompute && !L->in_bwd)
-        DMUON_TRY(release(rt, 0, l));
+    if (rt->zero == 3 && !rt->recompute && L->phase == RT_IDLE)
+        DMUON_TRY(release(rt, RT_PARAM, l));
+    layer_assert(rt, L);
     return DMUON_OK;
 }
 
@@ -916,16 +926,17 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') inside a recomputation",
                           dmuon_plan_layer_name(rt->plan, l));
     micro_begin(rt);
-    if (L->in_bwd || L->bwd_done)
+    if (in_bwd(L) || L->phase == RT_DONE)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
                           dmuon_plan_layer_name(rt->plan, l));
     DMUON_TRY(fetch(rt, l, true, false));
-    if (rt->zero == 3 && rt->opts.prefetch && l > 0 && !rt->layers[l - 1].p_live &&
-        !rt->layers[l - 1].bwd_done)
+    if (rt->zero == 3 && rt->opts.prefetch && l > 0 &&
+        rt->layers[l - 1].pblock == RT_BLOCK_NONE && rt->layers[l - 1].phase != RT_DONE)
         DMUON_TRY(fetch(rt, l - 1, true, true));
-    DMUON_TRY(acquire(rt, 1, l));
+    DMUON_TRY(acquire(rt, RT_GRAD, l));
     memset(rt_gblock(rt, L), 0, (size_t)L->gbytes);
-    L->in_bwd = true;
+    L->phase = L->phase == RT_FWD ? RT_BWD_FWD : RT_BWD;
+    layer_assert(rt, L);
     return DMUON_OK;
 }
 
@@ -933,10 +944,10 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "post_backward", l));
     rt_layer *L = &rt->layers[l];
-    if (!L->in_bwd)
+    if (!in_bwd(L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') without pre_backward",
                           dmuon_plan_layer_name(rt->plan, l));
-    if (L->in_fwd)
+    if (L->phase == RT_BWD_FWD)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') inside its recomputed "
                           "forward", dmuon_plan_layer_name(rt->plan, l));
     double t0 = dmuon_now_ms();
@@ -945,12 +956,12 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
     rt->stats.reduce_s += dt;
     rt->stats.comm_wait_s += dt;
     DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l)));
-    L->in_bwd = false;
-    L->bwd_done = true;
-    DMUON_TRY(release(rt, 1, l));
+    L->phase = RT_DONE;
+    DMUON_TRY(release(rt, RT_GRAD, l));
     DMUON_TRY(view_close(rt, l));
     if (rt->zero == 3)
-        DMUON_TRY(release(rt, 0, l));
+        DMUON_TRY(release(rt, RT_PARAM, l));
+    layer_assert(rt, L);
     if (++rt->bwd_count == rt->nlayers) {
         rt->in_micro = false;
         rt->micro++;
@@ -973,7 +984,7 @@ dmuon_rc dmuon_rt_recompute_end(dmuon_rt *rt)
     if (!rt->recompute)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: recompute_end without recompute_begin");
     for (size_t l = 0; l < rt->nlayers; l++)
-        if (rt->layers[l].in_fwd && !rt->layers[l].in_bwd)
+        if (rt->layers[l].phase == RT_FWD)
             return DMUON_FAIL(DMUON_EINVAL, "runtime: recompute_end inside the recomputed "
                               "forward of '%s'", dmuon_plan_layer_name(rt->plan, l));
     rt->recompute = false;
@@ -993,7 +1004,7 @@ float *dmuon_rt_grad(dmuon_rt *rt, int p)
     if (!rt->opened || p < 0 || (size_t)p >= rt->nparams)
         return NULL;
     const rt_layer *L = &rt->layers[rt->params[p].layer];
-    return L->g_live ? rt_gblock(rt, L) + rt->params[p].off : NULL;
+    return in_bwd(L) ? rt_gblock(rt, L) + rt->params[p].off : NULL;
 }
 
 /* Packs the spaces from the recorded micro-batch and lays the pool out
@@ -1067,7 +1078,7 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: step after a communication failure");
     if (rt->in_micro) {
         size_t l = 0;
-        while (l + 1 < rt->nlayers && rt->layers[l].bwd_done)
+        while (l + 1 < rt->nlayers && rt->layers[l].phase == RT_DONE)
             l++;
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step with a micro-batch not ended: layer '%s' "
                           "has had no post_backward", dmuon_plan_layer_name(rt->plan, l));
@@ -1079,8 +1090,8 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     /* every parameter block is given back before the step (ZeRO-2 keeps
      * them through the micro-batches) */
     for (size_t l = 0; l < rt->nlayers; l++)
-        if (rt->layers[l].p_live)
-            DMUON_TRY(release(rt, 0, l));
+        if (rt->layers[l].pblock != RT_BLOCK_NONE)
+            DMUON_TRY(release(rt, RT_PARAM, l));
     if (!rt->packed && !rt->recording) {
         DMUON_TRY(rt_pub_end(rt));
         DMUON_TRY(repack(rt));
