@@ -1,7 +1,8 @@
 /*
  * rt_internal.h — the runtime's state, shared by runtime.c (life, hooks,
- * layout), rt_comm.c (the lines' transports), rt_step.c (the optimizer step,
- * checkpoints).  Not installed.
+ * layout; the pool's byte layout is pool.c's dmuon_pool_lay_out), rt_comm.c
+ * (the lines' transports), rt_step.c (the optimizer step, checkpoints) and
+ * elem.c (the step's element operations).  Not installed.
  *
  * Memory of one rank:
  *   pool (symmetric, identical layout on every rank; dmuon/pool.h)
@@ -31,6 +32,7 @@
 #include "dmuon/runtime.h"
 #include "dmuon/symm.h"
 #include "dmuon/topo.h"
+#include "elem.h"
 
 typedef struct {
     const char *name;
@@ -137,6 +139,8 @@ struct dmuon_rt {
     dmuon_dtype pdt;
     size_t dsize;
     dmuon_ns *ns;
+    const rt_elem_ops *elem;  /* the step's element operations (host memory) */
+    void *stream;             /* their stream (device tables; NULL on the host) */
 
     rt_param *params;
     size_t nparams;

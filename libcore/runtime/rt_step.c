@@ -173,25 +173,22 @@ static dmuon_rc check_and_clip(dmuon_rt *rt)
 {
     double sumsq = 0;
     int bad = INT_MAX;
+    dmuon_rc rc = DMUON_OK;
     for (size_t i = 0; i < rt->npieces; i++) {
         const rt_piece *pc = &rt->pieces[i];
-        const float *g = piece_grad(rt, pc);
         bool count = pc->owned || !rt->hsdp || rt->topo.node_id == 0;
         double s = 0;
-        for (int64_t k = 0; k < pc->hi - pc->lo; k++) {
-            if (!isfinite(g[k])) {
-                if (pc->param < bad)
-                    bad = pc->param;
-                break;
-            }
-            s += (double)g[k] * g[k];
-        }
+        int64_t at = -1;
+        if (rc == DMUON_OK)
+            rc = rt->elem->grad_check(piece_grad(rt, pc), pc->hi - pc->lo, &at, &s, rt->stream);
+        if (at >= 0 && pc->param < bad)
+            bad = pc->param;
         if (count)
             sumsq += s;
     }
     double gsum = 0;
     MPI_Request q;
-    DMUON_TRY(agree_outcome(rt, DMUON_OK, bad, "the gradient of"));
+    DMUON_TRY(agree_outcome(rt, rc, bad, "the gradient of"));
     DMUON_TRY(rt_mpi_wait(rt, MPI_Iallreduce(&sumsq, &gsum, 1, MPI_DOUBLE, MPI_SUM, rt->topo.world,
                                              &q), &q, "step: MPI_Iallreduce (gradient norm)",
                           SIZE_MAX));
@@ -232,12 +229,12 @@ static dmuon_rc owned_directions(dmuon_rt *rt, double lr, int *bad)
             double t0 = dmuon_now_ms();
             dmuon_rc rc;
             if (plain) {
-                dmuon_muon_direction(o, mn, m0 + a, g0 + a, u);
+                DMUON_TRY(rt->elem->direction(o, mn, m0 + a, g0 + a, u, rt->stream));
                 rc = dmuon_ns_run_host(rt->ns, u, p->m, p->n, o0 + a);
             } else {
                 mat_copy(p, j, m0, pc->lo, sm, false);
                 mat_copy(p, j, g0, pc->lo, sg, false);
-                dmuon_muon_direction(o, mn, sm, sg, u);
+                DMUON_TRY(rt->elem->direction(o, mn, sm, sg, u, rt->stream));
                 rc = dmuon_ns_run_host(rt->ns, u, p->m, p->n, u);
                 if (rc == DMUON_OK)
                     mat_copy(p, j, o0, pc->lo, u, true);
@@ -251,9 +248,12 @@ static dmuon_rc owned_directions(dmuon_rt *rt, double lr, int *bad)
             if (rt->pub_open)
                 DMUON_TRY(rt_fail_comm(rt, dmuon_publish_progress(rt->pub)));
         }
+        int64_t at = -1;
         if (finite)
-            finite = dmuon_muon_finish(o, lr, dmuon_muon_scale_of(o, p->m, p->n), pc->hi - pc->lo,
-                                       rt->own_w + pc->pos, m0, g0, o0, 0) < 0;
+            DMUON_TRY(rt->elem->muon_finish(o, lr, dmuon_muon_scale_of(o, p->m, p->n),
+                                            pc->hi - pc->lo, rt->own_w + pc->pos, m0, g0, o0, 0,
+                                            &at, rt->stream));
+        finite = finite && at < 0;
         if (!finite && pc->param < *bad)
             *bad = pc->param;
     }
@@ -275,17 +275,19 @@ static dmuon_rc replicated_directions(dmuon_rt *rt, size_t l, int *bad)
         return DMUON_OK;
     float *full = rt->scratch, *mine = full + L->even_pad, *odir = mine + L->shard;
     memset(mine, 0, (size_t)L->shard * sizeof(float));
-    for (size_t i = 0; i < rt->npieces; i++) {
+    dmuon_rc drc = DMUON_OK;   /* a local failure still takes part in the gather */
+    for (size_t i = 0; i < rt->npieces && drc == DMUON_OK; i++) {
         const rt_piece *pc = &rt->pieces[i];
         if (pc->owned || (size_t)pc->layer != l || rt->params[pc->param].role != DMUON_ROLE_MUON)
             continue;
-        dmuon_muon_direction(o, pc->hi - pc->lo, rt->even_m + pc->pos, rt->even_g + pc->pos,
-                             mine + (pc->pos - L->even_pos));
+        drc = rt->elem->direction(o, pc->hi - pc->lo, rt->even_m + pc->pos, rt->even_g + pc->pos,
+                                  mine + (pc->pos - L->even_pos), rt->stream);
     }
     MPI_Request q;
     DMUON_TRY(rt_mpi_wait(rt, MPI_Iallgather(mine, (int)L->shard, MPI_FLOAT, full, (int)L->shard,
                                              MPI_FLOAT, rt->shard_comm, &q),
                           &q, "step: MPI_Iallgather (Nesterov directions)", l));
+    DMUON_TRY(drc);
     for (int j = 0; j < L->np; j++) {
         const rt_param *p = &rt->params[L->params[j]];
         if (p->role != DMUON_ROLE_MUON)
@@ -337,7 +339,8 @@ static dmuon_rc replicated_directions(dmuon_rt *rt, size_t l, int *bad)
 /* Step 4 (and line B's Muon shards), computed or committed: the update of
  * every even piece; with write 0 nothing is stored and *bad is lowered to
  * the first parameter whose new state is not finite. */
-static void even_updates(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int64_t t, int write, int *bad)
+static dmuon_rc even_updates(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int64_t t, int write,
+                             int *bad)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
     for (size_t i = 0; i < rt->npieces; i++) {
@@ -345,22 +348,24 @@ static void even_updates(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int64_t t, int w
         if (pc->owned)
             continue;
         const rt_param *p = &rt->params[pc->param];
-        int64_t n = pc->hi - pc->lo, at;
+        int64_t n = pc->hi - pc->lo, at = -1;
         float *w = rt->even_w + pc->pos, *m = rt->even_m + pc->pos, *g = rt->even_g + pc->pos;
         if (p->role == DMUON_ROLE_ADAMW) {
             double decay = p->plan_role == DMUON_ROLE_MUON ? o->muon_weight_decay
                                                            : o->adamw_weight_decay;
-            at = dmuon_adamw_step(o, lrs->adamw_lr, decay, t, n, w, m, rt->even_v + pc->pos, g,
-                                  write);
+            DMUON_TRY(rt->elem->adamw_step(o, lrs->adamw_lr, decay, t, n, w, m,
+                                           rt->even_v + pc->pos, g, write, &at, rt->stream));
         } else {
-            at = dmuon_muon_finish(o, lrs->muon_lr, dmuon_muon_scale_of(o, p->m, p->n), n, w, m,
-                                   g, rt->even_o + pc->pos, write);
+            DMUON_TRY(rt->elem->muon_finish(o, lrs->muon_lr, dmuon_muon_scale_of(o, p->m, p->n),
+                                            n, w, m, g, rt->even_o + pc->pos, write, &at,
+                                            rt->stream));
         }
         if (at >= 0 && pc->param < *bad)
             *bad = pc->param;
         if (write)
             rt_store_param(rt, pc, rt->base);
     }
+    return DMUON_OK;
 }
 
 /* Step 5 for the owned matrices: the checked updates stored, each segment
@@ -373,9 +378,11 @@ static dmuon_rc owned_commit(dmuon_rt *rt, double lr)
         if (!pc->owned)
             continue;
         const rt_param *p = &rt->params[pc->param];
-        dmuon_muon_finish(o, lr, dmuon_muon_scale_of(o, p->m, p->n), pc->hi - pc->lo,
-                          rt->own_w + pc->pos, rt->own_m + pc->pos, rt->own_g + pc->pos,
-                          rt->own_o + pc->pos, 1);
+        int64_t at = -1;
+        DMUON_TRY(rt->elem->muon_finish(o, lr, dmuon_muon_scale_of(o, p->m, p->n),
+                                        pc->hi - pc->lo, rt->own_w + pc->pos, rt->own_m + pc->pos,
+                                        rt->own_g + pc->pos, rt->own_o + pc->pos, 1, &at,
+                                        rt->stream));
         rt_store_param(rt, pc, rt->base);
         bool seg_end = i + 1 == rt->npieces || !rt->pieces[i + 1].owned ||
                        rt->pieces[i + 1].layer != pc->layer || rt->pieces[i + 1].seg != pc->seg;
@@ -416,7 +423,8 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     }
     if (rt->failed)   /* a communication failure: no agreement possible */
         return step_failed(rt, rc);
-    even_updates(rt, lrs, t, 0, &bad);
+    if (rc == DMUON_OK)
+        rc = even_updates(rt, lrs, t, 0, &bad);
     /* agreed before anything is stored or published: every rank commits,
      * or none does */
     rc = agree_outcome(rt, rc, bad, "the update of");
@@ -426,7 +434,7 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     DMUON_TRY(rt_pub_end(rt));
     DMUON_TRY(rt_pub_begin(rt));
     DMUON_TRY(owned_commit(rt, lrs->muon_lr));
-    even_updates(rt, lrs, t, 1, &bad);
+    DMUON_TRY(even_updates(rt, lrs, t, 1, &bad));
     DMUON_TRY(rt_pub_finish(rt));
     clear_grads(rt);
     rt->steps = t;

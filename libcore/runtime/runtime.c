@@ -108,6 +108,20 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         rc = DMUON_FAIL(DMUON_EINVAL, "runtime: ZeRO stage %d: expected 2 or 3", zero);
     if (rc == DMUON_OK && (unsigned)rt->opts.line > DMUON_LINE_A)
         rc = DMUON_FAIL(DMUON_EINVAL, "runtime: unknown line %d", (int)rt->opts.line);
+    /* the pool, the optimizer state and the lines' transports are host
+     * memory over MPI in this build; the NCCL backends and device memory
+     * are refused by name (the CUDA element kernels exist, elem.h) */
+    if (rc == DMUON_OK && rt->opts.backend != DMUON_BACKEND_MPI)
+        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: backend %s: the runtime moves its data "
+                        "over MPI on host memory in this build; use backend mpi",
+                        dmuon_backend_name(rt->opts.backend));
+    if (rc == DMUON_OK && rt->opts.device != DMUON_DEVICE_CPU)
+        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: device %s: the runtime keeps its pool "
+                        "and optimizer state in host memory in this build%s; use device cpu",
+                        rt->opts.device == DMUON_DEVICE_CUDA ? "cuda" : "?",
+                        rt_elem_cuda() ? " (its CUDA element kernels are built but not wired to "
+                                         "a device pool)"
+                                       : " (built without CUDA)");
     rt->zero = zero;
     /* option errors are local but identical on every rank (same options) */
     if (rc != DMUON_OK)
@@ -174,6 +188,7 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     dmuon_ns_opts_init(&nso);
     DMUON_TRY_GOTO(rc, dmuon_ns_opts_set_variant(&nso, rt->opts.optim.ns_variant), fail);
     DMUON_TRY_GOTO(rc, dmuon_ns_create(DMUON_DEVICE_CPU, -1, &nso, &rt->ns), fail);
+    rt->elem = rt_elem_host();
 
     size_t np = 0;
     const dmuon_plan_param *pp = dmuon_plan_params(plan, &np);

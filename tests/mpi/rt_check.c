@@ -476,6 +476,18 @@ int main(int argc, char **argv)
               ro.ranks_per_node, dmuon_errmsg());
         goto out;
     }
+    if (errors) {   /* what this build cannot run is refused by name, on every rank */
+        dmuon_rt_opts bad = ro;
+        bad.device = DMUON_DEVICE_CUDA;
+        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "device cuda"),
+              "device cuda is refused: %s", dmuon_errmsg());
+        bad = ro;
+        bad.backend = DMUON_BACKEND_NCCL;
+        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "backend nccl"),
+              "backend nccl is refused: %s", dmuon_errmsg());
+    }
     rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
     check(rc == DMUON_OK, "create (%s)", rc ? dmuon_errmsg() : "");
     if (rc != DMUON_OK)

@@ -53,9 +53,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dmuon/device.h"
 #include "dmuon/optim.h"
 #include "dmuon/plan.h"
 #include "dmuon/rc.h"
+#include "dmuon/topo.h"
 #include "dmuon/types.h"
 
 typedef struct dmuon_rt dmuon_rt;
@@ -81,6 +83,12 @@ typedef struct {
                                  layer's own hook waits for it, so it overlaps
                                  the compute between; other paths gather at
                                  once.  0: none.  Use dmuon_rt_opts_init. */
+    dmuon_backend backend;    /* DMUON_BACKEND_MPI (default); the NCCL
+                                 backends are DMUON_EUNSUPPORTED at create
+                                 in this build (the lines move data with MPI) */
+    dmuon_device_kind device; /* DMUON_DEVICE_CPU (default); cuda is
+                                 DMUON_EUNSUPPORTED at create: pool and state
+                                 are host memory in this build */
     char resume_override[256];/* dmuon_rt_load compares the checkpoint's
                                  hyperparameters and NS variant with optim
                                  and refuses a difference; this lists those
@@ -98,7 +106,8 @@ void dmuon_rt_opts_init(dmuon_rt_opts *o);
  * borrowed and must outlive the runtime; comm is duplicated.  Errors, on
  * every rank: DMUON_EMISMATCH (world size or ranks per node differ from the
  * plan: the message gives both; different plans on the ranks), DMUON_EINVAL
- * (bad opts), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not
+ * (bad opts), DMUON_EUNSUPPORTED (a backend other than mpi, a device other
+ * than cpu: named in the message), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not
  * reach create within the deadline).  On failure *out is NULL. */
 dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
                          dmuon_rt **out);
