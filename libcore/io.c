@@ -3,7 +3,9 @@
  */
 #include "dmuon/io.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -275,3 +277,86 @@ void dmuon_json_kstr(dmuon_json *w, const char *k, const char *s) { dmuon_json_k
 void dmuon_json_kint(dmuon_json *w, const char *k, int64_t v) { dmuon_json_key(w, k); dmuon_json_int(w, v); }
 void dmuon_json_kdouble(dmuon_json *w, const char *k, double v) { dmuon_json_key(w, k); dmuon_json_double(w, v); }
 void dmuon_json_kbool(dmuon_json *w, const char *k, bool v) { dmuon_json_key(w, k); dmuon_json_bool(w, v); }
+
+/* ------------------------------------------------- file descriptors -- */
+
+bool dmuon_fd_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
+bool dmuon_fd_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = pwrite(fd, p, len, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        len -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return true;
+}
+
+bool dmuon_fd_read_all(int fd, void *buf, size_t len, size_t *got)
+{
+    char *p = buf;
+    *got = 0;
+    while (len > 0) {
+        ssize_t r = read(fd, p, len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return false;
+        if (r == 0)
+            return true;
+        p += r;
+        len -= (size_t)r;
+        *got += (size_t)r;
+    }
+    return true;
+}
+
+
+dmuon_rc dmuon_dir_fsync(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return DMUON_FAIL(DMUON_EIO, "cannot open directory '%s': %s", dir, strerror(errno));
+    int r = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (r != 0 && e != EINVAL)
+        return DMUON_FAIL(DMUON_EIO, "cannot fsync directory '%s': %s", dir, strerror(e));
+    return DMUON_OK;
+}
+
+void dmuon_dir_remove(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[4096];
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p)
+                unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}

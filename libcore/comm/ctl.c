@@ -98,8 +98,14 @@ dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
         snprintf(own, sizeof own, "%s", dmuon_errmsg());
     int64_t first = mine == DMUON_OK ? INT_MAX : rank;
     DMUON_TRY(dmuon_ctl_allreduce_i64(comm, &first, 1, DMUON_CTL_MIN, deadline_ms, "agree"));
-    if (first == INT_MAX)
-        return DMUON_OK;
+    if (first == INT_MAX) {
+        /* a second round that needs every rank: a rank whose first round
+         * completed against calls the others abandoned at their deadline
+         * times out here instead of going on alone */
+        int64_t one = 1;
+        return dmuon_ctl_allreduce_i64(comm, &one, 1, DMUON_CTL_MIN, deadline_ms,
+                                       "agree (confirmation)");
+    }
     struct {
         int rc;
         char msg[1024];

@@ -1,11 +1,14 @@
 /*
  * optim.c — the owner-only updates of dmuon/optim.h: Muon on one whole
- * matrix, its momentum and apply halves on element ranges (for
- * gather-then-replicate), and AdamW on element ranges.
+ * matrix, its direction and finishing halves on element ranges (for
+ * gather-then-replicate and the runtime's check-then-commit step), and
+ * AdamW on element ranges.
  *
- * Invariant: a failing Muon update leaves the master and the momentum as
- * they were (the momentum is computed into scratch first and committed only
- * after Newton–Schulz succeeded).  Arithmetic is binary32 on the stored
+ * Invariant: a failing update leaves the master and the optimizer state as
+ * they were: the direction is computed into scratch, and each update is
+ * computed once without storing (checking that every new value is finite)
+ * before the same arithmetic stores it — the runtime agrees the check's
+ * outcome over every rank between the two.  Arithmetic is binary32 on the stored
  * values with double for the scalars, the same on every rank, so the owner
  * and a single-process reference give the same bits.
  */
@@ -65,31 +68,40 @@ double dmuon_muon_scale_of(const dmuon_optim_opts *o, int64_t m, int64_t n)
     return 0.2 * sqrt((double)(m > n ? m : n));
 }
 
-void dmuon_muon_momentum(const dmuon_optim_opts *o, int64_t n, float *mom, const float *g,
-                         float *u)
+void dmuon_muon_direction(const dmuon_optim_opts *o, int64_t n, const float *mom,
+                          const float *g, float *u)
 {
     const float mu = (float)o->momentum;
     for (int64_t i = 0; i < n; i++) {
         float mi = mu * mom[i] + g[i];
-        mom[i] = mi;
         u[i] = o->nesterov ? g[i] + mu * mi : mi;
     }
 }
 
-void dmuon_muon_apply(const dmuon_optim_opts *o, double lr, double scale, int64_t n, float *w,
-                      const float *o_dir)
+int64_t dmuon_muon_finish(const dmuon_optim_opts *o, double lr, double scale, int64_t n,
+                          float *w, float *mom, const float *g, const float *o_dir, int write)
 {
+    const float mu = (float)o->momentum;
     const float keep = (float)(1.0 - lr * o->muon_weight_decay);
     const float step = (float)(lr * scale);
-    for (int64_t i = 0; i < n; i++)
-        w[i] = w[i] * keep - step * o_dir[i];
+    for (int64_t i = 0; i < n; i++) {
+        float mi = mu * mom[i] + g[i];
+        float wi = w[i] * keep - step * o_dir[i];
+        if (!write) {
+            if (!isfinite(mi) || !isfinite(wi))
+                return i;
+            continue;
+        }
+        mom[i] = mi;
+        w[i] = wi;
+    }
+    return -1;
 }
 
 dmuon_rc dmuon_muon_update(dmuon_ns *ns, const dmuon_optim_opts *o, double lr, int64_t m,
                            int64_t n, float *w, float *mom, const float *g, float *work)
 {
     const int64_t len = m * n;
-    const float mu = (float)o->momentum;
     float *buf = work, *own = NULL;
     if (!buf) {
         own = malloc((size_t)len * sizeof *own);
@@ -98,26 +110,30 @@ dmuon_rc dmuon_muon_update(dmuon_ns *ns, const dmuon_optim_opts *o, double lr, i
                               (long long)n);
         buf = own;
     }
-    /* U into scratch without touching mom. */
-    for (int64_t i = 0; i < len; i++) {
-        float mi = mu * mom[i] + g[i];
-        buf[i] = o->nesterov ? g[i] + mu * mi : mi;
-    }
+    /* U into scratch without touching mom; nothing is written unless the
+     * new momentum and weights are finite. */
+    dmuon_muon_direction(o, len, mom, g, buf);
     dmuon_rc rc = dmuon_ns_run_host(ns, buf, m, n, buf);
     if (rc != DMUON_OK) {
         dmuon_err_trace_add(rc, __FILE__, __LINE__);
         free(own);
         return rc;
     }
-    for (int64_t i = 0; i < len; i++)
-        mom[i] = mu * mom[i] + g[i];
-    dmuon_muon_apply(o, lr, dmuon_muon_scale_of(o, m, n), len, w, buf);
+    double scale = dmuon_muon_scale_of(o, m, n);
+    int64_t bad = dmuon_muon_finish(o, lr, scale, len, w, mom, g, buf, 0);
+    if (bad >= 0) {
+        free(own);
+        return DMUON_FAIL(DMUON_ENUMERIC, "muon update: %lld x %lld: element %lld of the new "
+                          "momentum or weights is not finite", (long long)m, (long long)n,
+                          (long long)bad);
+    }
+    dmuon_muon_finish(o, lr, scale, len, w, mom, g, buf, 1);
     free(own);
     return DMUON_OK;
 }
 
-void dmuon_adamw_update(const dmuon_optim_opts *o, double lr, double decay, int64_t t,
-                        int64_t n, float *w, float *m, float *v, const float *g)
+int64_t dmuon_adamw_step(const dmuon_optim_opts *o, double lr, double decay, int64_t t,
+                         int64_t n, float *w, float *m, float *v, const float *g, int write)
 {
     const float b1 = (float)o->beta1, b2 = (float)o->beta2;
     const double c1 = 1.0 - pow(o->beta1, (double)t), c2 = 1.0 - pow(o->beta2, (double)t);
@@ -126,8 +142,21 @@ void dmuon_adamw_update(const dmuon_optim_opts *o, double lr, double decay, int6
     for (int64_t i = 0; i < n; i++) {
         float mi = b1 * m[i] + (1.0f - b1) * g[i];
         float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        float wi = w[i] * keep - step * mi / (sqrtf(vi) * rc2 + eps);
+        if (!write) {
+            if (!isfinite(mi) || !isfinite(vi) || !isfinite(wi))
+                return i;
+            continue;
+        }
         m[i] = mi;
         v[i] = vi;
-        w[i] = w[i] * keep - step * mi / (sqrtf(vi) * rc2 + eps);
+        w[i] = wi;
     }
+    return -1;
+}
+
+void dmuon_adamw_update(const dmuon_optim_opts *o, double lr, double decay, int64_t t,
+                        int64_t n, float *w, float *m, float *v, const float *g)
+{
+    dmuon_adamw_step(o, lr, decay, t, n, w, m, v, g, 1);
 }

@@ -1,6 +1,7 @@
 /*
- * pool.c — first-fit packing of the parameter and gradient spaces from a
- * recorded acquire/release sequence (dmuon/pool.h).
+ * pool.c — the pool's layout (dmuon/pool.h): the spaces and window regions
+ * from their sizes, and first-fit packing of the parameter and gradient
+ * spaces from a recorded acquire/release sequence.
  *
  * Invariant: two acquisitions whose lifetimes overlap get disjoint byte
  * ranges.  The live set is kept sorted by offset; an acquisition takes the
@@ -15,6 +16,25 @@ const char *dmuon_pool_space_name(int space)
 {
     static const char *names[] = {"control", "parameters", "gradients", "windows"};
     return space >= 0 && space < DMUON_SPACE_COUNT ? names[space] : "?";
+}
+
+void dmuon_pool_lay_out(const dmuon_pool_sizes *in, dmuon_pool_map *out)
+{
+    int64_t w = 0;
+    for (int r = 0; r < DMUON_WIN_COUNT; r++) {
+        out->win_off[r] = w;
+        w += dmuon_pool_align(in->win[r]);
+    }
+    const int64_t b[DMUON_SPACE_COUNT] = {in->ctrl, in->param, in->grad, w};
+    int64_t off = 0;
+    for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
+        out->space_off[s] = off;
+        out->space_bytes[s] = b[s];
+        off += (b[s] + DMUON_POOL_BASE_ALIGN - 1) / DMUON_POOL_BASE_ALIGN * DMUON_POOL_BASE_ALIGN;
+    }
+    for (int r = 0; r < DMUON_WIN_COUNT; r++)
+        out->win_off[r] += out->space_off[DMUON_SPACE_WINDOW];
+    out->total = off;
 }
 
 typedef struct {

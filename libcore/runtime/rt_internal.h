@@ -1,7 +1,8 @@
 /*
  * rt_internal.h — the runtime's state, shared by runtime.c (life, hooks,
- * layout), rt_comm.c (the lines' transports), rt_step.c (the optimizer step,
- * checkpoints).  Not installed.
+ * layout; the pool's byte layout is pool.c's dmuon_pool_lay_out), rt_comm.c
+ * (the lines' transports), rt_step.c (the optimizer step, checkpoints) and
+ * elem.c (the step's element operations).  Not installed.
  *
  * Memory of one rank:
  *   pool (symmetric, identical layout on every rank; dmuon/pool.h)
@@ -32,6 +33,7 @@
 #include "dmuon/runtime.h"
 #include "dmuon/symm.h"
 #include "dmuon/topo.h"
+#include "elem.h"
 
 typedef struct {
     const char *name;
@@ -65,6 +67,24 @@ typedef struct {
     int32_t seg;              /* owned: segment index in the layer's table */
 } rt_piece;
 
+/* A layer's place in the hooks of a micro-batch.  The gradient block is
+ * live exactly in RT_BWD and RT_BWD_FWD; the F32 view exists exactly in
+ * RT_FWD, RT_BWD and RT_BWD_FWD. */
+typedef enum {
+    RT_IDLE = 0,              /* no bracket open; backward not yet run */
+    RT_FWD,                   /* pre_forward .. post_forward */
+    RT_BWD,                   /* pre_backward .. post_backward */
+    RT_BWD_FWD,               /* a (recomputed) forward inside its backward */
+    RT_DONE                   /* post_backward ran this micro-batch */
+} rt_phase;
+
+/* The layer's parameter block in the parameter space. */
+typedef enum {
+    RT_BLOCK_NONE = 0,        /* not acquired (ZeRO-3 between uses) */
+    RT_BLOCK_LIVE,            /* acquired; data not (yet) there */
+    RT_BLOCK_GATHERED         /* acquired and holds this step's parameters */
+} rt_block;
+
 typedef struct {
     int *params;              /* indices, forward order */
     int np;
@@ -83,10 +103,21 @@ typedef struct {
     /* blocks */
     int64_t pbytes, gbytes;   /* block sizes */
     int64_t poff, goff;       /* current offsets in the spaces (when live) */
-    bool p_live, g_live, gathered, in_fwd, in_bwd, bwd_done;
-    bool inflight;            /* a prefetch started, not yet waited for */
-    float *w;                 /* F32 view of the gathered block (private) */
+    rt_phase phase;           /* where the hooks are in this micro-batch */
+    rt_block pblock;          /* the parameter block */
+    bool inflight;            /* transport: a prefetch started, not yet waited for */
+    float *w;                 /* F32 view of the gathered block while one of
+                                 the layer's brackets is open (forward or
+                                 backward), else NULL: in the view arena
+                                 once packed, else w_own */
+    float *w_own;             /* before packing: the layer's own view buffer */
 } rt_layer;
+
+/* The recorded spaces: the pool's parameter and gradient spaces, and the
+ * private F32 views of gathered blocks (packed the same way, so that a
+ * layer's view exists only while one of its brackets is open and ZeRO-2
+ * holds no FP32 copy of the whole model). */
+enum { RT_PARAM = 0, RT_GRAD = 1, RT_VIEW = 2, RT_SPACES = 3 };
 
 typedef struct {
     dmuon_pool_event *ev;
@@ -109,6 +140,8 @@ struct dmuon_rt {
     dmuon_dtype pdt;
     size_t dsize;
     dmuon_ns *ns;
+    const rt_elem_ops *elem;  /* the step's element operations (host memory) */
+    void *stream;             /* their stream (device tables; NULL on the host) */
 
     rt_param *params;
     size_t nparams;
@@ -135,9 +168,13 @@ struct dmuon_rt {
     int64_t pub_round;        /* last round begun */
     bool pub_open;
 
-    /* optimizer state */
+    /* optimizer state: one allocation (state, state_elems floats) */
+    float *state;
+    int64_t state_elems;
     float *own_w, *own_m, *own_g;           /* win_elems each */
+    float *own_o;             /* win_elems: the step's directions, before commit */
     float *even_w, *even_m, *even_v, *even_g; /* even_total each */
+    float *even_o;            /* line B: even_total directions; else none */
     float *scratch;
     int64_t scratch_elems;
 
@@ -147,9 +184,10 @@ struct dmuon_rt {
     int64_t micro;            /* micro-batches since the last step */
     size_t bwd_count;         /* layers whose backward ended this micro-batch */
     bool in_micro;
-    rt_space_rec rec[2];      /* parameter, gradient */
+    rt_space_rec rec[RT_SPACES];   /* parameter, gradient, F32 view */
     bool recording;
-    size_t acq_index[2];      /* acquisitions so far in this micro-batch */
+    size_t acq_index[RT_SPACES];   /* acquisitions so far in this micro-batch */
+    float *views;             /* the F32 view arena (rec[RT_VIEW].total bytes), once packed */
     double grad_norm;
     dmuon_rt_stats stats;
 };
@@ -190,6 +228,7 @@ dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what);
 dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, size_t l);
 
 /* rt_step.c */
+dmuon_rc rt_step_prepare(dmuon_rt *rt);   /* at open: the step's scratch */
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 void rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *dst_base);
 

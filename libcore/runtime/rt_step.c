@@ -24,6 +24,7 @@
  */
 #include "rt_internal.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -99,16 +100,34 @@ static void mat_copy(const rt_param *p, int64_t j, float *src, int64_t lo, float
         }
 }
 
-static dmuon_rc grow_scratch(dmuon_rt *rt, int64_t n)
+/* Scratch for the step, sized once at open (the step allocates nothing):
+ * owned matrices need one m x n matrix (plain placement) or three (the
+ * direction, momentum and gradient of a strided or transposed one); line B
+ * a layer's gathered directions (even_pad), this rank's shard, one block of
+ * directions (two matrices at most) and one matrix. */
+dmuon_rc rt_step_prepare(dmuon_rt *rt)
 {
-    if (n <= rt->scratch_elems)
-        return DMUON_OK;
-    float *s = realloc(rt->scratch, (size_t)n * sizeof *s);
-    if (!s)
+    int64_t need = 1;
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_param *p = &rt->params[rt->pieces[i].param];
+        if (rt->pieces[i].owned && 3 * p->m * p->n > need)
+            need = 3 * p->m * p->n;
+    }
+    for (size_t l = 0; l < rt->nlayers && rt->opts.line == DMUON_LINE_B; l++) {
+        const rt_layer *L = &rt->layers[l];
+        for (int j = 0; j < L->np; j++) {
+            const rt_param *p = &rt->params[L->params[j]];
+            int64_t n = L->even_pad + L->shard + 3 * p->m * p->n;
+            if (p->role == DMUON_ROLE_MUON && L->shard && n > need)
+                need = n;
+        }
+    }
+    free(rt->scratch);
+    rt->scratch = malloc((size_t)need * sizeof *rt->scratch);
+    if (!rt->scratch)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld scratch elements",
-                          (long long)n);
-    rt->scratch = s;
-    rt->scratch_elems = n;
+                          (long long)need);
+    rt->scratch_elems = need;
     return DMUON_OK;
 }
 
@@ -118,37 +137,55 @@ static void clear_grads(dmuon_rt *rt)
     memset(rt->even_g, 0, (size_t)rt->even_total * sizeof(float));
 }
 
+/* The outcome of a phase of the step, agreed over the world within the
+ * deadline, in two rounds that both need every rank (so a rank that comes
+ * late after the others timed out times out too instead of going on):
+ *   1. MIN over {the lowest parameter whose update is not finite, the
+ *      lowest rank with another error};
+ *   2. SUM of the failing rank's code (the others give 0).
+ * A non-numeric error wins (its rank keeps its own message); else a bad
+ * parameter fails the step with DMUON_ENUMERIC naming it, on every rank. */
+static dmuon_rc agree_outcome(dmuon_rt *rt, dmuon_rc rc, int bad, const char *what)
+{
+    int64_t low[2] = {bad, rc != DMUON_OK ? rt->topo.rank : INT_MAX};
+    DMUON_TRY(rt_ctl_i64(rt, low, 2, DMUON_CTL_MIN, "step: outcome"));
+    int64_t got = low[1] == rt->topo.rank ? (int64_t)rc : 0;
+    DMUON_TRY(rt_ctl_i64(rt, &got, 1, DMUON_CTL_SUM, "step: outcome code"));
+    if (low[1] != INT_MAX) {
+        if (low[1] == rt->topo.rank)
+            return rc;
+        return DMUON_FAIL((dmuon_rc)got, "runtime: step %lld: rank %d failed (%s); no parameter "
+                          "or optimizer state was changed", (long long)rt->steps + 1, (int)low[1],
+                          dmuon_rc_name((dmuon_rc)got));
+    }
+    if (low[0] != INT_MAX)
+        return DMUON_FAIL(DMUON_ENUMERIC, "runtime: step %lld: %s '%s' is not finite; no "
+                          "parameter or optimizer state was changed", (long long)rt->steps + 1,
+                          what, rt->params[low[0]].name);
+    return DMUON_OK;
+}
+
 /* Step 1 and 2. */
 static dmuon_rc check_and_clip(dmuon_rt *rt)
 {
     double sumsq = 0;
     int bad = INT_MAX;
+    dmuon_rc rc = DMUON_OK;
     for (size_t i = 0; i < rt->npieces; i++) {
         const rt_piece *pc = &rt->pieces[i];
-        const float *g = piece_grad(rt, pc);
         bool count = pc->owned || !rt->hsdp || rt->topo.node_id == 0;
         double s = 0;
-        for (int64_t k = 0; k < pc->hi - pc->lo; k++) {
-            if (!isfinite(g[k])) {
-                if (pc->param < bad)
-                    bad = pc->param;
-                break;
-            }
-            s += (double)g[k] * g[k];
-        }
+        int64_t at = -1;
+        if (rc == DMUON_OK)
+            rc = rt->elem->grad_check(piece_grad(rt, pc), pc->hi - pc->lo, &at, &s, rt->stream);
+        if (at >= 0 && pc->param < bad)
+            bad = pc->param;
         if (count)
             sumsq += s;
     }
-    int64_t gbad = bad;
     double gsum = sumsq;
-    DMUON_TRY(rt_ctl_i64(rt, &gbad, 1, DMUON_CTL_MIN, "step: gradient check"));
+    DMUON_TRY(agree_outcome(rt, rc, bad, "the gradient of"));
     DMUON_TRY(rt_ctl_f64(rt, &gsum, 1, DMUON_CTL_SUM, "step: gradient norm"));
-    if (gbad != INT_MAX) {
-        clear_grads(rt);
-        return DMUON_FAIL(DMUON_ENUMERIC, "runtime: step %lld: non-finite gradient in '%s'; "
-                          "no parameter or optimizer state was changed",
-                          (long long)rt->steps + 1, rt->params[gbad].name);
-    }
     rt->grad_norm = sqrt(gsum);
     double clip = rt->opts.optim.clip_norm;
     if (clip > 0 && rt->grad_norm > clip) {
@@ -161,8 +198,11 @@ static dmuon_rc check_and_clip(dmuon_rt *rt)
     return DMUON_OK;
 }
 
-/* Step 3: the owned matrices, in layer order (pieces are sorted so). */
-static dmuon_rc step_owned(dmuon_rt *rt, double lr)
+/* Step 3, computed: the orthogonalised direction of every owned matrix into
+ * own_o (storage order), then the new momentum and master checked without
+ * storing them.  Local.  A non-finite direction or update lowers *bad to
+ * its parameter; other NS errors are returned. */
+static dmuon_rc owned_directions(dmuon_rt *rt, double lr, int *bad)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
     for (size_t i = 0; i < rt->npieces; i++) {
@@ -171,31 +211,172 @@ static dmuon_rc step_owned(dmuon_rt *rt, double lr)
             continue;
         const rt_param *p = &rt->params[pc->param];
         int64_t mn = p->m * p->n;
-        bool plain = plain_place(p);
-        DMUON_TRY(grow_scratch(rt, plain ? mn : 4 * mn));
-        /* other placements: master, momentum and gradient of the real
-         * matrix gathered into scratch, updated there, written back */
-        float *sw = rt->scratch + mn, *sm = sw + mn, *sg = sm + mn;
-        float *w0 = rt->own_w + pc->pos, *m0 = rt->own_m + pc->pos, *g0 = rt->own_g + pc->pos;
-        for (int64_t a = 0; a < pc->hi - pc->lo; a += mn) {
-            int64_t w = pc->pos + a, j = (pc->lo + a) / mn;
+        bool plain = plain_place(p), finite = true;
+        assert(rt->scratch_elems >= (plain ? mn : 3 * mn));
+        /* other placements: momentum and gradient of the real matrix
+         * gathered into scratch, the direction written back in storage
+         * order */
+        float *u = rt->scratch, *sm = u + mn, *sg = sm + mn;
+        float *m0 = rt->own_m + pc->pos, *g0 = rt->own_g + pc->pos, *o0 = rt->own_o + pc->pos;
+        for (int64_t a = 0; a < pc->hi - pc->lo && finite; a += mn) {
+            int64_t j = (pc->lo + a) / mn;
             double t0 = dmuon_now_ms();
+            dmuon_rc rc;
             if (plain) {
-                DMUON_TRY(dmuon_muon_update(rt->ns, o, lr, p->m, p->n, rt->own_w + w,
-                                            rt->own_m + w, rt->own_g + w, rt->scratch));
+                DMUON_TRY(rt->elem->direction(o, mn, m0 + a, g0 + a, u, rt->stream));
+                rc = dmuon_ns_run_host(rt->ns, u, p->m, p->n, o0 + a);
             } else {
-                mat_copy(p, j, w0, pc->lo, sw, false);
                 mat_copy(p, j, m0, pc->lo, sm, false);
                 mat_copy(p, j, g0, pc->lo, sg, false);
-                DMUON_TRY(dmuon_muon_update(rt->ns, o, lr, p->m, p->n, sw, sm, sg, rt->scratch));
-                mat_copy(p, j, w0, pc->lo, sw, true);
-                mat_copy(p, j, m0, pc->lo, sm, true);
+                DMUON_TRY(rt->elem->direction(o, mn, sm, sg, u, rt->stream));
+                rc = dmuon_ns_run_host(rt->ns, u, p->m, p->n, u);
+                if (rc == DMUON_OK)
+                    mat_copy(p, j, o0, pc->lo, u, true);
             }
             rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
             rt->stats.ns_matrices++;
-            if (rt->pub)
+            if (rc == DMUON_ENUMERIC)
+                finite = false;
+            else if (rc != DMUON_OK)
+                return rc;
+            if (rt->pub_open)
                 DMUON_TRY(rt_fail_comm(rt, dmuon_publish_progress(rt->pub)));
         }
+        int64_t at = -1;
+        if (finite)
+            DMUON_TRY(rt->elem->muon_finish(o, lr, dmuon_muon_scale_of(o, p->m, p->n),
+                                            pc->hi - pc->lo, rt->own_w + pc->pos, m0, g0, o0, 0,
+                                            &at, rt->stream));
+        finite = finite && at < 0;
+        if (!finite && pc->param < *bad)
+            *bad = pc->param;
+    }
+    return DMUON_OK;
+}
+
+/* Line B for layer l, computed: Nesterov directions of the shard (momentum
+ * unchanged), gathered whole over the shard group, Newton–Schulz of every
+ * Muon matrix on every rank, this rank's part of the result into even_o.
+ * Collective over the shard group (always made, whatever *bad says). */
+static dmuon_rc replicated_directions(dmuon_rt *rt, size_t l, int *bad)
+{
+    const dmuon_optim_opts *o = &rt->opts.optim;
+    const rt_layer *L = &rt->layers[l];
+    bool any = false;
+    for (int j = 0; j < L->np; j++)
+        any |= rt->params[L->params[j]].role == DMUON_ROLE_MUON;
+    if (!any || !L->shard)
+        return DMUON_OK;
+    float *full = rt->scratch, *mine = full + L->even_pad, *odir = mine + L->shard;
+    memset(mine, 0, (size_t)L->shard * sizeof(float));
+    dmuon_rc drc = DMUON_OK;   /* a local failure still takes part in the gather */
+    for (size_t i = 0; i < rt->npieces && drc == DMUON_OK; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        if (pc->owned || (size_t)pc->layer != l || rt->params[pc->param].role != DMUON_ROLE_MUON)
+            continue;
+        drc = rt->elem->direction(o, pc->hi - pc->lo, rt->even_m + pc->pos, rt->even_g + pc->pos,
+                                  mine + (pc->pos - L->even_pos), rt->stream);
+    }
+    MPI_Request q;
+    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallgather(mine, (int)L->shard, MPI_FLOAT, full, (int)L->shard,
+                                             MPI_FLOAT, rt->shard_comm, &q),
+                          &q, "step: MPI_Iallgather (Nesterov directions)", l));
+    DMUON_TRY(drc);
+    for (int j = 0; j < L->np; j++) {
+        const rt_param *p = &rt->params[L->params[j]];
+        if (p->role != DMUON_ROLE_MUON)
+            continue;
+        int64_t mn = p->m * p->n, base = p->off - L->own_elems;
+        int64_t per = mats_per_block(p), span = per * mn;
+        bool plain = plain_place(p);
+        float *mat = odir + span;   /* one real matrix (other placements) */
+        assert(rt->scratch_elems >= L->even_pad + L->shard + span + mn);
+        for (int64_t b = 0; b < p->matrices / per; b++) {
+            /* odir: the block's directions in storage order */
+            for (int64_t a = b * per; a < (b + 1) * per; a++) {
+                double t0 = dmuon_now_ms();
+                dmuon_rc rc;
+                if (plain) {
+                    rc = dmuon_ns_run_host(rt->ns, full + base + a * mn, p->m, p->n, odir);
+                } else {
+                    mat_copy(p, a, full + base, 0, mat, false);
+                    rc = dmuon_ns_run_host(rt->ns, mat, p->m, p->n, mat);
+                    if (rc == DMUON_OK)
+                        mat_copy(p, a, odir, b * span, mat, true);
+                }
+                rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
+                rt->stats.ns_matrices++;
+                if (rc == DMUON_ENUMERIC) {
+                    /* the same directions on every rank: every rank finds it */
+                    if (L->params[j] < *bad)
+                        *bad = L->params[j];
+                    memset(odir + (a - b * per) * mn, 0, (size_t)mn * sizeof(float));
+                } else if (rc != DMUON_OK) {
+                    return rc;
+                }
+            }
+            for (size_t i = 0; i < rt->npieces; i++) {
+                const rt_piece *pc = &rt->pieces[i];
+                if (pc->owned || pc->param != L->params[j])
+                    continue;
+                int64_t lo = pc->lo > b * span ? pc->lo : b * span;
+                int64_t hi = pc->hi < (b + 1) * span ? pc->hi : (b + 1) * span;
+                if (lo < hi)
+                    memcpy(rt->even_o + pc->pos + (lo - pc->lo), odir + (lo - b * span),
+                           (size_t)(hi - lo) * sizeof(float));
+            }
+        }
+    }
+    return DMUON_OK;
+}
+
+/* Step 4 (and line B's Muon shards), computed or committed: the update of
+ * every even piece; with write 0 nothing is stored and *bad is lowered to
+ * the first parameter whose new state is not finite. */
+static dmuon_rc even_updates(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int64_t t, int write,
+                             int *bad)
+{
+    const dmuon_optim_opts *o = &rt->opts.optim;
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        if (pc->owned)
+            continue;
+        const rt_param *p = &rt->params[pc->param];
+        int64_t n = pc->hi - pc->lo, at = -1;
+        float *w = rt->even_w + pc->pos, *m = rt->even_m + pc->pos, *g = rt->even_g + pc->pos;
+        if (p->role == DMUON_ROLE_ADAMW) {
+            double decay = p->plan_role == DMUON_ROLE_MUON ? o->muon_weight_decay
+                                                           : o->adamw_weight_decay;
+            DMUON_TRY(rt->elem->adamw_step(o, lrs->adamw_lr, decay, t, n, w, m,
+                                           rt->even_v + pc->pos, g, write, &at, rt->stream));
+        } else {
+            DMUON_TRY(rt->elem->muon_finish(o, lrs->muon_lr, dmuon_muon_scale_of(o, p->m, p->n),
+                                            n, w, m, g, rt->even_o + pc->pos, write, &at,
+                                            rt->stream));
+        }
+        if (at >= 0 && pc->param < *bad)
+            *bad = pc->param;
+        if (write)
+            rt_store_param(rt, pc, rt->base);
+    }
+    return DMUON_OK;
+}
+
+/* Step 5 for the owned matrices: the checked updates stored, each segment
+ * published as soon as its matrices are done (HSDP). */
+static dmuon_rc owned_commit(dmuon_rt *rt, double lr)
+{
+    const dmuon_optim_opts *o = &rt->opts.optim;
+    for (size_t i = 0; i < rt->npieces; i++) {
+        const rt_piece *pc = &rt->pieces[i];
+        if (!pc->owned)
+            continue;
+        const rt_param *p = &rt->params[pc->param];
+        int64_t at = -1;
+        DMUON_TRY(rt->elem->muon_finish(o, lr, dmuon_muon_scale_of(o, p->m, p->n),
+                                        pc->hi - pc->lo, rt->own_w + pc->pos, rt->own_m + pc->pos,
+                                        rt->own_g + pc->pos, rt->own_o + pc->pos, 1, &at,
+                                        rt->stream));
         rt_store_param(rt, pc, rt->base);
         bool seg_end = i + 1 == rt->npieces || !rt->pieces[i + 1].owned ||
                        rt->pieces[i + 1].layer != pc->layer || rt->pieces[i + 1].seg != pc->seg;
@@ -205,75 +386,14 @@ static dmuon_rc step_owned(dmuon_rt *rt, double lr)
     return DMUON_OK;
 }
 
-/* Line B for layer l: Nesterov directions of the shard, gathered whole,
- * Newton–Schulz of every Muon matrix on every rank, applied to the shard. */
-static dmuon_rc step_replicated(dmuon_rt *rt, size_t l, double lr)
+/* A step that failed before its commit: nothing was stored; the
+ * accumulated gradients are dropped so the next micro-batch starts clean,
+ * and the gradient norm reads NaN. */
+static dmuon_rc step_failed(dmuon_rt *rt, dmuon_rc rc)
 {
-    const dmuon_optim_opts *o = &rt->opts.optim;
-    const rt_layer *L = &rt->layers[l];
-    bool any = false;
-    for (int j = 0; j < L->np; j++)
-        any |= rt->params[L->params[j]].role == DMUON_ROLE_MUON;
-    if (!any || !L->shard)
-        return DMUON_OK;
-    int64_t big = L->even_pad + L->shard;
-    for (int j = 0; j < L->np; j++) {
-        const rt_param *p = &rt->params[L->params[j]];
-        /* the direction of one block (one or two matrices) and one matrix */
-        int64_t need = L->even_pad + L->shard + 3 * p->m * p->n;
-        if (p->role == DMUON_ROLE_MUON && big < need)
-            big = need;
-    }
-    DMUON_TRY(grow_scratch(rt, big));
-    float *full = rt->scratch, *mine = full + L->even_pad, *odir = mine + L->shard;
-    memset(mine, 0, (size_t)L->shard * sizeof(float));
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_piece *pc = &rt->pieces[i];
-        if (pc->owned || (size_t)pc->layer != l || rt->params[pc->param].role != DMUON_ROLE_MUON)
-            continue;
-        dmuon_muon_momentum(o, pc->hi - pc->lo, rt->even_m + pc->pos, rt->even_g + pc->pos,
-                            mine + (pc->pos - L->even_pos));
-    }
-    MPI_Request q;
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallgather(mine, (int)L->shard, MPI_FLOAT, full, (int)L->shard,
-                                             MPI_FLOAT, rt->shard_comm, &q),
-                          &q, "step: MPI_Iallgather (Nesterov directions)", l));
-    for (int j = 0; j < L->np; j++) {
-        const rt_param *p = &rt->params[L->params[j]];
-        if (p->role != DMUON_ROLE_MUON)
-            continue;
-        int64_t mn = p->m * p->n, base = p->off - L->own_elems;
-        int64_t per = mats_per_block(p), span = per * mn;
-        bool plain = plain_place(p);
-        float *mat = odir + span;   /* one real matrix (other placements) */
-        double scale = dmuon_muon_scale_of(o, p->m, p->n);
-        for (int64_t b = 0; b < p->matrices / per; b++) {
-            /* odir: the block's directions in storage order */
-            for (int64_t a = b * per; a < (b + 1) * per; a++) {
-                double t0 = dmuon_now_ms();
-                if (plain) {
-                    DMUON_TRY(dmuon_ns_run_host(rt->ns, full + base + a * mn, p->m, p->n, odir));
-                } else {
-                    mat_copy(p, a, full + base, 0, mat, false);
-                    DMUON_TRY(dmuon_ns_run_host(rt->ns, mat, p->m, p->n, mat));
-                    mat_copy(p, a, odir, b * span, mat, true);
-                }
-                rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
-                rt->stats.ns_matrices++;
-            }
-            for (size_t i = 0; i < rt->npieces; i++) {
-                const rt_piece *pc = &rt->pieces[i];
-                if (pc->owned || pc->param != L->params[j])
-                    continue;
-                int64_t lo = pc->lo > b * span ? pc->lo : b * span;
-                int64_t hi = pc->hi < (b + 1) * span ? pc->hi : (b + 1) * span;
-                if (lo < hi)
-                    dmuon_muon_apply(o, lr, scale, hi - lo, rt->even_w + pc->pos + (lo - pc->lo),
-                                     odir + (lo - b * span));
-            }
-        }
-    }
-    return DMUON_OK;
+    clear_grads(rt);
+    rt->grad_norm = NAN;
+    return rc;
 }
 
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
@@ -281,34 +401,34 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     double t0 = dmuon_now_ms();
     rt->stats.ns_s = 0;
     rt->stats.ns_matrices = 0;
+    rt->grad_norm = NAN;
     dmuon_rc rc = check_and_clip(rt);
     if (rc != DMUON_OK)
-        return rc;
+        return step_failed(rt, rc);
+    int64_t t = rt->steps + 1;
+    /* computed: every direction and every update, checked; nothing stored
+     * outside scratch and the direction buffers */
+    int bad = INT_MAX;
+    rc = owned_directions(rt, lrs->muon_lr, &bad);
+    for (size_t l = 0; l < rt->nlayers && rt->opts.line == DMUON_LINE_B && !rt->failed; l++) {
+        dmuon_rc r = replicated_directions(rt, l, &bad);
+        if (rc == DMUON_OK)
+            rc = r;
+    }
+    if (rt->failed)   /* a communication failure: no agreement possible */
+        return step_failed(rt, rc);
+    if (rc == DMUON_OK)
+        rc = even_updates(rt, lrs, t, 0, &bad);
+    /* agreed before anything is stored or published: every rank commits,
+     * or none does */
+    rc = agree_outcome(rt, rc, bad, "the update of");
+    if (rc != DMUON_OK)
+        return step_failed(rt, rc);
+    /* committed */
     DMUON_TRY(rt_pub_end(rt));
     DMUON_TRY(rt_pub_begin(rt));
-    const dmuon_optim_opts *o = &rt->opts.optim;
-    int64_t t = rt->steps + 1;
-    /* NS failures (a non-finite direction) are agreed before anything is
-     * published further; the checks above make them unreachable for finite
-     * gradients. */
-    rc = step_owned(rt, lrs->muon_lr);
-    if (rc != DMUON_OK)
-        return rt_fail_comm(rt, rc);
-    for (size_t l = 0; l < rt->nlayers && rt->opts.line == DMUON_LINE_B; l++)
-        DMUON_TRY(step_replicated(rt, l, lrs->muon_lr));
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_piece *pc = &rt->pieces[i];
-        if (pc->owned)
-            continue;
-        const rt_param *p = &rt->params[pc->param];
-        if (p->role == DMUON_ROLE_ADAMW) {
-            double decay = p->plan_role == DMUON_ROLE_MUON ? o->muon_weight_decay
-                                                           : o->adamw_weight_decay;
-            dmuon_adamw_update(o, lrs->adamw_lr, decay, t, pc->hi - pc->lo, rt->even_w + pc->pos,
-                               rt->even_m + pc->pos, rt->even_v + pc->pos, rt->even_g + pc->pos);
-        }
-        rt_store_param(rt, pc, rt->base);
-    }
+    DMUON_TRY(owned_commit(rt, lrs->muon_lr));
+    DMUON_TRY(even_updates(rt, lrs, t, 1, &bad));
     DMUON_TRY(rt_pub_finish(rt));
     clear_grads(rt);
     rt->steps = t;
@@ -318,18 +438,66 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
 
 /* --------------------------------------------------------- checkpoints -- */
 
+/* The settings a checkpoint records and a load compares (learning rates
+ * are the trainer's, per step, and stay free). */
+static const char *const hparam_names[] = {"momentum", "nesterov", "muon_weight_decay",
+                                           "muon_scale", "beta1", "beta2", "eps",
+                                           "adamw_weight_decay", "clip_norm"};
+#define N_HPARAMS ((int)(sizeof hparam_names / sizeof *hparam_names))
+
 static void hparams(const dmuon_rt *rt, dmuon_ckpt_meta *m)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
-    static const char *names[] = {"momentum", "nesterov", "muon_weight_decay", "muon_scale",
-                                  "beta1", "beta2", "eps", "adamw_weight_decay", "clip_norm"};
-    double v[] = {o->momentum, o->nesterov, o->muon_weight_decay, (double)o->scale,
-                  o->beta1, o->beta2, o->eps, o->adamw_weight_decay, o->clip_norm};
-    m->n_hparams = (int)(sizeof v / sizeof v[0]);
+    double v[N_HPARAMS] = {o->momentum, o->nesterov, o->muon_weight_decay, (double)o->scale,
+                           o->beta1, o->beta2, o->eps, o->adamw_weight_decay, o->clip_norm};
+    m->n_hparams = N_HPARAMS;
     for (int i = 0; i < m->n_hparams; i++) {
-        m->hparam_names[i] = names[i];
+        m->hparam_names[i] = hparam_names[i];
         m->hparam_values[i] = v[i];
     }
+    m->ns_variant = o->ns_variant;
+}
+
+/* Drops from m what opts.resume_override allows to differ from the
+ * checkpoint: a list of names separated by commas or spaces, each a
+ * hyperparameter of hparam_names, "ns_variant", or "all".  Local and the
+ * same on every rank (same options).  Errors: DMUON_EINVAL naming an
+ * unknown entry. */
+static dmuon_rc apply_override(const dmuon_rt *rt, dmuon_ckpt_meta *m)
+{
+    const char *s = rt->opts.resume_override;
+    bool drop[N_HPARAMS] = {false}, ns = false;
+    while (*s) {
+        size_t n = strcspn(s, ", ");
+        bool known = n == 3 && !strncmp(s, "all", 3);
+        if (known) {
+            ns = true;
+            for (int i = 0; i < N_HPARAMS; i++)
+                drop[i] = true;
+        } else if (n == 10 && !strncmp(s, "ns_variant", 10)) {
+            known = ns = true;
+        }
+        for (int i = 0; i < N_HPARAMS && !known && n; i++)
+            if (strlen(hparam_names[i]) == n && !strncmp(s, hparam_names[i], n))
+                known = drop[i] = true;
+        if (n && !known)
+            return DMUON_FAIL(DMUON_EINVAL, "runtime: resume_override entry '%.*s': expected "
+                              "all, ns_variant, momentum, nesterov, muon_weight_decay, "
+                              "muon_scale, beta1, beta2, eps, adamw_weight_decay or clip_norm",
+                              (int)n, s);
+        s += n;
+        s += strspn(s, ", ");
+    }
+    int k = 0;
+    for (int i = 0; i < m->n_hparams; i++)
+        if (!drop[i]) {
+            m->hparam_names[k] = m->hparam_names[i];
+            m->hparam_values[k++] = m->hparam_values[i];
+        }
+    m->n_hparams = k;
+    if (ns)
+        m->ns_variant = NULL;
+    return DMUON_OK;
 }
 
 /* The parameter table's digest: names, element counts and roles. */
@@ -407,6 +575,9 @@ dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir)
 {
     if (!rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: save before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: save after a communication failure (a missed "
+                          "deadline leaves the communicator out of step): free the runtime");
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;
@@ -414,7 +585,8 @@ dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir)
     meta_of(rt, &meta);
     dmuon_rc rc = rt_agree(rt, ckpt_tables(rt, true, &params, &pieces, &n));
     if (rc == DMUON_OK)
-        rc = dmuon_ckpt_save(rt->topo.world, dir, &meta, params, rt->nparams, pieces, n);
+        rc = rt_fail_comm(rt, dmuon_ckpt_save(rt->topo.world, rt->opts.deadline_ms, dir, &meta,
+                                              params, rt->nparams, pieces, n));
     free(params);
     free(pieces);
     return rc;
@@ -424,6 +596,9 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
 {
     if (!rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: load before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: load after a communication failure (a missed "
+                          "deadline leaves the communicator out of step): free the runtime");
     if (rt->steps > 0 || rt->micro > 0 || rt->in_micro)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: load after %s: load right after open, before "
                           "the first micro-batch", rt->steps > 0 ? "a step" : "a micro-batch began");
@@ -435,17 +610,21 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
     /* every replica loads its pieces (HSDP even shards on every node) */
     bool hsdp = rt->hsdp;
     rt->hsdp = false;
-    dmuon_rc rc = ckpt_tables(rt, true, &params, &pieces, &n);
+    dmuon_rc rc = apply_override(rt, &meta);
+    if (rc == DMUON_OK)
+        rc = ckpt_tables(rt, true, &params, &pieces, &n);
     rt->hsdp = hsdp;
     rc = rt_agree(rt, rc);
     if (rc == DMUON_OK)
-        rc = dmuon_ckpt_load(rt->topo.world, dir, &meta, params, rt->nparams, pieces, n, &got);
+        rc = rt_fail_comm(rt, dmuon_ckpt_load(rt->topo.world, rt->opts.deadline_ms, dir, &meta,
+                                              params, rt->nparams, pieces, n, &got));
     free(params);
     free(pieces);
     DMUON_TRY(rc);
     rt->steps = got.step;
     for (size_t l = 0; l < rt->nlayers; l++)
-        rt->layers[l].gathered = false;
+        if (rt->layers[l].pblock == RT_BLOCK_GATHERED)
+            rt->layers[l].pblock = RT_BLOCK_LIVE;
     DMUON_TRY(rt_write_windows(rt));
     return rt_pub_round(rt);
 }
@@ -454,12 +633,16 @@ dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path)
 {
     if (!rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: export before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: export after a communication failure (a missed "
+                          "deadline leaves the communicator out of step): free the runtime");
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;
     dmuon_rc rc = rt_agree(rt, ckpt_tables(rt, false, &params, &pieces, &n));
     if (rc == DMUON_OK)
-        rc = dmuon_ckpt_export(rt->topo.world, path, params, rt->nparams, pieces, n);
+        rc = rt_fail_comm(rt, dmuon_ckpt_export(rt->topo.world, rt->opts.deadline_ms, path,
+                                                params, rt->nparams, pieces, n));
     free(params);
     free(pieces);
     return rc;

@@ -21,6 +21,7 @@
  */
 #include "rt_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,13 +94,30 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         rc = DMUON_FAIL(DMUON_EINVAL, "runtime: ZeRO stage %d: expected 2 or 3", zero);
     if (rc == DMUON_OK && (unsigned)rt->opts.line > DMUON_LINE_A)
         rc = DMUON_FAIL(DMUON_EINVAL, "runtime: unknown line %d", (int)rt->opts.line);
+    /* the pool, the optimizer state and the lines' transports are host
+     * memory over MPI in this build; the NCCL backends and device memory
+     * are refused by name (the CUDA element kernels exist, elem.h) */
+    if (rc == DMUON_OK && rt->opts.backend != DMUON_BACKEND_MPI)
+        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: backend %s: the runtime moves its data "
+                        "over MPI on host memory in this build; use backend mpi",
+                        dmuon_backend_name(rt->opts.backend));
+    if (rc == DMUON_OK && rt->opts.device != DMUON_DEVICE_CPU)
+        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: device %s: the runtime keeps its pool "
+                        "and optimizer state in host memory in this build%s; use device cpu",
+                        rt->opts.device == DMUON_DEVICE_CUDA ? "cuda" : "?",
+                        rt_elem_cuda() ? " (its CUDA element kernels are built but not wired to "
+                                         "a device pool)"
+                                       : " (built without CUDA)");
     rt->zero = zero;
     /* option errors are local but identical on every rank (same options) */
     if (rc != DMUON_OK)
         goto fail;
     int size = 0, wrank = 0;
-    MPI_Comm_size(comm, &size);
-    MPI_Comm_rank(comm, &wrank);
+    if (MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &wrank) != MPI_SUCCESS) {
+        rc = DMUON_FAIL(DMUON_ECOMM, "runtime: create: the communicator is not usable "
+                        "(MPI_Comm_size / MPI_Comm_rank failed)");
+        goto fail;
+    }
     dmuon_err_set_rank(wrank);
     if (size != dmuon_plan_ranks(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan is for %d ranks (%d node%s x %d), "
@@ -118,11 +136,12 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
                         rt->topo.virtual_nodes ? "virtual nodes" : "MPI_COMM_TYPE_SHARED");
         goto fail;
     }
-    {   /* the same plan on every rank */
+    {   /* the same plan on every rank: the minimum of the digest and of its
+         * complement in one reduction, within the deadline */
         uint64_t mine = dmuon_plan_units_digest(plan) ^ (dmuon_plan_segments_digest(plan) << 1);
-        int64_t lo = (int64_t)mine, hi = (int64_t)mine;
-        DMUON_TRY_GOTO(rc, rt_ctl_i64(rt, &lo, 1, DMUON_CTL_MIN, "runtime: plan digest"), fail);
-        DMUON_TRY_GOTO(rc, rt_ctl_i64(rt, &hi, 1, DMUON_CTL_MAX, "runtime: plan digest"), fail);
+        int64_t v[2] = {(int64_t)mine, (int64_t)~mine};
+        DMUON_TRY_GOTO(rc, rt_ctl_i64(rt, v, 2, DMUON_CTL_MIN, "create: plan digest"), fail);
+        uint64_t lo = (uint64_t)v[0], hi = ~(uint64_t)v[1];
         if (lo != hi) {
             rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the ranks were given different plans "
                             "(units or segment tables differ): load the same plan file on "
@@ -140,13 +159,18 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         goto fail;
     }
     rt->shard_comm = rt->hsdp ? rt->topo.node : rt->topo.world;
-    MPI_Comm_rank(rt->shard_comm, &rt->shard_rank);
-    MPI_Comm_size(rt->shard_comm, &rt->shard_size);
+    if (MPI_Comm_rank(rt->shard_comm, &rt->shard_rank) != MPI_SUCCESS ||
+        MPI_Comm_size(rt->shard_comm, &rt->shard_size) != MPI_SUCCESS) {
+        rc = DMUON_FAIL(DMUON_ECOMM, "runtime: create: MPI_Comm_rank / MPI_Comm_size of the "
+                        "shard group failed");
+        goto fail;
+    }
 
     dmuon_ns_opts nso;
     dmuon_ns_opts_init(&nso);
     DMUON_TRY_GOTO(rc, dmuon_ns_opts_set_variant(&nso, rt->opts.optim.ns_variant), fail);
     DMUON_TRY_GOTO(rc, dmuon_ns_create(DMUON_DEVICE_CPU, -1, &nso, &rt->ns), fail);
+    rt->elem = rt_elem_host();
 
     size_t np = 0;
     const dmuon_plan_param *pp = dmuon_plan_params(plan, &np);
@@ -545,44 +569,38 @@ static dmuon_rc pool_agree(dmuon_rt *rt)
 
 dmuon_rc rt_pool_build(dmuon_rt *rt)
 {
-    int64_t b[DMUON_SPACE_COUNT] = {0};
     DMUON_TRY(rt_groups_size(rt));
     int ngroups = 0;
     for (size_t l = 0; l < rt->nlayers; l++)
         ngroups += rt_layer_groups(rt, l);
-    b[DMUON_SPACE_CTRL] = rt->ctrl_per_group * ngroups;
+    dmuon_pool_sizes sz = {.ctrl = rt->ctrl_per_group * ngroups};
     if (rt->packed) {
-        b[DMUON_SPACE_PARAM] = rt->rec[0].total;
-        b[DMUON_SPACE_GRAD] = rt->rec[1].total;
+        sz.param = rt->rec[RT_PARAM].total;
+        sz.grad = rt->rec[RT_GRAD].total;
     } else {
         for (size_t l = 0; l < rt->nlayers; l++) {
-            b[DMUON_SPACE_PARAM] += dmuon_pool_align(rt->layers[l].pbytes);
-            b[DMUON_SPACE_GRAD] += dmuon_pool_align(rt->layers[l].gbytes);
+            sz.param += dmuon_pool_align(rt->layers[l].pbytes);
+            sz.grad += dmuon_pool_align(rt->layers[l].gbytes);
         }
     }
-    int64_t w = 0;
-    rt->pwin_off = w;
-    w += dmuon_pool_align(rt->max_win_elems * (int64_t)rt->dsize);
-    rt->gwin_off = w;
-    w += dmuon_pool_align(rt->max_win_elems * 4);
-    rt->ewin_off = w;
-    w += dmuon_pool_align(rt->even_total * (int64_t)rt->dsize);
-    rt->egwin_off = w;
-    w += dmuon_pool_align(rt->even_total * 4);
-    rt->copy_off = w;
-    w += dmuon_pool_align(rt->copy_bytes);
-    b[DMUON_SPACE_WINDOW] = w;
-    int64_t off = 0;
+    sz.win[DMUON_WIN_PARAM] = rt->max_win_elems * (int64_t)rt->dsize;
+    sz.win[DMUON_WIN_GRAD] = rt->max_win_elems * 4;
+    sz.win[DMUON_WIN_EVEN] = rt->even_total * (int64_t)rt->dsize;
+    sz.win[DMUON_WIN_EVEN_GRAD] = rt->even_total * 4;
+    sz.win[DMUON_WIN_COPY] = rt->copy_bytes;
+    dmuon_pool_map map;
+    dmuon_pool_lay_out(&sz, &map);
     for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
-        rt->space_off[s] = off;
-        rt->space_bytes[s] = b[s];
-        off += (b[s] + DMUON_POOL_BASE_ALIGN - 1) / DMUON_POOL_BASE_ALIGN * DMUON_POOL_BASE_ALIGN;
+        rt->space_off[s] = map.space_off[s];
+        rt->space_bytes[s] = map.space_bytes[s];
     }
-    rt->pwin_off += rt->space_off[DMUON_SPACE_WINDOW];
-    rt->gwin_off += rt->space_off[DMUON_SPACE_WINDOW];
-    rt->ewin_off += rt->space_off[DMUON_SPACE_WINDOW];
-    rt->egwin_off += rt->space_off[DMUON_SPACE_WINDOW];
-    rt->copy_off += rt->space_off[DMUON_SPACE_WINDOW];
+    rt->pwin_off = map.win_off[DMUON_WIN_PARAM];
+    rt->gwin_off = map.win_off[DMUON_WIN_GRAD];
+    rt->ewin_off = map.win_off[DMUON_WIN_EVEN];
+    rt->egwin_off = map.win_off[DMUON_WIN_EVEN_GRAD];
+    rt->copy_off = map.win_off[DMUON_WIN_COPY];
+    int64_t off = map.total;
+    const int64_t *b = map.space_bytes;
     DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, &rt->symm)));
     rt->base = dmuon_symm_base(rt->symm);
     DMUON_TRY(pool_agree(rt));
@@ -621,16 +639,26 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt)
         return rc;
     rc = lay_out(rt);
     if (rc == DMUON_OK) {
-        rt->own_w = calloc((size_t)rt->win_elems + 1, 4);
-        rt->own_m = calloc((size_t)rt->win_elems + 1, 4);
-        rt->own_g = calloc((size_t)rt->win_elems + 1, 4);
-        rt->even_w = calloc((size_t)rt->even_total + 1, 4);
-        rt->even_m = calloc((size_t)rt->even_total + 1, 4);
-        rt->even_v = calloc((size_t)rt->even_total + 1, 4);
-        rt->even_g = calloc((size_t)rt->even_total + 1, 4);
-        if (!rt->own_w || !rt->own_m || !rt->own_g || !rt->even_w || !rt->even_m ||
-            !rt->even_v || !rt->even_g)
+        /* optimizer state, gradients and directions: one allocation */
+        int64_t we = rt->win_elems, ee = rt->even_total;
+        int64_t eo = rt->opts.line == DMUON_LINE_B ? ee : 0;
+        rt->state = calloc((size_t)(4 * we + 4 * ee + eo + 1), sizeof *rt->state);
+        if (!rt->state) {
             rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for optimizer state");
+        } else {
+            float *f = rt->state;
+            rt->own_w = f, f += we;
+            rt->own_m = f, f += we;
+            rt->own_g = f, f += we;
+            rt->own_o = f, f += we;
+            rt->even_w = f, f += ee;
+            rt->even_m = f, f += ee;
+            rt->even_v = f, f += ee;
+            rt->even_g = f, f += ee;
+            rt->even_o = f;
+            rt->state_elems = 4 * we + 4 * ee + eo;
+            rc = rt_step_prepare(rt);
+        }
     }
     DMUON_TRY(rt_agree(rt, rc));
     for (size_t i = 0; i < rt->npieces; i++) {
@@ -683,9 +711,11 @@ static void micro_begin(dmuon_rt *rt)
         return;
     rt->in_micro = true;
     rt->bwd_count = 0;
-    rt->acq_index[0] = rt->acq_index[1] = 0;
+    for (int k = 0; k < RT_SPACES; k++)
+        rt->acq_index[k] = 0;
     for (size_t l = 0; l < rt->nlayers; l++)
-        rt->layers[l].bwd_done = false;
+        if (rt->layers[l].phase == RT_DONE)
+            rt->layers[l].phase = RT_IDLE;
 }
 
 static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
@@ -711,40 +741,69 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
     if (rt->packed) {
         rt_space_rec *r = &rt->rec[space];
         size_t k = rt->acq_index[space]++;
+        static const char *const what[RT_SPACES] = {"parameter", "gradient", "weight view"};
         if (k >= r->nacq || (size_t)r->acq_block[k] != l)
             return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch is "
                               "layer '%s'; the recorded micro-batch acquired %s%s%s there (the "
                               "hooks must repeat one order every micro-batch)",
-                              space ? "gradient" : "parameter", k,
+                              what[space], k,
                               dmuon_plan_layer_name(rt->plan, l), k < r->nacq ? "layer '" : "nothing",
                               k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
                               k < r->nacq ? "'" : "");
-        if (space == 0)
+        if (space == RT_PARAM)
             L->poff = r->offsets[k];
-        else
+        else if (space == RT_GRAD)
             L->goff = r->offsets[k];
+        else
+            L->w = (float *)((unsigned char *)rt->views + r->offsets[k]);
     } else if (rt->recording) {
         DMUON_TRY(record(rt, space, l, 1));
     }
-    if (space == 0)
-        L->p_live = true;
-    else
-        L->g_live = true;
+    if (space == RT_PARAM)
+        L->pblock = RT_BLOCK_LIVE;
+    else if (space == RT_VIEW && !rt->packed)
+        L->w = L->w_own;
+    return DMUON_OK;
+}
+
+/* The F32 view of layer l's gathered block: acquired (no allocation once
+ * packed: a range of the view arena; before, the layer's own buffer,
+ * allocated once) and filled from the parameter space. */
+static dmuon_rc view_open(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (L->w)
+        return DMUON_OK;
+    int64_t n = L->own_elems + L->even_elems;
+    if (!rt->packed && !L->w_own && !(L->w_own = malloc((size_t)(n ? n : 1) * sizeof(float))))
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for layer '%s' weights",
+                          dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(acquire(rt, RT_VIEW, l));
+    from_pdt(rt, L->w, rt_pblock(rt, L), L->own_elems);
+    from_pdt(rt, L->w + L->own_elems, rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
+             L->even_elems);
+    return DMUON_OK;
+}
+
+static dmuon_rc view_close(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (!L->w)
+        return DMUON_OK;
+    L->w = NULL;
+    if (!rt->packed && rt->recording)
+        DMUON_TRY(record(rt, RT_VIEW, l, 0));
     return DMUON_OK;
 }
 
 static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    if (space == 0) {
+    if (space == RT_PARAM) {
         if (L->inflight)
             DMUON_TRY(rt_fail_comm(rt, rt_gather_finish(rt, l)));
-        L->p_live = false;
-        L->gathered = false;
-        free(L->w);
-        L->w = NULL;
-    } else {
-        L->g_live = false;
+        DMUON_TRY(view_close(rt, l));
+        L->pblock = RT_BLOCK_NONE;
     }
     if (!rt->packed && rt->recording)
         DMUON_TRY(record(rt, space, l, 0));
@@ -754,18 +813,20 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
 /* Acquires layer l's parameter block and gathers into it unless the data
  * is there.  A prefetch only starts the gather (split phase where the line
  * has one); the use that follows waits for it and widens the block into
- * the FP32 view.  Time blocked here is exposed communication. */
+ * the FP32 view (ZeRO-2 keeps the block through the micro-batch but not
+ * the view: it is widened again at pre_backward).  Time blocked here is
+ * exposed communication. */
 static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
 {
     rt_layer *L = &rt->layers[l];
-    if (!L->p_live) {
+    if (L->pblock == RT_BLOCK_NONE) {
         if (!may_acquire)
             return DMUON_FAIL(DMUON_EINVAL, "runtime: recomputing layer '%s' before its "
                               "pre_backward", dmuon_plan_layer_name(rt->plan, l));
-        DMUON_TRY(acquire(rt, 0, l));
+        DMUON_TRY(acquire(rt, RT_PARAM, l));
     }
-    if (L->gathered)
-        return DMUON_OK;
+    if (L->pblock == RT_BLOCK_GATHERED)
+        return prefetch ? DMUON_OK : view_open(rt, l);
     double t0 = dmuon_now_ms();
     dmuon_rc rc;
     if (prefetch) {
@@ -781,17 +842,8 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
         rt->stats.comm_wait_s += dt;
         DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gather", l)));
     }
-    int64_t n = L->own_elems + L->even_elems;
-    free(L->w);
-    L->w = malloc((size_t)(n ? n : 1) * sizeof(float));
-    if (!L->w)
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for layer '%s' weights",
-                          dmuon_plan_layer_name(rt->plan, l));
-    from_pdt(rt, L->w, rt_pblock(rt, L), L->own_elems);
-    from_pdt(rt, L->w + L->own_elems, rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
-             L->even_elems);
-    L->gathered = true;
-    return DMUON_OK;
+    L->pblock = RT_BLOCK_GATHERED;
+    return prefetch ? DMUON_OK : view_open(rt, l);
 }
 
 dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
@@ -803,27 +855,45 @@ dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
     return DMUON_OK;
 }
 
+static bool in_fwd(const rt_layer *L) { return L->phase == RT_FWD || L->phase == RT_BWD_FWD; }
+static bool in_bwd(const rt_layer *L) { return L->phase == RT_BWD || L->phase == RT_BWD_FWD; }
+
+/* The invariants between a layer's phase and its blocks, after each hook
+ * (debug builds): inside a bracket the block holds the parameters and the
+ * F32 view exists; outside, no view; ZeRO-3 keeps no block outside its
+ * brackets except a prefetch. */
+static void layer_assert(const dmuon_rt *rt, const rt_layer *L)
+{
+    bool open = in_fwd(L) || in_bwd(L);
+    assert(!open || (L->pblock == RT_BLOCK_GATHERED && L->w));
+    assert(open || !L->w);
+    assert(!L->inflight || L->pblock == RT_BLOCK_LIVE);
+    (void)rt;
+}
+
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "pre_forward", l));
     rt_layer *L = &rt->layers[l];
-    if (L->in_fwd)
+    if (in_fwd(L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') twice without post_forward",
                           dmuon_plan_layer_name(rt->plan, l));
     if (rt->recompute) {
         DMUON_TRY(fetch(rt, l, false, false));
-        L->in_fwd = true;
+        L->phase = L->phase == RT_BWD ? RT_BWD_FWD : RT_FWD;
+        layer_assert(rt, L);
         return DMUON_OK;
     }
     micro_begin(rt);
-    if (L->bwd_done)
+    if (L->phase == RT_DONE)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') after its backward in this "
                           "micro-batch (missing post_backward of other layers?)",
                           dmuon_plan_layer_name(rt->plan, l));
     DMUON_TRY(fetch(rt, l, true, false));
-    L->in_fwd = true;
-    if (rt->opts.prefetch && l + 1 < rt->nlayers && !rt->layers[l + 1].p_live &&
-        !rt->layers[l + 1].bwd_done)
+    L->phase = L->phase == RT_BWD ? RT_BWD_FWD : RT_FWD;
+    layer_assert(rt, L);
+    if (rt->opts.prefetch && l + 1 < rt->nlayers && rt->layers[l + 1].pblock == RT_BLOCK_NONE &&
+        rt->layers[l + 1].phase != RT_DONE)
         DMUON_TRY(fetch(rt, l + 1, true, true));
     return DMUON_OK;
 }
@@ -832,12 +902,15 @@ dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "post_forward", l));
     rt_layer *L = &rt->layers[l];
-    if (!L->in_fwd)
+    if (!in_fwd(L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_forward('%s') without pre_forward",
                           dmuon_plan_layer_name(rt->plan, l));
-    L->in_fwd = false;
-    if (rt->zero == 3 && !rt->recompute && !L->in_bwd)
-        DMUON_TRY(release(rt, 0, l));
+    L->phase = L->phase == RT_BWD_FWD ? RT_BWD : RT_IDLE;
+    if (L->phase == RT_IDLE)
+        DMUON_TRY(view_close(rt, l));
+    if (rt->zero == 3 && !rt->recompute && L->phase == RT_IDLE)
+        DMUON_TRY(release(rt, RT_PARAM, l));
+    layer_assert(rt, L);
     return DMUON_OK;
 }
 
@@ -849,16 +922,17 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') inside a recomputation",
                           dmuon_plan_layer_name(rt->plan, l));
     micro_begin(rt);
-    if (L->in_bwd || L->bwd_done)
+    if (in_bwd(L) || L->phase == RT_DONE)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
                           dmuon_plan_layer_name(rt->plan, l));
     DMUON_TRY(fetch(rt, l, true, false));
-    if (rt->zero == 3 && rt->opts.prefetch && l > 0 && !rt->layers[l - 1].p_live &&
-        !rt->layers[l - 1].bwd_done)
+    if (rt->zero == 3 && rt->opts.prefetch && l > 0 &&
+        rt->layers[l - 1].pblock == RT_BLOCK_NONE && rt->layers[l - 1].phase != RT_DONE)
         DMUON_TRY(fetch(rt, l - 1, true, true));
-    DMUON_TRY(acquire(rt, 1, l));
+    DMUON_TRY(acquire(rt, RT_GRAD, l));
     memset(rt_gblock(rt, L), 0, (size_t)L->gbytes);
-    L->in_bwd = true;
+    L->phase = L->phase == RT_FWD ? RT_BWD_FWD : RT_BWD;
+    layer_assert(rt, L);
     return DMUON_OK;
 }
 
@@ -866,10 +940,10 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "post_backward", l));
     rt_layer *L = &rt->layers[l];
-    if (!L->in_bwd)
+    if (!in_bwd(L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') without pre_backward",
                           dmuon_plan_layer_name(rt->plan, l));
-    if (L->in_fwd)
+    if (L->phase == RT_BWD_FWD)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') inside its recomputed "
                           "forward", dmuon_plan_layer_name(rt->plan, l));
     double t0 = dmuon_now_ms();
@@ -878,11 +952,12 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
     rt->stats.reduce_s += dt;
     rt->stats.comm_wait_s += dt;
     DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l)));
-    L->in_bwd = false;
-    L->bwd_done = true;
-    DMUON_TRY(release(rt, 1, l));
+    L->phase = RT_DONE;
+    DMUON_TRY(release(rt, RT_GRAD, l));
+    DMUON_TRY(view_close(rt, l));
     if (rt->zero == 3)
-        DMUON_TRY(release(rt, 0, l));
+        DMUON_TRY(release(rt, RT_PARAM, l));
+    layer_assert(rt, L);
     if (++rt->bwd_count == rt->nlayers) {
         rt->in_micro = false;
         rt->micro++;
@@ -905,7 +980,7 @@ dmuon_rc dmuon_rt_recompute_end(dmuon_rt *rt)
     if (!rt->recompute)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: recompute_end without recompute_begin");
     for (size_t l = 0; l < rt->nlayers; l++)
-        if (rt->layers[l].in_fwd && !rt->layers[l].in_bwd)
+        if (rt->layers[l].phase == RT_FWD)
             return DMUON_FAIL(DMUON_EINVAL, "runtime: recompute_end inside the recomputed "
                               "forward of '%s'", dmuon_plan_layer_name(rt->plan, l));
     rt->recompute = false;
@@ -917,7 +992,7 @@ const float *dmuon_rt_weights(dmuon_rt *rt, int p)
     if (!rt->opened || p < 0 || (size_t)p >= rt->nparams)
         return NULL;
     const rt_layer *L = &rt->layers[rt->params[p].layer];
-    return L->p_live && L->gathered && L->w ? L->w + rt->params[p].off : NULL;
+    return L->w ? L->w + rt->params[p].off : NULL;
 }
 
 float *dmuon_rt_grad(dmuon_rt *rt, int p)
@@ -925,7 +1000,7 @@ float *dmuon_rt_grad(dmuon_rt *rt, int p)
     if (!rt->opened || p < 0 || (size_t)p >= rt->nparams)
         return NULL;
     const rt_layer *L = &rt->layers[rt->params[p].layer];
-    return L->g_live ? rt_gblock(rt, L) + rt->params[p].off : NULL;
+    return in_bwd(L) ? rt_gblock(rt, L) + rt->params[p].off : NULL;
 }
 
 /* Packs the spaces from the recorded micro-batch and lays the pool out
@@ -936,10 +1011,13 @@ static dmuon_rc repack(dmuon_rt *rt)
     if (!sizes)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
     dmuon_rc rc = DMUON_OK;
-    for (int s = 0; s < 2 && rc == DMUON_OK; s++) {
+    for (int s = 0; s < RT_SPACES && rc == DMUON_OK; s++) {
         rt_space_rec *r = &rt->rec[s];
-        for (size_t l = 0; l < rt->nlayers; l++)
-            sizes[l] = s == 0 ? rt->layers[l].pbytes : rt->layers[l].gbytes;
+        for (size_t l = 0; l < rt->nlayers; l++) {
+            const rt_layer *L = &rt->layers[l];
+            sizes[l] = s == RT_PARAM ? L->pbytes : s == RT_GRAD ? L->gbytes
+                                                               : (L->own_elems + L->even_elems) * 4;
+        }
         r->nacq = 0;
         for (size_t e = 0; e < r->nev; e++)
             r->nacq += r->ev[e].acquire ? 1 : 0;
@@ -956,9 +1034,18 @@ static dmuon_rc repack(dmuon_rt *rt)
     }
     free(sizes);
     DMUON_TRY(rc);
+    /* the views move into one arena: the layers' own buffers go */
+    rt->views = malloc((size_t)(rt->rec[RT_VIEW].total ? rt->rec[RT_VIEW].total : 1));
+    if (!rt->views)
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld bytes of weight views",
+                          (long long)rt->rec[RT_VIEW].total);
+    for (size_t l = 0; l < rt->nlayers; l++) {
+        free(rt->layers[l].w_own);
+        rt->layers[l].w_own = NULL;
+    }
     /* every rank must have recorded the same order, or the layouts differ */
     uint64_t d = DMUON_DIGEST_SEED;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < RT_SPACES; s++)
         d = dmuon_digest(rt->rec[s].ev, rt->rec[s].nev * sizeof *rt->rec[s].ev, d);
     uint64_t ref = d;
     DMUON_TRY(rt_ctl_bcast(rt, &ref, (int)sizeof ref, "hook order: digest"));
@@ -982,7 +1069,7 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: step after a communication failure");
     if (rt->in_micro) {
         size_t l = 0;
-        while (l + 1 < rt->nlayers && rt->layers[l].bwd_done)
+        while (l + 1 < rt->nlayers && rt->layers[l].phase == RT_DONE)
             l++;
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step with a micro-batch not ended: layer '%s' "
                           "has had no post_backward", dmuon_plan_layer_name(rt->plan, l));
@@ -994,25 +1081,49 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     /* every parameter block is given back before the step (ZeRO-2 keeps
      * them through the micro-batches) */
     for (size_t l = 0; l < rt->nlayers; l++)
-        if (rt->layers[l].p_live)
-            DMUON_TRY(release(rt, 0, l));
+        if (rt->layers[l].pblock != RT_BLOCK_NONE)
+            DMUON_TRY(release(rt, RT_PARAM, l));
     if (!rt->packed && !rt->recording) {
         DMUON_TRY(rt_pub_end(rt));
         DMUON_TRY(repack(rt));
         DMUON_TRY(rt_write_windows(rt));
     }
-    DMUON_TRY(rt_step(rt, lrs));
+    /* the micro-batches are spent whatever the outcome: a failed step
+     * dropped their gradients, so a retry needs a new micro-batch */
     rt->micro = 0;
-    return DMUON_OK;
+    return rt_step(rt, lrs);
 }
 
 int64_t dmuon_rt_steps(const dmuon_rt *rt) { return rt->steps; }
+
+uint64_t dmuon_rt_state_digest(const dmuon_rt *rt)
+{
+    uint64_t d = dmuon_digest(&rt->steps, sizeof rt->steps, DMUON_DIGEST_SEED);
+    if (!rt->opened)
+        return d;
+    const float *st[] = {rt->own_w, rt->own_m, rt->even_w, rt->even_m, rt->even_v};
+    const int64_t n[] = {rt->win_elems, rt->win_elems, rt->even_total, rt->even_total,
+                         rt->even_total};
+    for (int i = 0; i < 5; i++)
+        d = dmuon_digest(st[i], (size_t)n[i] * sizeof(float), d);
+    /* what the next gathers read: the owner window, the even shards, the
+     * publish copy */
+    d = dmuon_digest(rt->base + rt->pwin_off, (size_t)(rt->win_elems * (int64_t)rt->dsize), d);
+    d = dmuon_digest(rt->base + rt->ewin_off, (size_t)(rt->even_total * (int64_t)rt->dsize), d);
+    return dmuon_digest(rt->base + rt->copy_off, (size_t)rt->copy_bytes, d);
+}
 double dmuon_rt_grad_norm(const dmuon_rt *rt) { return rt->grad_norm; }
 
 void dmuon_rt_get_stats(const dmuon_rt *rt, dmuon_rt_stats *out)
 {
     *out = rt->stats;
     out->state_bytes = (rt->win_elems * 2 + rt->even_total * (rt->opts.line == DMUON_LINE_B ? 2 : 3)) * 4;
+    out->view_bytes = rt->packed ? rt->rec[RT_VIEW].total : 0;
+    for (size_t l = 0; l < rt->nlayers && !rt->packed; l++)
+        if (rt->layers[l].w_own)
+            out->view_bytes += (rt->layers[l].own_elems + rt->layers[l].even_elems) * 4;
+    out->step_bytes = (rt->win_elems + (rt->opts.line == DMUON_LINE_B ? rt->even_total : 0) +
+                       rt->scratch_elems) * 4;
 }
 
 void dmuon_rt_reset_stats(dmuon_rt *rt)
@@ -1034,13 +1145,14 @@ void dmuon_rt_free(dmuon_rt *rt)
         free(L->gsegs);
         free(L->seg_copy);
         free(L->seg_pub);
-        free(L->w);
+        free(L->w_own);
     }
     for (size_t i = 0; i < rt->nparams; i++)
         free(rt->params[i].init);
     for (size_t i = 0; i < rt->nunknown; i++)
         free(rt->unknown[i]);
-    for (int s = 0; s < 2; s++) {
+    free(rt->views);
+    for (int s = 0; s < RT_SPACES; s++) {
         free(rt->rec[s].ev);
         free(rt->rec[s].offsets);
         free(rt->rec[s].acq_block);
@@ -1049,13 +1161,7 @@ void dmuon_rt_free(dmuon_rt *rt)
     free(rt->params);
     free(rt->layers);
     free(rt->pieces);
-    free(rt->own_w);
-    free(rt->own_m);
-    free(rt->own_g);
-    free(rt->even_w);
-    free(rt->even_m);
-    free(rt->even_v);
-    free(rt->even_g);
+    free(rt->state);
     free(rt->scratch);
     dmuon_ns_free(rt->ns);
     if (rt->topo_ok)

@@ -31,6 +31,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float a[6], b[4];
     dmuon_ckpt_piece pieces[2] = {{"a.weight", "master", 0, 6, a}, {"b.weight", "master", 0, 4, b}};
     dmuon_ckpt_meta got;
-    (void)dmuon_ckpt_load(MPI_COMM_SELF, dir, NULL, params, 2, pieces, 2, &got);
+    (void)dmuon_ckpt_load(MPI_COMM_SELF, 0, dir, NULL, params, 2, pieces, 2, &got);
     return 0;
 }

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "dmuon/bf16.h"
@@ -43,6 +44,32 @@
 static int g_rank, g_pass, g_fail;
 
 static int g_stall_mode;
+
+/* --fault: what one rank (the last) does wrong at the second step, and the
+ * test-only slow fsync: this program's fsync replaces the C library's for
+ * the whole process (the library's checkpoint code included), so one rank
+ * can be made slow without a hook in the library. */
+static const char *g_fault;
+static int g_slow_fsync_ms;
+
+int fsync(int fd)
+{
+    if (g_slow_fsync_ms > 0) {
+        struct timespec ts = {g_slow_fsync_ms / 1000, (long)(g_slow_fsync_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+static int fault_is(const char *k) { return g_fault && strcmp(g_fault, k) == 0; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 
 static void check(int ok, const char *fmt, ...)
 {
@@ -263,6 +290,51 @@ static void ref_step(const dmuon_model *model, int t, int size, int micro, int s
     }
 }
 
+/* ------------------------------------------------------------- faults -- */
+
+/* Every rank got the same code. */
+static int same_everywhere(int v)
+{
+    int lo = v, hi = v;
+    MPI_Allreduce(&v, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&v, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+/* The step with --fault's injection: it fails with the same code on every
+ * rank, the state is byte-identical to before, the norm reads NaN and a
+ * retry without a micro-batch is refused.  True when the run can go on
+ * (the step failed cleanly; a stall leaves the runtime unusable). */
+static bool fault_failed_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int size, int deadline,
+                              const char *param)
+{
+    bool stall = fault_is("stall");
+    uint64_t before = dmuon_rt_state_digest(rt);
+    int64_t steps = dmuon_rt_steps(rt);
+    if (stall && g_rank == size - 1) {   /* comes to the step late */
+        struct timespec ts = {deadline * 2 / 1000, (long)(deadline * 2 % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    dmuon_rc rc = dmuon_rt_step(rt, lrs);
+    dmuon_rc want = stall ? DMUON_ETIMEOUT : DMUON_ENUMERIC;
+    check(same_everywhere((int)rc), "%s: every rank returns the same code (rank %d: %s)", g_fault,
+          g_rank, dmuon_rc_name(rc));
+    check(rc == want && (stall || strstr(dmuon_errmsg(), param)),
+          "%s: the step fails with %s%s%s (%s)", g_fault, dmuon_rc_name(want),
+          stall ? "" : " naming ", stall ? "" : param, dmuon_errmsg());
+    check(dmuon_rt_state_digest(rt) == before && dmuon_rt_steps(rt) == steps,
+          "%s: masters, momenta, moments, weights and the step count are byte-identical to "
+          "before the failed step", g_fault);
+    check(isnan(dmuon_rt_grad_norm(rt)), "%s: the failed step's gradient norm reads NaN (%g)",
+          g_fault, dmuon_rt_grad_norm(rt));
+    rc = dmuon_rt_step(rt, lrs);
+    check(rc == (stall ? DMUON_ECOMM : DMUON_EINVAL) && same_everywhere((int)rc),
+          "%s: a retry without a micro-batch is refused on every rank (%s)", g_fault,
+          dmuon_errmsg());
+    check(dmuon_rt_state_digest(rt) == before, "%s: the refused retry changed nothing", g_fault);
+    return !stall;
+}
+
 /* --------------------------------------------------------------- main -- */
 
 int main(int argc, char **argv)
@@ -275,6 +347,9 @@ int main(int argc, char **argv)
     int zero = 3, per_node = 2, steps = 3, micro = 2, layers = 3, seed = 1, recompute = 0,
         errors = 0, mismatch = 0, shape_scale = 0, stall = -1, deadline = 20000, start = 0, expect_load_error = 0;
     const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL;
+    const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
+    double momentum = -1;
+    int load_only = 0;
     int64_t small_unit = 0;
     static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
                                  {"zero", 1, 0, 'z'},       {"ranks-per-node", 1, 0, 'k'},
@@ -282,6 +357,9 @@ int main(int argc, char **argv)
                                  {"layers", 1, 0, 'L'},     {"seed", 1, 0, 'S'},
                                  {"dtype", 1, 0, 'd'},      {"recompute", 0, 0, 'r'},
                                  {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'}, {"stall", 1, 0, 'X'}, {"global-grads", 0, 0, 'G'}, {"clip", 1, 0, 'C'}, {"zero-grads", 0, 0, 'Z'}, {"save", 1, 0, 'V'}, {"load", 1, 0, 'O'}, {"start", 1, 0, 'T'}, {"saved-ranks", 1, 0, 'R'}, {"export", 1, 0, 'E'}, {"expect-load-error", 0, 0, 'F'}, {"deadline-ms", 1, 0, 'D'}, {"shape-scale", 0, 0, 'Q'},
+                                 {"fault", 1, 0, 'K'},              {"momentum", 1, 0, 'M'},
+                                 {"ns-variant", 1, 0, 'N'},         {"resume-override", 1, 0, 'W'},
+                                 {"load-only", 0, 0, 'Y'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -311,6 +389,11 @@ int main(int argc, char **argv)
         case 'R': break;   /* global gradients do not depend on the rank count */
         case 'E': export_path = optarg; break;
         case 'F': expect_load_error = 1; break;
+        case 'K': g_fault = optarg; break;
+        case 'M': momentum = atof(optarg); break;
+        case 'N': ns_variant = optarg; break;
+        case 'W': resume_override = optarg; break;
+        case 'Y': load_only = 1; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -354,6 +437,12 @@ int main(int argc, char **argv)
     ro.optim.clip_norm = g_clip;
     if (shape_scale)   /* √max(1, m/n): not symmetric in m and n */
         ro.optim.scale = DMUON_MUON_SCALE_SHAPE;
+    if (momentum >= 0)
+        ro.optim.momentum = momentum;
+    if (ns_variant)
+        snprintf(ro.optim.ns_variant, sizeof ro.optim.ns_variant, "%s", ns_variant);
+    if (resume_override)
+        snprintf(ro.resume_override, sizeof ro.resume_override, "%s", resume_override);
 
     /* the model has the placements it is meant to test */
     int placed[3] = {0, 0, 0};   /* halves, interleaved, transposed contiguous */
@@ -386,6 +475,18 @@ int main(int argc, char **argv)
               "a plan for %d ranks per node on a run of %d per node: %s", per_node,
               ro.ranks_per_node, dmuon_errmsg());
         goto out;
+    }
+    if (errors) {   /* what this build cannot run is refused by name, on every rank */
+        dmuon_rt_opts bad = ro;
+        bad.device = DMUON_DEVICE_CUDA;
+        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "device cuda"),
+              "device cuda is refused: %s", dmuon_errmsg());
+        bad = ro;
+        bad.backend = DMUON_BACKEND_NCCL;
+        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "backend nccl"),
+              "backend nccl is refused: %s", dmuon_errmsg());
     }
     rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
     check(rc == DMUON_OK, "create (%s)", rc ? dmuon_errmsg() : "");
@@ -451,6 +552,8 @@ int main(int argc, char **argv)
               load_dir, (long long)dmuon_rt_steps(rt), rc ? dmuon_errmsg() : "");
         if (rc != DMUON_OK)
             goto out;
+        if (load_only)   /* other settings than the reference's: no steps */
+            goto out;
         for (int t = 0; t < start; t++)
             ref_step(model, t, size, micro, seed, ro.line, &ro.optim, ns, t + 1, ref_w, ref_m,
                      ref_v, ref_g);
@@ -466,7 +569,15 @@ int main(int argc, char **argv)
     const size_t L = dmuon_plan_layer_count(plan);
     uint64_t digest = DMUON_DIGEST_SEED;
     int64_t mismatches = 0, compared = 0;
-    int nan_step = errors ? 1 : -1;
+    int nan_step = errors || fault_is("nan") ? 1 : -1;
+    /* --fault overflow: a finite gradient whose Nesterov direction (or, for
+     * AdamW, whose square) overflows binary32, on one rank, in one matrix */
+    int fault_step = g_fault && !fault_is("slow-save") ? 1 : -1, over_p = -1;
+    for (size_t p = 0; p < np && fault_is("overflow"); p++)
+        if (strcmp(dmuon_model_param(model, p)->name, "model.layers.0.self_attn.q_proj.weight") == 0)
+            over_p = (int)p;
+    if (fault_is("overflow"))
+        check(over_p >= 0, "the overflow fault has its parameter");
     for (int t = start; t <= start + steps; t++) {
         for (int k = 0; k < (t == start + steps ? 1 : micro); k++) {
             /* forward: root bracket around the blocks */
@@ -550,6 +661,8 @@ int main(int argc, char **argv)
                         float v = contrib(g_rank, size, t, k, (int)p, i, seed, pp->name);
                         if (t == nan_step && p == np / 2 && i == 3 && g_rank == size - 1)
                             v = NAN;
+                        if (t == fault_step && k == 0 && (int)p == over_p && i == 5 && g_rank == size - 1)
+                            v = 2.5e38f;
                         g[i] += v;
                     }
                 }
@@ -562,6 +675,12 @@ int main(int argc, char **argv)
         if (t == start + steps)
             break;
         dmuon_rt_lrs lrs = {0.02, 0.003};
+        if (t == fault_step) {
+            if (fault_failed_step(rt, &lrs, size, deadline, over_p >= 0 ? dmuon_model_param(model, over_p)->name
+                                                               : dmuon_model_param(model, np / 2)->name))
+                continue;   /* nothing changed: the reference does not step either */
+            goto out;
+        }
         rc = dmuon_rt_step(rt, &lrs);
         if (t == nan_step) {
             check(rc == DMUON_ENUMERIC && strstr(dmuon_errmsg(), dmuon_model_param(model, np / 2)->name),
@@ -587,6 +706,27 @@ int main(int argc, char **argv)
         check(dmuon_rt_load(rt, "/nonexistent") == DMUON_EINVAL && strstr(dmuon_errmsg(), "load after"),
               "load after steps is refused: %s", dmuon_errmsg());
     }
+    if (save_dir && fault_is("slow-save")) {
+        /* the last rank's fsync takes 4 deadlines: every rank fails with
+         * DMUON_ETIMEOUT, the waiting ones within 3 deadlines, the slow one
+         * within 3 deadlines after its fsync; no checkpoint appears */
+        double slow = 4.0 * deadline / 1e3, t0 = now_s();
+        if (g_rank == size - 1)
+            g_slow_fsync_ms = 4 * deadline;
+        rc = dmuon_rt_save(rt, save_dir);
+        double took = now_s() - t0, limit = 3.0 * deadline / 1e3 + (g_rank == size - 1 ? slow : 0);
+        g_slow_fsync_ms = 0;
+        check(same_everywhere((int)rc) && rc == DMUON_ETIMEOUT,
+              "slow fsync: save returns DMUON_ETIMEOUT on every rank (rank %d: %s)", g_rank,
+              dmuon_errmsg());
+        check(took < limit, "slow fsync: rank %d returned after %.2f s (limit %.2f s: 3 deadlines%s)",
+              g_rank, took, limit, g_rank == size - 1 ? " after its own fsync" : "");
+        check(access(save_dir, F_OK) != 0, "slow fsync: no checkpoint '%s' appeared", save_dir);
+        rc = dmuon_rt_save(rt, save_dir);
+        check(rc == DMUON_ECOMM && same_everywhere((int)rc),
+              "slow fsync: the runtime refuses further collectives (%s)", dmuon_errmsg());
+        goto out;
+    }
     if (save_dir) {
         rc = dmuon_rt_save(rt, save_dir);
         check(rc == DMUON_OK, "save %s (%s)", save_dir, rc ? dmuon_errmsg() : "");
@@ -604,10 +744,11 @@ int main(int argc, char **argv)
         dmuon_rt_stats st;
         dmuon_rt_get_stats(rt, &st);
         printf("weights digest %016llx\n", (unsigned long long)digest);
-        printf("pool %lld bytes: parameters %lld, gradients %lld, windows %lld; state %lld\n",
+        printf("pool %lld bytes: parameters %lld, gradients %lld, windows %lld; state %lld; "
+               "views %lld; step %lld\n",
                (long long)st.pool_bytes, (long long)st.param_space_bytes,
                (long long)st.grad_space_bytes, (long long)st.window_bytes,
-               (long long)st.state_bytes);
+               (long long)st.state_bytes, (long long)st.view_bytes, (long long)st.step_bytes);
     }
 out:
     dmuon_rt_free(rt);

@@ -212,7 +212,7 @@ static void save_std(const char *path, uint32_t salt, int64_t step)
     dmuon_ckpt_meta m;
     meta_init(&m, step);
     set_build(&s, 4, 0, 0, 1, true, salt, -1, "", 0);
-    dmuon_rc rc = dmuon_ckpt_save(MPI_COMM_WORLD, path, &m, P, NP, s.p, s.n);
+    dmuon_rc rc = dmuon_ckpt_save(MPI_COMM_WORLD, 0, path, &m, P, NP, s.p, s.n);
     if (rc != DMUON_OK)
         print_error("save: %s\n", dmuon_errmsg());
     assert_int_equal(rc, DMUON_OK);
@@ -229,7 +229,7 @@ static dmuon_rc load_other(const char *path, const dmuon_ckpt_param *params, uin
     meta_init(&expect, 0);
     expect.model_digest = digest;
     set_build(&s, 5, 3, 1, 1, false, 0, -1, "", 0);
-    dmuon_rc rc = dmuon_ckpt_load(MPI_COMM_WORLD, path, &expect, params, NP, s.p, s.n, &got);
+    dmuon_rc rc = dmuon_ckpt_load(MPI_COMM_WORLD, 0, path, &expect, params, NP, s.p, s.n, &got);
     if (rc == DMUON_OK)
         assert_int_equal(set_wrong(&s, salt), 0);
     else
@@ -361,7 +361,7 @@ static void test_round_trip(void **state)
     meta_init(&expect, 0);
     set_build(&s, 5, 3, 1, 1, false, 0, -1, "", 0);
     assert_true(s.n > 0 || world_ > 1);
-    dmuon_rc rc = dmuon_ckpt_load(MPI_COMM_WORLD, dir, &expect, P, NP, s.p, s.n, &got);
+    dmuon_rc rc = dmuon_ckpt_load(MPI_COMM_WORLD, 0, dir, &expect, P, NP, s.p, s.n, &got);
     if (rc)
         print_error("%s\n", dmuon_errmsg());
     assert_int_equal(rc, DMUON_OK);
@@ -381,12 +381,12 @@ static void test_round_trip(void **state)
     /* one piece per whole tensor, and single elements */
     set w;
     set_build(&w, 1000, 0, 2, 1, false, 0, -1, "", 0);
-    assert_int_equal(dmuon_ckpt_load(MPI_COMM_WORLD, dir, NULL, P, NP, w.p, w.n, NULL),
+    assert_int_equal(dmuon_ckpt_load(MPI_COMM_WORLD, 0, dir, NULL, P, NP, w.p, w.n, NULL),
                      DMUON_OK);
     assert_int_equal(set_wrong(&w, 1), 0);
     set_free(&w);
     set_build(&w, 1, 0, 0, 1, false, 0, -1, "", 0);
-    assert_int_equal(dmuon_ckpt_load(MPI_COMM_WORLD, dir, NULL, P, NP, w.p, w.n, NULL),
+    assert_int_equal(dmuon_ckpt_load(MPI_COMM_WORLD, 0, dir, NULL, P, NP, w.p, w.n, NULL),
                      DMUON_OK);
     assert_int_equal(set_wrong(&w, 1), 0);
     set_free(&w);
@@ -485,7 +485,7 @@ static void test_replace(void **state)
     dmuon_ckpt_meta m;
     meta_init(&m, 1);
     set_build(&s, 4, 0, 0, 1, true, 1, -1, "", 0);
-    assert_int_equal(dmuon_ckpt_save(MPI_COMM_WORLD, other, &m, P, NP, s.p, s.n), DMUON_EINVAL);
+    assert_int_equal(dmuon_ckpt_save(MPI_COMM_WORLD, 0, other, &m, P, NP, s.p, s.n), DMUON_EINVAL);
     expect_msg("is not a checkpoint");
     assert_int_equal(access(path_in(p, sizeof p, other, "keep.txt"), F_OK), 0);
     assert_int_equal(count_names(".tmp."), 0);
@@ -507,7 +507,7 @@ static void test_save_errors(void **state)
         s.p[1] = s.p[0];
         s.p[1].lo = s.p[0].lo + 1;
     }
-    dmuon_rc rc = dmuon_ckpt_save(MPI_COMM_WORLD, dir, &m, P, NP, s.p, s.n);
+    dmuon_rc rc = dmuon_ckpt_save(MPI_COMM_WORLD, 0, dir, &m, P, NP, s.p, s.n);
     assert_int_equal(rc, DMUON_EINVAL);
     if (rank_ == 0)
         expect_msg("overlap");
@@ -515,7 +515,7 @@ static void test_save_errors(void **state)
         s.p[1] = keep;
     if (rank_ == world_ - 1 && s.n > 0)
         s.p[0].kind = "velocity";
-    rc = dmuon_ckpt_save(MPI_COMM_WORLD, dir, &m, P, NP, s.p, s.n);
+    rc = dmuon_ckpt_save(MPI_COMM_WORLD, 0, dir, &m, P, NP, s.p, s.n);
     assert_int_equal(rc, DMUON_EINVAL);
     expect_msg("unknown kind 'velocity'");
     char rk[32];
@@ -525,11 +525,11 @@ static void test_save_errors(void **state)
         s.p[0].kind = "master";
         s.p[0].hi = 1000;
     }
-    rc = dmuon_ckpt_save(MPI_COMM_WORLD, dir, &m, P, NP, s.p, s.n);
+    rc = dmuon_ckpt_save(MPI_COMM_WORLD, 0, dir, &m, P, NP, s.p, s.n);
     assert_int_equal(rc, DMUON_EINVAL);
     expect_msg("is not inside its");
     m.sharding = "ddp";
-    assert_int_equal(dmuon_ckpt_save(MPI_COMM_WORLD, dir, &m, P, NP, NULL, 0), DMUON_EINVAL);
+    assert_int_equal(dmuon_ckpt_save(MPI_COMM_WORLD, 0, dir, &m, P, NP, NULL, 0), DMUON_EINVAL);
     assert_int_equal(access(dir, F_OK), -1);
     assert_int_equal(count_names(".tmp."), 0);
     set_free(&s);
@@ -667,7 +667,7 @@ static void test_missing_range(void **state)
     dmuon_ckpt_meta m;
     meta_init(&m, 1);
     set_build(&s, 4, 0, 0, 1, true, 10, 3, "momentum", 9);   /* [8, 12) of d's momentum */
-    assert_int_equal(dmuon_ckpt_save(MPI_COMM_WORLD, dir, &m, P, NP, s.p, s.n), DMUON_OK);
+    assert_int_equal(dmuon_ckpt_save(MPI_COMM_WORLD, 0, dir, &m, P, NP, s.p, s.n), DMUON_OK);
     set_free(&s);
     assert_int_equal(load_other(dir, P, DIGEST, 10), DMUON_ENOTFOUND);
     expect_msg("no saved piece covers parameter 'model.d.weight' kind 'momentum' elements "
@@ -746,7 +746,7 @@ static void test_export(void **state)
     snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
     set s;
     set_build(&s, 3, 2, 1, 1, true, 12, -1, "", 0);
-    dmuon_rc rc = dmuon_ckpt_export(MPI_COMM_WORLD, path, P, NP, s.p, s.n);
+    dmuon_rc rc = dmuon_ckpt_export(MPI_COMM_WORLD, 0, path, P, NP, s.p, s.n);
     if (rc)
         print_error("%s\n", dmuon_errmsg());
     assert_int_equal(rc, DMUON_OK);
@@ -820,7 +820,7 @@ static void test_export(void **state)
     char gap[256];
     snprintf(gap, sizeof gap, "%s/gap.safetensors", tmpdir);
     set_build(&s, 3, 2, 1, 1, true, 12, 1, "master", 4);
-    assert_int_equal(dmuon_ckpt_export(MPI_COMM_WORLD, gap, P, NP, s.p, s.n), DMUON_EINVAL);
+    assert_int_equal(dmuon_ckpt_export(MPI_COMM_WORLD, 0, gap, P, NP, s.p, s.n), DMUON_EINVAL);
     expect_msg("parameter 'model.b.bias': elements [2, 5) (of 7) are in no rank's master piece");
     assert_int_equal(access(gap, F_OK), -1);
     assert_int_equal(count_names("gap.safetensors.tmp"), 0);
@@ -828,7 +828,7 @@ static void test_export(void **state)
     dmuon_ckpt_param q[NP];
     memcpy(q, P, sizeof q);
     q[2].dtype = DMUON_I32;
-    assert_int_equal(dmuon_ckpt_export(MPI_COMM_WORLD, gap, q, NP, NULL, 0), DMUON_EINVAL);
+    assert_int_equal(dmuon_ckpt_export(MPI_COMM_WORLD, 0, gap, q, NP, NULL, 0), DMUON_EINVAL);
     expect_msg("parameter 'model.c.scale': dtype i32");
 }
 
@@ -864,10 +864,10 @@ static int driver(int argc, char **argv)
         meta_init(&m, 1);
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = (dmuon_now_ms() / 1e3);
-        rc = dmuon_ckpt_save(MPI_COMM_WORLD, argv[2], &m, ps, np, pc, n);
+        rc = dmuon_ckpt_save(MPI_COMM_WORLD, 0, argv[2], &m, ps, np, pc, n);
         double t1 = (dmuon_now_ms() / 1e3);
         if (rc == DMUON_OK)
-            rc = dmuon_ckpt_load(MPI_COMM_WORLD, argv[2], NULL, ps, np, pc, n, NULL);
+            rc = dmuon_ckpt_load(MPI_COMM_WORLD, 0, argv[2], NULL, ps, np, pc, n, NULL);
         double t2 = (dmuon_now_ms() / 1e3);
         if (rank_ == 0)
             printf("ckpt bench: %d ranks, %.1f MiB: save %.3f s (%.0f MiB/s), load %.3f s "
@@ -895,9 +895,9 @@ static int driver(int argc, char **argv)
     if (atoi(argv[6]) > 1)
         m.sharding = "hsdp";
     if (save) {
-        rc = dmuon_ckpt_save(MPI_COMM_WORLD, argv[2], &m, P, NP, s.p, s.n);
+        rc = dmuon_ckpt_save(MPI_COMM_WORLD, 0, argv[2], &m, P, NP, s.p, s.n);
     } else {
-        rc = dmuon_ckpt_load(MPI_COMM_WORLD, argv[2], &m, P, NP, s.p, s.n, &got);
+        rc = dmuon_ckpt_load(MPI_COMM_WORLD, 0, argv[2], &m, P, NP, s.p, s.n, &got);
         if (rc == DMUON_OK) {
             long bad = set_wrong(&s, 77), all;
             MPI_Allreduce(&bad, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -909,7 +909,7 @@ static int driver(int argc, char **argv)
         }
     }
     if (rc == DMUON_OK && argc > 7)
-        rc = dmuon_ckpt_export(MPI_COMM_WORLD, argv[7], P, NP, s.p, s.n);
+        rc = dmuon_ckpt_export(MPI_COMM_WORLD, 0, argv[7], P, NP, s.p, s.n);
     if (rc != DMUON_OK)
         fprintf(stderr, "rank %d: %s: %s\n", rank_, mode, dmuon_errmsg());
     set_free(&s);

@@ -33,6 +33,15 @@
  * every rank returns an error (its own, or DMUON_ECOMM/…, with a message
  * naming the failing rank, file and tensor), and a failed load leaves every
  * piece's destination unchanged on every rank.
+ *
+ * Deadlines: every collective of these functions (agreements included)
+ * completes within deadline_ms (0: $DMUON_DEADLINE_MS or 60000; a bad value
+ * of the variable is DMUON_EINVAL) or fails with DMUON_ETIMEOUT.  A rank
+ * slow in its own file I/O (a long fsync) makes the others return
+ * DMUON_ETIMEOUT one deadline after they reached the wait; the slow rank
+ * returns DMUON_ETIMEOUT at its next collective, at most one deadline after
+ * its I/O ended.  After DMUON_ETIMEOUT, comm is out of step (MPI cannot
+ * cancel a started collective): do not use it for further collectives.
  */
 #ifndef DMUON_CKPT_H
 #define DMUON_CKPT_H
@@ -77,6 +86,7 @@ typedef struct {
     int n_hparams;
     const char *hparam_names[DMUON_CKPT_MAX_HPARAMS];
     double hparam_values[DMUON_CKPT_MAX_HPARAMS];
+    const char *ns_variant;       /* Newton–Schulz variant name, or NULL (not recorded) */
 } dmuon_ckpt_meta;
 
 /* Saves every rank's pieces into directory dir (see the layout above).
@@ -85,15 +95,21 @@ typedef struct {
  * overlap except for identical replicated ranges.  Errors (agreed):
  * DMUON_EINVAL (a piece naming an unknown parameter or kind, lo/hi outside
  * the parameter, overlapping non-identical pieces), DMUON_EIO (naming the
- * file), DMUON_ENOMEM, DMUON_ECOMM. */
-dmuon_rc dmuon_ckpt_save(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *meta,
-                         const dmuon_ckpt_param *params, size_t np,
+ * file), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT. */
+dmuon_rc dmuon_ckpt_save(MPI_Comm comm, int deadline_ms, const char *dir,
+                         const dmuon_ckpt_meta *meta, const dmuon_ckpt_param *params, size_t np,
                          const dmuon_ckpt_piece *pieces, size_t n);
 
 /* Reads dir's manifest and fills every piece of this rank from the saved
  * pieces that cover it.  expect->model_digest must equal the saved one
  * (DMUON_EMISMATCH otherwise, naming both); the parameter table must match
- * params (names, shapes; DMUON_EMISMATCH naming the first difference).  On
+ * params (names, shapes; DMUON_EMISMATCH naming the first difference).
+ * Resume check: every hyperparameter in expect must have been saved with
+ * the same value, and expect->ns_variant (when not NULL) must equal the
+ * saved variant when the manifest records one (manifests written before
+ * the variant was recorded have none): otherwise DMUON_EMISMATCH naming the
+ * field and both values.  A caller that means to change a setting leaves it
+ * out of expect.  expect may be NULL (nothing compared).  On
  * success *meta_out (may be NULL) receives the saved meta; its strings point
  * into storage valid until the next call of dmuon_ckpt_load on this thread.
  * Errors (agreed, nothing written on any rank): DMUON_ENOTFOUND (no
@@ -101,9 +117,10 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
  * parameter, kind and range), DMUON_EVERSION, DMUON_EPARSE (malformed
  * manifest or safetensors header: names the file and field), DMUON_ECHECK
  * (a file's size or digest differs from the manifest: names the file;
- * a truncated file), DMUON_EMISMATCH, DMUON_EIO, DMUON_ENOMEM, DMUON_ECOMM. */
-dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *expect,
-                         const dmuon_ckpt_param *params, size_t np,
+ * a truncated file), DMUON_EMISMATCH, DMUON_EIO, DMUON_ENOMEM, DMUON_ECOMM,
+ * DMUON_ETIMEOUT. */
+dmuon_rc dmuon_ckpt_load(MPI_Comm comm, int deadline_ms, const char *dir,
+                         const dmuon_ckpt_meta *expect, const dmuon_ckpt_param *params, size_t np,
                          dmuon_ckpt_piece *pieces, size_t n, dmuon_ckpt_meta *meta_out);
 
 /* Writes the full weights as one safetensors file at path (atomically: temp
@@ -112,8 +129,10 @@ dmuon_rc dmuon_ckpt_load(MPI_Comm comm, const char *dir, const dmuon_ckpt_meta *
  * element of every parameter must be covered by the pieces of kind "master"
  * of some rank (replicas allowed).  Readable by the Python safetensors
  * library.  Errors (agreed): DMUON_EINVAL (an element not covered: names the
- * parameter; an unsupported dtype), DMUON_EIO, DMUON_ENOMEM, DMUON_ECOMM. */
-dmuon_rc dmuon_ckpt_export(MPI_Comm comm, const char *path, const dmuon_ckpt_param *params,
-                           size_t np, const dmuon_ckpt_piece *pieces, size_t n);
+ * parameter; an unsupported dtype), DMUON_EIO, DMUON_ENOMEM, DMUON_ECOMM,
+ * DMUON_ETIMEOUT. */
+dmuon_rc dmuon_ckpt_export(MPI_Comm comm, int deadline_ms, const char *path,
+                           const dmuon_ckpt_param *params, size_t np,
+                           const dmuon_ckpt_piece *pieces, size_t n);
 
 #endif

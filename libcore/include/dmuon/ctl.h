@@ -37,7 +37,9 @@
  * a failing rank its own rc, its message prefixed "rank R: " (R its rank in
  * comm) unless it already starts so; every other rank the lowest failing
  * rank F's rc with F's message, prefixed "rank F: " (message broadcast from
- * F, at most 1023 bytes).  Errors besides those agreed: DMUON_ETIMEOUT
+ * F, at most 1023 bytes).  When no rank failed, a second round that needs
+ * every rank confirms it, so a rank that arrives after the others gave up at
+ * the deadline times out instead of going on alone.  Errors besides those agreed: DMUON_ETIMEOUT
  * (deadline; the message names `agree` and this rank), DMUON_ECOMM (an MPI
  * call failed). */
 dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms);

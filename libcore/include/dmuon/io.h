@@ -71,4 +71,25 @@ void dmuon_json_kint(dmuon_json *w, const char *key, int64_t v);
 void dmuon_json_kdouble(dmuon_json *w, const char *key, double v);
 void dmuon_json_kbool(dmuon_json *w, const char *key, bool v);
 
+/* ------------------------------------------------- file descriptors -- */
+
+/* Writes len bytes of buf to fd (at offset off: pwrite), retrying after
+ * EINTR and short writes.  False on an error (errno says which). */
+bool dmuon_fd_write_all(int fd, const void *buf, size_t len);
+bool dmuon_fd_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+
+/* Reads up to len bytes into buf, retrying after EINTR and short reads;
+ * *got is the bytes read (fewer than len at end of file).  False on an
+ * error (errno). */
+bool dmuon_fd_read_all(int fd, void *buf, size_t len, size_t *got);
+
+/* fsync of a directory, so that renames and new entries in it are durable
+ * (a file system that cannot fsync directories, EINVAL, counts as done).
+ * Errors: DMUON_EIO naming the directory. */
+dmuon_rc dmuon_dir_fsync(const char *dir);
+
+/* Removes the regular files directly inside dir, then dir; best effort
+ * (what cannot be removed stays). */
+void dmuon_dir_remove(const char *dir);
+
 #endif

@@ -56,25 +56,38 @@ double dmuon_muon_scale_of(const dmuon_optim_opts *o, int64_t m, int64_t n);
 /* One Muon update of an m × n matrix: w (master, FP32), mom (momentum),
  * g (gradient, read), work (m·n floats of scratch for U and O; may be NULL,
  * then allocated).  lr is η.  ns runs the orthogonalisation (host memory).
- * Errors: DMUON_ENUMERIC (non-finite U; nothing written — w and mom keep
- * their values), DMUON_ENOMEM, errors of dmuon_ns_run_host. */
+ * Errors: DMUON_ENUMERIC (non-finite U, or a new momentum or weight that
+ * is not finite, e.g. a finite gradient whose Nesterov direction overflows;
+ * nothing written — w and mom keep their values), DMUON_ENOMEM, errors of
+ * dmuon_ns_run_host. */
 dmuon_rc dmuon_muon_update(dmuon_ns *ns, const dmuon_optim_opts *o, double lr, int64_t m,
                            int64_t n, float *w, float *mom, const float *g, float *work);
 
-/* The Muon momentum part only, on an element range (gather-then-replicate
- * keeps momentum in shards): mom ← μ·mom + g; u = g + μ·mom (Nesterov) or
- * u = mom.  n elements. */
-void dmuon_muon_momentum(const dmuon_optim_opts *o, int64_t n, float *mom, const float *g,
-                         float *u);
+/* The Muon direction on an element range (gather-then-replicate keeps
+ * momentum in shards), momentum unchanged: u = g + μ·(μ·mom + g) (Nesterov)
+ * or u = μ·mom + g.  n elements; u may not alias mom or g. */
+void dmuon_muon_direction(const dmuon_optim_opts *o, int64_t n, const float *mom,
+                          const float *g, float *u);
 
-/* The Muon weight update on an element range given the orthogonalised
- * direction o_dir: w ← w·(1 − lr·λ) − lr·scale·o_dir. */
-void dmuon_muon_apply(const dmuon_optim_opts *o, double lr, double scale, int64_t n, float *w,
-                      const float *o_dir);
+/* The rest of a Muon update on an element range given the orthogonalised
+ * direction o_dir: mom ← μ·mom + g; w ← w·(1 − lr·λ) − lr·scale·o_dir.
+ * With write 0 nothing is stored and the result is the index of the first
+ * element whose new momentum or weight is not finite (-1: none); with
+ * write 1 the same values are stored (the caller checked first) and the
+ * result is -1.  Checking then writing gives the bits of one pass. */
+int64_t dmuon_muon_finish(const dmuon_optim_opts *o, double lr, double scale, int64_t n,
+                          float *w, float *mom, const float *g, const float *o_dir, int write);
 
-/* One AdamW update of n elements at step t ≥ 1 (bias correction uses t).
- * decay is λ (the caller picks the group's).  Never fails; the caller
- * checks finiteness first. */
+/* One AdamW update of n elements at step t ≥ 1 (bias correction uses t);
+ * decay is λ (the caller picks the group's).  write 0: nothing stored, the
+ * result is the index of the first element whose new m, v or w is not
+ * finite (-1: none); write 1: stored, result -1. */
+int64_t dmuon_adamw_step(const dmuon_optim_opts *o, double lr, double decay, int64_t t,
+                         int64_t n, float *w, float *m, float *v, const float *g, int write);
+
+/* dmuon_adamw_step with write 1 (the single-process reference's call).
+ * Never fails; a caller that must not store non-finite values checks with
+ * dmuon_adamw_step(..., 0) first. */
 void dmuon_adamw_update(const dmuon_optim_opts *o, double lr, double decay, int64_t t,
                         int64_t n, float *w, float *m, float *v, const float *g);
 

@@ -54,6 +54,39 @@ typedef struct {
 dmuon_rc dmuon_pool_pack(const dmuon_pool_event *ev, size_t nev, const int64_t *sizes,
                          size_t nblocks, int64_t *offsets, int64_t *total);
 
+/* The regions of the window space, in this order. */
+enum {
+    DMUON_WIN_PARAM = 0,    /* owner window, parameter dtype (AllGatherV source) */
+    DMUON_WIN_GRAD,         /* owner window, F32 (ReduceScatterV destination) */
+    DMUON_WIN_EVEN,         /* even shards of every layer, parameter dtype */
+    DMUON_WIN_EVEN_GRAD,    /* even shards, F32 (reduce-scatter destination) */
+    DMUON_WIN_COPY,         /* HSDP: the publish copy of this rank's rail */
+    DMUON_WIN_COUNT
+};
+
+/* What a pool is laid out from: the bytes of the control area, of the
+ * parameter and gradient spaces (packed or not), and of each window
+ * region (unaligned: the layout aligns each). */
+typedef struct {
+    int64_t ctrl, param, grad;
+    int64_t win[DMUON_WIN_COUNT];
+} dmuon_pool_sizes;
+
+/* Where everything lies, bytes from the pool's base.  space_bytes of the
+ * window space is the sum of its aligned regions; each space starts at a
+ * multiple of DMUON_POOL_BASE_ALIGN, each window region at a multiple of
+ * DMUON_POOL_ALIGN inside it; total is the bytes to allocate. */
+typedef struct {
+    int64_t space_off[DMUON_SPACE_COUNT], space_bytes[DMUON_SPACE_COUNT];
+    int64_t win_off[DMUON_WIN_COUNT];
+    int64_t total;
+} dmuon_pool_map;
+
+/* Lays out a pool: spaces in the order of the DMUON_SPACE_* enum, window
+ * regions in the order of DMUON_WIN_*.  Pure (the same sizes give the same
+ * map on every rank); never fails (sizes are ≥ 0). */
+void dmuon_pool_lay_out(const dmuon_pool_sizes *in, dmuon_pool_map *out);
+
 /* Rounds bytes up to DMUON_POOL_ALIGN. */
 static inline int64_t dmuon_pool_align(int64_t bytes)
 {

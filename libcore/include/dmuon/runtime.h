@@ -53,9 +53,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dmuon/device.h"
 #include "dmuon/optim.h"
 #include "dmuon/plan.h"
 #include "dmuon/rc.h"
+#include "dmuon/topo.h"
 #include "dmuon/types.h"
 
 typedef struct dmuon_rt dmuon_rt;
@@ -81,6 +83,21 @@ typedef struct {
                                  layer's own hook waits for it, so it overlaps
                                  the compute between; other paths gather at
                                  once.  0: none.  Use dmuon_rt_opts_init. */
+    dmuon_backend backend;    /* DMUON_BACKEND_MPI (default); the NCCL
+                                 backends are DMUON_EUNSUPPORTED at create
+                                 in this build (the lines move data with MPI) */
+    dmuon_device_kind device; /* DMUON_DEVICE_CPU (default); cuda is
+                                 DMUON_EUNSUPPORTED at create: pool and state
+                                 are host memory in this build */
+    char resume_override[256];/* dmuon_rt_load compares the checkpoint's
+                                 hyperparameters and NS variant with optim
+                                 and refuses a difference; this lists those
+                                 allowed to differ (taking this run's value):
+                                 names separated by commas or spaces among
+                                 momentum, nesterov, muon_weight_decay,
+                                 muon_scale, beta1, beta2, eps,
+                                 adamw_weight_decay, clip_norm, ns_variant,
+                                 or "all".  Default empty. */
 } dmuon_rt_opts;
 
 void dmuon_rt_opts_init(dmuon_rt_opts *o);
@@ -88,8 +105,10 @@ void dmuon_rt_opts_init(dmuon_rt_opts *o);
 /* Creates a runtime for plan on comm (collective over comm).  The plan is
  * borrowed and must outlive the runtime; comm is duplicated.  Errors, on
  * every rank: DMUON_EMISMATCH (world size or ranks per node differ from the
- * plan: the message gives both), DMUON_EINVAL (bad opts), DMUON_ENOMEM,
- * DMUON_ECOMM.  On failure *out is NULL. */
+ * plan: the message gives both; different plans on the ranks), DMUON_EINVAL
+ * (bad opts), DMUON_EUNSUPPORTED (a backend other than mpi, a device other
+ * than cpu: named in the message), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not
+ * reach create within the deadline).  On failure *out is NULL. */
 dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
                          dmuon_rt **out);
 
@@ -179,16 +198,40 @@ typedef struct {
  * the real out x in matrix (mat_m x mat_n of dmuon_plan_param): a
  * transposed or strided (gate/up halves, interleaved) matrix is read from
  * the storage with its layout's strides and the result written back there;
- * parameters, gradients and optimizer state stay in storage order.  A non-finite gradient
- * anywhere fails the step on every rank with DMUON_ENUMERIC naming the
- * parameter, and changes no state.  Collective.  Errors: DMUON_EINVAL (a
- * micro-batch not ended), DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM. */
+ * parameters, gradients and optimizer state stay in storage order.
+ * A step fails as a whole, on every rank alike: every Newton–Schulz
+ * direction and every new momentum, moment and master is computed and
+ * checked before anything is stored, and the outcome is agreed over the
+ * world within the deadline before any rank stores or publishes.  A
+ * non-finite gradient, or a finite one whose direction or update is not
+ * finite (e.g. a Nesterov direction that overflows binary32), fails the
+ * step on every rank with DMUON_ENUMERIC naming the parameter; another
+ * rank's local error fails it on every rank with that rank's code.  A failed
+ * step changes no parameter, optimizer state or step count; it drops the
+ * accumulated gradients (the next micro-batch starts clean), so calling
+ * step again without a new micro-batch is DMUON_EINVAL, and
+ * dmuon_rt_grad_norm reads NaN.  A deadline passed (DMUON_ETIMEOUT) or a
+ * communication failure also leaves the state as it was if it happens
+ * before the agreement, but the runtime is then unusable (free it).
+ * Collective.  Errors: DMUON_EINVAL (a micro-batch not ended, no
+ * micro-batch since the last step, non-finite learning rates),
+ * DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM, and a failing rank's code. */
 dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 
 /* Steps taken (0 after open; restored by load). */
 int64_t dmuon_rt_steps(const dmuon_rt *rt);
 
-/* Global gradient norm of the last step (before clipping). */
+/* A digest (dmuon_digest) of everything a step changes on this rank: the
+ * step count, the masters, momenta and moments this rank holds, and the
+ * parameter-dtype copies the gathers read (owner window, even shards,
+ * HSDP publish copy).  Accumulated gradients are not part of it.  Local;
+ * for checking that a failed step changed nothing, or that replicas agree
+ * (equal digests on the ranks holding the same shards). */
+uint64_t dmuon_rt_state_digest(const dmuon_rt *rt);
+
+/* Global gradient norm of the last step (before clipping); NaN when the
+ * last step failed (also when its gradients were finite: a failed step
+ * reports no norm) and 0 before the first step. */
 double dmuon_rt_grad_norm(const dmuon_rt *rt);
 
 /* -------------------------------------------------------------- reports -- */
@@ -201,6 +244,15 @@ typedef struct {
     int64_t window_bytes;        /* owner windows (+ HSDP publish copy) */
     int64_t state_bytes;         /* optimizer state held by this rank
                                     (masters, momenta, moments) */
+    int64_t view_bytes;          /* private FP32 views of gathered layers
+                                    (dmuon_rt_weights): after the first step
+                                    one arena packed like the parameter
+                                    space, holding only layers inside an
+                                    open bracket (ZeRO-2 too); before it,
+                                    one buffer per layer used so far */
+    int64_t step_bytes;          /* the step's working memory: the direction
+                                    buffers (owner window; line B: also the
+                                    even shards) and Newton–Schulz scratch */
     double optim_s;              /* last step: owner updates (s, wall) */
     double ns_s;                 /* of which Newton–Schulz */
     double comm_wait_s;          /* since the last reset: time blocked in
@@ -216,14 +268,23 @@ void dmuon_rt_reset_stats(dmuon_rt *rt);
 
 /* --------------------------------------------------------- checkpoints -- */
 
-/* Saves the optimizer state this rank owns into dir (dmuon/ckpt.h),
- * collective.  Errors: those of dmuon_ckpt_save. */
+/* Saves the optimizer state this rank owns into dir (dmuon/ckpt.h), with
+ * the hyperparameters and NS variant, collective; every wait has the
+ * runtime's deadline (a rank slow in its file I/O makes every rank return
+ * DMUON_ETIMEOUT; the runtime is then unusable).  Errors: DMUON_ECOMM after
+ * an earlier communication failure, those of dmuon_ckpt_save. */
 dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir);
 
 /* Loads the state this rank owns under this runtime's plan from dir (saved
  * under any plan of the same model), then places the parameters as open
- * does.  Collective; call after open, before the first step.  Errors: those
- * of dmuon_ckpt_load. */
+ * does.  The checkpoint's hyperparameters (optim: momentum, nesterov,
+ * weight decays, update scale, betas, eps, clip norm) and NS variant must
+ * equal this runtime's, except those named in opts.resume_override:
+ * DMUON_EMISMATCH naming the field and both values, nothing loaded
+ * (checkpoints saved before the variant was recorded are not compared on
+ * it).  Learning rates are per step and never compared.  Collective; call
+ * after open, before the first step.  Errors: DMUON_EINVAL (after a step,
+ * or an unknown resume_override entry), those of dmuon_ckpt_load. */
 dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir);
 
 /* Writes the full FP32 master weights as one safetensors file with the

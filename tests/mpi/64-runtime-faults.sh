@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A failed step changes nothing, on every rank alike.  One rank (the last)
+# injects, at the second step: a finite gradient (2.5e38) whose Nesterov
+# direction overflows binary32 — only that matrix's owner sees it on lines
+# C/D, every rank on line B, an AdamW square on line A; a NaN gradient; a
+# stall of twice the deadline before the step.  rt_check then checks on
+# every rank: the same return code everywhere, the state digest (masters,
+# momenta, moments, the parameter copies the gathers read, the step count)
+# byte-identical to before the step, the norm reported as NaN, a retry
+# without a micro-batch refused; after the numeric faults the next steps
+# match the reference bit for bit (the failed step's gradients dropped).
+# Last, a save whose fsync on one rank takes 4 deadlines: every rank returns
+# DMUON_ETIMEOUT (the waiting ones within 3 deadlines), no checkpoint or
+# temporary directory is left, and the runtime refuses further collectives.
+source "$(dirname "$0")/../cli/lib.sh"
+R="$DMUON_BUILD/tests/mpi/rt_check"
+MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+
+case_ok() {  # np description args...
+    local np=$1 what=$2; shift 2
+    RT_CHECK_VERBOSE=1 run "${MPIRUN[@]}" -x RT_CHECK_VERBOSE -np "$np" "$R" "$@"
+    check_rc 0 "$what"
+    check_out '^[0-9]+ passed, 0 failed' "$what: summary"
+}
+for args in "--line D --zero 3" "--line D --zero 2" "--line D --sharding hsdp" "--line C" \
+            "--line C --sharding hsdp" "--line B" "--line A"; do
+    # shellcheck disable=SC2086
+    case_ok 4 "overflowing direction on one rank, $args" --fault overflow $args
+    check_out '^ok   overflow: masters, momenta, moments, weights and the step count are byte-identical' \
+        "$args: the overflow check ran"
+    check_out "^ok   overflow: the step fails with enumeric naming model.layers.0.self_attn.q_proj.weight" \
+        "$args: every rank names the parameter"
+done
+case_ok 8 "overflowing direction, 8 ranks, HSDP line B" --fault overflow --line B --sharding hsdp
+case_ok 4 "NaN gradient on one rank, line D" --fault nan --line D
+case_ok 4 "NaN gradient on one rank, line B" --fault nan --line B
+
+# a stall: every rank returns DMUON_ETIMEOUT, state unchanged; the runtime
+# is unusable afterwards (a retry is DMUON_ECOMM on every rank)
+start=$(date +%s)
+case_ok 4 "a rank stalled before the step, line D" --fault stall --line D --deadline-ms 1500
+check_out '^ok   stall: every rank returns the same code' "stall: the same code on every rank"
+took=$(( $(date +%s) - start ))
+[ "$took" -lt 60 ] && ok || bad "stall: took ${took}s"
+
+start=$(date +%s)
+case_ok 4 "a slow fsync on one rank during save" --fault slow-save --line D --deadline-ms 1000 \
+    --save "$T_TMP/ck"
+check_out '^ok   slow fsync: save returns DMUON_ETIMEOUT on every rank' "slow fsync: the check ran"
+check_out '^ok   slow fsync: rank 0 returned after' "slow fsync: the time check ran"
+check_eq "$(ls -d "$T_TMP"/ck* 2>/dev/null | wc -l)" 0 "slow fsync: no checkpoint or temporary directory left"
+took=$(( $(date +%s) - start ))
+[ "$took" -lt 60 ] && ok || bad "slow fsync: took ${took}s"
+finish
