@@ -1,7 +1,8 @@
 /*
- * assign.c — the greedy owner assignment (LPT with byte cap and layer
- * spreading; paper §3.3 and Appendix B) and its HSDP form (columns first,
- * then ranks within each column; paper §4.3).
+ * assign.c — the owner assignment: the greedy LPT with byte cap and layer
+ * spreading (paper §3.3 and Appendix B) over all ranks, then a local search
+ * of moves and swaps that lowers the busiest rank and, for HSDP with column
+ * balancing (paper §4.3), the heaviest rail (see "local search" below).
  *
  * The selection rule, for each item in LPT order: candidates are the bins
  * not yet used by the item's layer in the layer's current round (a round
