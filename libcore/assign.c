@@ -308,16 +308,16 @@ out:
  *   - column mode: no rail rises above the phase's limit.
  *
  * NS phase: while the busiest rank's load can be lowered by a move of one
- * of its items to another rank or (when no move can) a swap with an item of
- * one of the least loaded ranks (where the receiving rank would pass the byte cap, after it
- * first hands one of its items to a third rank that stays under the busiest
- * load), do the step that lowers max(busiest, other) most; no rail rises
- * above the heaviest rail it started from or 1.005 x the mean rail,
- * whichever is higher.  Rail phase (column mode,
+ * of its items to another rank or (when no move can) a swap with an item
+ * of one of the least loaded ranks, do the step that lowers
+ * max(busiest, other) most.  Where the receiving rank would pass the byte
+ * cap, the step is allowed when that rank first hands one of its items to
+ * a third rank that stays under the busiest load.  Rail phase (column mode,
  * after the NS phase): while the heaviest rail can be lowered by a move or
- * swap that raises no rank's load above the busiest rank's, do the one that
- * lowers it most; then the NS phase once more under the new heaviest rail.  Ties go to the first step found in a fixed scan order, loads
- * must fall by more than 1e-9 relative, and the work (candidate steps
+ * swap that raises no rank's load above the busiest rank's, do the one
+ * that lowers it most; then the NS phase once more, no rail rising above
+ * the heaviest.  Ties go to the first step found in a fixed scan order,
+ * loads must fall by more than 1e-9 relative, and the work (candidate steps
  * evaluated) is bounded by LS_BUDGET, so the search is deterministic and
  * finishes in bounded time.
  */
