@@ -454,9 +454,12 @@ static void ls_move(lsearch *s, int32_t i, int32_t to)
     const dmuon_assign_item *u = &s->it[i];
     int32_t from = s->bin[i];
     ls_unlink(s, i);
+    /* one load change at a time, each placed, keeps order sorted */
     s->load[from] -= u->cost;
-    s->bytes[from] -= (double)u->bytes;
+    ls_place(s, from);
     s->load[to] += u->cost;
+    ls_place(s, to);
+    s->bytes[from] -= (double)u->bytes;
     s->bytes[to] += (double)u->bytes;
     if (s->columns) {
         s->rail[from % s->K] -= (double)u->bytes;
@@ -467,8 +470,6 @@ static void ls_move(lsearch *s, int32_t i, int32_t to)
         lc_add(&s->lc, to, u->layer, 1);
     }
     ls_link(s, i, to);
-    ls_place(s, from);
-    ls_place(s, to);
 }
 
 /* Does rank t keep layer spreading when it takes item add in exchange for
