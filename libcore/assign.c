@@ -1,7 +1,8 @@
 /*
- * assign.c — the greedy owner assignment (LPT with byte cap and layer
- * spreading; paper §3.3 and Appendix B) and its HSDP form (columns first,
- * then ranks within each column; paper §4.3).
+ * assign.c — the owner assignment: the greedy LPT with byte cap and layer
+ * spreading (paper §3.3 and Appendix B) over all ranks, then a local search
+ * of moves and swaps that lowers the busiest rank and, for HSDP with column
+ * balancing (paper §4.3), the heaviest rail (see "local search" below).
  *
  * The selection rule, for each item in LPT order: candidates are the bins
  * not yet used by the item's layer in the layer's current round (a round
@@ -307,16 +308,16 @@ out:
  *   - column mode: no rail rises above the phase's limit.
  *
  * NS phase: while the busiest rank's load can be lowered by a move of one
- * of its items to another rank or (when no move can) a swap with an item of
- * one of the least loaded ranks (where the receiving rank would pass the byte cap, after it
- * first hands one of its items to a third rank that stays under the busiest
- * load), do the step that lowers max(busiest, other) most; no rail rises
- * above the heaviest rail it started from or 1.005 x the mean rail,
- * whichever is higher.  Rail phase (column mode,
+ * of its items to another rank or (when no move can) a swap with an item
+ * of one of the least loaded ranks, do the step that lowers
+ * max(busiest, other) most.  Where the receiving rank would pass the byte
+ * cap, the step is allowed when that rank first hands one of its items to
+ * a third rank that stays under the busiest load.  Rail phase (column mode,
  * after the NS phase): while the heaviest rail can be lowered by a move or
- * swap that raises no rank's load above the busiest rank's, do the one that
- * lowers it most; then the NS phase once more under the new heaviest rail.  Ties go to the first step found in a fixed scan order, loads
- * must fall by more than 1e-9 relative, and the work (candidate steps
+ * swap that raises no rank's load above the busiest rank's, do the one
+ * that lowers it most; then the NS phase once more, no rail rising above
+ * the heaviest.  Ties go to the first step found in a fixed scan order,
+ * loads must fall by more than 1e-9 relative, and the work (candidate steps
  * evaluated) is bounded by LS_BUDGET, so the search is deterministic and
  * finishes in bounded time.
  */
@@ -453,9 +454,12 @@ static void ls_move(lsearch *s, int32_t i, int32_t to)
     const dmuon_assign_item *u = &s->it[i];
     int32_t from = s->bin[i];
     ls_unlink(s, i);
+    /* one load change at a time, each placed, keeps order sorted */
     s->load[from] -= u->cost;
-    s->bytes[from] -= (double)u->bytes;
+    ls_place(s, from);
     s->load[to] += u->cost;
+    ls_place(s, to);
+    s->bytes[from] -= (double)u->bytes;
     s->bytes[to] += (double)u->bytes;
     if (s->columns) {
         s->rail[from % s->K] -= (double)u->bytes;
@@ -466,8 +470,6 @@ static void ls_move(lsearch *s, int32_t i, int32_t to)
         lc_add(&s->lc, to, u->layer, 1);
     }
     ls_link(s, i, to);
-    ls_place(s, from);
-    ls_place(s, to);
 }
 
 /* Does rank t keep layer spreading when it takes item add in exchange for

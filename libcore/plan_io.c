@@ -758,11 +758,15 @@ static dmuon_rc verify_loaded(const char *path, dmuon_plan *p)
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         /* ratios are written with 6 decimals: allow the rounding (5e-7) */
         bool same = f[i].ratio ? fabs(f[i].rec - f[i].got) <= 1e-6 : f[i].rec == f[i].got;
+        bool bound = !strcmp(f[i].key, "busiest_ns_over_lower_bound");
         if (!same)
             return DMUON_FAIL(DMUON_EMISMATCH,
                               "%s: field 'summary.%s': recorded %.6f but the units give %.6f; "
-                              "the plan was edited after dmuon-plan wrote it (re-run dmuon-plan)",
-                              path, f[i].key, f[i].rec, f[i].got);
+                              "the plan was edited after dmuon-plan wrote it%s (re-run "
+                              "dmuon-plan)",
+                              path, f[i].key, f[i].rec, f[i].got,
+                              bound ? ", or an older dmuon-plan with a weaker bound wrote it"
+                                    : "");
     }
     return DMUON_OK;
 }

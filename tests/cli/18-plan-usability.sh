@@ -125,6 +125,14 @@ check_out "bound [0-9.e+]+ ms at the nominal 1 TFLOP/s" "the bound has its unit"
 check_out "layer root: the rank holding the most" "layer root explained"
 check_out "byte cap: a target" "the byte cap is a target"
 
+# a plan over its bound says what each constraint costs
+run "$P" "$M/qwen2.5-32b.yaml" --nodes 8 -g 8 --cost flops --sharding hsdp
+check_out "what each constraint costs" "the gap to the bound is explained"
+check_out "layer spreading: busiest NS [0-9.]+ -> [0-9.]+" "layer spreading's cost"
+check_out "column balancing: busiest NS" "column balancing's cost (HSDP)"
+run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 4 -g 8 --cost flops
+if grep -q "what each constraint costs" "$T_TMP/out"; then bad "within 1% of the bound: no explanation"; else ok; fi
+
 # routers: the role printed; --router adamw moves them to AdamW
 Q="$M/qwen1.5-moe-a2.7b/config.json"
 run "$P" "$Q" --ranks 64 --cost flops

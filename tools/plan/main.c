@@ -29,6 +29,7 @@
 static const char usage[] =
     "usage: dmuon-plan [plan] (MODEL | --model MODEL) [options]\n"
     "       dmuon-plan inspect (MODEL | --model MODEL) [--tensors] [--json] [--muon PAT] [--adamw PAT]\n"
+    "                          [--router muon|adamw]\n"
     "       dmuon-plan show PLAN|- [--json] [--ranks] [--owners --json]\n"
     "       dmuon-plan --version\n"
     "\n"
@@ -95,14 +96,15 @@ static const char usage[] =
     "      --version             print the dmuon version\n"
     "\n"
     "inspect takes --tensors (every tensor: shape, dtype, role, layer, matrices, unit),\n"
-    "--json, --muon, --adamw, --router, --fused-layout; show takes --json (PLAN '-' reads standard\n"
-    "input), --ranks (per rank: NS, window bytes, matrices, memory) and --owners --json\n"
+    "--json, --muon, --adamw, --router, --fused-layout; show takes --json (PLAN '-' reads\n"
+    "standard input), --ranks (per rank: NS, window bytes, matrices, memory) and --owners --json\n"
     "(every parameter's owner rank(s), unit, layer offset, bytes and window offset, for\n"
     "use outside dmuon); other flags are refused there.  A note on stderr says when there\n"
     "are more ranks than units (ranks that own nothing).\n"
     "\n"
     "report: busiest NS / lower bound compares with a bound no plan can beat (in the cost's\n"
-    "unit: ms at the nominal 1 TFLOP/s for --cost flops); \"optimal\" when it is reached.\n"
+    "unit: ms at the nominal 1 TFLOP/s for --cost flops; for a plan within the byte cap, no\n"
+    "plan within it); \"optimal\" when it is reached, else what each constraint costs.\n"
     "A layer's root is the rank holding the most of the layer's bytes (it sends or receives\n"
     "that share in the layer's gather and reduction); layer root / largest unit 1.00 means\n"
     "no rank holds more of a layer than its largest unit.  A rail is the network link of\n"
@@ -557,6 +559,45 @@ static int cmd_show(const cli *c, const char *path)
 
 /* ---------------------------------------------------------------- plan -- */
 
+/* The constraints an ablation drops: its variant name, what it is. */
+static const char *const constraint_names[][2] = {{"no-byte-cap", "byte cap"},
+                                                  {"no-layer-spread", "layer spreading"},
+                                                  {"no-column-balance", "column balancing"}};
+
+static void print_cost(FILE *f, const char *what, const dmuon_plan *with, const dmuon_plan *without)
+{
+    const dmuon_plan_report *a = dmuon_plan_get_report(with), *b = dmuon_plan_get_report(without);
+    fprintf(f, "  %s: busiest NS %.3f -> %.3f, heaviest rail %.3f -> %.3f without it\n", what,
+            a->busiest_ns_over_mean, b->busiest_ns_over_mean, a->heaviest_rail_over_mean,
+            b->heaviest_rail_over_mean);
+}
+
+/* When the busiest rank is more than 1% over the bound: what each
+ * constraint the plan keeps costs (the plan rebuilt without it). */
+static int explain_gap(const cli *c, const dmuon_model *m, const dmuon_plan_opts *o,
+                       const dmuon_plan *p, FILE *f)
+{
+    if (dmuon_plan_get_report(p)->busiest_ns_over_lower_bound <= 1.01 ||
+        o->strategy != DMUON_STRATEGY_LPT)
+        return 0;
+    fprintf(f, "\n  busiest NS is %.3f x the bound; what each constraint costs:\n",
+            dmuon_plan_get_report(p)->busiest_ns_over_lower_bound);
+    for (int k = 0; k < 3; k++) {
+        dmuon_plan_opts q = *o;
+        bool *flag = k == 0 ? &q.byte_cap : k == 1 ? &q.layer_spread : &q.column_balance;
+        if (!*flag || (k == 2 && q.sharding != DMUON_SHARD_HSDP))
+            continue;
+        *flag = false;
+        dmuon_plan *v = NULL;
+        dmuon_rc rc = dmuon_plan_build(m, &q, &v);
+        if (rc)
+            return fail(c, rc);
+        print_cost(f, constraint_names[k][1], p, v);
+        dmuon_plan_free(v);
+    }
+    return 0;
+}
+
 static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts *base)
 {
     dmuon_plan_variant *v = NULL;
@@ -601,18 +642,10 @@ static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts
         }
         /* what each constraint costs: the default against the variant
          * without it */
-        const dmuon_plan_report *r0 = dmuon_plan_get_report(v[0].plan);
-        static const char *const cons[][2] = {{"no-byte-cap", "byte cap"},
-                                              {"no-layer-spread", "layer spreading"},
-                                              {"no-column-balance", "column balancing"}};
         for (size_t k = 0; k < 3; k++)
             for (size_t i = 1; i < nv; i++)
-                if (!strcmp(v[i].name, cons[k][0])) {
-                    const dmuon_plan_report *r = dmuon_plan_get_report(v[i].plan);
-                    printf("%s: busiest NS %.3f -> %.3f, heaviest rail %.3f -> %.3f without it\n",
-                           cons[k][1], r0->busiest_ns_over_mean, r->busiest_ns_over_mean,
-                           r0->heaviest_rail_over_mean, r->heaviest_rail_over_mean);
-                }
+                if (!strcmp(v[i].name, constraint_names[k][0]))
+                    print_cost(stdout, constraint_names[k][1], v[0].plan, v[i].plan);
     }
     dmuon_plan_variants_free(v, nv);
     return 0;
@@ -729,6 +762,12 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_json_end_object(&w);
     } else {
         dmuon_plan_print_report(p, rep);
+        int gec = explain_gap(c, m, o, p, rep);
+        if (gec) {
+            dmuon_plan_free(p);
+            dmuon_model_free(m);
+            return gec;
+        }
         if (c->out && rep == stderr)
             fprintf(rep, "\nplan written to standard output\n");
         else if (c->out)
