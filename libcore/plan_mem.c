@@ -4,16 +4,14 @@
  * and that layer's FP32 gradient buffer, and the symmetric pool the runtime
  * allocates (dmuon/pool.h).
  *
- * The pool figure follows the runtime's first (no-reuse) layout in
- * runtime.c (rt_pool_build and lay_out): per layer, the layer's Muon bytes
- * plus its AdamW elements padded to a multiple of the shard group (N ranks
- * for FSDP, K for HSDP) in param dtype, and the same elements in FP32 for
- * gradients; then the windows: the largest owner window in param dtype and
- * in FP32, the even shards in param dtype and FP32, and the HSDP publish
+ * The pool figure is the runtime's first (no-reuse) layout, laid out by the
+ * runtime's own function (dmuon_pool_lay_out): per layer, the layer's Muon
+ * bytes plus its AdamW elements padded to a multiple of the shard group (N
+ * ranks for FSDP, K for HSDP) in param dtype, and the same elements in FP32
+ * for gradients; then the windows: the largest owner window in param dtype
+ * and in FP32, the even shards in param dtype and FP32, and the HSDP publish
  * copy (dmuon_publish_layout, the runtime's own function).  The operators'
- * control words depend on the topology and are not counted.  The runtime
- * computes this inline; the two computations must be unified in one pool
- * layout function (the runtime's pool layout is moving to its own file).
+ * control words depend on the topology and are not counted (sizes.ctrl 0).
  */
 #include "plan_internal.h"
 
@@ -73,13 +71,16 @@ dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_me
         if (rc)
             goto out;
     }
-    int64_t w = dmuon_pool_align(max_win / dsz * dsz) + dmuon_pool_align(max_win / dsz * 4) +
-                dmuon_pool_align(even_total * dsz) + dmuon_pool_align(even_total * 4) +
-                dmuon_pool_align(copy);
-    int64_t spaces[3] = {pspace, gspace, w};
-    for (int s = 0; s < 3; s++)
-        out->pool_bytes += (spaces[s] + DMUON_POOL_BASE_ALIGN - 1) / DMUON_POOL_BASE_ALIGN *
-                           DMUON_POOL_BASE_ALIGN;
+    dmuon_pool_sizes sz = {.param = pspace, .grad = gspace};
+    sz.win[DMUON_WIN_PARAM] = max_win / dsz * dsz;
+    sz.win[DMUON_WIN_GRAD] = max_win / dsz * 4;
+    sz.win[DMUON_WIN_EVEN] = even_total * dsz;
+    sz.win[DMUON_WIN_EVEN_GRAD] = even_total * 4;
+    sz.win[DMUON_WIN_COPY] = copy;
+    dmuon_pool_map map;
+    dmuon_pool_lay_out(&sz, &map);
+    out->pool_bytes = map.total;
+    int64_t w = map.space_bytes[DMUON_SPACE_WINDOW];
     /* the least the rank holds at a step: its state and windows, plus one
      * gathered layer and its gradient buffer (ZeRO-3 with reuse); ZeRO-2
      * keeps every layer's parameters gathered */
