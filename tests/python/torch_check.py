@@ -260,11 +260,41 @@ def main():
             mx = max(rel(resumed, ref[k:]))
             report(mx <= TOL, "a 2-rank checkpoint resumed on 4 ranks stays at the reference",
                    "max rel %.2e" % mx)
+    if N in (1, 4):
+        storage()
     if N == 1:
         errors()
     if rank == 0:
         print("%d passed, %d failed" % (passed, failed))
     return failed
+
+
+def storage():
+    """Parameters hold values only inside their layer's forward and backward
+    (ZeRO-3): inside block 1's forward, its parameters are full and block
+    0's empty; after the step every parameter is empty."""
+    m = td.make()
+    rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32")
+    opt = rt.optimizer(**HYPER)
+    seen = {}
+
+    def nbytes(block):
+        return [p.untyped_storage().nbytes() for p in block.parameters()]
+
+    def look(mod, args):
+        seen["own"] = nbytes(m.layers[1]) == [p.numel() * 4 for p in m.layers[1].parameters()]
+        seen["other"] = set(nbytes(m.layers[0])) == {0}
+
+    h = m.layers[1].register_forward_pre_hook(look)
+    x, y = BATCHES[0]
+    td.loss_fn(m, local(x), local(y)).backward()
+    opt.step()
+    h.remove()
+    after = {p.untyped_storage().nbytes() for p in m.parameters()}
+    report(seen == {"own": True, "other": True} and after == {0},
+           "ZeRO-3: a block's parameters hold values only inside its forward/backward",
+           "inside block 1: %r; sizes after the step: %r" % (seen, sorted(after)))
+    rt.close()
 
 
 def errors():
