@@ -106,7 +106,7 @@ def local(x, micro=1, k=0):
 
 def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckpt=False,
           save_at=None, resume=None, start=0, grad_reduce="mean", export=None,
-          param_dtype="f32", ns="direct-muon5", plan=None, comm=None):
+          param_dtype="f32", ns="direct-muon5", plan=None, comm=None, eval_every=0):
     """Losses (mean over ranks) of steps [start, steps); optional save after
     save_at steps, resume from a checkpoint, export at the end (returns the
     eval loss of the sharded module on batch 0 too)."""
@@ -136,6 +136,9 @@ def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckp
         opt.zero_grad()
         sc.step()
         losses.append(dmuon.allreduce_sum([tot])[0] / size)
+        if eval_every and s % eval_every == 0:
+            with torch.no_grad():
+                td.loss_fn(m, local(x), local(y))
         if save_at is not None and s + 1 == save_at:
             rt.save(save_at_dir(save_at))
     out = {"losses": losses, "roles": {n: r for n, _, r, _ in p.params},
@@ -229,6 +232,8 @@ def main():
                 print("note: transformers is not installed: the LlamaForCausalLM load of the "
                       "export did not run")
     if N == 2:
+        ev = train("D", eval_every=3)["losses"]
+        report(ev == plain, "no_grad forwards between steps leave the training run unchanged")
         s = train("D", grad_reduce="sum")["losses"]
         mx = max(rel(s, plain))
         report(mx <= EXACT, "grad_reduce=sum with loss/world equals mean", "max rel %.2e" % mx)
