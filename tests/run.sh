@@ -57,7 +57,10 @@ count() {   # name log rc
     fi
     p=${p:-0}; f=${f:-0}
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then p=1; fi
+    # a script that ran nothing but says "skipped: ..." counts as nothing
+    if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && ! grep -qE '^skipped: ' "$log"; then
+        p=1
+    fi
     passed=$((passed + p)); failed=$((failed + f))
     if [ "$f" -gt 0 ]; then
         failures+=("$name")

@@ -194,13 +194,19 @@ dmuon_rc dmuon_capi_plan_opts_set(dmuon_capi_plan_opts *o, const char *key, cons
         DMUON_TRY(parse_i64(k, value, 1, DMUON_PLAN_MAX_RANKS, &x));
         *(k[0] == 'n' ? &p->nodes : &p->gpus_per_node) = (int32_t)x;
     } else if (!strcmp(k, "sharding")) {
-        DMUON_TRY(dmuon_sharding_parse(value ? value : "", &p->sharding));
+        dmuon_sharding v;
+        DMUON_TRY(dmuon_sharding_parse(value ? value : "", &v));
+        p->sharding = v;
     } else if (!strcmp(k, "zero")) {
         DMUON_TRY(parse_int(k, value, 2, 3, &p->zero_stage));
     } else if (!strcmp(k, "strategy")) {
-        DMUON_TRY(dmuon_strategy_parse(value ? value : "", &p->strategy));
+        dmuon_strategy v;
+        DMUON_TRY(dmuon_strategy_parse(value ? value : "", &v));
+        p->strategy = v;
     } else if (!strcmp(k, "cost")) {
-        DMUON_TRY(dmuon_cost_kind_parse(value ? value : "", &p->cost));
+        dmuon_cost_kind v;
+        DMUON_TRY(dmuon_cost_kind_parse(value ? value : "", &v));
+        p->cost = v;
     } else if (!strcmp(k, "cost_db")) {
         DMUON_TRY(copy_str(k, value, &o->strs[0]));
         p->cost_src.db_path = o->strs[0];
@@ -223,7 +229,9 @@ dmuon_rc dmuon_capi_plan_opts_set(dmuon_capi_plan_opts *o, const char *key, cons
     } else if (!strcmp(k, "small_unit_bytes")) {
         DMUON_TRY(parse_i64(k, value, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES, &p->small_unit_bytes));
     } else if (!strcmp(k, "param_dtype")) {
-        DMUON_TRY(dmuon_dtype_parse(value ? value : "", &p->param_dtype));
+        dmuon_dtype v;
+        DMUON_TRY(dmuon_dtype_parse(value ? value : "", &v));
+        p->param_dtype = v;
     } else if (!strcmp(k, "muon")) {
         DMUON_TRY(add_pattern(k, value, o->muon, &o->n_muon));
     } else if (!strcmp(k, "adamw")) {
@@ -343,11 +351,15 @@ dmuon_rc dmuon_capi_rt_opts_set(dmuon_capi_rt_opts *o, const char *key, const ch
     const char *k = key ? key : "";
     bool b;
     if (!strcmp(k, "line")) {
-        DMUON_TRY(dmuon_line_parse(value ? value : "", &r->line));
+        dmuon_line v;
+        DMUON_TRY(dmuon_line_parse(value ? value : "", &v));
+        r->line = v;
     } else if (!strcmp(k, "zero")) {
-        DMUON_TRY(parse_int(k, value, 0, 3, &r->zero_stage));
-        if (r->zero_stage == 1)
+        int z = 0;
+        DMUON_TRY(parse_int(k, value, 0, 3, &z));
+        if (z == 1)
             return DMUON_FAIL(DMUON_EINVAL, "option 'zero' = '1': expected 2 or 3 (0: the plan's)");
+        r->zero_stage = z;
     } else if (!strcmp(k, "ranks_per_node")) {
         DMUON_TRY(parse_int(k, value, 0, DMUON_PLAN_MAX_RANKS, &r->ranks_per_node));
     } else if (!strcmp(k, "deadline_ms")) {

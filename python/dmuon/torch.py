@@ -343,12 +343,18 @@ class Runtime:
             self._empty_backward()
 
     def _empty_backward(self):
-        """The backward hooks of a forward that computed no gradient."""
-        order = [self._root] + [L for L in reversed(self._layers) if L is not self._root]
-        for L in order:
+        """The backward hooks of a forward that computed no gradient, in the
+        order a training backward calls them (the root around the blocks in
+        reverse, each block's pre and post together), so that the runtime's
+        recorded layer lifetimes hold."""
+        blocks = [L for L in reversed(self._layers) if L is not self._root]
+        if self._root is not None:
+            self._call("dmuon_rt_pre_backward", self._root.index)
+        for L in blocks:
             self._call("dmuon_rt_pre_backward", L.index)
-        for L in order[1:] + order[:1]:
             self._call("dmuon_rt_post_backward", L.index)
+        if self._root is not None:
+            self._call("dmuon_rt_post_backward", self._root.index)
 
     def _root_backward(self):
         if self._bwd:

@@ -9,11 +9,11 @@ source "$(dirname "$0")/../cli/lib.sh"
 PY=${DMUON_PYTHON:-python3}
 if [ "${DMUON_SANITIZED:-0}" = 1 ]; then
     echo "skipped: the binding loads the plain build/libdmuon.so (Python cannot load the ASan build without preloading libasan)"
-    exit 0
+    finish; exit
 fi
 if ! "$PY" -c 'import torch, safetensors.torch' 2>/dev/null; then
     echo "skipped: torch (2.15.0) is not installed for $PY (make deps installs it into build/pyenv)"
-    exit 0
+    finish; exit
 fi
 export PYTHONPATH="$DMUON_ROOT/python:$DMUON_ROOT/tests/python${PYTHONPATH:+:$PYTHONPATH}"
 export OMP_NUM_THREADS=1

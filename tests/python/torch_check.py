@@ -106,7 +106,7 @@ def local(x, micro=1, k=0):
 
 def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckpt=False,
           save_at=None, resume=None, start=0, grad_reduce="mean", export=None,
-          param_dtype="f32", ns="direct-muon5", plan=None, comm=None):
+          param_dtype="f32", ns="direct-muon5", plan=None, comm=None, eval_every=0):
     """Losses (mean over ranks) of steps [start, steps); optional save after
     save_at steps, resume from a checkpoint, export at the end (returns the
     eval loss of the sharded module on batch 0 too)."""
@@ -136,6 +136,9 @@ def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckp
         opt.zero_grad()
         sc.step()
         losses.append(dmuon.allreduce_sum([tot])[0] / size)
+        if eval_every and s % eval_every == 0:
+            with torch.no_grad():
+                td.loss_fn(m, local(x), local(y))
         if save_at is not None and s + 1 == save_at:
             rt.save(save_at_dir(save_at))
     out = {"losses": losses, "roles": {n: r for n, _, r, _ in p.params},
@@ -229,6 +232,8 @@ def main():
                 print("note: transformers is not installed: the LlamaForCausalLM load of the "
                       "export did not run")
     if N == 2:
+        ev = train("D", eval_every=3)["losses"]
+        report(ev == plain, "no_grad forwards between steps leave the training run unchanged")
         s = train("D", grad_reduce="sum")["losses"]
         mx = max(rel(s, plain))
         report(mx <= EXACT, "grad_reduce=sum with loss/world equals mean", "max rel %.2e" % mx)
@@ -260,11 +265,41 @@ def main():
             mx = max(rel(resumed, ref[k:]))
             report(mx <= TOL, "a 2-rank checkpoint resumed on 4 ranks stays at the reference",
                    "max rel %.2e" % mx)
+    if N in (1, 4):
+        storage()
     if N == 1:
         errors()
     if rank == 0:
         print("%d passed, %d failed" % (passed, failed))
     return failed
+
+
+def storage():
+    """Parameters hold values only inside their layer's forward and backward
+    (ZeRO-3): inside block 1's forward, its parameters are full and block
+    0's empty; after the step every parameter is empty."""
+    m = td.make()
+    rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32")
+    opt = rt.optimizer(**HYPER)
+    seen = {}
+
+    def nbytes(block):
+        return [p.untyped_storage().nbytes() for p in block.parameters()]
+
+    def look(mod, args):
+        seen["own"] = nbytes(m.layers[1]) == [p.numel() * 4 for p in m.layers[1].parameters()]
+        seen["other"] = set(nbytes(m.layers[0])) == {0}
+
+    h = m.layers[1].register_forward_pre_hook(look)
+    x, y = BATCHES[0]
+    td.loss_fn(m, local(x), local(y)).backward()
+    opt.step()
+    h.remove()
+    after = {p.untyped_storage().nbytes() for p in m.parameters()}
+    report(seen == {"own": True, "other": True} and after == {0},
+           "ZeRO-3: a block's parameters hold values only inside its forward/backward",
+           "inside block 1: %r; sizes after the step: %r" % (seen, sorted(after)))
+    rt.close()
 
 
 def errors():

@@ -63,12 +63,14 @@ void dmuon_capi_plan_opts_free(dmuon_capi_plan_opts *o);
  * with '_'): nodes, gpus_per_node (integers >= 1), sharding (fsdp|hsdp),
  * zero (2|3), strategy (lpt|round-robin), cost (db|flops|elements|m2n),
  * cost_db (path of the cost database), device (the device name its rows
- * are stored under), epsilon (>= 0), byte_cap, layer_spread,
+ * are stored under), model_path (recorded in the plan), epsilon (a finite
+ * number; dmuon_plan_build rejects < 0), byte_cap, layer_spread,
  * column_balance, fuse_experts (0|1), small_unit_bytes (bytes >= 0),
  * param_dtype (bf16|f32|f16), muon, adamw (one fnmatch pattern each call,
  * appended; the caller's patterns win over the default role rules).  The
- * strings are copied.  Errors: DMUON_EINVAL naming the key and the value
- * expected (unknown key, bad value), DMUON_ENOMEM. */
+ * strings are copied; a failing call leaves the options unchanged.
+ * Errors: DMUON_EINVAL naming the key and the value expected (unknown key,
+ * bad value, more than 64 patterns), DMUON_ENOMEM. */
 dmuon_rc dmuon_capi_plan_opts_set(dmuon_capi_plan_opts *o, const char *key, const char *value);
 
 /* Builds the model of n tensors (names[i], ndims[i], its dimensions the next
@@ -115,7 +117,8 @@ void dmuon_capi_rt_opts_free(dmuon_capi_rt_opts *o);
  * prefetch (0|1), momentum, nesterov (0|1), weight_decay (Muon λ),
  * adjust_lr (match_rms_adamw: 0.2·√max(m, n); original: √max(1, m/n)),
  * beta1, beta2, eps, adamw_weight_decay, clip_norm, ns (a Newton–Schulz
- * variant, dmuon_ns_opts_set_variant).  Values are checked by
+ * variant, dmuon_ns_opts_set_variant); a failing call leaves the options
+ * unchanged.  Values are checked by
  * dmuon_optim_opts_check at dmuon_capi_rt_create.  Errors: DMUON_EINVAL
  * naming the key and what was expected. */
 dmuon_rc dmuon_capi_rt_opts_set(dmuon_capi_rt_opts *o, const char *key, const char *value);
