@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dmuon/ctl.h"
 #include "dmuon/model.h"
 #include "dmuon/optim.h"
 #include "dmuon/topo.h"
@@ -142,11 +143,14 @@ dmuon_rc dmuon_capi_comm_nodes(int fcomm, int ranks_per_node, int *nodes, int *p
 dmuon_rc dmuon_capi_allreduce_sum(int fcomm, double *buf, size_t n)
 {
     MPI_Comm c = MPI_Comm_f2c((MPI_Fint)fcomm);
-    if (c == MPI_COMM_NULL || n > INT_MAX ||
-        MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, c) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "mpi: allreduce of %zu values on handle %d failed", n,
-                          fcomm);
-    return DMUON_OK;
+    if (c == MPI_COMM_NULL)
+        return DMUON_FAIL(DMUON_ECOMM, "mpi: communicator handle %d is not usable", fcomm);
+    if (n == 0)
+        return DMUON_OK;
+    if (n > DMUON_CTL_MAX_COUNT)
+        return DMUON_FAIL(DMUON_EINVAL, "allreduce_sum: %zu values, at most %d in one call", n,
+                          DMUON_CTL_MAX_COUNT);
+    return dmuon_ctl_allreduce_f64(c, buf, (int)n, DMUON_CTL_SUM, 0, "allreduce_sum");
 }
 
 /* ---------------------------------------------------------- planning -- */

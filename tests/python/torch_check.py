@@ -1,6 +1,6 @@
 """The PyTorch binding checked against torch.optim.Muon + torch.optim.AdamW.
 
-Run by tests/mpi/64-torch.sh as `mpirun -np N python torch_check.py N DIR`.
+Run by tests/mpi/66-torch.sh as `mpirun -np N python torch_check.py N DIR`.
 Every rank trains a tiny decoder (tiny_decoder.py) through dmuon.torch for
 each configuration of its world size; rank 0 also trains the same module in
 one process with torch.optim.Muon (adjust_lr_fn="match_rms_adamw", Nesterov)

@@ -44,9 +44,10 @@ dmuon_rc dmuon_capi_comm_info(int fcomm, int *rank, int *size);
  * *per_node (K).  Errors: those of dmuon_topo_init. */
 dmuon_rc dmuon_capi_comm_nodes(int fcomm, int ranks_per_node, int *nodes, int *per_node);
 
-/* Sums n doubles in place over the communicator (MPI_Allreduce, MPI_SUM;
- * collective): for a trainer's log (the mean loss over ranks).  Errors:
- * DMUON_ECOMM. */
+/* Sums n doubles in place over the communicator (dmuon_ctl_allreduce_f64,
+ * bounded by $DMUON_DEADLINE_MS or the default deadline; collective): for a
+ * trainer's log (the mean loss over ranks).  0 ≤ n ≤ DMUON_CTL_MAX_COUNT.
+ * Errors: DMUON_EINVAL (n), DMUON_ETIMEOUT, DMUON_ECOMM. */
 dmuon_rc dmuon_capi_allreduce_sum(int fcomm, double *buf, size_t n);
 
 /* ------------------------------------------------------------- planning -- */
