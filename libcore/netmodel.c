@@ -129,6 +129,7 @@ typedef struct {
     int64_t nc;                 /* chunks */
     int ns;                     /* streams */
     double *bytes;              /* per chunk */
+    double *mult;               /* per chunk: chunks of the schedule merged into it */
     int *stream_of;             /* per chunk */
     int64_t *sfirst;            /* per stream: its chunks [sfirst[i], sfirst[i+1]) */
     int *srail;                 /* per stream: its rail */
@@ -214,7 +215,7 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
     double b = r->bytes[c];
     int nout = 0, nin = route_at(r, st, node, &nout);
     int *out = r->rout;
-    double x = t + v[DMUON_NP_CHUNK_OH];
+    double x = t + v[DMUON_NP_CHUNK_OH] * r->mult[c];
     if (r->kind == 0) {
         if (nin == 0)
             x += b / v[DMUON_NP_INTRA_BW];     /* read the owner's window */
@@ -249,6 +250,7 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
 static void replay_free(replay *r)
 {
     free(r->bytes);
+    free(r->mult);
     free(r->stream_of);
     free(r->sfirst);
     free(r->srail);
@@ -281,6 +283,7 @@ static dmuon_rc replay_alloc(replay *r, const dmuon_net_params *p, int R, int K,
     r->nc = nc;
     size_t N = (size_t)R * K, nj = (size_t)R * (size_t)(nc ? nc : 1), c1 = nc ? (size_t)nc : 1;
     r->bytes = malloc(c1 * sizeof *r->bytes);
+    r->mult = malloc(c1 * sizeof *r->mult);
     r->stream_of = malloc(c1 * sizeof *r->stream_of);
     r->sfirst = malloc(((size_t)ns + 1) * sizeof *r->sfirst);
     r->srail = malloc(((size_t)ns + 1) * sizeof *r->srail);
@@ -297,7 +300,7 @@ static dmuon_rc replay_alloc(replay *r, const dmuon_net_params *p, int R, int K,
     r->node_tx = calloc((size_t)R, sizeof *r->node_tx);
     r->node_rx = calloc((size_t)R, sizeof *r->node_rx);
     r->node_in = calloc((size_t)R, sizeof *r->node_in);
-    if (!r->bytes || !r->stream_of || !r->sfirst || !r->srail || !r->rin || !r->rout || !r->need ||
+    if (!r->bytes || !r->mult || !r->stream_of || !r->sfirst || !r->srail || !r->rin || !r->rout || !r->need ||
         !r->ready || !r->fifo_next || !r->head || !r->tail || !r->worker || !r->rail_tx ||
         !r->rail_rx || !r->node_tx || !r->node_rx || !r->node_in) {
         replay_free(r);
@@ -417,12 +420,45 @@ static dmuon_rc replay_run(replay *r, int by_stream, double *seconds)
 }
 
 /* Replays a gather or reduce schedule: one stream per queue (q, s). */
+/* Chunks of the schedule merged into one replayed chunk so that a call of
+ * nc chunks on R nodes stays within max_jobs chunk-node jobs. */
+static int64_t merge_factor(int64_t nc, int R, int64_t max_jobs)
+{
+    if (max_jobs <= 0)
+        max_jobs = DMUON_NET_REPLAY_JOBS;
+    int64_t jobs = nc * R;
+    return jobs <= max_jobs ? 1 : (jobs + max_jobs - 1) / max_jobs;
+}
+
+/* Appends the n chunk sizes of one stream at r->bytes[*c], g at a time. */
+static void add_stream(replay *r, int64_t *c, const int64_t *sizes, size_t stride, int n,
+                       int64_t g)
+{
+    for (int k = 0; k < n; k += (int)g) {
+        double b = 0;
+        int m = 0;
+        for (; m < g && k + m < n; m++)
+            b += (double)*(const int64_t *)((const char *)sizes + (size_t)(k + m) * stride);
+        r->bytes[*c] = b;
+        r->mult[*c] = m;
+        (*c)++;
+    }
+}
+
+/* Replays a gather or reduce schedule: one stream per queue (q, s). */
 static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, int kind,
-                             dmuon_net_counts *cnt, double *seconds)
+                             int64_t max_jobs, dmuon_net_counts *cnt, double *seconds)
 {
     int R = s->nodes, K = s->per_node;
+    int64_t g = merge_factor(s->nchunks, R, max_jobs), nc = 0;
+    for (int q = 0; q < R; q++)
+        for (int sl = 0; sl < K; sl++) {
+            int n = 0;
+            dmuon_sched_queue(s, q, sl, &n);
+            nc += (n + g - 1) / g;
+        }
     replay r;
-    DMUON_TRY(replay_alloc(&r, p, R, K, kind, R * K, s->nchunks));
+    DMUON_TRY(replay_alloc(&r, p, R, K, kind, R * K, nc));
     r.cs = s;
     r.cnt = cnt;
     counts_zero(cnt, R, K);
@@ -433,8 +469,8 @@ static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, in
             const dmuon_chunk *c0 = dmuon_sched_queue(s, q, sl, &n);
             r.sfirst[st] = c;
             r.srail[st] = sl;
-            for (int k = 0; k < n; k++)
-                r.bytes[c++] = (double)c0[k].bytes;
+            if (n)
+                add_stream(&r, &c, &c0[0].bytes, sizeof *c0, n, g);
         }
     r.sfirst[R * K] = c;
     assert(c == r.nc);
@@ -444,11 +480,14 @@ static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, in
 /* Replays a publish schedule: one stream per parameter, on its rail,
  * along its route (dmuon_pub_sched_hop). */
 static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched *s,
-                               dmuon_net_counts *cnt, double *seconds)
+                               int64_t max_jobs, dmuon_net_counts *cnt, double *seconds)
 {
     int R = s->nodes, K = s->per_node;
+    int64_t g = merge_factor(s->nchunks, R, max_jobs), nc = 0;
+    for (int i = 0; i < s->nparams; i++)
+        nc += (s->params[i].nchunks + g - 1) / g;
     replay r;
-    DMUON_TRY(replay_alloc(&r, p, R, K, 2, s->nparams, s->nchunks));
+    DMUON_TRY(replay_alloc(&r, p, R, K, 2, s->nparams, nc));
     r.ps = s;
     r.cnt = cnt;
     counts_zero(cnt, R, K);
@@ -457,8 +496,9 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
         const dmuon_pub_param *pp = &s->params[i];
         r.sfirst[i] = c;
         r.srail[i] = pp->rail;
-        for (int k = 0; k < pp->nchunks; k++)
-            r.bytes[c++] = (double)s->chunks[pp->first + k].bytes;
+        if (pp->nchunks)
+            add_stream(&r, &c, &s->chunks[pp->first].bytes, sizeof s->chunks[0], pp->nchunks,
+                       g);
     }
     r.sfirst[s->nparams] = c;
     assert(c == r.nc);
@@ -851,7 +891,7 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
                 rc = dmuon_pub_sched_init(&ps, t, c->n, R, K,
                                           c->sched_opts ? c->sched_opts->chunk_bytes : 0);
             if (rc == DMUON_OK)
-                rc = replay_publish(p, &ps, c->counts, seconds);
+                rc = replay_publish(p, &ps, c->max_jobs, c->counts, seconds);
             dmuon_pub_sched_release(&ps);
             free(t);
             free(nrail);
@@ -899,7 +939,7 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
         dmuon_sched s;
         DMUON_TRY(dmuon_sched_init(&s, c->segs, c->n, R, K,
                                    red ? DMUON_SCHED_REDUCE : DMUON_SCHED_GATHER, c->sched_opts));
-        dmuon_rc rc = replay_collv(p, &s, red, c->counts, seconds);
+        dmuon_rc rc = replay_collv(p, &s, red, c->max_jobs, c->counts, seconds);
         dmuon_sched_release(&s);
         return rc;
     }

@@ -21,6 +21,7 @@
 #include "dmuon/device.h"
 #include "dmuon/io.h"
 #include "dmuon/model.h"
+#include "dmuon/netmodel.h"
 #include "dmuon/plan.h"
 #include "common/opt.h"
 
@@ -83,6 +84,9 @@ static const char usage[] =
     "      --compare             the ablations side by side in one table (writes no plan:\n"
     "                            not with -o)\n"
     "      --json                one JSON object on stdout instead of the table\n"
+    "      --predict FILE        under the report, the step's predicted communication\n"
+    "                            (network parameters FILE, dmuon-bench predict\n"
+    "                            --save-params; see docs/netmodel.md)\n"
     "  -v, --verbose             error traces\n"
     "  -h, --help\n"
     "      --version             print the dmuon version\n"
@@ -100,6 +104,7 @@ typedef struct {
     bool fused_layout, json, compare, verbose, probe_missing, tensors;
     dmuon_device_kind device_kind;
     const char *out;
+    const char *predict;   /* network parameter file, or NULL */
 } cli;
 
 static int fail(const cli *c, dmuon_rc rc)
@@ -454,6 +459,36 @@ static void probe_progress(size_t done, size_t total, const dmuon_cost_row *row,
             (long long)row->m, (long long)row->n, row->median_ms);
 }
 
+/* --predict FILE: the plan's step under the network parameters of FILE
+ * (dmuon/netmodel.h), as a table on f or into the open JSON object w. */
+static dmuon_rc predict_load(const cli *c, const dmuon_plan *p, dmuon_net_plan_pred *r)
+{
+    dmuon_net_params np;
+    unsigned mask = 0;
+    DMUON_TRY(dmuon_net_params_load(c->predict, &np, &mask, NULL, 0));
+    return dmuon_net_plan_predict(p, &np, NULL, r);
+}
+
+static dmuon_rc predict_step(const cli *c, const dmuon_plan *p, FILE *f)
+{
+    dmuon_net_plan_pred r;
+    DMUON_TRY(predict_load(c, p, &r));
+    fprintf(f, "\npredicted with %s:\n", c->predict);
+    dmuon_net_plan_print(&r, f);
+    dmuon_net_plan_pred_free(&r);
+    return DMUON_OK;
+}
+
+static dmuon_rc predict_json(const cli *c, const dmuon_plan *p, dmuon_json *w)
+{
+    dmuon_net_plan_pred r;
+    DMUON_TRY(predict_load(c, p, &r));
+    dmuon_json_kstr(w, "params", c->predict);
+    dmuon_net_plan_json(&r, w);
+    dmuon_net_plan_pred_free(&r);
+    return DMUON_OK;
+}
+
 static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
 {
     dmuon_model_opts mo = {c->muon, c->n_muon, c->adamw, c->n_adamw, c->fused_layout};
@@ -500,7 +535,15 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_json_begin_object(&w);
         dmuon_plan_report_json(p, &w);
         dmuon_json_kstr(&w, "plan_file", c->out ? c->out : "");
+        if (c->predict) {
+            dmuon_json_key(&w, "predicted");
+            dmuon_json_begin_object(&w);
+            rc = predict_json(c, p, &w);
+            dmuon_json_end_object(&w);
+        }
         dmuon_json_end_object(&w);
+        if (rc != DMUON_OK)
+            goto out;
     } else {
         dmuon_plan_print_report(p, rep);
         if (c->out && rep == stderr)
@@ -510,6 +553,8 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         else
             fprintf(rep, "\n(no plan file written; add -o PLAN)\n");
     }
+    if (c->predict && !c->json && (rc = predict_step(c, p, rep)) != DMUON_OK)
+        goto out;
     const dmuon_plan_report *r = dmuon_plan_get_report(p);
     if ((int64_t)r->units < r->ranks)
         fprintf(stderr, "dmuon-plan: note: %d ranks but only %zu unit%s: %lld rank%s own no "
@@ -528,7 +573,7 @@ out:
 enum {
     O_NODES = 255, O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
-    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL
+    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL, O_PREDICT
 };
 
 /* The long name of the option getopt_long just returned. */
@@ -591,6 +636,7 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},
         {"model", required_argument, 0, O_MODEL},
+        {"predict", required_argument, 0, O_PREDICT},
         {0, 0, 0, 0},
     };
     cli c = {0};
@@ -731,6 +777,9 @@ int main(int argc, char **argv)
             break;
         case O_TENSORS:
             c.tensors = true;
+            break;
+        case O_PREDICT:
+            c.predict = optarg;
             break;
         case 'v':
             c.verbose = true;

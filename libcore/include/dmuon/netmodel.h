@@ -169,7 +169,15 @@ typedef struct {
     const int *layer_of;
     const dmuon_sched_opts *sched_opts;
     dmuon_net_counts *counts;   /* NULL: not counted */
+    int64_t max_jobs;           /* ours: at most this many chunk-node jobs (0:
+                                   DMUON_NET_REPLAY_JOBS); a larger call is replayed
+                                   with g consecutive chunks of a stream merged
+                                   into one (its bytes and g chunk overheads) */
 } dmuon_net_case;
+
+/* Default bound on a replay's jobs (chunks × nodes): every cell of the
+ * paper's Tables 5-7 replays chunk by chunk under it. */
+#define DMUON_NET_REPLAY_JOBS (INT64_C(1) << 22)
 
 /* Predicts the time in seconds of line l on case c under p.  Ours replays
  * the schedule chunk by chunk (cost O(chunks·R·K)); the baselines are the
@@ -256,6 +264,8 @@ typedef struct {
  * (ZeRO-2) or twice (ZeRO-3: forward and backward) and reduces it once;
  * the step totals add the operators' times (no overlap with compute or
  * with each other).  sched_opts: ours' schedule options (NULL: defaults).
+ * Each replay of ours is bounded to DMUON_NET_REPLAY_JOBS / 4 jobs (see
+ * dmuon_net_case.max_jobs): past it, consecutive chunks are merged.
  * Memory O(ranks + chunks of one call · nodes).  *out is released with
  * dmuon_net_plan_pred_free.  Errors: those of dmuon_net_predict and
  * dmuon_plan_rail_publish, DMUON_ENOMEM. */
