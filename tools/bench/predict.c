@@ -446,15 +446,37 @@ static dmuon_rc write_json(FILE *f, void *ctx)
     return ferror(f) ? DMUON_FAIL(DMUON_EIO, "write failed") : DMUON_OK;
 }
 
+/* The plot's data, script and temporary output next to svg (4200 bytes each). */
+static void svg_paths(const char *svg, char *dat, char *gp, char *tmp)
+{
+    snprintf(dat, 4200, "%s.dat", svg);
+    snprintf(gp, 4200, "%s.gp", svg);
+    snprintf(tmp, 4200, "%s.tmp", svg);
+}
+
+/* Runs gnuplot on script gp, which writes tmp, renamed to svg (nothing
+ * half-written); 0, or 3 with a message. */
+static int gnuplot_render(const char *gp, const char *tmp, const char *svg, const char *prog)
+{
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
+    int st = system(cmd);
+    if (st != 0 || rename(tmp, svg) != 0) {
+        fprintf(stderr, "%s: error: gnuplot %s failed (is gnuplot installed? make deps)\n", prog,
+                gp);
+        unlink(tmp);
+        return 3;
+    }
+    return 0;
+}
+
 /* The ratio plot: predicted against measured, log-log, y = x and ±25%,
  * fitted and held-out cells apart; drawn by gnuplot into svg (atomically:
  * gnuplot writes a temporary file that is renamed). */
 static int plot_svg(const report *r, const char *svg, const char *prog)
 {
     char dat[4200], gp[4200], tmp[4200];
-    snprintf(dat, sizeof dat, "%s.dat", svg);
-    snprintf(gp, sizeof gp, "%s.gp", svg);
-    snprintf(tmp, sizeof tmp, "%s.tmp", svg);
+    svg_paths(svg, dat, gp, tmp);
     FILE *f = fopen(dat, "w");
     if (!f) {
         fprintf(stderr, "%s: error: %s: cannot write the plot data\n", prog, dat);
@@ -492,16 +514,7 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
                "'%s' index 1 title 'held out' pt 5 ps 0.6 lc rgb '#d62728'\n",
             tmp, r->preset, dat, dat);
     fclose(f);
-    char cmd[9000];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
-    int st = system(cmd);
-    if (st != 0 || rename(tmp, svg) != 0) {
-        fprintf(stderr, "%s: error: gnuplot %s failed (is gnuplot installed? make deps)\n", prog,
-                gp);
-        unlink(tmp);
-        return 3;
-    }
-    return 0;
+    return gnuplot_render(gp, tmp, svg, prog);
 }
 
 /* ------------------------------------------------------------- main ---- */
@@ -538,9 +551,7 @@ static dmuon_rc write_plan_json(FILE *f, void *ctx)
 static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
 {
     char dat[4200], gp[4200], tmp[4200];
-    snprintf(dat, sizeof dat, "%s.dat", svg);
-    snprintf(gp, sizeof gp, "%s.gp", svg);
-    snprintf(tmp, sizeof tmp, "%s.tmp", svg);
+    svg_paths(svg, dat, gp, tmp);
     const dmuon_net_plan_pred *r = pr->r;
     double g = r->zero_stage == 3 ? 2 : 1;
     int cg = r->hsdp ? DMUON_NET_COALESCED : DMUON_NET_PER_OWNER;
@@ -572,16 +583,7 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
                "'%s' using 1:4 with linespoints title 'D (ours)'\n",
             tmp, r->nodes, r->per_node, pr->preset, dat, dat, dat);
     fclose(f);
-    char cmd[9000];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
-    int st = system(cmd);
-    if (st != 0 || rename(tmp, svg) != 0) {
-        fprintf(stderr, "%s: error: gnuplot %s failed (is gnuplot installed? make deps)\n", prog,
-                gp);
-        unlink(tmp);
-        return 3;
-    }
-    return 0;
+    return gnuplot_render(gp, tmp, svg, prog);
 }
 
 /* --plan: the plan's step under p, no measured rows. */

@@ -460,31 +460,21 @@ static void probe_progress(size_t done, size_t total, const dmuon_cost_row *row,
 }
 
 /* --predict FILE: the plan's step under the network parameters of FILE
- * (dmuon/netmodel.h), as a table on f or into the open JSON object w. */
-static dmuon_rc predict_load(const cli *c, const dmuon_plan *p, dmuon_net_plan_pred *r)
+ * (dmuon/netmodel.h), into the open JSON object w, or else as a table on f. */
+static dmuon_rc predict_step(const cli *c, const dmuon_plan *p, FILE *f, dmuon_json *w)
 {
     dmuon_net_params np;
     unsigned mask = 0;
+    dmuon_net_plan_pred r;
     DMUON_TRY(dmuon_net_params_load(c->predict, &np, &mask, NULL, 0));
-    return dmuon_net_plan_predict(p, &np, NULL, r);
-}
-
-static dmuon_rc predict_step(const cli *c, const dmuon_plan *p, FILE *f)
-{
-    dmuon_net_plan_pred r;
-    DMUON_TRY(predict_load(c, p, &r));
-    fprintf(f, "\npredicted with %s:\n", c->predict);
-    dmuon_net_plan_print(&r, f);
-    dmuon_net_plan_pred_free(&r);
-    return DMUON_OK;
-}
-
-static dmuon_rc predict_json(const cli *c, const dmuon_plan *p, dmuon_json *w)
-{
-    dmuon_net_plan_pred r;
-    DMUON_TRY(predict_load(c, p, &r));
-    dmuon_json_kstr(w, "params", c->predict);
-    dmuon_net_plan_json(&r, w);
+    DMUON_TRY(dmuon_net_plan_predict(p, &np, NULL, &r));
+    if (w) {
+        dmuon_json_kstr(w, "params", c->predict);
+        dmuon_net_plan_json(&r, w);
+    } else {
+        fprintf(f, "\npredicted with %s:\n", c->predict);
+        dmuon_net_plan_print(&r, f);
+    }
     dmuon_net_plan_pred_free(&r);
     return DMUON_OK;
 }
@@ -538,7 +528,7 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         if (c->predict) {
             dmuon_json_key(&w, "predicted");
             dmuon_json_begin_object(&w);
-            rc = predict_json(c, p, &w);
+            rc = predict_step(c, p, rep, &w);
             dmuon_json_end_object(&w);
         }
         dmuon_json_end_object(&w);
@@ -553,7 +543,7 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         else
             fprintf(rep, "\n(no plan file written; add -o PLAN)\n");
     }
-    if (c->predict && !c->json && (rc = predict_step(c, p, rep)) != DMUON_OK)
+    if (c->predict && !c->json && (rc = predict_step(c, p, rep, NULL)) != DMUON_OK)
         goto out;
     const dmuon_plan_report *r = dmuon_plan_get_report(p);
     if ((int64_t)r->units < r->ranks)
