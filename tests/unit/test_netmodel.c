@@ -39,6 +39,7 @@ static dmuon_net_params simple(void)
     p.v[DMUON_NP_NCCL_RED_BW] = 0;
     p.v[DMUON_NP_CHANNELS] = 1;
     p.v[DMUON_NP_CH_BYTES] = 1e9;
+    p.v[DMUON_NP_COAL_SLICES] = 1;
     return p;
 }
 

@@ -15,7 +15,9 @@
  * rail, every rail at once; the owners post in table order.
  *
  * Per chunk of b bytes handled by a rank (times in seconds):
- *   worker      chunk_oh; gather: + b / intra_bw to read a local owner's
+ *   worker      chunk_oh, and chunk_oh more for each send past the first
+ *               (issuing it: the star path's R − 1 sends); gather: + b /
+ *               intra_bw to read a local owner's
  *               window, then the send is issued, then the stores into the
  *               node: intra_lat + b·(K−1) / intra_bw by the worker, or with
  *               mcast one multicast store of b / intra_bw that also holds the
@@ -60,9 +62,10 @@
  * Publish baselines on the rails (a ring of the R leaders of one rail;
  * link = min(rail_bw, node_bw / the rails publishing), chmax = channels /
  * K): per_owner: one rooted call per parameter, trailing as above;
- * coalesced: per layer one grouped call (a rooted call of the layer's
- * bytes on the rail), each layer's call filling and draining the chain
- * before the next.  The rails run side by side; the slowest rail is the
+ * coalesced: per layer one grouped call of the layer's bytes lb on the
+ * rail, pipelined in coal_slices slices per channel: base_lat + (R − 1)·
+ * (lat_P + c·k) + (cb − c)·k with c = cb / coal_slices, each layer's call
+ * filling and draining the chain before the next.  The rails run side by side; the slowest rail is the
  * time.
  * With tree = 1 (Open MPI's tuned collectives, the namespace preset) the
  * baselines keep the simpler forms: fill F(b) = ceil(log2 N)·(hop_lat +
@@ -107,6 +110,7 @@ enum {
     DMUON_NP_NCCL_RED_BW,  /* bytes/s: one GPU's SM reduction in the baselines */
     DMUON_NP_CHANNELS,     /* the baselines' largest channel count */
     DMUON_NP_CH_BYTES,     /* bytes: fewer channels while a channel would carry less */
+    DMUON_NP_COAL_SLICES,  /* slices of a layer in flight in the coalesced publish */
     DMUON_NP_COUNT
 };
 
@@ -190,8 +194,8 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
 
 /* Fitting: minimises Σ_i log(pred_i / meas_i)² over the parameters whose
  * bit is set in free_mask (the others keep their value in *p), in log
- * space, by Nelder–Mead from *p (at most max_evals evaluations of the sum;
- * 0 → 400).  cases[i], lines[i], meas[i] (seconds, > 0) are the cells.
+ * space, by Nelder–Mead from *p, restarted twice from its best point (at
+ * most max_evals evaluations of the sum in all; 0 → 400).  cases[i], lines[i], meas[i] (seconds, > 0) are the cells.
  * On success *p holds the best parameters found and *rms the root mean
  * square of log(pred/meas) there.  Errors: DMUON_EINVAL (no cells, a
  * measurement ≤ 0, a start value ≤ 0 of a free parameter), and the errors of
