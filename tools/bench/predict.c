@@ -454,6 +454,15 @@ static void svg_paths(const char *svg, char *dat, char *gp, char *tmp)
     snprintf(tmp, 4200, "%s.tmp", svg);
 }
 
+/* Opens a plot's data or script file for writing, or says why not. */
+static FILE *plot_open(const char *path, const char *what, const char *prog)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fprintf(stderr, "%s: error: %s: cannot write the plot %s\n", prog, path, what);
+    return f;
+}
+
 /* Runs gnuplot on script gp, which writes tmp, renamed to svg (nothing
  * half-written); 0, or 3 with a message. */
 static int gnuplot_render(const char *gp, const char *tmp, const char *svg, const char *prog)
@@ -477,11 +486,9 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
 {
     char dat[4200], gp[4200], tmp[4200];
     svg_paths(svg, dat, gp, tmp);
-    FILE *f = fopen(dat, "w");
-    if (!f) {
-        fprintf(stderr, "%s: error: %s: cannot write the plot data\n", prog, dat);
+    FILE *f = plot_open(dat, "data", prog);
+    if (!f)
         return 3;
-    }
     for (int pass = 0; pass < 2; pass++) {
         fprintf(f, "# %s: measured predicted\n", pass ? "held out" : "fitted");
         for (int k = 0; k < r->cs->n; k++) {
@@ -498,11 +505,9 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
         fprintf(f, "\n\n");
     }
     fclose(f);
-    f = fopen(gp, "w");
-    if (!f) {
-        fprintf(stderr, "%s: error: %s: cannot write the plot script\n", prog, gp);
+    f = plot_open(gp, "script", prog);
+    if (!f)
         return 3;
-    }
     fprintf(f, "set terminal svg size 640,560 dynamic enhanced font 'sans,11'\n"
                "set output '%s'\n"
                "set title 'baseline / ours: predicted vs measured (preset %s)'\n"
@@ -555,11 +560,9 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
     const dmuon_net_plan_pred *r = pr->r;
     double g = r->zero_stage == 3 ? 2 : 1;
     int cg = r->hsdp ? DMUON_NET_COALESCED : DMUON_NET_PER_OWNER;
-    FILE *f = fopen(dat, "w");
-    if (!f) {
-        fprintf(stderr, "%s: error: %s: cannot write the plot data\n", prog, dat);
+    FILE *f = plot_open(dat, "data", prog);
+    if (!f)
         return 3;
-    }
     fprintf(f, "# layer A C D (us)\n");
     for (int i = 0; i < r->nlayers; i++) {
         const dmuon_net_layer_pred *L = &r->layers[i];
@@ -569,11 +572,9 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
                 1e6 * (g * L->gather[DMUON_NET_OURS] + L->reduce[DMUON_NET_OURS]));
     }
     fclose(f);
-    f = fopen(gp, "w");
-    if (!f) {
-        fprintf(stderr, "%s: error: %s: cannot write the plot script\n", prog, gp);
+    f = plot_open(gp, "script", prog);
+    if (!f)
         return 3;
-    }
     fprintf(f, "set terminal svg size 800,480 dynamic enhanced font 'sans,11'\n"
                "set output '%s'\n"
                "set title 'predicted gather + reduction per layer, %d x %d (%s)'\n"
