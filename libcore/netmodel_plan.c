@@ -11,6 +11,10 @@
 
 static double dmin(double a, double b) { return a < b ? a : b; }
 
+/* Jobs one replayed call of a plan may take (dmuon_net_case.max_jobs): a
+ * plan has tens of calls per step, so each gets a quarter of the default. */
+#define PLAN_CALL_JOBS (DMUON_NET_REPLAY_JOBS / 4)
+
 void dmuon_net_plan_pred_free(dmuon_net_plan_pred *r)
 {
     if (!r)
@@ -66,7 +70,8 @@ dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *
         dmuon_net_layer_pred *L = &out->layers[out->nlayers++];
         L->name = dmuon_plan_layer_name(plan, i);
         L->bytes = dmuon_plan_layer_bytes(plan, i);
-        dmuon_net_case g = {DMUON_NET_AGV, R, K, segs, (int)n, NULL, sched_opts, NULL};
+        dmuon_net_case g = {DMUON_NET_AGV, R, K, segs, (int)n, NULL, sched_opts, NULL,
+                            PLAN_CALL_JOBS};
         if (hsdp) {
             /* the node's gather from each owner's row leader on it */
             for (size_t j = 0; j < n; j++) {
@@ -77,7 +82,8 @@ dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *
             g.segs = local;
         }
         rc = all_lines(p, &g, L->gather);
-        dmuon_net_case r = {DMUON_NET_RSV, R, K, segs, (int)n, NULL, sched_opts, NULL};
+        dmuon_net_case r = {DMUON_NET_RSV, R, K, segs, (int)n, NULL, sched_opts, NULL,
+                            PLAN_CALL_JOBS};
         if (rc == DMUON_OK)
             rc = all_lines(p, &r, L->reduce);
         if (rc != DMUON_OK)
@@ -107,7 +113,8 @@ dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *
             if (dmuon_plan_rail_publish(plan, s, &ps, &layer_of, &np, &out->rail_bytes[s]) !=
                 DMUON_OK)
                 continue;   /* a rail without units publishes nothing */
-            dmuon_net_case c = {DMUON_NET_PUBLISH, R, K, ps, np, layer_of, sched_opts, NULL};
+            dmuon_net_case c = {DMUON_NET_PUBLISH, R, K, ps, np, layer_of, sched_opts, NULL,
+                                PLAN_CALL_JOBS};
             double t[DMUON_NET_LINE_COUNT];
             rc = all_lines(p, &c, t);
             if (rc == DMUON_OK) {

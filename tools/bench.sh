@@ -8,6 +8,16 @@ echo
 echo "== planner speed (dmuon-bench plan)"
 "$bin/dmuon-bench" plan --model models/qwen1.5-moe-a2.7b.yaml
 echo
+echo "== network model: held-out accuracy on the paper's Tables 5-7, fitted on its 16-GPU cells (docs/netmodel.md)"
+"$bin/dmuon-bench" predict --preset h100 --cells tools/bench/paper/tables.json --fit-nodes 2 \
+    --json-file build/bench-predict.json | sed -n '/^# held-out accuracy/,$p'
+echo
+echo "== network model: a 4096-GPU plan (Qwen2.5-7B, 512 nodes x 8, HSDP) predicted from the plan alone"
+"$bin/dmuon-plan" models/qwen2.5-7b/config.json --nodes 512 -g 8 --sharding hsdp --cost flops \
+    -o build/bench-predict-4096.yaml > /dev/null 2>&1
+/usr/bin/time -f "predict: %e s wall, %M KiB peak" "$bin/dmuon-bench" predict \
+    --params tools/bench/params/h100.json --plan build/bench-predict-4096.yaml | tail -1
+echo
 echo "== operators: 8 ranks as 4 virtual nodes x 2, BF16, 16 KiB - 64 MiB (ours vs per-owner, coalesced, equal-length)"
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" --ranks-per-node 2 \

@@ -82,4 +82,59 @@ check_err "bad.json:1: line 'ring'" "names file, line and value"
 run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --fit-nodes 5
 check_rc 2 "fit nodes without cells"
 check_err "no cell has the --fit-nodes" "says so"
+# Fit once, predict many: the fitted parameters saved and read back give
+# the same predictions without fitting.
+run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --fit-nodes 2 --max-evals 150 \
+    --save-params "$T_TMP/fit.json" --json-file "$T_TMP/fit-pred.json"
+check_rc 0 "--save-params after a fit"
+check_no_file "$T_TMP/fit.json.tmp" "no temporary parameter file left"
+python3 -c "import json,sys; d=json.load(open('$T_TMP/fit.json')); sys.exit(0 if d['format']=='dmuon-netmodel-params' and d['version']==1 and len(d['params'])>=17 and 'lat_ll' in d['free'] else 1)" \
+    && ok || bad "the parameter file has format, version, params and free"
+run "$B" predict --params "$T_TMP/fit.json" --cells "$T_TMP/cells.json" --json-file "$T_TMP/again.json"
+check_rc 0 "--params FILE, no fit"
+python3 - "$T_TMP/fit-pred.json" "$T_TMP/again.json" <<'PY' && ok || bad "--params reproduces the fitted predictions"
+import json, sys
+a, b = (json.load(open(f))["cells"] for f in sys.argv[1:])
+assert len(a) == len(b) == 16
+for x, y in zip(a, b):
+    assert abs(x["predicted_us"] / y["predicted_us"] - 1) < 1e-9, (x, y)
+PY
+sed 's/"lat_ll":/"lat_LL":/' "$T_TMP/fit.json" > "$T_TMP/badp.json"
+run "$B" predict --params "$T_TMP/badp.json" --cells "$T_TMP/cells.json"
+check_rc 2 "a parameter file with an unknown name"
+check_err "badp.json:[0-9]*: params: unknown parameter 'lat_LL'" "names file, line and field"
+run "$B" predict --preset h100 --params "$T_TMP/fit.json" --cells "$T_TMP/cells.json"
+check_rc 2 "--preset and --params together"
+
+# A plan and a cluster in, a step's communication out (no measured rows).
+"$DMUON_BIN/dmuon-plan" "$DMUON_ROOT/models/qwen2.5-1.5b.yaml" --nodes 2 -g 8 --sharding hsdp \
+    --zero 2 --cost flops -o "$T_TMP/p.plan" > /dev/null
+run "$B" predict --params "$T_TMP/fit.json" --plan "$T_TMP/p.plan" --json-file "$T_TMP/plan.json" \
+    --svg "$T_TMP/plan.svg"
+check_rc 0 "--plan with --params"
+check_out '^model.layers.0 +[0-9]+ \|' "a row per layer"
+check_out '^rail7 +[0-9]+ ' "the publish per rail"
+check_out '^# step communication .*A [0-9.]+  C [0-9.]+  D [0-9.]+' "the step totals of A, C, D"
+head -c 200 "$T_TMP/plan.svg" | grep -q '<svg' && ok || bad "the per-layer plot is an SVG"
+python3 - "$T_TMP/plan.json" <<'PY' && ok || bad "the step totals are the sums of the parts"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["sharding"] == "hsdp" and d["zero"] == 2 and len(d["rails"]) == 8 and len(d["layers"]) == 28
+g = lambda L, k, l: L[k][l]
+dsum = sum(L["gather_us"]["ours"] + L["reduce_us"]["ours"] for L in d["layers"])
+dsum += max(r["ours"] for r in d["rails"])
+asum = sum(L["gather_us"]["equal_length"] + L["reduce_us"]["equal_length"] for L in d["layers"])
+csum = sum(L["gather_us"]["coalesced"] + L["reduce_us"]["per_owner"] for L in d["layers"])
+csum += max(min(r["per_owner"], r["coalesced"]) for r in d["rails"])
+for want, got in ((dsum, d["step_us"]["D"]), (asum, d["step_us"]["A"]), (csum, d["step_us"]["C"])):
+    assert abs(want / got - 1) < 1e-9, (want, got)
+PY
+run "$B" predict --params "$T_TMP/fit.json" --plan "$T_TMP/nope.plan"
+check_rc 2 "a missing plan"
+check_err "nope.plan: no such plan file" "names it"
+run "$DMUON_BIN/dmuon-plan" "$DMUON_ROOT/models/qwen2.5-1.5b.yaml" --nodes 2 -g 8 --sharding hsdp \
+    --zero 2 --cost flops --predict "$T_TMP/fit.json"
+check_rc 0 "dmuon-plan --predict"
+check_out "^predicted with .*fit.json:" "the prediction under the balance report"
+check_out '^# step communication .*D [0-9.]+' "with the step totals"
 finish

@@ -39,6 +39,7 @@ static dmuon_net_params simple(void)
     p.v[DMUON_NP_NCCL_RED_BW] = 0;
     p.v[DMUON_NP_CHANNELS] = 1;
     p.v[DMUON_NP_CH_BYTES] = 1e9;
+    p.v[DMUON_NP_COAL_SLICES] = 1;
     return p;
 }
 
@@ -47,7 +48,7 @@ static double predict(const dmuon_net_params *p, dmuon_net_op op, int R, int K,
                       dmuon_net_line l)
 {
     dmuon_sched_opts so = {path, chunk, 0};
-    dmuon_net_case c = {op, R, K, s, n, NULL, &so, NULL};
+    dmuon_net_case c = {op, R, K, s, n, NULL, &so, NULL, 0};
     double t = -1;
     assert_int_equal(dmuon_net_predict(p, &c, l, &t), DMUON_OK);
     return t;
@@ -144,7 +145,7 @@ static void test_baselines(void **state)
     p.tree = 0;
     /* the publish has no equal-length line */
     dmuon_sched_opts so = {0};
-    dmuon_net_case c = {DMUON_NET_PUBLISH, 2, 1, &s, 1, NULL, &so, NULL};
+    dmuon_net_case c = {DMUON_NET_PUBLISH, 2, 1, &s, 1, NULL, &so, NULL, 0};
     assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_EQUAL, &t), DMUON_EINVAL);
     c.nodes = 0;
     assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_EINVAL);
@@ -168,7 +169,7 @@ static void test_monotone(void **state)
                     int n = 0;
                     assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, sizes[si], DMUON_BF16,
                                                        nodes[ni], 8, &sg, &n), DMUON_OK);
-                    dmuon_net_case c = {(dmuon_net_op)op, nodes[ni], 8, sg, n, NULL, NULL, NULL};
+                    dmuon_net_case c = {(dmuon_net_op)op, nodes[ni], 8, sg, n, NULL, NULL, NULL, 0};
                     double t = 0;
                     assert_int_equal(dmuon_net_predict(&p, &c, (dmuon_net_line)l, &t), DMUON_OK);
                     assert_true(t >= prev);
@@ -181,7 +182,7 @@ static void test_monotone(void **state)
     for (int l = DMUON_NET_EQUAL; l <= DMUON_NET_ROOT; l++) {
         double prev = 0;
         for (int R = 1; R <= 64; R *= 2) {
-            dmuon_net_case c = {DMUON_NET_AGV, R, 8, &one, 1, NULL, NULL, NULL};
+            dmuon_net_case c = {DMUON_NET_AGV, R, 8, &one, 1, NULL, NULL, NULL, 0};
             double t = 0;
             assert_int_equal(dmuon_net_predict(&p, &c, (dmuon_net_line)l, &t), DMUON_OK);
             assert_true(t >= prev);
@@ -227,7 +228,8 @@ static void test_replay_counts(void **state)
         dmuon_sched_release(&s);
         double rail[R * K], nodeb[R];
         dmuon_net_counts cnt = {rail, nodeb, 0};
-        dmuon_net_case c = {kind ? DMUON_NET_RSV : DMUON_NET_AGV, R, K, sg, n, NULL, &so, &cnt};
+        dmuon_net_case c = {kind ? DMUON_NET_RSV : DMUON_NET_AGV, R, K, sg, n, NULL, &so, &cnt,
+                            0};
         double t = 0;
         assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_OK);
         assert_true(want_msgs > 0);
@@ -236,6 +238,16 @@ static void test_replay_counts(void **state)
             assert_true(rail[i] == want_rail[i]);
         for (int i = 0; i < R; i++)
             assert_true(nodeb[i] == want_node[i]);
+        /* a replay bounded to fewer jobs merges chunks: the same bytes on
+         * every port in fewer messages, and no faster than chunk by chunk
+         * (a merged chunk fills each hop with more bytes) */
+        c.max_jobs = 64;
+        double tm = 0;
+        assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &tm), DMUON_OK);
+        assert_true(cnt.messages < want_msgs);
+        for (int i = 0; i < R * K; i++)
+            assert_true(rail[i] == want_rail[i]);
+        assert_true(tm >= t * (1 - 1e-12));
     }
     free(sg);
 }
@@ -273,7 +285,7 @@ static void test_fit_recovers(void **state)
                                            &segs[i], &nseg[i]), DMUON_OK);
         for (int l = 0; l < 4; l++) {
             dmuon_net_case c = {i % 2 ? DMUON_NET_RSV : DMUON_NET_AGV, R, 2, segs[i], nseg[i],
-                                NULL, NULL, NULL};
+                                NULL, NULL, NULL, 0};
             cases[k] = c;
             lines[k] = (dmuon_net_line)l;
             assert_int_equal(dmuon_net_predict(&truth, &cases[k], lines[k], &meas[k]), DMUON_OK);

@@ -446,20 +446,49 @@ static dmuon_rc write_json(FILE *f, void *ctx)
     return ferror(f) ? DMUON_FAIL(DMUON_EIO, "write failed") : DMUON_OK;
 }
 
+/* The plot's data, script and temporary output next to svg (4200 bytes each). */
+static void svg_paths(const char *svg, char *dat, char *gp, char *tmp)
+{
+    snprintf(dat, 4200, "%s.dat", svg);
+    snprintf(gp, 4200, "%s.gp", svg);
+    snprintf(tmp, 4200, "%s.tmp", svg);
+}
+
+/* Opens a plot's data or script file for writing, or says why not. */
+static FILE *plot_open(const char *path, const char *what, const char *prog)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fprintf(stderr, "%s: error: %s: cannot write the plot %s\n", prog, path, what);
+    return f;
+}
+
+/* Runs gnuplot on script gp, which writes tmp, renamed to svg (nothing
+ * half-written); 0, or 3 with a message. */
+static int gnuplot_render(const char *gp, const char *tmp, const char *svg, const char *prog)
+{
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
+    int st = system(cmd);
+    if (st != 0 || rename(tmp, svg) != 0) {
+        fprintf(stderr, "%s: error: gnuplot %s failed (is gnuplot installed? make deps)\n", prog,
+                gp);
+        unlink(tmp);
+        return 3;
+    }
+    return 0;
+}
+
 /* The ratio plot: predicted against measured, log-log, y = x and ±25%,
  * fitted and held-out cells apart; drawn by gnuplot into svg (atomically:
  * gnuplot writes a temporary file that is renamed). */
 static int plot_svg(const report *r, const char *svg, const char *prog)
 {
     char dat[4200], gp[4200], tmp[4200];
-    snprintf(dat, sizeof dat, "%s.dat", svg);
-    snprintf(gp, sizeof gp, "%s.gp", svg);
-    snprintf(tmp, sizeof tmp, "%s.tmp", svg);
-    FILE *f = fopen(dat, "w");
-    if (!f) {
-        fprintf(stderr, "%s: error: %s: cannot write the plot data\n", prog, dat);
+    svg_paths(svg, dat, gp, tmp);
+    FILE *f = plot_open(dat, "data", prog);
+    if (!f)
         return 3;
-    }
     for (int pass = 0; pass < 2; pass++) {
         fprintf(f, "# %s: measured predicted\n", pass ? "held out" : "fitted");
         for (int k = 0; k < r->cs->n; k++) {
@@ -476,11 +505,9 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
         fprintf(f, "\n\n");
     }
     fclose(f);
-    f = fopen(gp, "w");
-    if (!f) {
-        fprintf(stderr, "%s: error: %s: cannot write the plot script\n", prog, gp);
+    f = plot_open(gp, "script", prog);
+    if (!f)
         return 3;
-    }
     fprintf(f, "set terminal svg size 640,560 dynamic enhanced font 'sans,11'\n"
                "set output '%s'\n"
                "set title 'baseline / ours: predicted vs measured (preset %s)'\n"
@@ -492,16 +519,7 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
                "'%s' index 1 title 'held out' pt 5 ps 0.6 lc rgb '#d62728'\n",
             tmp, r->preset, dat, dat);
     fclose(f);
-    char cmd[9000];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
-    int st = system(cmd);
-    if (st != 0 || rename(tmp, svg) != 0) {
-        fprintf(stderr, "%s: error: gnuplot %s failed (is gnuplot installed? make deps)\n", prog,
-                gp);
-        unlink(tmp);
-        return 3;
-    }
-    return 0;
+    return gnuplot_render(gp, tmp, svg, prog);
 }
 
 /* ------------------------------------------------------------- main ---- */
@@ -538,17 +556,13 @@ static dmuon_rc write_plan_json(FILE *f, void *ctx)
 static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
 {
     char dat[4200], gp[4200], tmp[4200];
-    snprintf(dat, sizeof dat, "%s.dat", svg);
-    snprintf(gp, sizeof gp, "%s.gp", svg);
-    snprintf(tmp, sizeof tmp, "%s.tmp", svg);
+    svg_paths(svg, dat, gp, tmp);
     const dmuon_net_plan_pred *r = pr->r;
     double g = r->zero_stage == 3 ? 2 : 1;
     int cg = r->hsdp ? DMUON_NET_COALESCED : DMUON_NET_PER_OWNER;
-    FILE *f = fopen(dat, "w");
-    if (!f) {
-        fprintf(stderr, "%s: error: %s: cannot write the plot data\n", prog, dat);
+    FILE *f = plot_open(dat, "data", prog);
+    if (!f)
         return 3;
-    }
     fprintf(f, "# layer A C D (us)\n");
     for (int i = 0; i < r->nlayers; i++) {
         const dmuon_net_layer_pred *L = &r->layers[i];
@@ -558,11 +572,9 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
                 1e6 * (g * L->gather[DMUON_NET_OURS] + L->reduce[DMUON_NET_OURS]));
     }
     fclose(f);
-    f = fopen(gp, "w");
-    if (!f) {
-        fprintf(stderr, "%s: error: %s: cannot write the plot script\n", prog, gp);
+    f = plot_open(gp, "script", prog);
+    if (!f)
         return 3;
-    }
     fprintf(f, "set terminal svg size 800,480 dynamic enhanced font 'sans,11'\n"
                "set output '%s'\n"
                "set title 'predicted gather + reduction per layer, %d x %d (%s)'\n"
@@ -572,16 +584,7 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
                "'%s' using 1:4 with linespoints title 'D (ours)'\n",
             tmp, r->nodes, r->per_node, pr->preset, dat, dat, dat);
     fclose(f);
-    char cmd[9000];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
-    int st = system(cmd);
-    if (st != 0 || rename(tmp, svg) != 0) {
-        fprintf(stderr, "%s: error: gnuplot %s failed (is gnuplot installed? make deps)\n", prog,
-                gp);
-        unlink(tmp);
-        return 3;
-    }
-    return 0;
+    return gnuplot_render(gp, tmp, svg, prog);
 }
 
 /* --plan: the plan's step under p, no measured rows. */

@@ -21,6 +21,7 @@
 #include "dmuon/device.h"
 #include "dmuon/io.h"
 #include "dmuon/model.h"
+#include "dmuon/netmodel.h"
 #include "dmuon/plan.h"
 #include "common/opt.h"
 
@@ -91,6 +92,9 @@ static const char usage[] =
     "      --compare             the ablations side by side in one table (writes no plan:\n"
     "                            not with -o)\n"
     "      --json                one JSON object on stdout instead of the table\n"
+    "      --predict FILE        under the report, the step's predicted communication\n"
+    "                            (network parameters FILE, dmuon-bench predict\n"
+    "                            --save-params; see docs/netmodel.md)\n"
     "  -v, --verbose             error traces\n"
     "  -h, --help\n"
     "      --version             print the dmuon version\n"
@@ -120,6 +124,7 @@ typedef struct {
     int64_t device_memory;          /* bytes, 0: not given */
     dmuon_device_kind device_kind;
     const char *out;
+    const char *predict;   /* network parameter file, or NULL */
 } cli;
 
 static int fail(const cli *c, dmuon_rc rc)
@@ -709,6 +714,26 @@ static int warn_memory(const cli *c, const dmuon_plan *p)
     return 0;
 }
 
+/* --predict FILE: the plan's step under the network parameters of FILE
+ * (dmuon/netmodel.h), into the open JSON object w, or else as a table on f. */
+static dmuon_rc predict_step(const cli *c, const dmuon_plan *p, FILE *f, dmuon_json *w)
+{
+    dmuon_net_params np;
+    unsigned mask = 0;
+    dmuon_net_plan_pred r;
+    DMUON_TRY(dmuon_net_params_load(c->predict, &np, &mask, NULL, 0));
+    DMUON_TRY(dmuon_net_plan_predict(p, &np, NULL, &r));
+    if (w) {
+        dmuon_json_kstr(w, "params", c->predict);
+        dmuon_net_plan_json(&r, w);
+    } else {
+        fprintf(f, "\npredicted with %s:\n", c->predict);
+        dmuon_net_plan_print(&r, f);
+    }
+    dmuon_net_plan_pred_free(&r);
+    return DMUON_OK;
+}
+
 static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
 {
     const char *adamw[MAX_PATTERNS + N_ROUTER];
@@ -759,7 +784,15 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_json_kint(&w, "router_tensors", (int64_t)rn);
         dmuon_json_kint(&w, "router_tensors_on_muon", (int64_t)rmuon);
         dmuon_json_kstr(&w, "plan_file", c->out ? c->out : "");
+        if (c->predict) {
+            dmuon_json_key(&w, "predicted");
+            dmuon_json_begin_object(&w);
+            rc = predict_step(c, p, rep, &w);
+            dmuon_json_end_object(&w);
+        }
         dmuon_json_end_object(&w);
+        if (rc != DMUON_OK)
+            goto out;
     } else {
         dmuon_plan_print_report(p, rep);
         int gec = explain_gap(c, m, o, p, rep);
@@ -783,6 +816,8 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_model_free(m);
         return wec;
     }
+    if (c->predict && !c->json && (rc = predict_step(c, p, rep, NULL)) != DMUON_OK)
+        goto out;
     const dmuon_plan_report *r = dmuon_plan_get_report(p);
     if ((int64_t)r->units < r->ranks)
         fprintf(stderr, "dmuon-plan: note: %d ranks but only %zu unit%s: %lld rank%s own no "
@@ -801,7 +836,7 @@ out:
 enum {
     O_NODES = 255, O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
-    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL, O_ROUTER, O_DEVMEM, O_PERRANK, O_OWNERS
+    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL, O_ROUTER, O_DEVMEM, O_PERRANK, O_OWNERS, O_PREDICT
 };
 
 /* The long name of the option getopt_long just returned. */
@@ -871,6 +906,7 @@ int main(int argc, char **argv)
         {"device-memory", required_argument, 0, O_DEVMEM},
         {"per-rank", no_argument, 0, O_PERRANK},
         {"owners", no_argument, 0, O_OWNERS},
+        {"predict", required_argument, 0, O_PREDICT},
         {0, 0, 0, 0},
     };
     cli c = {0};
@@ -1032,6 +1068,9 @@ int main(int argc, char **argv)
             break;
         case O_TENSORS:
             c.tensors = true;
+            break;
+        case O_PREDICT:
+            c.predict = optarg;
             break;
         case 'v':
             c.verbose = true;

@@ -15,7 +15,9 @@
  * rail, every rail at once; the owners post in table order.
  *
  * Per chunk of b bytes handled by a rank (times in seconds):
- *   worker      chunk_oh; gather: + b / intra_bw to read a local owner's
+ *   worker      chunk_oh, and chunk_oh more for each send past the first
+ *               (issuing it: the star path's R − 1 sends); gather: + b /
+ *               intra_bw to read a local owner's
  *               window, then the send is issued, then the stores into the
  *               node: intra_lat + b·(K−1) / intra_bw by the worker, or with
  *               mcast one multicast store of b / intra_bw that also holds the
@@ -60,9 +62,10 @@
  * Publish baselines on the rails (a ring of the R leaders of one rail;
  * link = min(rail_bw, node_bw / the rails publishing), chmax = channels /
  * K): per_owner: one rooted call per parameter, trailing as above;
- * coalesced: per layer one grouped call (a rooted call of the layer's
- * bytes on the rail), each layer's call filling and draining the chain
- * before the next.  The rails run side by side; the slowest rail is the
+ * coalesced: per layer one grouped call of the layer's bytes lb on the
+ * rail, pipelined in coal_slices slices per channel: base_lat + (R − 1)·
+ * (lat_P + c·k) + (cb − c)·k with c = cb / coal_slices, each layer's call
+ * filling and draining the chain before the next.  The rails run side by side; the slowest rail is the
  * time.
  * With tree = 1 (Open MPI's tuned collectives, the namespace preset) the
  * baselines keep the simpler forms: fill F(b) = ceil(log2 N)·(hop_lat +
@@ -107,6 +110,7 @@ enum {
     DMUON_NP_NCCL_RED_BW,  /* bytes/s: one GPU's SM reduction in the baselines */
     DMUON_NP_CHANNELS,     /* the baselines' largest channel count */
     DMUON_NP_CH_BYTES,     /* bytes: fewer channels while a channel would carry less */
+    DMUON_NP_COAL_SLICES,  /* slices of a layer in flight in the coalesced publish */
     DMUON_NP_COUNT
 };
 
@@ -169,7 +173,15 @@ typedef struct {
     const int *layer_of;
     const dmuon_sched_opts *sched_opts;
     dmuon_net_counts *counts;   /* NULL: not counted */
+    int64_t max_jobs;           /* ours: at most this many chunk-node jobs (0:
+                                   DMUON_NET_REPLAY_JOBS); a larger call is replayed
+                                   with g consecutive chunks of a stream merged
+                                   into one (its bytes and g chunk overheads) */
 } dmuon_net_case;
+
+/* Default bound on a replay's jobs (chunks × nodes): every cell of the
+ * paper's Tables 5-7 replays chunk by chunk under it. */
+#define DMUON_NET_REPLAY_JOBS (INT64_C(1) << 22)
 
 /* Predicts the time in seconds of line l on case c under p.  Ours replays
  * the schedule chunk by chunk (cost O(chunks·R·K)); the baselines are the
@@ -182,8 +194,8 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
 
 /* Fitting: minimises Σ_i log(pred_i / meas_i)² over the parameters whose
  * bit is set in free_mask (the others keep their value in *p), in log
- * space, by Nelder–Mead from *p (at most max_evals evaluations of the sum;
- * 0 → 400).  cases[i], lines[i], meas[i] (seconds, > 0) are the cells.
+ * space, by Nelder–Mead from *p, restarted twice from its best point (at
+ * most max_evals evaluations of the sum in all; 0 → 400).  cases[i], lines[i], meas[i] (seconds, > 0) are the cells.
  * On success *p holds the best parameters found and *rms the root mean
  * square of log(pred/meas) there.  Errors: DMUON_EINVAL (no cells, a
  * measurement ≤ 0, a start value ≤ 0 of a free parameter), and the errors of
@@ -256,6 +268,8 @@ typedef struct {
  * (ZeRO-2) or twice (ZeRO-3: forward and backward) and reduces it once;
  * the step totals add the operators' times (no overlap with compute or
  * with each other).  sched_opts: ours' schedule options (NULL: defaults).
+ * Each replay of ours is bounded to DMUON_NET_REPLAY_JOBS / 4 jobs (see
+ * dmuon_net_case.max_jobs): past it, consecutive chunks are merged.
  * Memory O(ranks + chunks of one call · nodes).  *out is released with
  * dmuon_net_plan_pred_free.  Errors: those of dmuon_net_predict and
  * dmuon_plan_rail_publish, DMUON_ENOMEM. */
