@@ -13,7 +13,7 @@ echo 'echo "skipped: bare"; exit 0' > "$d/tests/cli/11-b.sh"
 echo 'source "$(dirname "$0")/lib.sh"; ok; skip "one part"; finish' > "$d/tests/cli/12-c.sh"
 echo 'echo "2 passed, 0 failed"' > "$d/tests/mpi/50-d.sh"
 echo 'exit 0' > "$d/tests/mpi/51-e.sh"
-run env -u DMUON_TEST_FILTER DMUON_COUNTS="$T_TMP/counts" bash "$d/tests/run.sh" --label x
+run env -u DMUON_TEST_FILTER DMUON_BIN="$d/bin" DMUON_BUILD="$d/build" DMUON_COUNTS="$T_TMP/counts" bash "$d/tests/run.sh" --label x
 check_rc 0 "a suite with skips only is not a failure"
 check_out '^skip cli/10-a.sh: nothing to run$' "skip helper shown as a skip"
 check_out '^skip cli/11-b.sh: bare$' "a bare skipped: line shown as a skip"

@@ -361,7 +361,11 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
         }
         fprintf(f, "\n\n");
     }
-    fclose(f);
+    char err[4400];
+    if (tool_close_file(f, dat, err, sizeof err)) {
+        fprintf(stderr, "%s: error: %s\n", prog, err);
+        return 3;
+    }
     f = fopen(gp, "w");
     if (!f) {
         fprintf(stderr, "%s: error: %s: cannot write the plot script\n", prog, gp);
@@ -377,7 +381,10 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
                "'%s' index 0 title 'fitted' pt 7 ps 0.6 lc rgb '#1f77b4', "
                "'%s' index 1 title 'held out' pt 5 ps 0.6 lc rgb '#d62728'\n",
             tmp, r->preset, dat, dat);
-    fclose(f);
+    if (tool_close_file(f, gp, err, sizeof err)) {
+        fprintf(stderr, "%s: error: %s\n", prog, err);
+        return 3;
+    }
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
     int st = system(cmd);

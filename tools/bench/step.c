@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "common/opt.h"
 #include "dmuon/io.h"
 #include "dmuon/model.h"
 #include "dmuon/plan.h"
@@ -563,7 +564,11 @@ int bench_step_main(int argc, char **argv)
             dmuon_json_end_array(&jw);
         dmuon_json_end_object(&jw);
         fputc('\n', jf);
-        fclose(jf);
+        char err[4400];
+        if (tool_close_file(jf, json, err, sizeof err)) {
+            fprintf(stderr, "%s: %s\n", argv[0], err);
+            json_fail = 1;
+        }
     }
     if (json_fail && rc_exit == 0)
         rc_exit = 3;

@@ -125,6 +125,49 @@ int tool_parse_double(const char *flag, const char *text, double lo, double hi, 
 
 void tool_print_version(const char *tool) { printf("%s (dmuon) %s\n", tool, dmuon_version()); }
 
+/* Flushes (and unless it is stdout, closes) f: 0, or the errno of the first
+ * failure (EIO when only the error flag tells). */
+static int close_stream(FILE *f)
+{
+    int bad = ferror(f), e = 0;
+    errno = 0;
+    if (fflush(f) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (f != stdout && fclose(f) != 0) {
+        bad = 1;
+        e = e ? e : errno;
+    }
+    return bad ? (e ? e : EIO) : 0;
+}
+
+int tool_finish_stdout(const char *tool, int code)
+{
+    int e = close_stream(stdout);
+    if (!e) {
+        errno = 0;
+        if (fclose(stdout) != 0)
+            e = errno ? errno : EIO;
+    }
+    if (!e)
+        return code;
+    fprintf(stderr, "%s: cannot write standard output: %s\n", tool, strerror(e));
+    return 3;
+}
+
+int tool_close_file(FILE *f, const char *path, char *err, size_t n)
+{
+    if (!f)
+        return 0;
+    int e = close_stream(f);
+    if (!e)
+        return 0;
+    snprintf(err, n, "cannot write '%s': %s", strcmp(path, "-") ? path : "standard output",
+             strerror(e));
+    return -1;
+}
+
 int64_t tool_mem_available(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");

@@ -20,6 +20,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* A whole number (decimal, optional leading '-') in [lo, hi]. */
@@ -39,6 +40,17 @@ char *tool_format_size(int64_t bytes, char *buf, size_t n);
 
 /* Prints "TOOL (dmuon) VERSION" on stdout: the --version line of every tool. */
 void tool_print_version(const char *tool);
+
+/* The last call of every tool's main: flushes and closes standard output
+ * and returns code, or 3 when a write to it failed (a full disk, /dev/full,
+ * a closed pipe) after printing "TOOL: cannot write standard output: REASON"
+ * on stderr — an output that did not arrive is never a success. */
+int tool_finish_stdout(const char *tool, int code);
+
+/* Closes f, which the tool wrote at path ("-": standard output, flushed,
+ * not closed).  Returns 0, or -1 with "cannot write 'PATH': REASON" in
+ * err[0..n) when a write or the close failed.  f may be NULL (returns 0). */
+int tool_close_file(FILE *f, const char *path, char *err, size_t n);
 
 /* Bytes of memory this host can still give (MemAvailable of /proc/meminfo),
  * or -1 when unknown. */

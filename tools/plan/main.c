@@ -558,7 +558,7 @@ static bool applies_to(const char *cmd, const char *name)
 }
 
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"nodes", required_argument, 0, O_NODES},
@@ -815,3 +815,6 @@ int main(int argc, char **argv)
     }
     return cmd_plan(&c, args[0], &o);
 }
+
+/* every exit goes through here: output that did not arrive is exit 3 */
+int main(int argc, char **argv) { return tool_finish_stdout("dmuon-plan", tool_main(argc, argv)); }

@@ -323,7 +323,7 @@ static dmuon_rc get_plan(cli *c, const dmuon_model *m, dmuon_plan **out)
     return DMUON_OK;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     cli c;
     memset(&c, 0, sizeof c);
@@ -424,3 +424,6 @@ out:
     }
     return code;
 }
+
+/* every exit goes through here: output that did not arrive is exit 3 */
+int main(int argc, char **argv) { return tool_finish_stdout("dmuon-train", tool_main(argc, argv)); }

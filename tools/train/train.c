@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/opt.h"
 #include "dmuon/timer.h"
 
 void tt_opts_init(tt_opts *o)
@@ -314,6 +315,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
 {
     trainer t = {0};
     FILE *log = NULL;
+    char err[4400];
     dmuon_rc rc = DMUON_OK;
     memset(res, 0, sizeof *res);
     t.o = o;
@@ -476,8 +478,8 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
     if (o->export_path)
         DMUON_TRY_GOTO(rc, dmuon_rt_export(t.rt, o->export_path), out);
 out:
-    if (log && fclose(log) != 0 && !rc)
-        rc = DMUON_FAIL(DMUON_EIO, "log '%s': write failed", o->log_path);
+    if (tool_close_file(log, o->log_path, err, sizeof err) && !rc)
+        rc = DMUON_FAIL(DMUON_EIO, "--log: %s", err);
     free_trainer(&t);
     return rc;
 }
