@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dmuon/io.h"
 #include "dmuon/version.h"
@@ -227,5 +229,68 @@ void tool_cleanup_on_signal(void)
         /* keep a handler someone installed before (MPI, a caller) */
         if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
             sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+int tool_check_output_path(const char *flag, const char *path, bool dir, char *err, size_t n)
+{
+    struct stat st;
+    if (!path || !*path) {
+        snprintf(err, n, "%s '': expected a path", flag);
+        return -1;
+    }
+    /* the directory part: everything before the last '/' (trailing ones dropped) */
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    char parent[4096];
+    size_t cut = len;
+    while (cut > 0 && path[cut - 1] != '/')
+        cut--;
+    if (cut == 0)
+        snprintf(parent, sizeof parent, ".");
+    else
+        snprintf(parent, sizeof parent, "%.*s", (int)(cut > 1 ? cut - 1 : 1), path);
+    if (stat(parent, &st) != 0) {
+        snprintf(err, n, "%s '%s': the directory '%s' does not exist", flag, path, parent);
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, n, "%s '%s': '%s' is not a directory", flag, path, parent);
+        return -1;
+    }
+    if (access(parent, W_OK | X_OK) != 0) {
+        snprintf(err, n, "%s '%s': the directory '%s' is not writable", flag, path, parent);
+        return -1;
+    }
+    if (stat(path, &st) == 0 && (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
+        snprintf(err, n, "%s '%s': exists and is not a %s", flag, path,
+                 dir ? "directory" : "regular file");
+        return -1;
+    }
+    return 0;
+}
+
+static volatile sig_atomic_t *stop_flag;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_flag && !*stop_flag) {
+        *stop_flag = sig;
+        return;
+    }
+    on_signal(sig);
+}
+
+void tool_stop_on_signal(volatile sig_atomic_t *flag)
+{
+    stop_flag = flag;
+    static const int sigs[] = {SIGINT, SIGTERM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
     }
 }

@@ -19,6 +19,8 @@
 #define DMUON_TOOL_OPT_H
 
 #include <mpi.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -69,5 +71,19 @@ int tool_check_host_memory(MPI_Comm world, int64_t bytes, int factor, const char
  * an atomic write in progress (dmuon_write_abandon in dmuon/io.h), then
  * terminate by the same signal as before.  Call once at start-up. */
 void tool_cleanup_on_signal(void);
+
+/* Checks, before any work, that path can be written later: its directory
+ * exists, is a directory and is writable, and path itself is absent or of
+ * the kind it will be (a directory when dir is true — it is replaced
+ * atomically —, else a regular file).  Returns 0, or -1 with "FLAG 'PATH':
+ * the directory 'D' does not exist" (or "is not a directory", "is not
+ * writable", "exists and is not a ...") in err[0..n). */
+int tool_check_output_path(const char *flag, const char *path, bool dir, char *err, size_t n);
+
+/* For a tool that stops cleanly: the first SIGINT or SIGTERM stores its
+ * number in *flag (the tool finishes its unit of work and looks); a second
+ * one behaves as tool_cleanup_on_signal (removes a temporary file of an
+ * atomic write, then terminates by that signal).  Call after MPI_Init. */
+void tool_stop_on_signal(volatile sig_atomic_t *flag);
 
 #endif

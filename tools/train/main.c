@@ -82,7 +82,9 @@ static const char usage[] =
     "                            (default 0: every matrix its own unit, as this model is small)\n"
     "      --param-dtype T       self-planning: gathered parameter dtype bf16|f32 (default bf16)\n"
     "checkpoints and output:\n"
-    "      --save DIR            save the optimizer state at the end (dmuon/ckpt.h)\n"
+    "      --save DIR            save the optimizer state at the end (dmuon/ckpt.h), and on\n"
+    "                            SIGINT/SIGTERM after the current step (then exit 128+signal)\n"
+    "      --save-every N        also save to --save DIR after every N-th step\n"
     "      --resume DIR          continue from a checkpoint (bit-identical to an unbroken run)\n"
     "      --export FILE         write the weights as one safetensors file at the end\n"
     "      --log CSV             per-step log (rank 0): step, loss, val_loss, rates, tokens/s,\n"
@@ -95,13 +97,18 @@ static const char usage[] =
     "  -h, --help\n"
     "      --version             print the dmuon version\n"
     "\n"
-    "exit: 0 ok, 1 a check failed (--min-val-drop), 2 bad input or usage, 3 runtime error\n";
+    "Every output path (--save, --export, --log) is checked before step 0.  SIGINT or\n"
+    "SIGTERM (on any rank) ends the run after the current step: saved to --save DIR when\n"
+    "given (atomically; --resume DIR continues it), no export; a second signal kills.\n"
+    "\n"
+    "exit: 0 ok, 1 a check failed (--min-val-drop), 2 bad input or usage, 3 runtime error,\n"
+    "      130/143 interrupted by SIGINT/SIGTERM\n";
 
 enum {
     O_LAYERS = 256, O_DIM, O_HEADS, O_KV, O_FFN, O_TIE, O_SEQ, O_INIT_STD, O_WCONF, O_WYAML,
     O_BATCH, O_MICRO, O_STEPS, O_LR, O_ALR, O_SCHED, O_WARMUP, O_MINLR, O_CLIP, O_WD, O_SEED,
     O_DSEED, O_RECOMP, O_DATA, O_VAL_EVERY, O_VAL_WIN, O_EVAL, O_LINE, O_SHARD, O_ZERO, O_RPN,
-    O_PLAN, O_SUB, O_PDT, O_STOP, O_SAVE, O_RESUME, O_EXPORT, O_LOG, O_MINDROP, O_PROG, O_VERSION
+    O_PLAN, O_SUB, O_PDT, O_STOP, O_SAVE, O_SAVE_EVERY, O_RESUME, O_EXPORT, O_LOG, O_MINDROP, O_PROG, O_VERSION
 };
 
 static const struct option longopts[] = {
@@ -141,6 +148,7 @@ static const struct option longopts[] = {
     {"small-unit-bytes", required_argument, 0, O_SUB},
     {"param-dtype", required_argument, 0, O_PDT},
     {"save", required_argument, 0, O_SAVE},
+    {"save-every", required_argument, 0, O_SAVE_EVERY},
     {"resume", required_argument, 0, O_RESUME},
     {"export", required_argument, 0, O_EXPORT},
     {"log", required_argument, 0, O_LOG},
@@ -217,6 +225,7 @@ static int parse(cli *c, int argc, char **argv)
             INT_OPT(O_MICRO, 1, 65536, c->t.micro, "micro-batches")
             INT_OPT(O_STEPS, 1, 1000000000, c->t.steps, "steps")
             INT_OPT(O_STOP, 1, 1000000000, c->t.stop_at, "stop-at")
+            INT_OPT(O_SAVE_EVERY, 1, 1000000000, c->t.save_every, "save-every")
             NUM_OPT(O_LR, 0, 1000, c->t.lr, "lr")
             NUM_OPT(O_ALR, 0, 1000, c->t.adamw_lr, "adamw-lr")
             INT_OPT(O_WARMUP, 0, 1000000000, c->t.warmup, "warmup")
@@ -288,9 +297,29 @@ static int parse(cli *c, int argc, char **argv)
         return usage_error(c, "unexpected argument '%s'", argv[optind]);
     if (c->plan && c->small_unit_bytes >= 0)
         return usage_error(c, "%s", "--small-unit-bytes plans here: not with --plan");
+    if (c->t.save_every > 0 && !c->t.save_dir)
+        return usage_error(c, "%s", "--save-every needs --save DIR (where to save)");
     if (c->t.warmup >= c->t.steps && c->t.warmup > 0)
         c->t.warmup = c->t.steps - 1;
     return -1;
+}
+
+/* Rank 0 checks every output path before any work; all ranks learn the
+ * answer.  Returns -1 to go on, else the exit code (2). */
+static int check_outputs(const cli *c, bool mpi)
+{
+    char err[4400] = "";
+    int bad = 0;
+    if (c->rank == 0)
+        bad = (c->t.save_dir && tool_check_output_path("--save", c->t.save_dir, true, err,
+                                                       sizeof err)) ||
+              (c->t.export_path && tool_check_output_path("--export", c->t.export_path, false,
+                                                          err, sizeof err)) ||
+              (c->t.log_path &&
+               tool_check_output_path("--log", c->t.log_path, false, err, sizeof err));
+    if (mpi)
+        MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return bad ? usage_error(c, "%s", err) : -1;
 }
 
 /* Plans the model for the running cluster (cost flops), or loads --plan. */
@@ -371,6 +400,13 @@ static int tool_main(int argc, char **argv)
             code = 0;
         goto out;
     }
+    if ((code = check_outputs(&c, need_mpi)) >= 0)
+        goto out;
+    code = -1;
+    /* from here a SIGINT/SIGTERM ends the run after the current step */
+    static volatile sig_atomic_t stop;
+    tool_stop_on_signal(&stop);
+    c.t.stop = &stop;
     dmuon_err_set_rank(c.rank);
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -396,6 +432,20 @@ static int tool_main(int argc, char **argv)
     rc = tt_train(&c.t, plan, &c.rt, MPI_COMM_WORLD, &data, &res);
     if (rc) {
         code = fail(&c, rc);
+        goto out;
+    }
+    if (res.interrupted) {
+        if (c.rank == 0) {
+            if (c.t.save_dir)
+                fprintf(stderr, "dmuon-train: interrupted at step %lld, saved to %s (continue "
+                                "with --resume %s)\n",
+                        (long long)res.next_step, c.t.save_dir, c.t.save_dir);
+            else
+                fprintf(stderr, "dmuon-train: interrupted at step %lld; nothing saved (no "
+                                "--save DIR)\n",
+                        (long long)res.next_step);
+        }
+        code = 128 + res.interrupted;
         goto out;
     }
     double drop = res.first_val > 0 ? 1.0 - res.last_val / res.first_val : 0;
