@@ -1,6 +1,6 @@
 /*
  * ckpt.c — checkpoints of optimizer state in pieces, re-sharded on load, and
- * full-weight export (dmuon/ckpt.h; paper §6; DESIGN.md "Checkpoints").
+ * full-weight export (dmuon/ckpt.h; paper §6; docs/design.md "Checkpoints").
  *
  * Save (collective):
  *   1. every rank checks its pieces (known parameter and kind, range inside
