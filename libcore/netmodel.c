@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const param_names[DMUON_NP_COUNT] = {
     "intra_bw", "intra_lat", "rail_bw", "node_bw", "hop_lat",
@@ -40,7 +41,7 @@ const char *dmuon_net_line_name(dmuon_net_line l)
 dmuon_rc dmuon_net_line_parse(const char *s, dmuon_net_line *out)
 {
     for (int i = 0; i < DMUON_NET_LINE_COUNT; i++)
-        if (s && !strcmp(s, line_names[i])) {
+        if (s && !strcasecmp(s, line_names[i])) {
             *out = (dmuon_net_line)i;
             return DMUON_OK;
         }
@@ -779,7 +780,7 @@ dmuon_rc dmuon_net_fit(dmuon_net_params *p, unsigned free_mask, const dmuon_net_
 dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_mask)
 {
     memset(p, 0, sizeof *p);
-    if (name && !strcmp(name, "namespace")) {
+    if (name && !strcasecmp(name, "namespace")) {
         /* Starting values only: every figure but the switch is fitted. */
         p->v[DMUON_NP_INTRA_BW] = 4e9;
         p->v[DMUON_NP_INTRA_LAT] = 5e-6;
@@ -796,7 +797,7 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
         *free_mask = (1u << DMUON_NP_COUNT) - 1;
         return DMUON_OK;
     }
-    if (name && !strcmp(name, "h100")) {
+    if (name && !strcasecmp(name, "h100")) {
         /* Fixed from public figures: 400 Gb/s per rail (50 GB/s), eight
          * rails per node, about 3 us per cross-node hop (NIC, switch,
          * NIC), the reduction in the switch; the baselines' pipeline step

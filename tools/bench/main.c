@@ -21,7 +21,7 @@ static int tool_main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--version")) {
-            tool_print_version("dmuon-bench");
+            tool_print_version("dmuon-bench", argc, argv);
             return 0;
         }
     /* argv[0] of a family names the tool and the family in its messages */

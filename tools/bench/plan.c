@@ -131,8 +131,11 @@ int bench_plan_main(int argc, char **argv)
                    "each plan (#wrong: invariant violations).\n", moe);
             return 0;
         default:
-            fprintf(stderr, "dmuon-bench: error: unknown option or missing value: '%s'\n",
-                    argv[optind - 1]);
+        {
+            char hint[128];
+            fprintf(stderr, "dmuon-bench: error: unknown option or missing value: '%s'%s\n",
+                    argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint));
+        }
             return 2;
         }
     }

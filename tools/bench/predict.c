@@ -484,7 +484,11 @@ int bench_predict_main(int argc, char **argv)
         case 'j': json = optarg; break;
         case 's': svg = optarg; break;
         case 'h': usage(stdout); return 0;
-        default: snprintf(bad, sizeof bad, "see --help for the options");
+        default: {
+            char hint[128];
+            snprintf(bad, sizeof bad, "unknown option or missing value '%s'%s (see --help)",
+                     argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint));
+        }
         }
     }
     if (!bad[0] && optind < argc)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench.h"
 #include "common/opt.h"
@@ -325,6 +326,7 @@ int bench_step_main(int argc, char **argv)
         {0, 0, 0, 0}};
     int c;
     char *end;
+    opterr = 0;   /* our message (with a suggestion) */
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         long v = 0;
         if (optarg && strchr("LwknT", c)) {
@@ -365,8 +367,13 @@ int bench_step_main(int argc, char **argv)
             MPI_Finalize();
             return 0;
         default:
-            if (rank == 0)
+            if (rank == 0) {
+                char hint[128];
+                fprintf(stderr, "%s: error: unknown option or missing value '%s'%s\n", argv[0],
+                        argv[optind - 1],
+                        tool_suggest_option(argv[optind - 1], lo, hint, sizeof hint));
                 usage(stderr);
+            }
             MPI_Finalize();
             return 2;
         }
@@ -374,7 +381,7 @@ int bench_step_main(int argc, char **argv)
     dmuon_line lines[4];
     int nlines = 0;
     dmuon_rc rc = DMUON_OK;
-    if (!strcmp(line_s, "all")) {
+    if (!strcasecmp(line_s, "all")) {
         for (int i = 0; i < 4; i++)
             lines[nlines++] = (dmuon_line)i;
     } else {

@@ -18,6 +18,7 @@
 #ifndef DMUON_TOOL_OPT_H
 #define DMUON_TOOL_OPT_H
 
+#include <getopt.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -40,8 +41,10 @@ int tool_parse_double(const char *flag, const char *text, double lo, double hi, 
 /* Writes bytes as "N B", "N KiB", "N.N MiB", ... into buf[0..n); returns buf. */
 char *tool_format_size(int64_t bytes, char *buf, size_t n);
 
-/* Prints "TOOL (dmuon) VERSION" on stdout: the --version line of every tool. */
-void tool_print_version(const char *tool);
+/* Prints "TOOL (dmuon) VERSION" on stdout: the --version line of every tool;
+ * with --json among argv[1..argc) the JSON object {"tool": TOOL, "version":
+ * VERSION} instead. */
+void tool_print_version(const char *tool, int argc, char **argv);
 
 /* The last call of every tool's main: flushes and closes standard output
  * and returns code, or 3 when a write to it failed (a full disk, /dev/full,
@@ -79,6 +82,27 @@ void tool_cleanup_on_signal(void);
  * the directory 'D' does not exist" (or "is not a directory", "is not
  * writable", "exists and is not a ...") in err[0..n). */
 int tool_check_output_path(const char *flag, const char *path, bool dir, char *err, size_t n);
+
+/* Lowercases s in place (an enum value such as a variant name, which the
+ * tools accept in any case and store in its canonical lower case); returns s. */
+char *tool_lower(char *s);
+
+/* For an unknown option arg ("--shardng", "--shardng=x", "-x"): writes
+ * " (did you mean --sharding?)" naming the closest long option of opts (edit
+ * distance at most a third of its length, at least 2) into buf[0..n), or ""
+ * when none is close; returns buf. */
+const char *tool_suggest_option(const char *arg, const struct option *opts, char *buf,
+                                size_t n);
+
+/* Prints a failure that every rank of comm reached: "TOOL: error: MSG" once
+ * (by rank 0, without its "rank N: " prefix, "(every rank)" added when
+ * comm has several) when every rank's message is the same but for that
+ * prefix; otherwise rank 0 prints its message and every rank whose message
+ * differs from rank 0's prints its own.  Collective over comm: call it on
+ * every rank, each with its own message.  A rank that waits more than
+ * 10 s for the others prints its own message and aborts the job (exit
+ * code), so a failure on one rank alone never hangs. */
+void tool_report_error(MPI_Comm comm, const char *tool, const char *msg, int code);
 
 /* For a tool that stops cleanly: the first SIGINT or SIGTERM stores its
  * number in *flag (the tool finishes its unit of work and looks); a second

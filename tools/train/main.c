@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <mpi.h>
 
@@ -72,7 +73,7 @@ static const char usage[] =
     "      --line A|B|C|D        A AdamW on FSDP even shards; B Muon by gather-then-\n"
     "                            replicate; C plan owners with per-owner MPI calls; D dmuon\n"
     "                            (default D)\n"
-    "      --sharding fsdp|hsdp  (default fsdp; ignored with --plan)\n"
+    "      --sharding fsdp|hsdp  self-planning: (default fsdp; with --plan the plan's)\n"
     "      --zero 2|3            ZeRO stage (default 3)\n"
     "      --ranks-per-node K    virtual nodes of K ranks (default $DMUON_RANKS_PER_NODE or\n"
     "                            the shared-memory node)\n"
@@ -165,6 +166,7 @@ typedef struct {
     dmuon_rt_opts rt;
     const char *data, *plan, *write_config, *write_yaml;
     dmuon_sharding sharding;
+    bool sharding_set, param_dtype_set;   /* given on the command line */
     int zero, val_every;
     int64_t small_unit_bytes;
     dmuon_dtype param_dtype;
@@ -238,8 +240,12 @@ static int parse(cli *c, int argc, char **argv)
             INT_OPT(O_VAL_WIN, 1, 1000000, c->t.val_windows, "val-windows")
             INT_OPT(O_EVAL, 0, 1000000000, c->t.eval_every, "eval-every")
             INT_OPT(O_ZERO, 2, 3, c->zero, "zero")
-            INT_OPT(O_SUB, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES, c->small_unit_bytes,
-                    "small-unit-bytes")
+        case O_SUB:   /* a size, in the grammar of every tool (16M, 1MiB, ...) */
+            if (tool_parse_size("--small-unit-bytes", a, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES, &v,
+                                err, sizeof err))
+                return usage_error(c, "%s", err);
+            c->small_unit_bytes = v;
+            break;
             NUM_OPT(O_MINDROP, 0, 1, c->min_drop, "min-val-drop")
             INT_OPT(O_PROG, 0, 1000000000, c->t.progress_every, "progress-every")
 #undef INT_OPT
@@ -255,9 +261,9 @@ static int parse(cli *c, int argc, char **argv)
         case O_EXPORT: c->t.export_path = a; break;
         case O_LOG: c->t.log_path = a; break;
         case O_SCHED:
-            if (!strcmp(a, "cosine"))
+            if (!strcasecmp(a, "cosine"))
                 c->t.schedule = TT_SCHED_COSINE;
-            else if (!strcmp(a, "constant"))
+            else if (!strcasecmp(a, "constant"))
                 c->t.schedule = TT_SCHED_CONSTANT;
             else
                 return usage_error(c, "--schedule '%s': expected cosine or constant", a);
@@ -269,6 +275,7 @@ static int parse(cli *c, int argc, char **argv)
         case O_SHARD:
             if (dmuon_sharding_parse(a, &c->sharding) != DMUON_OK)
                 return usage_error(c, "--sharding '%s': expected fsdp or hsdp", a);
+            c->sharding_set = true;
             break;
         case O_RPN:
             if (dmuon_topo_parse_per_node(a, &c->rt.ranks_per_node) != DMUON_OK)
@@ -278,6 +285,7 @@ static int parse(cli *c, int argc, char **argv)
             if (dmuon_dtype_parse(a, &c->param_dtype) != DMUON_OK ||
                 (c->param_dtype != DMUON_BF16 && c->param_dtype != DMUON_F32))
                 return usage_error(c, "--param-dtype '%s': expected bf16 or f32", a);
+            c->param_dtype_set = true;
             break;
         case 'q': c->t.quiet = true; break;
         case 'v': c->verbose = true; break;
@@ -287,16 +295,35 @@ static int parse(cli *c, int argc, char **argv)
             return 0;
         case O_VERSION:
             if (c->rank == 0)
-                tool_print_version("dmuon-train");
+                tool_print_version("dmuon-train", argc, argv);
             return 0;
         case ':': return usage_error(c, "option '%s' needs a value", argv[optind - 1]);
-        default: return usage_error(c, "unknown option '%s'", argv[optind - 1]);
+        default: {
+            char why[600], hint[128];
+            snprintf(why, sizeof why, "unknown option '%s'%s", argv[optind - 1],
+                     tool_suggest_option(argv[optind - 1], longopts, hint, sizeof hint));
+            return usage_error(c, "%s", why);
+        }
         }
     }
     if (optind < argc)
         return usage_error(c, "unexpected argument '%s'", argv[optind]);
+    /* flags that would be ignored are refused, naming the one to drop */
     if (c->plan && c->small_unit_bytes >= 0)
         return usage_error(c, "%s", "--small-unit-bytes plans here: not with --plan");
+    if (c->plan && c->sharding_set)
+        return usage_error(c, "%s", "--sharding: the plan file fixes the sharding; drop "
+                                    "--sharding, or plan again with dmuon-plan --sharding");
+    if (c->plan && c->param_dtype_set)
+        return usage_error(c, "%s", "--param-dtype: the plan file fixes the gathered dtype; drop "
+                                    "--param-dtype, or plan again with dmuon-plan --param-dtype");
+    if (c->t.stop_at > c->t.steps) {
+        char why[160];
+        snprintf(why, sizeof why, "--stop-at %lld is past --steps %lld: give --stop-at N below "
+                 "--steps (the schedule's length), or more --steps", (long long)c->t.stop_at,
+                 (long long)c->t.steps);
+        return usage_error(c, "%s", why);
+    }
     if (c->t.save_every > 0 && !c->t.save_dir)
         return usage_error(c, "%s", "--save-every needs --save DIR (where to save)");
     if (c->t.warmup >= c->t.steps && c->t.warmup > 0)
@@ -415,6 +442,9 @@ static int tool_main(int argc, char **argv)
         code = c.rank == 0 ? fail(&c, rc) : dmuon_rc_exit_code(rc);
         goto out;
     }
+    if (c.rank == 0 && dmuon_plan_sharding(plan) == DMUON_SHARD_HSDP && dmuon_plan_nodes(plan) == 1)
+        fprintf(stderr, "dmuon-train: warning: HSDP on one node has no replicas to publish to: it "
+                        "runs as FSDP; give --ranks-per-node K for virtual nodes of K ranks\n");
     if (c.rank == 0 && !c.t.quiet) {
         dmuon_model_stats ms;
         dmuon_model_get_stats(model, &ms);
@@ -430,8 +460,11 @@ static int tool_main(int argc, char **argv)
     }
     tt_result res;
     rc = tt_train(&c.t, plan, &c.rt, MPI_COMM_WORLD, &data, &res);
-    if (rc) {
-        code = fail(&c, rc);
+    if (rc) {   /* the runtime's failures are agreed: every rank is here */
+        tool_report_error(MPI_COMM_WORLD, "dmuon-train", dmuon_errmsg(), dmuon_rc_exit_code(rc));
+        if (c.verbose && *dmuon_errtrace())
+            fprintf(stderr, "dmuon-train: trace: %s\n", dmuon_errtrace());
+        code = dmuon_rc_exit_code(rc);
         goto out;
     }
     if (res.interrupted) {

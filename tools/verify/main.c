@@ -18,7 +18,7 @@ static int tool_main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--version")) {
-            tool_print_version("dmuon-verify");
+            tool_print_version("dmuon-verify", argc, argv);
             return 0;
         }
     /* argv[0] of a family names the tool and the family in its messages */

@@ -316,6 +316,7 @@ int verify_ns_main(int argc, char **argv)
     char msg[512];
     int c;
     optind = 1;
+    opterr = 0;   /* our message (with a suggestion) */
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end;
         switch (c) {
@@ -359,7 +360,14 @@ int verify_ns_main(int argc, char **argv)
         }
         case 'j': json = true; break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: fputs(usage_text, stderr); return 2;
+        default: {
+            char hint[128];
+            fprintf(stderr, "%s: error: unknown option or missing value '%s'%s\n", argv[0],
+                    argv[optind - 1], tool_suggest_option(argv[optind - 1], longopts, hint,
+                                                          sizeof hint));
+            fputs(usage_text, stderr);
+            return 2;
+        }
         }
     }
     if (optind < argc) {

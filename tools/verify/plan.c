@@ -52,8 +52,12 @@ int verify_plan_main(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         default:
-            fprintf(stderr, "dmuon-verify: error: unknown option or missing value: '%s'\n%s",
-                    argv[optind - 1], usage);
+        {
+            char hint[128];
+            fprintf(stderr, "dmuon-verify: error: unknown option or missing value: '%s'%s\n%s",
+                    argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint),
+                    usage);
+        }
             return 2;
         }
     }
