@@ -19,6 +19,9 @@ check_rc 0 "dmuon-train --small-unit-bytes 1KiB+6"
 run "$B/dmuon-train" "${TINY[@]}" --small-unit-bytes 1X
 check_rc 2 "dmuon-train --small-unit-bytes 1X"
 check_err "expected a size from" "the size grammar's message"
+run "$B/dmuon-bench" step --small-unit-bytes 1X
+check_rc 2 "dmuon-bench step --small-unit-bytes 1X"
+check_err "small-unit-bytes '1X': expected a size from" "dmuon-bench step: the same grammar"
 
 # enum values in any case
 run "$B/dmuon-train" "${TINY[@]}" --sharding HSDP --line d --schedule Constant

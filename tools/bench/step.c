@@ -351,16 +351,19 @@ int bench_step_main(int argc, char **argv)
         case 'j': json = optarg; break;
         case 'o': overlap = 1; break;
         case 'T': tokens = (int)v; break;
-        case 'u':
-            small_unit = strtoll(optarg, &end, 10);
-            if (*end || small_unit < 0) {
+        case 'u': {   /* a size, in the grammar of every tool */
+            char err[256];
+            int64_t b;
+            if (tool_parse_size("--small-unit-bytes", optarg, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES,
+                                &b, err, sizeof err)) {
                 if (rank == 0)
-                    fprintf(stderr, "%s: --small-unit-bytes %s: expected bytes >= 0\n", argv[0],
-                            optarg);
+                    fprintf(stderr, "%s: error: %s\n", argv[0], err);
                 MPI_Finalize();
                 return 2;
             }
+            small_unit = b;
             break;
+        }
         case 'h':
             if (rank == 0)
                 usage(stdout);
