@@ -265,15 +265,11 @@ int bench_ns_main(int argc, char **argv)
             }
             break;
         case 'h': fputs(usage_text, stdout); goto done;
-        default: {
-            char hint[128];
-            fprintf(stderr, "%s: error: unknown option or missing value '%s'%s\n", argv[0],
-                    argv[optind - 1], tool_suggest_option(argv[optind - 1], longopts, hint,
-                                                          sizeof hint));
+        default:
+            tool_unknown_option(argv[0], argv[optind - 1], longopts);
             fputs(usage_text, stderr);
             code = 2;
             goto done;
-        }
         }
     }
     if (optind < argc) {

@@ -371,10 +371,7 @@ int bench_step_main(int argc, char **argv)
             return 0;
         default:
             if (rank == 0) {
-                char hint[128];
-                fprintf(stderr, "%s: error: unknown option or missing value '%s'%s\n", argv[0],
-                        argv[optind - 1],
-                        tool_suggest_option(argv[optind - 1], lo, hint, sizeof hint));
+                tool_unknown_option(argv[0], argv[optind - 1], lo);
                 usage(stderr);
             }
             MPI_Finalize();

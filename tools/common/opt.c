@@ -312,6 +312,13 @@ void tool_stop_on_signal(volatile sig_atomic_t *flag)
     }
 }
 
+void tool_unknown_option(const char *prog, const char *arg, const struct option *opts)
+{
+    char hint[128];
+    fprintf(stderr, "%s: error: unknown option or missing value '%s'%s\n", prog, arg,
+            tool_suggest_option(arg, opts, hint, sizeof hint));
+}
+
 /* msg without its leading "rank N: " prefixes */
 static const char *strip_rank(const char *msg)
 {

@@ -94,6 +94,11 @@ char *tool_lower(char *s);
 const char *tool_suggest_option(const char *arg, const struct option *opts, char *buf,
                                 size_t n);
 
+/* Prints "PROG: error: unknown option or missing value 'ARG'" and the
+ * suggestion of tool_suggest_option on stderr: every tool's message for an
+ * option getopt_long did not take. */
+void tool_unknown_option(const char *prog, const char *arg, const struct option *opts);
+
 /* Prints a failure that every rank of comm reached: "TOOL: error: MSG" once
  * (by rank 0, without its "rank N: " prefix, "(every rank)" added when
  * comm has several) when every rank's message is the same but for that

@@ -750,12 +750,7 @@ static int tool_main(int argc, char **argv)
                 fprintf(stderr, "dmuon-plan: error: unknown option '-%c' or missing value\n",
                         optopt);
             else
-            {
-                char hint[128];
-                fprintf(stderr, "dmuon-plan: error: unknown option or missing value: '%s'%s\n",
-                        argv[optind - 1],
-                        tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint));
-            }
+                tool_unknown_option("dmuon-plan", argv[optind - 1], opts);
             fprintf(stderr, "(see dmuon-plan --help)\n");
             return 2;
         }

@@ -270,10 +270,7 @@ static int run(int argc, char **argv)
             return 0;
         default:
             if (rank == 0) {
-                char hint[128];
-                fprintf(stderr, "dmuon-probe: error: unknown option or missing value '%s'%s\n",
-                        argv[optind - 1],
-                        tool_suggest_option(argv[optind - 1], longopts, hint, sizeof hint));
+                tool_unknown_option("dmuon-probe", argv[optind - 1], longopts);
                 fputs(usage_text, stderr);
             }
             return 2;

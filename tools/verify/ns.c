@@ -360,14 +360,10 @@ int verify_ns_main(int argc, char **argv)
         }
         case 'j': json = true; break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: {
-            char hint[128];
-            fprintf(stderr, "%s: error: unknown option or missing value '%s'%s\n", argv[0],
-                    argv[optind - 1], tool_suggest_option(argv[optind - 1], longopts, hint,
-                                                          sizeof hint));
+        default:
+            tool_unknown_option(argv[0], argv[optind - 1], longopts);
             fputs(usage_text, stderr);
             return 2;
-        }
         }
     }
     if (optind < argc) {

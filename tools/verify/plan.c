@@ -52,12 +52,8 @@ int verify_plan_main(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         default:
-        {
-            char hint[128];
-            fprintf(stderr, "dmuon-verify: error: unknown option or missing value: '%s'%s\n%s",
-                    argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint),
-                    usage);
-        }
+            tool_unknown_option("dmuon-verify", argv[optind - 1], opts);
+            fputs(usage, stderr);
             return 2;
         }
     }
