@@ -1,6 +1,6 @@
 # dmuon — one build for everything.
 #
-#   make deps         install the Debian packages below when missing
+#   make deps         install the Debian packages below when missing (and fetch the NCCL wheel)
 #   make              libcore (static + shared) and bin/dmuon-{plan,probe,bench,verify,train}
 #   make test         unit, CLI and MPI tests; then the same suite under ASan+UBSan
 #   make test-fast    the suite once, no sanitizer build
@@ -8,7 +8,7 @@
 #   make bench        side-by-side benchmarks (planner speed, NS, operators, the trainer's lines)
 #   make cluster-test dmuon-verify across 2 and 4 namespace hosts (root; also in make test)
 #   make cluster-bench the operator benchmarks across namespace hosts (root)
-#   make install PREFIX=DIR   tools, libdmuon.{a,so}, headers, schema, dmuon.pc
+#   make install PREFIX=DIR   the five tools, libdmuon.{a,so}, headers, schema, dmuon.pc (no download)
 #   make fuzz [FUZZ_SECONDS=60]   libFuzzer on each input parser (clang)
 #   make train        train the example model, line D on 8 ranks, on the fortunes text
 #   make equiv        the trainer's loss equivalence of the lines (D vs B, FSDP vs HSDP, 8 vs 1 rank)
@@ -59,7 +59,7 @@ NCCL_WHEEL     := $(NCCL_WHEEL_DIR)/nvidia/nccl
 NCCL_STAMP     := $(NCCL_WHEEL_DIR).mk
 ifeq ($(HAVE_CUDA)$(NCCL_HOME),1)
 ifeq ($(wildcard $(NCCL_WHEEL)/include/nccl_device.h),)
-ifeq ($(filter clean deps nccl-wheel,$(MAKECMDGOALS)),)
+ifeq ($(filter clean nccl-wheel install,$(MAKECMDGOALS)),)
 -include $(NCCL_STAMP)
 endif
 endif
@@ -89,7 +89,9 @@ WARN      += -Werror
 NVWARN    += -Werror all-warnings -Xcompiler -Werror
 endif
 CPPFLAGS  := -Ilibcore/include -Ilibcore -I$(BUILD)/gen -D_GNU_SOURCE
-CFLAGS    := -std=c11 $(OPT) $(WARN) -fPIC -pthread
+# -ffile-prefix-map: debug info and __FILE__ name paths relative to the tree,
+# so nothing installed carries the build tree's absolute path
+CFLAGS    := -std=c11 $(OPT) $(WARN) -fPIC -pthread -ffile-prefix-map=$(CURDIR)=.
 LDLIBS    := -lyaml -lsqlite3 -llapacke -lopenblas -lm -lpthread
 ifneq ($(SANITIZER),)
 CFLAGS    += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -107,8 +109,24 @@ endif
 ifeq ($(HAVE_CUDA),1)
 CPPFLAGS  += -DDMUON_HAVE_CUDA=1
 LDLIBS    += $(NCCL_LINK) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
-NVFLAGS   := -O2 -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVWARN) -Xcompiler -fPIC -Ilibcore/include \
+NVFLAGS   := -O2 -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVWARN) -Xcompiler -fPIC \
+             -Xcompiler -ffile-prefix-map=$(CURDIR)=. -Ilibcore/include \
              -Ilibcore $(filter -D%,$(CPPFLAGS)) $(NCCL_FLAGS) -isystem $(CUDA_HOME)/include
+endif
+
+# The configuration this build was made with (which NCCL, CUDA arch, device
+# API on or off, flags).  Every object depends on build/config.txt, which is
+# rewritten only when the configuration changes: a change rebuilds what
+# depends on it, so the banner always describes what was built.  Warning
+# flags (WERROR=1) change no object and are left out.
+CONFIG_TEXT  := cuda=$(or $(HAVE_CUDA),0) arch=sm_$(CUDA_ARCH) nccl=$(or $(NCCL_LIB),none) \
+                nccl_inc=$(NCCL_INC) nccl_dev=$(or $(HAVE_NCCL_DEV),0) sanitizer=$(SANITIZER) \
+                cppflags=$(CPPFLAGS) cflags=$(filter-out $(WARN),$(CFLAGS)) \
+                nvflags=$(filter-out $(NVWARN),$(NVFLAGS)) ldlibs=$(LDLIBS)
+CONFIG_STAMP := $(BUILD)/config.txt
+ifeq ($(filter clean deps nccl-wheel,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(CONFIG_TEXT)" ] || \
+    echo "$(CONFIG_TEXT)" > $(CONFIG_STAMP); })
 endif
 
 # ---- sources --------------------------------------------------------------
@@ -144,12 +162,17 @@ config:
 	@echo "  MPI : $(or $(MPI_VERSION),NOT FOUND (install openmpi-bin libopenmpi-dev))"
 	@echo "  CUDA: $(if $(HAVE_CUDA),found ($(CUDA_HOME)) - GPU code built,not used)"
 	@echo "  NCCL: $(NCCL_BANNER)"
+	@echo "  configuration: $(CONFIG_STAMP) (objects are rebuilt when it changes)"
 
-# Fetched once when CUDA is found and NCCL_HOME is not set; make reads the
-# stamp, so the build restarts with the wheel in place or, on failure, goes
-# on without it (CI never fails for lack of network).
+# Fetched once when CUDA is found and NCCL_HOME is not set, by make deps or
+# the first plain build (never by make install); make reads the stamp, so
+# the build restarts with the wheel in place or, on failure, goes on without
+# it (CI never fails for lack of network).
+# Under "make deps ..." the Debian packages (pip among them) come first, so
+# that the build of the same command already uses the wheel.
 $(NCCL_STAMP):
 	@mkdir -p $(dir $@)
+	$(if $(filter deps,$(MAKECMDGOALS)),bash tools/install-deps.sh)
 	@bash tools/nccl-wheel.sh $(NCCL_PIN) $(NCCL_WHEEL_DIR) || \
 	    echo "nccl-wheel: building without NCCL's device API (GPU device-API part skipped)"
 	@echo "# make: tools/nccl-wheel.sh $(NCCL_PIN) ran at $$(date -u +%FT%TZ)" > $@
@@ -171,11 +194,11 @@ $(BUILD)/libcore/costdb.o: $(BUILD)/gen/schema_sql.h
 
 # header dependencies: each object's .d file, written by the compiler (-MMD;
 # -MP adds an empty rule per header so a deleted header does not stop make)
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/kernels/%.o: kernels/%.cu
+$(BUILD)/kernels/%.o: kernels/%.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
@@ -185,18 +208,18 @@ ALL_OBJ   := $(LIB_OBJ) $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*/*.c)) \
 
 $(STATIC): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $(filter %.o,$^)
 	@echo '$(LDFLAGS) $(LDLIBS)' > $(BUILD)/link-flags
 
-$(SHARED): $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(SHARED): $(LIB_OBJ) $(CONFIG_STAMP)
+	$(CC) -shared $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 # tools/common/ (option and size parsing) goes into every tool; --as-needed
 # keeps libraries a tool does not call (cuBLAS in dmuon-plan) out of it.
 $(BUILD)/tools/%.o: CPPFLAGS += -Itools
 TOOL_COMMON := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/common/*.c))
 define tool_rule
-$(BINDIR)/dmuon-$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(TOOL_COMMON) $(STATIC)
+$(BINDIR)/dmuon-$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(TOOL_COMMON) $(STATIC) $(CONFIG_STAMP)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(LDFLAGS) -Wl,--as-needed -o $$@ $$(filter %.o,$$^) $(STATIC) $$(LDLIBS)
 endef
@@ -208,18 +231,30 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/unit/test_%.o $(TOOL_COMMON) $(STATIC)
 $(BUILD)/tests/unit/test_opt.o: CPPFLAGS += -Itools
 
 # ---- install --------------------------------------------------------------
-# make install PREFIX=DIR [DESTDIR=STAGE]: bin/dmuon-*, lib/libdmuon.{a,so},
+# make install PREFIX=DIR [DESTDIR=STAGE]: bin/dmuon-{probe,plan,bench,verify,train}, lib/libdmuon.{a,so},
 # include/dmuon/*.h, share/dmuon/schema.sql, lib/pkgconfig/dmuon.pc.
 # libdmuon.a needs what Libs.private lists (pkg-config --static --libs dmuon).
 PREFIX    ?= /usr/local
 MPI_CFLAGS := $(shell mpicc -showme:compile 2>/dev/null)
 MPI_LIBS  := $(shell mpicc -showme:link 2>/dev/null)
+# Nothing installed points into the build tree: a libnccl.so.2 from the
+# build tree (the wheel) is copied into PREFIX/lib, and the library and the
+# tools are linked again with their rpath there (other libraries keep their
+# system locations); debug info names paths relative to the tree.
+NCCL_IN_TREE := $(if $(NCCL_LIB),$(findstring $(CURDIR)/build/,$(NCCL_LIB)/),)
+INSTALL_NCCL_LINK := $(if $(NCCL_IN_TREE),-L$(PREFIX)/lib -Wl$(COMMA)-rpath$(COMMA)$(PREFIX)/lib -l:libnccl.so.2,$(NCCL_LINK))
+INSTALL_LDLIBS := $(if $(NCCL_LINK),$(subst $(NCCL_LINK),$(INSTALL_NCCL_LINK),$(LDLIBS)),$(LDLIBS))
+INSTALL_LINK_PATH := $(if $(NCCL_IN_TREE),-L$(NCCL_LIB),)
 install: lib tools
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	    $(DESTDIR)$(PREFIX)/include/dmuon $(DESTDIR)$(PREFIX)/share/dmuon
-	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
+	$(if $(NCCL_IN_TREE),install -m 755 $(NCCL_LIB)/libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/)
+	$(foreach t,$(TOOLS),$(CC) $(LDFLAGS) -Wl,--as-needed -o $(DESTDIR)$(PREFIX)/bin/dmuon-$(t) \
+	    $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(t)/*.c)) $(TOOL_COMMON) $(STATIC) \
+	    $(INSTALL_LINK_PATH) $(INSTALL_LDLIBS) &&) true
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
+	$(CC) -shared $(LDFLAGS) -o $(DESTDIR)$(PREFIX)/lib/libdmuon.so $(LIB_OBJ) \
+	    $(INSTALL_LINK_PATH) $(INSTALL_LDLIBS)
 	install -m 644 libcore/include/dmuon/*.h $(DESTDIR)$(PREFIX)/include/dmuon/
 	install -m 644 db/schema.sql $(DESTDIR)$(PREFIX)/share/dmuon/
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
@@ -227,8 +262,8 @@ install: lib tools
 	    'Version: $(shell sed -n 's/^#define DMUON_VERSION "\(.*\)"/\1/p' libcore/include/dmuon/version.h)' \
 	    'Cflags: -I$${includedir} $(MPI_CFLAGS) -pthread' \
 	    'Libs: -L$${libdir} -ldmuon $(MPI_LIBS)' \
-	    'Libs.private: $(LDLIBS)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dmuon.pc
-	@echo "installed into $(DESTDIR)$(PREFIX)"
+	    'Libs.private: $(INSTALL_LDLIBS)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dmuon.pc
+	@echo "installed into $(DESTDIR)$(PREFIX)$(if $(NCCL_IN_TREE), (with NCCL $(NCCL_VER) from the build tree in lib/))"
 
 # ---- fuzzing --------------------------------------------------------------
 # make fuzz [FUZZ_SECONDS=60]: each tests/fuzz/fuzz_*.c under libFuzzer

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "dmuon/device.h"
@@ -32,7 +33,7 @@ const char *dmuon_cost_kind_name(dmuon_cost_kind k)
 dmuon_rc dmuon_cost_kind_parse(const char *s, dmuon_cost_kind *out)
 {
     for (int i = 0; i < 4; i++)
-        if (s && !strcmp(s, kind_names[i])) {
+        if (s && !strcasecmp(s, kind_names[i])) {
             *out = (dmuon_cost_kind)i;
             return DMUON_OK;
         }

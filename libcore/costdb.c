@@ -101,6 +101,12 @@ static void make_parent_dirs(const char *path)
 
 static dmuon_rc db_fail(dmuon_costdb *c, const char *what)
 {
+    /* a file that is not SQLite at all is bad input, as another program's
+     * SQLite database is (exit 2), not a runtime error */
+    if (sqlite3_errcode(c->db) == SQLITE_NOTADB)
+        return DMUON_FAIL(DMUON_EINVAL, "'%s' is not a SQLite database (%s): dmuon leaves it "
+                          "unchanged; pass a dmuon cost database or a new file with --db",
+                          c->path, sqlite3_errmsg(c->db));
     return DMUON_FAIL(DMUON_EDB, "cost database '%s': %s: %s", c->path, what,
                       sqlite3_errmsg(c->db));
 }

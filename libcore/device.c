@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef DMUON_HAVE_CUDA
 #include <cublas_v2.h>
@@ -16,11 +17,11 @@
 
 dmuon_rc dmuon_device_parse(const char *s, dmuon_device_kind *out)
 {
-    if (s && !strcmp(s, "cpu")) {
+    if (s && !strcasecmp(s, "cpu")) {
         *out = DMUON_DEVICE_CPU;
         return DMUON_OK;
     }
-    if (s && !strcmp(s, "cuda")) {
+    if (s && !strcasecmp(s, "cuda")) {
         *out = DMUON_DEVICE_CUDA;
         return DMUON_OK;
     }

@@ -275,6 +275,28 @@ const char *dmuon_doc_map_key(dmuon_doc *doc, yaml_node_t *map, size_t i)
     return dmuon_doc_str(dmuon_doc_node(doc, map->data.mapping.pairs.start[i].key));
 }
 
+dmuon_rc dmuon_doc_only_keys(dmuon_doc *doc, yaml_node_t *map, const char *where,
+                             const char *const *keys)
+{
+    for (size_t i = 0; i < dmuon_doc_map_len(map); i++) {
+        const char *k = dmuon_doc_map_key(doc, map, i);
+        bool known = false;
+        for (size_t j = 0; k && keys[j] && !known; j++)
+            known = !strcmp(k, keys[j]);
+        if (!known) {
+            char list[512];
+            size_t len = 0;
+            for (size_t j = 0; keys[j] && len < sizeof list; j++)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", j ? ", " : "",
+                                        keys[j]);
+            return DMUON_FAIL(DMUON_EPARSE, "%s:%d: unknown key '%.80s' in %s (expected %s)",
+                              doc->name, dmuon_doc_line(dmuon_doc_map_value(doc, map, i)),
+                              k ? k : "(not a string)", where, list);
+        }
+    }
+    return DMUON_OK;
+}
+
 yaml_node_t *dmuon_doc_map_value(dmuon_doc *doc, yaml_node_t *map, size_t i)
 {
     if (i >= dmuon_doc_map_len(map))

@@ -68,7 +68,10 @@ dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx)
 
     if (!strcmp(path, "-")) {
         rc = fn(stdout, ctx);
-        fflush(stdout);
+        errno = 0;
+        if ((fflush(stdout) != 0 || ferror(stdout)) && !rc)
+            rc = DMUON_FAIL(DMUON_EIO, "cannot write standard output: %s",
+                            errno ? strerror(errno) : "write error");
         return rc;
     }
     if (!*path)

@@ -101,6 +101,10 @@ dmuon_rc dmuon_model_load_yaml(const char *path, const dmuon_model_opts *opts, d
     }
     if (root && root->type == YAML_MAPPING_NODE) {
         const char *dts = NULL;
+        DMUON_TRY_GOTO(rc, dmuon_doc_only_keys(&d, root, "the inventory",
+                                               (const char *const[]){"dtype", "muon", "adamw",
+                                                                     "tensors", NULL}),
+                       out);
         DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&d, root, "dtype", false, &dts), out);
         if (dts && dmuon_dtype_parse(dts, &def) != DMUON_OK) {
             rc = DMUON_FAIL(DMUON_EPARSE, "%s: field 'dtype': unknown element type '%s'", path,
@@ -134,6 +138,10 @@ dmuon_rc dmuon_model_load_yaml(const char *path, const dmuon_model_opts *opts, d
             goto out;
         }
         const char *name, *dts = NULL;
+        DMUON_TRY_GOTO(rc, dmuon_doc_only_keys(&d, it, "a tensor",
+                                               (const char *const[]){"name", "shape", "dtype",
+                                                                     NULL}),
+                       out);
         DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&d, it, "name", true, &name), out);
         DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&d, it, "dtype", false, &dts), out);
         dmuon_dtype dt = def;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const param_names[DMUON_NP_COUNT] = {
     "intra_bw",  "intra_lat", "rail_bw",    "node_bw",     "hop_lat",   "chunk_oh",
@@ -44,7 +45,7 @@ const char *dmuon_net_line_name(dmuon_net_line l)
 dmuon_rc dmuon_net_line_parse(const char *s, dmuon_net_line *out)
 {
     for (int i = 0; i < DMUON_NET_LINE_COUNT; i++)
-        if (s && !strcmp(s, line_names[i])) {
+        if (s && !strcasecmp(s, line_names[i])) {
             *out = (dmuon_net_line)i;
             return DMUON_OK;
         }
@@ -1159,7 +1160,7 @@ dmuon_rc dmuon_net_fit(dmuon_net_params *p, unsigned free_mask, const dmuon_net_
 dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_mask)
 {
     memset(p, 0, sizeof *p);
-    if (name && !strcmp(name, "namespace")) {
+    if (name && !strcasecmp(name, "namespace")) {
         /* Starting values only: every figure but the switch is fitted. */
         p->v[DMUON_NP_INTRA_BW] = 4e9;
         p->v[DMUON_NP_INTRA_LAT] = 5e-6;
@@ -1180,7 +1181,7 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
                      (1u << DMUON_NP_RING_CHUNK);
         return DMUON_OK;
     }
-    if (name && !strcmp(name, "h100")) {
+    if (name && !strcasecmp(name, "h100")) {
         /* Fixed from hardware and software facts (the 16-GPU cells have one
          * cross-node hop and cannot tell these apart from the fitted
          * ones): NVLink 4 at 450 GB/s per direction per GPU, one 400 Gb/s

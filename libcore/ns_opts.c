@@ -71,7 +71,7 @@ dmuon_rc dmuon_ns_opts_set_variant(dmuon_ns_opts *o, const char *variant)
 {
     static const char *names[] = {"gram-pe5", "direct-pe5", "gram-muon5", "direct-muon5"};
     for (int i = 0; i < 4; i++) {
-        if (!variant || strcmp(variant, names[i]))
+        if (!variant || strcasecmp(variant, names[i]))
             continue;
         o->method = (i % 2 == 0) ? DMUON_NS_GRAM : DMUON_NS_DIRECT;
         memset(o->coeff, 0, sizeof o->coeff);
@@ -90,11 +90,11 @@ dmuon_rc dmuon_ns_opts_set_variant(dmuon_ns_opts *o, const char *variant)
 
 dmuon_rc dmuon_ns_opts_set_dtype(dmuon_ns_opts *o, const char *dtype)
 {
-    if (dtype && (!strcmp(dtype, "fp32") || !strcmp(dtype, "f32") || !strcmp(dtype, "float32"))) {
+    if (dtype && (!strcasecmp(dtype, "fp32") || !strcasecmp(dtype, "f32") || !strcasecmp(dtype, "float32"))) {
         o->dtype = DMUON_F32;
         return DMUON_OK;
     }
-    if (dtype && (!strcmp(dtype, "bf16") || !strcmp(dtype, "bfloat16"))) {
+    if (dtype && (!strcasecmp(dtype, "bf16") || !strcasecmp(dtype, "bfloat16"))) {
         o->dtype = DMUON_BF16;
         return DMUON_OK;
     }
@@ -170,7 +170,7 @@ dmuon_rc dmuon_ns_opts_parse_restarts(dmuon_ns_opts *o, const char *text)
 {
     bool r[DMUON_NS_MAX_STEPS] = {false};
     const char *p = text ? text : "";
-    if (strcmp(p, "none") != 0) {
+    if (strcasecmp(p, "none") != 0) {
         for (;;) {
             char *end;
             p = skip_space(p);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "dmuon/device.h"
 
@@ -27,7 +28,7 @@ const char *dmuon_strategy_name(dmuon_strategy s) { return (unsigned)s < 2 ? str
 dmuon_rc dmuon_sharding_parse(const char *s, dmuon_sharding *out)
 {
     for (int i = 0; i < 2; i++)
-        if (s && !strcmp(s, sharding_names[i])) {
+        if (s && !strcasecmp(s, sharding_names[i])) {
             *out = (dmuon_sharding)i;
             return DMUON_OK;
         }
@@ -37,7 +38,7 @@ dmuon_rc dmuon_sharding_parse(const char *s, dmuon_sharding *out)
 dmuon_rc dmuon_strategy_parse(const char *s, dmuon_strategy *out)
 {
     for (int i = 0; i < 2; i++)
-        if (s && !strcmp(s, strategy_names[i])) {
+        if (s && !strcasecmp(s, strategy_names[i])) {
             *out = (dmuon_strategy)i;
             return DMUON_OK;
         }

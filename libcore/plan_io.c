@@ -205,23 +205,7 @@ static dmuon_rc need_kind(ld *c, yaml_node_t *n, const char *what, yaml_node_typ
  * would otherwise be ignored silently.  where names the mapping. */
 static dmuon_rc only_keys(ld *c, yaml_node_t *map, const char *where, const char *const *keys)
 {
-    for (size_t i = 0; i < dmuon_doc_map_len(map); i++) {
-        const char *k = dmuon_doc_map_key(c->d, map, i);
-        bool known = false;
-        for (size_t j = 0; k && keys[j] && !known; j++)
-            known = !strcmp(k, keys[j]);
-        if (!known) {
-            char list[512];
-            size_t len = 0;
-            for (size_t j = 0; keys[j] && len < sizeof list; j++)
-                len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", j ? ", " : "",
-                                        keys[j]);
-            return DMUON_FAIL(DMUON_EPARSE, "%s:%d: unknown key '%.80s' in %s (expected %s)",
-                              c->path, dmuon_doc_line(dmuon_doc_map_value(c->d, map, i)),
-                              k ? k : "(not a string)", where, list);
-        }
-    }
-    return DMUON_OK;
+    return dmuon_doc_only_keys(c->d, map, where, keys);
 }
 
 static dmuon_rc need_map(ld *c, yaml_node_t *n, const char *what)

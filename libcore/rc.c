@@ -51,12 +51,21 @@ void dmuon_err_set_rank(int rank) { err_rank = rank; }
 
 dmuon_rc dmuon_err_vset(dmuon_rc rc, const char *file, int line, const char *fmt, va_list ap)
 {
-    int off = 0;
-    if (err_rank >= 0)
-        off = snprintf(err_msg, sizeof err_msg, "rank %d: ", err_rank);
-    if (off < 0 || (size_t)off >= sizeof err_msg)
-        off = 0;
-    vsnprintf(err_msg + off, sizeof err_msg - (size_t)off, fmt, ap);
+    char body[sizeof err_msg];
+    vsnprintf(body, sizeof body, fmt, ap);
+    /* a message that already names its rank (one agreed from another rank,
+     * or re-recorded) keeps that one prefix: never "rank 1: rank 0: ..." */
+    int named = 0, n = 0;
+    if (sscanf(body, "rank %*d: %n", &n) == 0 && n > 0)
+        named = 1;
+    size_t off = 0;
+    if (err_rank >= 0 && !named) {
+        int k = snprintf(err_msg, sizeof err_msg, "rank %d: ", err_rank);
+        off = k > 0 && (size_t)k < sizeof err_msg ? (size_t)k : 0;
+    }
+    size_t len = strnlen(body, sizeof err_msg - off - 1);   /* cut at the buffer's end */
+    memcpy(err_msg + off, body, len);
+    err_msg[off + len] = '\0';
     snprintf(err_trace, sizeof err_trace, "%s:%d", file, line);
     return rc;
 }

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# make plots: SVG pictures of the trainer's logs, drawn by gnuplot.
+# make plots: SVG pictures of the trainer's logs, drawn by gnuplot; it draws
+# what the logs present allow, after any of make train, make equiv, make bench.
+#   build/train/train.svg    loss of make train (build/train/train.csv)
 #   build/train/loss.svg     training and validation loss of the four lines
 #                            (make equiv: build/train/equiv/{A,B,C,D}-fsdp-s1.csv)
 #   build/train/equiv.svg    per-step relative loss difference D vs B, the
@@ -17,24 +19,19 @@ eq=build/train/equiv
 b=build/train/bench
 made=0 missing=0
 
+if [ -f build/train/train.csv ]; then   # make train
+    tools/plot-log.sh build/train/train.csv -o build/train/train.svg --names 'line D' \
+        --title 'make train: dmuon-train line D, 8 ranks as 4 nodes x 2' > /dev/null
+    echo "build/train/train.svg"; made=$((made + 1))
+fi
 if [ -f "$eq/D-fsdp-s1.csv" ] && [ -f "$eq/B-fsdp-s1.csv" ]; then
-    plots=""
+    logs=() names=
     for l in A B C D; do
-        f="$eq/$l-fsdp-s1.csv"
-        [ -f "$f" ] || continue
-        plots="$plots${plots:+, }'$f' using 1:2 with lines lw 1.5 title 'line $l train', '$f' using 1:(\$3 > 0 ? \$3 : 1/0) with linespoints pt 7 ps 0.6 dt 2 title 'line $l validation'"
+        [ -f "$eq/$l-fsdp-s1.csv" ] || continue
+        logs+=("$eq/$l-fsdp-s1.csv"); names="$names${names:+,}line $l"
     done
-    gnuplot <<EOF
-set terminal svg size 900,520 dynamic font "sans,12"
-set output 'build/train/loss.svg'
-set datafile separator ','
-set key top right
-set xlabel 'step'
-set ylabel 'loss (nats per byte)'
-set title 'dmuon-train on the fortunes text, 8 ranks as 4 nodes x 2, FSDP ZeRO-3'
-set grid
-plot $plots
-EOF
+    tools/plot-log.sh "${logs[@]}" -o build/train/loss.svg --names "$names" \
+        --title 'dmuon-train on the fortunes text, 8 ranks as 4 nodes x 2, FSDP ZeRO-3' > /dev/null
     echo "build/train/loss.svg"; made=$((made + 1))
     # per-step relative differences
     rel() {   # A B -> "step rel" lines
@@ -45,10 +42,11 @@ EOF
     [ -f "$eq/B-fsdp-s2.csv" ] && rel "$eq/B-fsdp-s2.csv" "$eq/B-fsdp-s1.csv" > "$eq/rel-BB.dat"
     [ -f "$eq/D-hsdp-s1.csv" ] && rel "$eq/D-fsdp-s1.csv" "$eq/D-hsdp-s1.csv" > "$eq/rel-FH.dat"
     [ -f "$eq/D-1rank-s1.csv" ] && rel "$eq/D-fsdp-s1.csv" "$eq/D-1rank-s1.csv" > "$eq/rel-81.dat"
-    p="'$eq/rel-DB.dat' using 1:(\$2 > 0 ? \$2 : 1/0) with lines lw 1.5 title 'D vs B'"
-    [ -f "$eq/rel-BB.dat" ] && p="$p, '$eq/rel-BB.dat' using 1:(\$2 > 0 ? \$2 : 1/0) with lines lw 1.5 title 'control: B vs B, other seed'"
-    [ -f "$eq/rel-FH.dat" ] && p="$p, '$eq/rel-FH.dat' using 1:(\$2 > 0 ? \$2 : 1/0) with lines title 'D FSDP vs D HSDP'"
-    [ -f "$eq/rel-81.dat" ] && p="$p, '$eq/rel-81.dat' using 1:(\$2 > 0 ? \$2 : 1/0) with lines title 'D 8 ranks vs 1 rank'"
+    # dash styles and markers keep curves that coincide visible
+    p="'$eq/rel-DB.dat' using 1:(\$2 > 0 ? \$2 : 1/0) with linespoints lw 1.5 dt 1 pt 7 pi 15 ps 0.6 title 'D vs B'"
+    [ -f "$eq/rel-BB.dat" ] && p="$p, '$eq/rel-BB.dat' using 1:(\$2 > 0 ? \$2 : 1/0) with linespoints lw 1.5 dt 2 pt 5 pi 15 ps 0.6 title 'control: B vs B, other seed'"
+    [ -f "$eq/rel-FH.dat" ] && p="$p, '$eq/rel-FH.dat' using 1:(\$2 > 0 ? \$2 : 1/0) with linespoints dt 3 pt 9 pi 15 ps 0.6 title 'D FSDP vs D HSDP'"
+    [ -f "$eq/rel-81.dat" ] && p="$p, '$eq/rel-81.dat' using 1:(\$2 > 0 ? \$2 : 1/0) with linespoints dt 4 pt 11 pi 15 ps 0.6 title 'D 8 ranks vs 1 rank'"
     gnuplot <<EOF
 set terminal svg size 900,520 dynamic font "sans,12"
 set output 'build/train/equiv.svg'
@@ -63,7 +61,7 @@ plot $p
 EOF
     echo "build/train/equiv.svg"; made=$((made + 1))
 else
-    echo "train-plots: no logs in $eq (run make equiv)" >&2; missing=1
+    echo "train-plots: no logs in $eq (make equiv draws loss.svg and equiv.svg)" >&2; missing=1
 fi
 
 if [ -f "$b/phases.dat" ]; then
@@ -101,7 +99,10 @@ plot '$b/phases.dat' using 8:xtic(sprintf('%s %s', stringcolumn(1), stringcolumn
 EOF
     echo "build/train/phases-cpu.svg"; made=$((made + 1))
 else
-    echo "train-plots: no $b/phases.dat (run make bench)" >&2; missing=1
+    echo "train-plots: no $b/phases.dat (make bench draws phases.svg)" >&2; missing=1
 fi
-[ "$made" -gt 0 ] || exit 2
+if [ "$made" -eq 0 ]; then
+    echo "train-plots: nothing to draw: run make train, make equiv or make bench first" >&2
+    exit 2
+fi
 exit 0

@@ -5,6 +5,7 @@
 #include "backend.h"
 
 #include <string.h>
+#include <strings.h>
 
 #include "mpi_backend.h"
 #include "nccl_backend.h"
@@ -40,7 +41,7 @@ const char *dmuon_backend_name(dmuon_backend b)
 dmuon_rc dmuon_backend_parse(const char *text, dmuon_backend *out)
 {
     for (int b = 0; b < DMUON_BACKEND_COUNT; b++)
-        if (text && !strcmp(text, dmuon_backend_name((dmuon_backend)b))) {
+        if (text && !strcasecmp(text, dmuon_backend_name((dmuon_backend)b))) {
             *out = (dmuon_backend)b;
             return DMUON_OK;
         }

@@ -1,6 +1,6 @@
 /*
  * backend.h — libcore-internal: the one interface every communication
- * backend fills (DESIGN.md "Communication"), and the objects the public
+ * backend fills (docs/design.md "Communication"), and the objects the public
  * functions of dmuon/symm.h, dmuon/collv.h and dmuon/publish.h hand to it.
  *
  * The public layer (symm.c, collv.c, publish.c) checks arguments, agrees on

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const names[DMUON_LAYOUT_COUNT] = {"node", "rank", "sparse", "tiny"};
 
@@ -18,7 +19,7 @@ const char *dmuon_layout_name(dmuon_layout l)
 dmuon_rc dmuon_layout_parse(const char *name, dmuon_layout *out)
 {
     for (int i = 0; i < DMUON_LAYOUT_COUNT; i++)
-        if (name && !strcmp(name, names[i])) {
+        if (name && !strcasecmp(name, names[i])) {
             *out = (dmuon_layout)i;
             return DMUON_OK;
         }

@@ -70,7 +70,8 @@ dmuon_rc dmuon_topo_init(dmuon_topo *t, MPI_Comm comm, int ranks_per_node)
     MPI_Allreduce(&k, &kmin, 1, MPI_INT, MPI_MIN, t->world);
     MPI_Allreduce(&k, &kmax, 1, MPI_INT, MPI_MAX, t->world);
     if (kmin != kmax) {
-        rc = DMUON_FAIL(DMUON_EMISMATCH, "ranks per node differs across ranks (%d to %d)",
+        rc = DMUON_FAIL(DMUON_EMISMATCH, "ranks per node differs across ranks (%d to %d): "
+                        "give every rank the same --ranks-per-node / DMUON_RANKS_PER_NODE",
                         kmin, kmax);
         goto fail;
     }
@@ -78,7 +79,8 @@ dmuon_rc dmuon_topo_init(dmuon_topo *t, MPI_Comm comm, int ranks_per_node)
     if (k > 0) {
         if (t->size % k != 0) {
             rc = DMUON_FAIL(DMUON_EINVAL, "ranks per node %d does not divide the %d ranks "
-                            "(every node must have the same size)", k, t->size);
+                            "(every node must have the same size; set by --ranks-per-node or "
+                            "DMUON_RANKS_PER_NODE)", k, t->size);
             goto fail;
         }
         t->virtual_nodes = 1;
@@ -94,7 +96,8 @@ dmuon_rc dmuon_topo_init(dmuon_topo *t, MPI_Comm comm, int ranks_per_node)
         MPI_Comm_free(&shm);
         if (agree_max(t->world, shm_size != k)) {
             rc = DMUON_FAIL(DMUON_EINVAL, "a virtual node of %d consecutive ranks spans more "
-                            "than one host (ranks per node must divide each host's ranks)", k);
+                            "than one host (--ranks-per-node / DMUON_RANKS_PER_NODE must divide "
+                            "each host's ranks)", k);
             goto fail;
         }
     } else {

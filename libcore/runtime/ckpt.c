@@ -1,6 +1,6 @@
 /*
  * ckpt.c — checkpoints of optimizer state in pieces, re-sharded on load, and
- * full-weight export (dmuon/ckpt.h; paper §6; DESIGN.md "Checkpoints"): what
+ * full-weight export (dmuon/ckpt.h; paper §6; docs/design.md "Checkpoints"): what
  * the three protocols share.  The protocols: ckpt_save.c, ckpt_load.c,
  * ckpt_export.c; file-system helpers: io.c.
  *

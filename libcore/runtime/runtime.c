@@ -132,8 +132,11 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     dmuon_err_set_rank(rt->topo.rank);
     if (rt->topo.per_node != dmuon_plan_gpus_per_node(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan has %d ranks per node, this run %d "
-                        "(%s)", (int)dmuon_plan_gpus_per_node(plan), rt->topo.per_node,
-                        rt->topo.virtual_nodes ? "virtual nodes" : "MPI_COMM_TYPE_SHARED");
+                        "(%s): give --ranks-per-node %d (or DMUON_RANKS_PER_NODE=%d), or a "
+                        "plan for this layout", (int)dmuon_plan_gpus_per_node(plan),
+                        rt->topo.per_node,
+                        rt->topo.virtual_nodes ? "virtual nodes" : "MPI_COMM_TYPE_SHARED",
+                        (int)dmuon_plan_gpus_per_node(plan), (int)dmuon_plan_gpus_per_node(plan));
         goto fail;
     }
     {   /* the same plan on every rank: the minimum of the digest and of its

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # make install PREFIX=DIR: the tools, libdmuon.a/.so, the headers, the schema
-# and dmuon.pc; a program built with `pkg-config --cflags --libs dmuon`
-# (shared) and with `pkg-config --static` against libdmuon.a runs; the
-# installed planner does not need cuBLAS.  DMUON_INSTALL_EXAMPLE=FILE.c
+# and dmuon.pc; it needs no network (run in a network namespace of its own
+# where unshare can make one) and nothing installed names the build tree; a
+# program built with `pkg-config --cflags --libs dmuon` (shared) and with
+# `pkg-config --static` against libdmuon.a runs with LD_LIBRARY_PATH=DIR/lib
+# only; the installed planner does not need cuBLAS.  DMUON_INSTALL_EXAMPLE=FILE.c
 # builds another example (it gets one argument: a plan file).
 source "$(dirname "$0")/lib.sh"
 EX=${DMUON_INSTALL_EXAMPLE:-$DMUON_ROOT/tests/install/plan_summary.c}
 PFX="$T_TMP/prefix"
 # the plain build, whatever make invoked this test with
-run env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$DMUON_ROOT" install \
+# without network: unshare -n gives a namespace with only a loopback that is down
+NONET=()
+if unshare -n true 2> /dev/null; then NONET=(unshare -n); else
+    skip "make install without network: unshare -n is not permitted here"; fi
+run "${NONET[@]}" env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$DMUON_ROOT" install \
     PREFIX="$PFX" SANITIZER= BUILD=build BINDIR=bin
-check_rc 0 "make install PREFIX=$PFX"
-for f in bin/dmuon-plan bin/dmuon-probe bin/dmuon-bench bin/dmuon-verify lib/libdmuon.a \
+check_rc 0 "make install PREFIX=$PFX${NONET:+ (no network)}"
+if grep -qiE 'pip (download|install)|nccl-wheel\.sh|Downloading' "$T_TMP/out" "$T_TMP/err"; then
+    bad "make install tried to download"; else ok; fi
+if grep -rl "$DMUON_ROOT/build" "$PFX" > "$T_TMP/grep" 2> /dev/null; then
+    bad "installed files name the build tree: $(head -n3 "$T_TMP/grep" | tr '\n' ' ')"; else ok; fi
+for f in bin/dmuon-plan bin/dmuon-probe bin/dmuon-bench bin/dmuon-verify bin/dmuon-train lib/libdmuon.a \
          lib/libdmuon.so include/dmuon/plan.h include/dmuon/rc.h share/dmuon/schema.sql \
          lib/pkgconfig/dmuon.pc; do
     [ -e "$PFX/$f" ] && ok || bad "not installed: $f"
@@ -50,8 +60,8 @@ awk '/^## Using libdmuon in a trainer/{s=1} s && /^```c$/{c=1; next} c && /^```$
     "$DMUON_ROOT/README.md" > "$T_TMP/trainer.c"
 cc -o "$T_TMP/trainer" "$T_TMP/trainer.c" $(pkg-config --cflags --libs dmuon) 2> "$T_TMP/err"
 check_eq "$?" 0 "the README's trainer example builds with pkg-config --cflags --libs dmuon"
-run env LD_LIBRARY_PATH="$PFX/lib" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout 120 mpirun --oversubscribe -np 2 "$T_TMP/trainer"
+run env -u LD_LIBRARY_PATH LD_LIBRARY_PATH="$PFX/lib" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    timeout 120 mpirun --oversubscribe -x LD_LIBRARY_PATH -np 2 "$T_TMP/trainer"
 check_rc 0 "the installed trainer example runs on 2 ranks"
 check_out "^step 9 loss" "and takes ten steps"
 finish

@@ -60,7 +60,7 @@ check_rc 2 "list of a missing database"
 check_no_file "$T_TMP/absent.sqlite" "list creates nothing"
 echo "not a database" > "$T_TMP/junk.sqlite"
 run "$P" --shapes 8x8 --db "$T_TMP/junk.sqlite"
-check_rc 3 "a file that is not a database"
+check_rc 2 "a file that is not a database: bad input, as a foreign SQLite database"
 check_no_crash "junk database"
 
 run "$P" --list --check --db "$DB"

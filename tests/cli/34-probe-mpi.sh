@@ -4,8 +4,8 @@
 . "$(dirname "$0")/lib.sh"
 P="$DMUON_BIN/dmuon-probe"
 DB="$T_TMP/c.sqlite"
-if ! command -v mpirun > /dev/null; then echo "mpirun not found: skipped"; finish; exit; fi
-if [ "${DMUON_SANITIZED:-0}" = 1 ]; then echo "sanitized build: MPI probe skipped"; finish; exit; fi
+if ! command -v mpirun > /dev/null; then skip "mpirun not found"; finish; exit; fi
+if [ "${DMUON_SANITIZED:-0}" = 1 ]; then skip "the MPI probe under the sanitizers (Open MPI start-up is not ours to check)"; finish; exit; fi
 
 run mpirun -np 2 "$P" --shapes 16x48,8x8 --db "$DB" --iters 3 --warmup 0
 check_rc 0 "probe on 2 ranks"

@@ -13,7 +13,7 @@ export DMUON_DEADLINE_MS=60000
 unset DMUON_RANKS_PER_NODE
 
 if ! why=$("$C" --check 2>&1); then
-    echo "skipped: the cluster tests need root and network namespaces: $why"
+    skip "the cluster tests need root and network namespaces: $why"
     finish
     exit
 fi

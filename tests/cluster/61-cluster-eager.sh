@@ -6,7 +6,7 @@
 # publish; a 64 KiB chunk, for contrast, is counted above the limit.
 source "$(dirname "$0")/../cli/lib.sh"
 if ! why=$("$DMUON_ROOT/tests/cluster/cluster.sh" --check 2>&1); then
-    echo "skipped: the cluster tests need root and network namespaces: $why"
+    skip "the cluster tests need root and network namespaces: $why"
     finish
     exit
 fi

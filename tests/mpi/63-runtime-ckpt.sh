@@ -40,7 +40,7 @@ t = load_file(sys.argv[1])
 assert "model.layers.0.self_attn.q_proj.weight" in t and t["lm_head.weight"].shape == (64, 32)
 PY
 else
-    echo "note: Python safetensors not importable ($PY); export read-back skipped (make deps installs it)"
+    skip "export read-back: Python safetensors not importable ($PY) (make deps installs it)"
 fi
 
 # damaged checkpoints: every rank refuses, nothing half-loaded

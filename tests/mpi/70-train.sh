@@ -16,8 +16,8 @@ TINY=("${MODEL[@]}" --batch 8 --steps 20 --warmup 5 --eval-every 10 --val-window
 export TRAIN_TIMEOUT=300
 
 if [ ! -d /usr/share/games/fortunes ]; then
-    echo "skip: /usr/share/games/fortunes missing (make deps installs fortunes)"
-    echo "0 passed, 0 failed"; exit 0
+    skip "/usr/share/games/fortunes missing (make deps installs fortunes)"
+    finish; exit
 fi
 
 # --- help, version, usage errors --------------------------------------------
@@ -85,7 +85,7 @@ check_cmp "$T_TMP/z3.loss" "$T_TMP/z2r.loss" "ZeRO-2 with --recompute: the losse
 # checkpoints: a build whose libcore has no checkpoint module says so (exit 3)
 run train_mpirun 1 "${TINY[@]}" --steps 1 --save "$T_TMP/probe-ck"
 if [ "$RC" -ne 0 ] && grep -q "checkpoints are not available in this build" "$T_TMP/err"; then
-    echo "note: resume and export checks skipped: checkpoints are not available in this build"
+    skip "resume and export checks: checkpoints are not available in this build"
     finish; exit
 fi
 check_rc 0 "one step and save"
@@ -117,7 +117,7 @@ PY=${DMUON_PYTHON:-python3}
 run "$PY" "$DMUON_ROOT/tools/train-check-export.py" "$T_TMP/w.safetensors" "$T_TMP/cfg.json" \
     --seq 32 --batch 8 --val-windows 16 --expect-val "$val" --tol 1e-4
 if [ "$RC" -eq 77 ] || [ "$RC" -eq 127 ]; then
-    echo "note: export check skipped: $(head -n1 "$T_TMP/out") (set DMUON_PYTHON to a python with safetensors)"
+    skip "export check: $(head -n1 "$T_TMP/out") (set DMUON_PYTHON to a python with safetensors)"
 else
     check_rc 0 "the export loads in Python (safetensors; transformers when importable)"
     cat "$T_TMP/out"

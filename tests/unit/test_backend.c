@@ -39,8 +39,10 @@ static void test_parse(void)
     check(dmuon_backend_parse("nccl", &b) == DMUON_OK && b == DMUON_BACKEND_NCCL, "parse nccl");
     check(dmuon_backend_parse("nccl-dev", &b) == DMUON_OK && b == DMUON_BACKEND_NCCL_DEV,
           "parse nccl-dev");
-    check(dmuon_backend_parse("NCCL", &b) == DMUON_EINVAL, "names are exact");
-    check(strstr(dmuon_errmsg(), "'NCCL'") && strstr(dmuon_errmsg(), "mpi, nccl or nccl-dev"),
+    check(dmuon_backend_parse("NCCL-Dev", &b) == DMUON_OK && b == DMUON_BACKEND_NCCL_DEV,
+          "names in any case");
+    check(dmuon_backend_parse("nccl2", &b) == DMUON_EINVAL, "other names are refused");
+    check(strstr(dmuon_errmsg(), "'nccl2'") && strstr(dmuon_errmsg(), "mpi, nccl or nccl-dev"),
           "the message names the value and the names");
     check(dmuon_backend_parse(NULL, &b) == DMUON_EINVAL, "NULL is refused");
     for (int i = 0; i < DMUON_BACKEND_COUNT; i++) {

@@ -9,7 +9,7 @@
  *
  * Runs as one process (MPI_COMM_WORLD of size 1) or under mpirun on any
  * number of ranks (pieces are dealt out by rank; rank 0 edits files).
- * With arguments it is the driver of tests/mpi/55-ckpt.sh:
+ * With arguments it is the driver of tests/mpi/57-ckpt.sh:
  *   test_ckpt save DIR CHUNK SHIFT ROTATE REPL [EXPORT]
  *   test_ckpt load DIR CHUNK SHIFT ROTATE REPL [EXPORT]
  *   test_ckpt bench DIR MIB

@@ -167,13 +167,14 @@ static void test_costdb(void **state)
     assert_int_equal(system(cmd), 0);
     assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_EVERSION);
     assert_non_null(strstr(dmuon_errmsg(), "newer"));
-    /* a non-database file is a clear error */
+    /* a non-database file is bad input (as a foreign SQLite database is), named */
     snprintf(path, sizeof path, "%s/junk.sqlite", tmpdir);
     FILE *f = fopen(path, "w");
     fputs("this is not a database, just some text that is long enough to matter\n", f);
     fclose(f);
-    assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_EDB);
+    assert_int_equal(dmuon_costdb_open(path, false, 1000, &db), DMUON_EINVAL);
     assert_non_null(strstr(dmuon_errmsg(), "junk.sqlite"));
+    assert_non_null(strstr(dmuon_errmsg(), "is not a SQLite database"));
     /* an empty path, a directory, a missing directory */
     assert_int_equal(dmuon_costdb_open("", true, 1000, &db), DMUON_EINVAL);
     assert_int_equal(dmuon_costdb_open(tmpdir, true, 1000, &db), DMUON_EINVAL);

@@ -17,11 +17,11 @@
 #include "bench.h"
 #include "common/opt.h"
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--version")) {
-            tool_print_version("dmuon-bench");
+            tool_print_version("dmuon-bench", argc, argv);
             return 0;
         }
     /* argv[0] of a family names the tool and the family in its messages */
@@ -50,3 +50,6 @@ int main(int argc, char **argv)
                "  dmuon-bench step [options]        the runtime's optimizer step per rank (MPI)\n\n");
     return bench_ops_main(argc, argv);
 }
+
+/* every exit goes through here: output that did not arrive is exit 3 */
+int main(int argc, char **argv) { return tool_finish_stdout("dmuon-bench", tool_main(argc, argv)); }

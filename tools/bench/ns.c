@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "bench.h"
@@ -190,6 +191,7 @@ int bench_ns_main(int argc, char **argv)
     int c, code = 0;
     dmuon_rc rc = DMUON_OK;
     optind = 1;
+    opterr = 0;   /* our message (with a suggestion) */
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int64_t v;
         switch (c) {
@@ -263,7 +265,11 @@ int bench_ns_main(int argc, char **argv)
             }
             break;
         case 'h': fputs(usage_text, stdout); goto done;
-        default: fputs(usage_text, stderr); code = 2; goto done;
+        default:
+            tool_unknown_option(argv[0], argv[optind - 1], longopts);
+            fputs(usage_text, stderr);
+            code = 2;
+            goto done;
         }
     }
     if (optind < argc) {
@@ -271,11 +277,12 @@ int bench_ns_main(int argc, char **argv)
         code = fail(DMUON_EINVAL, msg);
         goto done;
     }
-    if (strcmp(set, "pe5") && strcmp(set, "muon5")) {
+    if (strcasecmp(set, "pe5") && strcasecmp(set, "muon5")) {
         snprintf(msg, sizeof msg, "--coeffs '%s': expected pe5 or muon5", set);
         code = fail(DMUON_EINVAL, msg);
         goto done;
     }
+    set = strcasecmp(set, "pe5") ? "muon5" : "pe5";   /* the canonical spelling */
     if (n == 0 && (rc = dmuon_probe_parse_shapes(qwen15_shapes, &shapes, &n)) != DMUON_OK) {
         code = fail(rc, dmuon_errmsg());
         goto done;

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -388,7 +389,7 @@ int bench_ops_main(int argc, char **argv)
     /* flags given, for the --plan conflicts and the replay defaults */
     const char *size_flag = NULL, *dtype_flag = NULL, *layout_flag = NULL;
     int timing_given = 0, op_publish = 0;
-    opterr = wrank == 0;   /* getopt's own message once */
+    opterr = 0;   /* our message (with a suggestion), once */
     o.layer_lo = 0;
     o.layer_hi = -1;
     while ((opt = getopt_long(argc, argv, "b:e:f:w:n:h", opts, NULL)) != -1 && !bad[0]) {
@@ -460,8 +461,8 @@ int bench_ops_main(int argc, char **argv)
                 snprintf(bad, sizeof bad, "--dtype '%s': expected bf16 or f32", optarg);
             break;
         case O_OP:
-            op_mask = !strcmp(optarg, "agv") ? 1 : !strcmp(optarg, "rsv") ? 2
-                    : !strcmp(optarg, "publish") ? 4 : !strcmp(optarg, "all") ? 7 : 0;
+            op_mask = !strcasecmp(optarg, "agv") ? 1 : !strcasecmp(optarg, "rsv") ? 2
+                    : !strcasecmp(optarg, "publish") ? 4 : !strcasecmp(optarg, "all") ? 7 : 0;
             if (!op_mask)
                 snprintf(bad, sizeof bad, "--op '%s': expected agv, rsv, publish or all", optarg);
             op_publish = op_mask == 4;
@@ -478,7 +479,7 @@ int bench_ops_main(int argc, char **argv)
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
                 int found = 0;
                 for (int l = 0; l < BENCH_NLINES; l++)
-                    if (!strcmp(tok, bench_lines[l]->name)) {
+                    if (!strcasecmp(tok, bench_lines[l]->name)) {
                         o.lines |= 1 << l;
                         found = 1;
                     }
@@ -489,11 +490,11 @@ int bench_ops_main(int argc, char **argv)
             break;
         }
         case O_PATH:
-            if (!strcmp(optarg, "auto"))
+            if (!strcasecmp(optarg, "auto"))
                 o.path = DMUON_PATH_AUTO;
-            else if (!strcmp(optarg, "chain"))
+            else if (!strcasecmp(optarg, "chain"))
                 o.path = DMUON_PATH_CHAIN;
-            else if (!strcmp(optarg, "star"))
+            else if (!strcasecmp(optarg, "star"))
                 o.path = DMUON_PATH_STAR;
             else
                 snprintf(bad, sizeof bad, "--path '%s': expected auto, chain or star", optarg);
@@ -521,7 +522,11 @@ int bench_ops_main(int argc, char **argv)
                 usage(stdout);
             MPI_Finalize();
             return 0;
-        default: snprintf(bad, sizeof bad, "see --help for the options");
+        default: {
+            char hint[128];
+            snprintf(bad, sizeof bad, "unknown option or missing value '%s'%s (see --help)",
+                     argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint));
+        }
         }
     }
     if (!bad[0] && optind < argc)

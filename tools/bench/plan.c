@@ -131,8 +131,7 @@ int bench_plan_main(int argc, char **argv)
                    "each plan (#wrong: invariant violations).\n", moe);
             return 0;
         default:
-            fprintf(stderr, "dmuon-bench: error: unknown option or missing value: '%s'\n",
-                    argv[optind - 1]);
+            tool_unknown_option("dmuon-bench", argv[optind - 1], opts);
             return 2;
         }
     }

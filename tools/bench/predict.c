@@ -463,6 +463,17 @@ static FILE *plot_open(const char *path, const char *what, const char *prog)
     return f;
 }
 
+/* Closes a plot file, reporting a failed write (exit 3) like every tool. */
+static int plot_close(FILE *f, const char *path, const char *prog)
+{
+    char err[4400];
+    if (tool_close_file(f, path, err, sizeof err)) {
+        fprintf(stderr, "%s: error: %s\n", prog, err);
+        return 3;
+    }
+    return 0;
+}
+
 /* Runs gnuplot on script gp, which writes tmp, renamed to svg (nothing
  * half-written); 0, or 3 with a message. */
 static int gnuplot_render(const char *gp, const char *tmp, const char *svg, const char *prog)
@@ -504,7 +515,8 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
         }
         fprintf(f, "\n\n");
     }
-    fclose(f);
+    if (plot_close(f, dat, prog))
+        return 3;
     f = plot_open(gp, "script", prog);
     if (!f)
         return 3;
@@ -518,7 +530,8 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
                "'%s' index 0 title 'fitted' pt 7 ps 0.6 lc rgb '#1f77b4', "
                "'%s' index 1 title 'held out' pt 5 ps 0.6 lc rgb '#d62728'\n",
             tmp, r->preset, dat, dat);
-    fclose(f);
+    if (plot_close(f, gp, prog))
+        return 3;
     return gnuplot_render(gp, tmp, svg, prog);
 }
 
@@ -571,7 +584,8 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
                 1e6 * (g * L->gather[cg] + L->reduce[DMUON_NET_PER_OWNER]),
                 1e6 * (g * L->gather[DMUON_NET_OURS] + L->reduce[DMUON_NET_OURS]));
     }
-    fclose(f);
+    if (plot_close(f, dat, prog))
+        return 3;
     f = plot_open(gp, "script", prog);
     if (!f)
         return 3;
@@ -583,7 +597,8 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
                "'%s' using 1:3 with linespoints title 'C (NCCL, owners)', "
                "'%s' using 1:4 with linespoints title 'D (ours)'\n",
             tmp, r->nodes, r->per_node, pr->preset, dat, dat, dat);
-    fclose(f);
+    if (plot_close(f, gp, prog))
+        return 3;
     return gnuplot_render(gp, tmp, svg, prog);
 }
 
@@ -727,7 +742,11 @@ int bench_predict_main(int argc, char **argv)
         case 'j': json = optarg; break;
         case 's': svg = optarg; break;
         case 'h': usage(stdout); return 0;
-        default: snprintf(bad, sizeof bad, "see --help for the options");
+        default: {
+            char hint[128];
+            snprintf(bad, sizeof bad, "unknown option or missing value '%s'%s (see --help)",
+                     argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint));
+        }
         }
     }
     if (!bad[0] && optind < argc)

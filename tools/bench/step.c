@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench.h"
+#include "common/opt.h"
 #include "dmuon/io.h"
 #include "dmuon/model.h"
 #include "dmuon/plan.h"
@@ -324,6 +326,7 @@ int bench_step_main(int argc, char **argv)
         {0, 0, 0, 0}};
     int c;
     char *end;
+    opterr = 0;   /* our message (with a suggestion) */
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         long v = 0;
         if (optarg && strchr("LwknT", c)) {
@@ -348,24 +351,29 @@ int bench_step_main(int argc, char **argv)
         case 'j': json = optarg; break;
         case 'o': overlap = 1; break;
         case 'T': tokens = (int)v; break;
-        case 'u':
-            small_unit = strtoll(optarg, &end, 10);
-            if (*end || small_unit < 0) {
+        case 'u': {   /* a size, in the grammar of every tool */
+            char err[256];
+            int64_t b;
+            if (tool_parse_size("--small-unit-bytes", optarg, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES,
+                                &b, err, sizeof err)) {
                 if (rank == 0)
-                    fprintf(stderr, "%s: --small-unit-bytes %s: expected bytes >= 0\n", argv[0],
-                            optarg);
+                    fprintf(stderr, "%s: error: %s\n", argv[0], err);
                 MPI_Finalize();
                 return 2;
             }
+            small_unit = b;
             break;
+        }
         case 'h':
             if (rank == 0)
                 usage(stdout);
             MPI_Finalize();
             return 0;
         default:
-            if (rank == 0)
+            if (rank == 0) {
+                tool_unknown_option(argv[0], argv[optind - 1], lo);
                 usage(stderr);
+            }
             MPI_Finalize();
             return 2;
         }
@@ -373,7 +381,7 @@ int bench_step_main(int argc, char **argv)
     dmuon_line lines[4];
     int nlines = 0;
     dmuon_rc rc = DMUON_OK;
-    if (!strcmp(line_s, "all")) {
+    if (!strcasecmp(line_s, "all")) {
         for (int i = 0; i < 4; i++)
             lines[nlines++] = (dmuon_line)i;
     } else {
@@ -563,7 +571,11 @@ int bench_step_main(int argc, char **argv)
             dmuon_json_end_array(&jw);
         dmuon_json_end_object(&jw);
         fputc('\n', jf);
-        fclose(jf);
+        char err[4400];
+        if (tool_close_file(jf, json, err, sizeof err)) {
+            fprintf(stderr, "%s: %s\n", argv[0], err);
+            json_fail = 1;
+        }
     }
     if (json_fail && rc_exit == 0)
         rc_exit = 3;

@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dmuon/io.h"
 #include "dmuon/version.h"
@@ -123,7 +126,66 @@ int tool_parse_double(const char *flag, const char *text, double lo, double hi, 
     return 0;
 }
 
-void tool_print_version(const char *tool) { printf("%s (dmuon) %s\n", tool, dmuon_version()); }
+void tool_print_version(const char *tool, int argc, char **argv)
+{
+    bool json = false;
+    for (int i = 1; i < argc; i++)
+        json |= !strcmp(argv[i], "--json");
+    if (!json) {
+        printf("%s (dmuon) %s\n", tool, dmuon_version());
+        return;
+    }
+    dmuon_json w;
+    dmuon_json_init(&w, stdout, false);
+    dmuon_json_begin_object(&w);
+    dmuon_json_kstr(&w, "tool", tool);
+    dmuon_json_kstr(&w, "version", dmuon_version());
+    dmuon_json_end_object(&w);
+    putchar('\n');
+}
+
+/* Flushes (and unless it is stdout, closes) f: 0, or the errno of the first
+ * failure (EIO when only the error flag tells). */
+static int close_stream(FILE *f)
+{
+    int bad = ferror(f), e = 0;
+    errno = 0;
+    if (fflush(f) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (f != stdout && fclose(f) != 0) {
+        bad = 1;
+        e = e ? e : errno;
+    }
+    return bad ? (e ? e : EIO) : 0;
+}
+
+int tool_finish_stdout(const char *tool, int code)
+{
+    int e = close_stream(stdout);
+    if (!e) {
+        errno = 0;
+        if (fclose(stdout) != 0)
+            e = errno ? errno : EIO;
+    }
+    if (!e)
+        return code;
+    fprintf(stderr, "%s: cannot write standard output: %s\n", tool, strerror(e));
+    return 3;
+}
+
+int tool_close_file(FILE *f, const char *path, char *err, size_t n)
+{
+    if (!f)
+        return 0;
+    int e = close_stream(f);
+    if (!e)
+        return 0;
+    snprintf(err, n, "cannot write '%s': %s", strcmp(path, "-") ? path : "standard output",
+             strerror(e));
+    return -1;
+}
 
 int64_t tool_mem_available(void)
 {
@@ -185,4 +247,185 @@ void tool_cleanup_on_signal(void)
         if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
             sigaction(sigs[i], &sa, NULL);
     }
+}
+
+int tool_check_output_path(const char *flag, const char *path, bool dir, char *err, size_t n)
+{
+    struct stat st;
+    if (!path || !*path) {
+        snprintf(err, n, "%s '': expected a path", flag);
+        return -1;
+    }
+    /* the directory part: everything before the last '/' (trailing ones dropped) */
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    char parent[4096];
+    size_t cut = len;
+    while (cut > 0 && path[cut - 1] != '/')
+        cut--;
+    if (cut == 0)
+        snprintf(parent, sizeof parent, ".");
+    else
+        snprintf(parent, sizeof parent, "%.*s", (int)(cut > 1 ? cut - 1 : 1), path);
+    if (stat(parent, &st) != 0) {
+        snprintf(err, n, "%s '%s': the directory '%s' does not exist", flag, path, parent);
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, n, "%s '%s': '%s' is not a directory", flag, path, parent);
+        return -1;
+    }
+    if (access(parent, W_OK | X_OK) != 0) {
+        snprintf(err, n, "%s '%s': the directory '%s' is not writable", flag, path, parent);
+        return -1;
+    }
+    if (stat(path, &st) == 0 && (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
+        snprintf(err, n, "%s '%s': exists and is not a %s", flag, path,
+                 dir ? "directory" : "regular file");
+        return -1;
+    }
+    return 0;
+}
+
+static volatile sig_atomic_t *stop_flag;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_flag && !*stop_flag) {
+        *stop_flag = sig;
+        return;
+    }
+    on_signal(sig);
+}
+
+void tool_stop_on_signal(volatile sig_atomic_t *flag)
+{
+    stop_flag = flag;
+    static const int sigs[] = {SIGINT, SIGTERM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+void tool_unknown_option(const char *prog, const char *arg, const struct option *opts)
+{
+    char hint[128];
+    fprintf(stderr, "%s: error: unknown option or missing value '%s'%s\n", prog, arg,
+            tool_suggest_option(arg, opts, hint, sizeof hint));
+}
+
+/* msg without its leading "rank N: " prefixes */
+static const char *strip_rank(const char *msg)
+{
+    int n = 0;
+    while (sscanf(msg, "rank %*d: %n", &n) == 0 && n > 0) {
+        msg += n;
+        n = 0;
+    }
+    return msg;
+}
+
+void tool_report_error(MPI_Comm comm, const char *tool, const char *msg, int code)
+{
+    const char *core = strip_rank(msg);
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a of the message without prefix */
+    for (const char *p = core; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    uint64_t *all = calloc((size_t)size, sizeof *all);
+    MPI_Request req;
+    int done = 0;
+    if (all && MPI_Iallgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, comm, &req) ==
+                   MPI_SUCCESS) {
+        struct timespec pause = {0, 1000000};
+        for (int i = 0; i < 10000 && !done; i++) {
+            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (!done)
+                nanosleep(&pause, NULL);
+        }
+    }
+    if (!done) {
+        fprintf(stderr, "%s: error: %s\n", tool, msg);
+        free(all);
+        MPI_Abort(comm, code);
+        return;
+    }
+    int alike = 1;
+    for (int r = 1; r < size; r++)
+        alike &= all[r] == all[0];
+    if (alike) {
+        if (rank == 0)
+            fprintf(stderr, "%s: error: %s%s\n", tool, core, size > 1 ? " (every rank)" : "");
+    } else if (rank == 0 || all[rank] != all[0]) {
+        fprintf(stderr, "%s: error: %s\n", tool, msg);
+    }
+    free(all);
+}
+
+char *tool_lower(char *s)
+{
+    for (char *p = s; p && *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    return s;
+}
+
+/* Levenshtein distance of a[0..la) and b[0..lb), both under 64 characters. */
+static int edit_distance(const char *a, size_t la, const char *b, size_t lb)
+{
+    int row[65];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *tool_suggest_option(const char *arg, const struct option *opts, char *buf,
+                                size_t n)
+{
+    if (n)
+        buf[0] = '\0';
+    if (!arg || arg[0] != '-')
+        return buf;
+    const char *name = arg + (arg[1] == '-' ? 2 : 1);
+    size_t len = strcspn(name, "=");
+    if (len == 0 || len >= 64)
+        return buf;
+    const char *best = NULL;
+    int best_d = 1 << 30;
+    for (const struct option *o = opts; o->name; o++) {
+        size_t ol = strlen(o->name);
+        if (ol >= 64)
+            continue;
+        int d = edit_distance(name, len, o->name, ol);
+        if (len >= 3 && !strncmp(o->name, name, len))
+            d = 1;   /* an unfinished name: "--shard" */
+        int limit = (int)(ol / 3) > 2 ? (int)(ol / 3) : 2;
+        if (d <= limit && d < best_d) {
+            best = o->name;
+            best_d = d;
+        }
+    }
+    if (best)
+        snprintf(buf, n, " (did you mean --%s?)", best);
+    return buf;
 }

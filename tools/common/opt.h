@@ -18,8 +18,12 @@
 #ifndef DMUON_TOOL_OPT_H
 #define DMUON_TOOL_OPT_H
 
+#include <getopt.h>
 #include <mpi.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* A whole number (decimal, optional leading '-') in [lo, hi]. */
@@ -37,8 +41,21 @@ int tool_parse_double(const char *flag, const char *text, double lo, double hi, 
 /* Writes bytes as "N B", "N KiB", "N.N MiB", ... into buf[0..n); returns buf. */
 char *tool_format_size(int64_t bytes, char *buf, size_t n);
 
-/* Prints "TOOL (dmuon) VERSION" on stdout: the --version line of every tool. */
-void tool_print_version(const char *tool);
+/* Prints "TOOL (dmuon) VERSION" on stdout: the --version line of every tool;
+ * with --json among argv[1..argc) the JSON object {"tool": TOOL, "version":
+ * VERSION} instead. */
+void tool_print_version(const char *tool, int argc, char **argv);
+
+/* The last call of every tool's main: flushes and closes standard output
+ * and returns code, or 3 when a write to it failed (a full disk, /dev/full,
+ * a closed pipe) after printing "TOOL: cannot write standard output: REASON"
+ * on stderr — an output that did not arrive is never a success. */
+int tool_finish_stdout(const char *tool, int code);
+
+/* Closes f, which the tool wrote at path ("-": standard output, flushed,
+ * not closed).  Returns 0, or -1 with "cannot write 'PATH': REASON" in
+ * err[0..n) when a write or the close failed.  f may be NULL (returns 0). */
+int tool_close_file(FILE *f, const char *path, char *err, size_t n);
 
 /* Bytes of memory this host can still give (MemAvailable of /proc/meminfo),
  * or -1 when unknown. */
@@ -57,5 +74,45 @@ int tool_check_host_memory(MPI_Comm world, int64_t bytes, int factor, const char
  * an atomic write in progress (dmuon_write_abandon in dmuon/io.h), then
  * terminate by the same signal as before.  Call once at start-up. */
 void tool_cleanup_on_signal(void);
+
+/* Checks, before any work, that path can be written later: its directory
+ * exists, is a directory and is writable, and path itself is absent or of
+ * the kind it will be (a directory when dir is true — it is replaced
+ * atomically —, else a regular file).  Returns 0, or -1 with "FLAG 'PATH':
+ * the directory 'D' does not exist" (or "is not a directory", "is not
+ * writable", "exists and is not a ...") in err[0..n). */
+int tool_check_output_path(const char *flag, const char *path, bool dir, char *err, size_t n);
+
+/* Lowercases s in place (an enum value such as a variant name, which the
+ * tools accept in any case and store in its canonical lower case); returns s. */
+char *tool_lower(char *s);
+
+/* For an unknown option arg ("--shardng", "--shardng=x", "-x"): writes
+ * " (did you mean --sharding?)" naming the closest long option of opts (edit
+ * distance at most a third of its length, at least 2) into buf[0..n), or ""
+ * when none is close; returns buf. */
+const char *tool_suggest_option(const char *arg, const struct option *opts, char *buf,
+                                size_t n);
+
+/* Prints "PROG: error: unknown option or missing value 'ARG'" and the
+ * suggestion of tool_suggest_option on stderr: every tool's message for an
+ * option getopt_long did not take. */
+void tool_unknown_option(const char *prog, const char *arg, const struct option *opts);
+
+/* Prints a failure that every rank of comm reached: "TOOL: error: MSG" once
+ * (by rank 0, without its "rank N: " prefix, "(every rank)" added when
+ * comm has several) when every rank's message is the same but for that
+ * prefix; otherwise rank 0 prints its message and every rank whose message
+ * differs from rank 0's prints its own.  Collective over comm: call it on
+ * every rank, each with its own message.  A rank that waits more than
+ * 10 s for the others prints its own message and aborts the job (exit
+ * code), so a failure on one rank alone never hangs. */
+void tool_report_error(MPI_Comm comm, const char *tool, const char *msg, int code);
+
+/* For a tool that stops cleanly: the first SIGINT or SIGTERM stores its
+ * number in *flag (the tool finishes its unit of work and looks); a second
+ * one behaves as tool_cleanup_on_signal (removes a temporary file of an
+ * atomic write, then terminates by that signal).  Call after MPI_Init. */
+void tool_stop_on_signal(volatile sig_atomic_t *flag);
 
 #endif

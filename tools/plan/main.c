@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "dmuon/cost.h"
 #include "dmuon/ns.h"
@@ -771,6 +772,9 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
     }
     if ((rc = dmuon_plan_build(m, o, &p)) != DMUON_OK)
         goto out;
+    if (dmuon_plan_sharding(p) == DMUON_SHARD_HSDP && dmuon_plan_nodes(p) == 1)
+        fprintf(stderr, "dmuon-plan: warning: HSDP on one node has no replicas: the plan is "
+                        "FSDP's; give --nodes R (or -N with -g) for R > 1 nodes\n");
     if (c->out && (rc = dmuon_plan_write(p, c->out)) != DMUON_OK)
         goto out;
     /* with -o - the plan is stdout's only content: the report goes to stderr */
@@ -869,7 +873,7 @@ static bool applies_to(const char *cmd, const char *name)
 }
 
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"nodes", required_argument, 0, O_NODES},
@@ -977,7 +981,7 @@ int main(int argc, char **argv)
         case O_VARIANT: {
             dmuon_ns_opts ns;
             dmuon_ns_opts_init(&ns);
-            if (dmuon_ns_opts_set_variant(&ns, optarg) != DMUON_OK) {
+            if (dmuon_ns_opts_set_variant(&ns, tool_lower(optarg)) != DMUON_OK) {
                 fprintf(stderr, "dmuon-plan: error: --variant: %s\n(see dmuon-plan --help)\n",
                         dmuon_errmsg());
                 return 2;
@@ -986,9 +990,9 @@ int main(int argc, char **argv)
             break;
         }
         case O_DTYPE:
-            if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16"))
+            if (strcasecmp(optarg, "fp32") && strcasecmp(optarg, "bf16"))
                 return usage_error("--dtype '%s': expected fp32 or bf16", optarg);
-            o.cost_src.dtype = optarg;
+            o.cost_src.dtype = strcasecmp(optarg, "fp32") ? "bf16" : "fp32";
             break;
         case O_PROBE:
             c.probe_missing = true;
@@ -1079,15 +1083,14 @@ int main(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         case O_VERSION:
-            tool_print_version("dmuon-plan");
+            tool_print_version("dmuon-plan", argc, argv);
             return 0;
         default:
             if (optopt && optopt < 256)
                 fprintf(stderr, "dmuon-plan: error: unknown option '-%c' or missing value\n",
                         optopt);
             else
-                fprintf(stderr, "dmuon-plan: error: unknown option or missing value: '%s'\n",
-                        argv[optind - 1]);
+                tool_unknown_option("dmuon-plan", argv[optind - 1], opts);
             fprintf(stderr, "(see dmuon-plan --help)\n");
             return 2;
         }
@@ -1161,3 +1164,6 @@ int main(int argc, char **argv)
     }
     return cmd_plan(&c, args[0], &o);
 }
+
+/* every exit goes through here: output that did not arrive is exit 3 */
+int main(int argc, char **argv) { return tool_finish_stdout("dmuon-plan", tool_main(argc, argv)); }

@@ -228,6 +228,7 @@ static int run(int argc, char **argv)
     dmuon_device_kind dev = DMUON_DEVICE_CPU;
     char msg[512];
     int c;
+    opterr = 0;   /* our message (with a suggestion) */
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int64_t v;
         switch (c) {
@@ -238,8 +239,8 @@ static int run(int argc, char **argv)
                 return error(DMUON_EINVAL, dmuon_errmsg());
             break;
         case 'b': db_path = optarg; break;
-        case 'v': variant = optarg; break;
-        case 't': dtype = optarg; break;
+        case 'v': variant = tool_lower(optarg); break;
+        case 't': dtype = tool_lower(optarg); break;
         case 'w':
         case 'i':
             if (tool_parse_int(c == 'w' ? "--warmup" : "--iters", optarg, c == 'w' ? 0 : 1,
@@ -257,7 +258,7 @@ static int run(int argc, char **argv)
             break;
         case 'V':
             if (rank == 0)
-                tool_print_version("dmuon-probe");
+                tool_print_version("dmuon-probe", argc, argv);
             return 0;
         case 'M': missing = true; break;
         case 'l': list = true; break;
@@ -268,8 +269,10 @@ static int run(int argc, char **argv)
                 fputs(usage_text, stdout);
             return 0;
         default:
-            if (rank == 0)
+            if (rank == 0) {
+                tool_unknown_option("dmuon-probe", argv[optind - 1], longopts);
                 fputs(usage_text, stderr);
+            }
             return 2;
         }
     }
@@ -404,7 +407,7 @@ done:
     return code;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -418,3 +421,6 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return code ? code : worst;
 }
+
+/* every exit goes through here: output that did not arrive is exit 3 */
+int main(int argc, char **argv) { return tool_finish_stdout("dmuon-probe", tool_main(argc, argv)); }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <mpi.h>
 
@@ -72,7 +73,7 @@ static const char usage[] =
     "      --line A|B|C|D        A AdamW on FSDP even shards; B Muon by gather-then-\n"
     "                            replicate; C plan owners with per-owner MPI calls; D dmuon\n"
     "                            (default D)\n"
-    "      --sharding fsdp|hsdp  (default fsdp; ignored with --plan)\n"
+    "      --sharding fsdp|hsdp  self-planning: (default fsdp; with --plan the plan's)\n"
     "      --zero 2|3            ZeRO stage (default 3)\n"
     "      --ranks-per-node K    virtual nodes of K ranks (default $DMUON_RANKS_PER_NODE or\n"
     "                            the shared-memory node)\n"
@@ -82,7 +83,9 @@ static const char usage[] =
     "                            (default 0: every matrix its own unit, as this model is small)\n"
     "      --param-dtype T       self-planning: gathered parameter dtype bf16|f32 (default bf16)\n"
     "checkpoints and output:\n"
-    "      --save DIR            save the optimizer state at the end (dmuon/ckpt.h)\n"
+    "      --save DIR            save the optimizer state at the end (dmuon/ckpt.h), and on\n"
+    "                            SIGINT/SIGTERM after the current step (then exit 128+signal)\n"
+    "      --save-every N        also save to --save DIR after every N-th step\n"
     "      --resume DIR          continue from a checkpoint (bit-identical to an unbroken run)\n"
     "      --export FILE         write the weights as one safetensors file at the end\n"
     "      --log CSV             per-step log (rank 0): step, loss, val_loss, rates, tokens/s,\n"
@@ -95,13 +98,18 @@ static const char usage[] =
     "  -h, --help\n"
     "      --version             print the dmuon version\n"
     "\n"
-    "exit: 0 ok, 1 a check failed (--min-val-drop), 2 bad input or usage, 3 runtime error\n";
+    "Every output path (--save, --export, --log) is checked before step 0.  SIGINT or\n"
+    "SIGTERM (on any rank) ends the run after the current step: saved to --save DIR when\n"
+    "given (atomically; --resume DIR continues it), no export; a second signal kills.\n"
+    "\n"
+    "exit: 0 ok, 1 a check failed (--min-val-drop), 2 bad input or usage, 3 runtime error,\n"
+    "      130/143 interrupted by SIGINT/SIGTERM\n";
 
 enum {
     O_LAYERS = 256, O_DIM, O_HEADS, O_KV, O_FFN, O_TIE, O_SEQ, O_INIT_STD, O_WCONF, O_WYAML,
     O_BATCH, O_MICRO, O_STEPS, O_LR, O_ALR, O_SCHED, O_WARMUP, O_MINLR, O_CLIP, O_WD, O_SEED,
     O_DSEED, O_RECOMP, O_DATA, O_VAL_EVERY, O_VAL_WIN, O_EVAL, O_LINE, O_SHARD, O_ZERO, O_RPN,
-    O_PLAN, O_SUB, O_PDT, O_STOP, O_SAVE, O_RESUME, O_EXPORT, O_LOG, O_MINDROP, O_PROG, O_VERSION
+    O_PLAN, O_SUB, O_PDT, O_STOP, O_SAVE, O_SAVE_EVERY, O_RESUME, O_EXPORT, O_LOG, O_MINDROP, O_PROG, O_VERSION
 };
 
 static const struct option longopts[] = {
@@ -141,6 +149,7 @@ static const struct option longopts[] = {
     {"small-unit-bytes", required_argument, 0, O_SUB},
     {"param-dtype", required_argument, 0, O_PDT},
     {"save", required_argument, 0, O_SAVE},
+    {"save-every", required_argument, 0, O_SAVE_EVERY},
     {"resume", required_argument, 0, O_RESUME},
     {"export", required_argument, 0, O_EXPORT},
     {"log", required_argument, 0, O_LOG},
@@ -157,6 +166,7 @@ typedef struct {
     dmuon_rt_opts rt;
     const char *data, *plan, *write_config, *write_yaml;
     dmuon_sharding sharding;
+    bool sharding_set, param_dtype_set;   /* given on the command line */
     int zero, val_every;
     int64_t small_unit_bytes;
     dmuon_dtype param_dtype;
@@ -217,6 +227,7 @@ static int parse(cli *c, int argc, char **argv)
             INT_OPT(O_MICRO, 1, 65536, c->t.micro, "micro-batches")
             INT_OPT(O_STEPS, 1, 1000000000, c->t.steps, "steps")
             INT_OPT(O_STOP, 1, 1000000000, c->t.stop_at, "stop-at")
+            INT_OPT(O_SAVE_EVERY, 1, 1000000000, c->t.save_every, "save-every")
             NUM_OPT(O_LR, 0, 1000, c->t.lr, "lr")
             NUM_OPT(O_ALR, 0, 1000, c->t.adamw_lr, "adamw-lr")
             INT_OPT(O_WARMUP, 0, 1000000000, c->t.warmup, "warmup")
@@ -229,8 +240,12 @@ static int parse(cli *c, int argc, char **argv)
             INT_OPT(O_VAL_WIN, 1, 1000000, c->t.val_windows, "val-windows")
             INT_OPT(O_EVAL, 0, 1000000000, c->t.eval_every, "eval-every")
             INT_OPT(O_ZERO, 2, 3, c->zero, "zero")
-            INT_OPT(O_SUB, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES, c->small_unit_bytes,
-                    "small-unit-bytes")
+        case O_SUB:   /* a size, in the grammar of every tool (16M, 1MiB, ...) */
+            if (tool_parse_size("--small-unit-bytes", a, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES, &v,
+                                err, sizeof err))
+                return usage_error(c, "%s", err);
+            c->small_unit_bytes = v;
+            break;
             NUM_OPT(O_MINDROP, 0, 1, c->min_drop, "min-val-drop")
             INT_OPT(O_PROG, 0, 1000000000, c->t.progress_every, "progress-every")
 #undef INT_OPT
@@ -246,9 +261,9 @@ static int parse(cli *c, int argc, char **argv)
         case O_EXPORT: c->t.export_path = a; break;
         case O_LOG: c->t.log_path = a; break;
         case O_SCHED:
-            if (!strcmp(a, "cosine"))
+            if (!strcasecmp(a, "cosine"))
                 c->t.schedule = TT_SCHED_COSINE;
-            else if (!strcmp(a, "constant"))
+            else if (!strcasecmp(a, "constant"))
                 c->t.schedule = TT_SCHED_CONSTANT;
             else
                 return usage_error(c, "--schedule '%s': expected cosine or constant", a);
@@ -260,6 +275,7 @@ static int parse(cli *c, int argc, char **argv)
         case O_SHARD:
             if (dmuon_sharding_parse(a, &c->sharding) != DMUON_OK)
                 return usage_error(c, "--sharding '%s': expected fsdp or hsdp", a);
+            c->sharding_set = true;
             break;
         case O_RPN:
             if (dmuon_topo_parse_per_node(a, &c->rt.ranks_per_node) != DMUON_OK)
@@ -269,6 +285,7 @@ static int parse(cli *c, int argc, char **argv)
             if (dmuon_dtype_parse(a, &c->param_dtype) != DMUON_OK ||
                 (c->param_dtype != DMUON_BF16 && c->param_dtype != DMUON_F32))
                 return usage_error(c, "--param-dtype '%s': expected bf16 or f32", a);
+            c->param_dtype_set = true;
             break;
         case 'q': c->t.quiet = true; break;
         case 'v': c->verbose = true; break;
@@ -278,19 +295,58 @@ static int parse(cli *c, int argc, char **argv)
             return 0;
         case O_VERSION:
             if (c->rank == 0)
-                tool_print_version("dmuon-train");
+                tool_print_version("dmuon-train", argc, argv);
             return 0;
         case ':': return usage_error(c, "option '%s' needs a value", argv[optind - 1]);
-        default: return usage_error(c, "unknown option '%s'", argv[optind - 1]);
+        default: {
+            char why[600], hint[128];
+            snprintf(why, sizeof why, "unknown option '%s'%s", argv[optind - 1],
+                     tool_suggest_option(argv[optind - 1], longopts, hint, sizeof hint));
+            return usage_error(c, "%s", why);
+        }
         }
     }
     if (optind < argc)
         return usage_error(c, "unexpected argument '%s'", argv[optind]);
+    /* flags that would be ignored are refused, naming the one to drop */
     if (c->plan && c->small_unit_bytes >= 0)
         return usage_error(c, "%s", "--small-unit-bytes plans here: not with --plan");
+    if (c->plan && c->sharding_set)
+        return usage_error(c, "%s", "--sharding: the plan file fixes the sharding; drop "
+                                    "--sharding, or plan again with dmuon-plan --sharding");
+    if (c->plan && c->param_dtype_set)
+        return usage_error(c, "%s", "--param-dtype: the plan file fixes the gathered dtype; drop "
+                                    "--param-dtype, or plan again with dmuon-plan --param-dtype");
+    if (c->t.stop_at > c->t.steps) {
+        char why[160];
+        snprintf(why, sizeof why, "--stop-at %lld is past --steps %lld: give --stop-at N below "
+                 "--steps (the schedule's length), or more --steps", (long long)c->t.stop_at,
+                 (long long)c->t.steps);
+        return usage_error(c, "%s", why);
+    }
+    if (c->t.save_every > 0 && !c->t.save_dir)
+        return usage_error(c, "%s", "--save-every needs --save DIR (where to save)");
     if (c->t.warmup >= c->t.steps && c->t.warmup > 0)
         c->t.warmup = c->t.steps - 1;
     return -1;
+}
+
+/* Rank 0 checks every output path before any work; all ranks learn the
+ * answer.  Returns -1 to go on, else the exit code (2). */
+static int check_outputs(const cli *c, bool mpi)
+{
+    char err[4400] = "";
+    int bad = 0;
+    if (c->rank == 0)
+        bad = (c->t.save_dir && tool_check_output_path("--save", c->t.save_dir, true, err,
+                                                       sizeof err)) ||
+              (c->t.export_path && tool_check_output_path("--export", c->t.export_path, false,
+                                                          err, sizeof err)) ||
+              (c->t.log_path &&
+               tool_check_output_path("--log", c->t.log_path, false, err, sizeof err));
+    if (mpi)
+        MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return bad ? usage_error(c, "%s", err) : -1;
 }
 
 /* Plans the model for the running cluster (cost flops), or loads --plan. */
@@ -323,7 +379,7 @@ static dmuon_rc get_plan(cli *c, const dmuon_model *m, dmuon_plan **out)
     return DMUON_OK;
 }
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     cli c;
     memset(&c, 0, sizeof c);
@@ -371,6 +427,13 @@ int main(int argc, char **argv)
             code = 0;
         goto out;
     }
+    if ((code = check_outputs(&c, need_mpi)) >= 0)
+        goto out;
+    code = -1;
+    /* from here a SIGINT/SIGTERM ends the run after the current step */
+    static volatile sig_atomic_t stop;
+    tool_stop_on_signal(&stop);
+    c.t.stop = &stop;
     dmuon_err_set_rank(c.rank);
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -379,6 +442,9 @@ int main(int argc, char **argv)
         code = c.rank == 0 ? fail(&c, rc) : dmuon_rc_exit_code(rc);
         goto out;
     }
+    if (c.rank == 0 && dmuon_plan_sharding(plan) == DMUON_SHARD_HSDP && dmuon_plan_nodes(plan) == 1)
+        fprintf(stderr, "dmuon-train: warning: HSDP on one node has no replicas to publish to: it "
+                        "runs as FSDP; give --ranks-per-node K for virtual nodes of K ranks\n");
     if (c.rank == 0 && !c.t.quiet) {
         dmuon_model_stats ms;
         dmuon_model_get_stats(model, &ms);
@@ -394,8 +460,25 @@ int main(int argc, char **argv)
     }
     tt_result res;
     rc = tt_train(&c.t, plan, &c.rt, MPI_COMM_WORLD, &data, &res);
-    if (rc) {
-        code = fail(&c, rc);
+    if (rc) {   /* the runtime's failures are agreed: every rank is here */
+        tool_report_error(MPI_COMM_WORLD, "dmuon-train", dmuon_errmsg(), dmuon_rc_exit_code(rc));
+        if (c.verbose && *dmuon_errtrace())
+            fprintf(stderr, "dmuon-train: trace: %s\n", dmuon_errtrace());
+        code = dmuon_rc_exit_code(rc);
+        goto out;
+    }
+    if (res.interrupted) {
+        if (c.rank == 0) {
+            if (c.t.save_dir)
+                fprintf(stderr, "dmuon-train: interrupted at step %lld, saved to %s (continue "
+                                "with --resume %s)\n",
+                        (long long)res.next_step, c.t.save_dir, c.t.save_dir);
+            else
+                fprintf(stderr, "dmuon-train: interrupted at step %lld; nothing saved (no "
+                                "--save DIR)\n",
+                        (long long)res.next_step);
+        }
+        code = 128 + res.interrupted;
         goto out;
     }
     double drop = res.first_val > 0 ? 1.0 - res.last_val / res.first_val : 0;
@@ -424,3 +507,6 @@ out:
     }
     return code;
 }
+
+/* every exit goes through here: output that did not arrive is exit 3 */
+int main(int argc, char **argv) { return tool_finish_stdout("dmuon-train", tool_main(argc, argv)); }

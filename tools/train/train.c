@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/opt.h"
 #include "dmuon/timer.h"
 
 void tt_opts_init(tt_opts *o)
@@ -314,6 +315,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
 {
     trainer t = {0};
     FILE *log = NULL;
+    char err[4400];
     dmuon_rc rc = DMUON_OK;
     memset(res, 0, sizeof *res);
     t.o = o;
@@ -420,14 +422,16 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
         f[F_RT_OPT] = st.optim_s;
         f[F_STATE] = (double)st.state_bytes;
         /* reductions: step time max, figures max and sum (the loss is global) */
-        double sums[1 + F_COUNT], maxs[1 + F_COUNT];
-        sums[0] = 0;
+        /* ... and the stop signal, agreed: the largest number any rank saw */
+        double sums[2 + F_COUNT], maxs[2 + F_COUNT];
+        sums[0] = sums[1 + F_COUNT] = 0;
         maxs[0] = step_s;
+        maxs[1 + F_COUNT] = o->stop ? (double)*o->stop : 0;
         memcpy(sums + 1, f, sizeof f);
         memcpy(maxs + 1, f, sizeof f);
-        if (MPI_Allreduce(MPI_IN_PLACE, sums, 1 + F_COUNT, MPI_DOUBLE, MPI_SUM, comm) !=
+        if (MPI_Allreduce(MPI_IN_PLACE, sums, 2 + F_COUNT, MPI_DOUBLE, MPI_SUM, comm) !=
                 MPI_SUCCESS ||
-            MPI_Allreduce(MPI_IN_PLACE, maxs, 1 + F_COUNT, MPI_DOUBLE, MPI_MAX, comm) !=
+            MPI_Allreduce(MPI_IN_PLACE, maxs, 2 + F_COUNT, MPI_DOUBLE, MPI_MAX, comm) !=
                 MPI_SUCCESS) {
             rc = DMUON_FAIL(DMUON_ECOMM, "step %lld: MPI_Allreduce of the figures failed",
                             (long long)s);
@@ -469,15 +473,24 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
                     (long long)s, (long long)o->steps, mean_loss, vs, lrs.muon_lr, tps,
                     maxs[1 + F_FWD], maxs[1 + F_BWD], maxs[1 + F_OPT], maxs[1 + F_WAIT]);
         }
+        if (maxs[1 + F_COUNT] > 0) {
+            res->interrupted = (int)maxs[1 + F_COUNT];
+            break;
+        }
+        /* periodic checkpoints; the last step's save is the one after the loop */
+        int64_t end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
+        if (o->save_dir && o->save_every > 0 && (s + 1) % o->save_every == 0 && s + 1 < end)
+            DMUON_TRY_GOTO(rc, dmuon_rt_save(t.rt, o->save_dir), out);
     }
     res->wall_s = (dmuon_now_ms() - t_loop) / 1e3;
+    res->next_step = dmuon_rt_steps(t.rt);
     if (o->save_dir)
         DMUON_TRY_GOTO(rc, dmuon_rt_save(t.rt, o->save_dir), out);
-    if (o->export_path)
+    if (o->export_path && !res->interrupted)
         DMUON_TRY_GOTO(rc, dmuon_rt_export(t.rt, o->export_path), out);
 out:
-    if (log && fclose(log) != 0 && !rc)
-        rc = DMUON_FAIL(DMUON_EIO, "log '%s': write failed", o->log_path);
+    if (tool_close_file(log, o->log_path, err, sizeof err) && !rc)
+        rc = DMUON_FAIL(DMUON_EIO, "--log: %s", err);
     free_trainer(&t);
     return rc;
 }

@@ -31,6 +31,7 @@
 #define DMUON_TRAIN_TRAIN_H
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -61,6 +62,9 @@ typedef struct {
     int val_windows;          /* validation sequences per evaluation */
     const char *log_path;     /* CSV (rank 0), NULL: none */
     const char *save_dir, *resume_dir, *export_path;
+    int64_t save_every;       /* > 0: also save to save_dir after every N-th step */
+    volatile sig_atomic_t *stop; /* non-NULL: a signal number set here (on any rank) ends
+                                    the run after the current step, saved to save_dir */
     bool quiet;               /* no progress on stderr */
     int progress_every;       /* progress line every N steps (rank 0) */
 } tt_opts;
@@ -74,6 +78,8 @@ typedef struct {
     double first_val, last_val;              /* validation loss at the start / end */
     double wall_s;                           /* the loop */
     int64_t steps_run;
+    int interrupted;                         /* the signal that stopped the run, or 0 */
+    int64_t next_step;                       /* the step a --resume of the save starts at */
 } tt_result;
 
 /* Learning-rate factor of step s (see above), in (0, 1]. */
@@ -84,7 +90,10 @@ double tt_lr_factor(const tt_opts *o, int64_t s);
  * o->model (dmuon_plan_match_model against tm_model_build).  Errors: those of
  * the runtime (dmuon/runtime.h) and of the checkpoint calls, DMUON_EINVAL
  * (batch not divisible by the ranks, the plan's layers are not the model's),
- * DMUON_EIO (log file), DMUON_ENOMEM, DMUON_ENUMERIC (a non-finite loss). */
+ * DMUON_EIO (log file), DMUON_ENOMEM, DMUON_ENUMERIC (a non-finite loss).
+ * Stopped by *o->stop, the ranks agree at the end of a step (the flag rides
+ * on the step's figure reduction), save when save_dir is set, skip the final
+ * evaluation and the export, and return DMUON_OK with res->interrupted set. */
 dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts *rt_opts,
                   MPI_Comm comm, const td_data *data, tt_result *res);
 

@@ -14,11 +14,11 @@
 #include "verify.h"
 #include "common/opt.h"
 
-int main(int argc, char **argv)
+static int tool_main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--version")) {
-            tool_print_version("dmuon-verify");
+            tool_print_version("dmuon-verify", argc, argv);
             return 0;
         }
     /* argv[0] of a family names the tool and the family in its messages */
@@ -41,3 +41,6 @@ int main(int argc, char **argv)
             return verify_plan_main(argc, argv);
     return verify_ops_main(argc, argv);
 }
+
+/* every exit goes through here: output that did not arrive is exit 3 */
+int main(int argc, char **argv) { return tool_finish_stdout("dmuon-verify", tool_main(argc, argv)); }

@@ -316,6 +316,7 @@ int verify_ns_main(int argc, char **argv)
     char msg[512];
     int c;
     optind = 1;
+    opterr = 0;   /* our message (with a suggestion) */
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end;
         switch (c) {
@@ -359,7 +360,10 @@ int verify_ns_main(int argc, char **argv)
         }
         case 'j': json = true; break;
         case 'h': fputs(usage_text, stdout); return 0;
-        default: fputs(usage_text, stderr); return 2;
+        default:
+            tool_unknown_option(argv[0], argv[optind - 1], longopts);
+            fputs(usage_text, stderr);
+            return 2;
         }
     }
     if (optind < argc) {

@@ -213,7 +213,7 @@ int verify_ops_main(int argc, char **argv)
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt;
     char bad[300] = "";
-    opterr = wrank == 0;   /* getopt's own message once */
+    opterr = 0;   /* our message (with a suggestion), once */
     while ((opt = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         int64_t v = 0;
         if (bad[0])
@@ -305,8 +305,11 @@ int verify_ops_main(int argc, char **argv)
                 usage(stdout);
             MPI_Finalize();
             return 0;
-        default:
-            snprintf(bad, sizeof bad, "see --help for the options");
+        default: {
+            char hint[128];
+            snprintf(bad, sizeof bad, "unknown option or missing value '%s'%s (see --help)",
+                     argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint));
+        }
         }
     }
     if (!bad[0] && optind < argc)
@@ -502,16 +505,18 @@ int verify_ops_main(int argc, char **argv)
                         "skipped)", skipped);
     }
     if (rc != DMUON_OK) {
-        /* A bad option value (EINVAL) is the same on every rank: rank 0
-         * prints it.  Everything else is each rank's own (a timeout, an MPI
-         * failure, a segment table that differs: each rank names its view). */
-        if (rc != DMUON_EINVAL || c.topo.rank == 0)
-            fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
-        fflush(stderr);
+        /* A timeout or an MPI failure is each rank's own and peers may be
+         * gone or stuck: nothing collective is safe, each rank says its
+         * view.  Everything else failed on every rank (agreed): printed
+         * once when alike, else each rank that differs names its view. */
         if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM) {
-            /* Peers may be gone or stuck: nothing collective is safe now. */
+            fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
+            fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
+        tool_report_error(MPI_COMM_WORLD, "dmuon-verify", dmuon_errmsg(),
+                          dmuon_rc_exit_code(rc));
+        fflush(stderr);
         dmuon_topo_release(&c.topo);
         MPI_Finalize();
         return dmuon_rc_exit_code(rc);

@@ -52,8 +52,8 @@ int verify_plan_main(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         default:
-            fprintf(stderr, "dmuon-verify: error: unknown option or missing value: '%s'\n%s",
-                    argv[optind - 1], usage);
+            tool_unknown_option("dmuon-verify", argv[optind - 1], opts);
+            fputs(usage, stderr);
             return 2;
         }
     }

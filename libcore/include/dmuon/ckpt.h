@@ -1,6 +1,6 @@
 /*
  * dmuon/ckpt.h — checkpoints of the optimizer state that re-shard on load,
- * and full-weight export (paper §6; DESIGN.md "Checkpoints").
+ * and full-weight export (paper §6; docs/design.md "Checkpoints").
  *
  * The unit of a checkpoint is a *piece*: a contiguous element range
  * [lo, hi) of one kind of state of one parameter, in the parameter's
@@ -70,8 +70,9 @@ typedef struct {
     const char *name;
     int ndim;
     int64_t shape[8];
-    dmuon_dtype dtype;    /* the model's stored type: export writes this type
-                             (F32, BF16 or F16; others refused) */
+    dmuon_dtype dtype;    /* the type export writes for it (F32, BF16 or F16;
+                             others refused); dmuon_rt_export passes F32 for
+                             every parameter, so the runtime's exports are FP32 */
     int role;             /* dmuon_role */
 } dmuon_ckpt_param;
 

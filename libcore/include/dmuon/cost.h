@@ -46,7 +46,7 @@ typedef struct {
 
 /*
  * Floating-point operations of one Gram Newton–Schulz call on an m x n
- * matrix, as dmuon's NS runs it (DESIGN.md "Newton–Schulz"): with
+ * matrix, as dmuon's NS runs it (docs/design.md "Newton–Schulz"): with
  * s = min(m,n), l = max(m,n), 5 Polar Express steps, one restart after step 2
  * (two restart windows of 2 and 3 steps):
  *   Gram products X Xᵀ (SYRK, lower triangle): 2 windows * s(s+1) l

@@ -53,13 +53,14 @@ const char *dmuon_costdb_default_path(void);
  * With create=false the file is always opened read-only and never changed
  * (no WAL switch, no schema): an empty file or a SQLite database without
  * dmuon's schema is DMUON_EINVAL.  With create=true a database that holds
- * another program's tables is DMUON_EINVAL too, and nothing is added to it.
+ * another program's tables is DMUON_EINVAL too, and nothing is added to it;
+ * so is, either way, a file that is not a SQLite database at all.
  * Creating the default database creates its folder.
  * Errors: DMUON_EINVAL (empty path, or path is a directory or other
- * non-regular file), DMUON_ENOTFOUND (file missing and !create), DMUON_EIO
+ * non-regular file, a file that is not SQLite, a foreign SQLite database), DMUON_ENOTFOUND (file missing and !create), DMUON_EIO
  * (create asked but the directory is missing or not writable),
  * DMUON_EVERSION (user_version newer than this build's; message says to
- * upgrade dmuon), DMUON_EDB (not a database, corrupt, foreign table layout,
+ * upgrade dmuon), DMUON_EDB (corrupt, foreign table layout,
  * read-only with an older schema, locked past the timeout; message names
  * path). */
 dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_costdb **out);

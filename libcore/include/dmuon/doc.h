@@ -68,6 +68,13 @@ size_t dmuon_doc_map_len(const yaml_node_t *map);
 const char *dmuon_doc_map_key(dmuon_doc *doc, yaml_node_t *map, size_t i);
 yaml_node_t *dmuon_doc_map_value(dmuon_doc *doc, yaml_node_t *map, size_t i);
 
+/* Every key of map must be one of keys[] (NULL-terminated): an unknown key
+ * is a typo or an edit that would otherwise be ignored silently.  where
+ * names the mapping in the message.  Errors: DMUON_EPARSE "FILE:LINE:
+ * unknown key 'K' in WHERE (expected A, B, ...)". */
+dmuon_rc dmuon_doc_only_keys(dmuon_doc *doc, yaml_node_t *map, const char *where,
+                             const char *const *keys);
+
 /* Typed field getters on a mapping.  When the key is absent: if required,
  * DMUON_ENOTFOUND ("FILE:LINE: missing required field 'KEY'"); otherwise
  * DMUON_OK with *out unchanged.  A present value of the wrong form is

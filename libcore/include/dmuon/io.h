@@ -25,7 +25,8 @@ typedef dmuon_rc (*dmuon_write_fn)(FILE *f, void *ctx);
  * Errors: DMUON_EINVAL (empty path, or path names an existing non-regular
  * file such as a device, FIFO or directory), DMUON_EIO (link cannot be
  * resolved, temp file, write, fsync or rename failed; message names the
- * path), or whatever fn returned. */
+ * path; for "-", a write to standard output failed), or whatever fn
+ * returned. */
 dmuon_rc dmuon_write_atomic(const char *path, dmuon_write_fn fn, void *ctx);
 
 /* Removes the temporary file of the atomic write in progress in this

@@ -1,5 +1,5 @@
 /*
- * dmuon/optim.h — the owner-only optimizer updates (paper §2.1, §3; DESIGN.md
+ * dmuon/optim.h — the owner-only optimizer updates (paper §2.1, §3; docs/design.md
  * "Optimizer"): Muon on whole matrices, AdamW on element ranges.  Pure
  * arithmetic on caller memory, no communication: the runtime calls them on
  * the owner of each matrix and on each rank's even shard, and tests call

@@ -121,12 +121,18 @@ dmuon_rc dmuon_rt_register(dmuon_rt *rt, const char *name, int ndim, const int64
                            const float *init);
 
 /* Checks the registrations against the plan — unknown names, names of the
- * plan never registered, shapes differing from the plan's element count —
- * and reports all of them in one DMUON_EINVAL (on every rank); then lays
- * out and opens the symmetric pool (exchanging its offset-table digest:
- * DMUON_EMISMATCH naming the first differing entry), builds the operators,
- * and places the initial values with their owners.  Collective.  Errors:
- * DMUON_EINVAL, DMUON_EMISMATCH, DMUON_ENOMEM, DMUON_ECOMM. */
+ * plan never registered, an element count differing from the plan's, a
+ * Muon matrix registered with another m x n, a name registered twice — and
+ * reports them all (the first six) in one DMUON_EINVAL, agreed on every
+ * rank; then lays out the owners' state (FP32 masters and momenta, AdamW
+ * moments of the even shards) and the symmetric pool (exchanging its
+ * offset-table digest: DMUON_EMISMATCH naming the first differing entry),
+ * builds the operators, places the initial values with their owners (the
+ * registered copies are freed), writes the owner windows and, on HSDP,
+ * publishes the initial parameters so that step 0's gathers find them.
+ * Call once, after every register.  Collective.  Errors: DMUON_EINVAL
+ * (registrations, or open called twice), DMUON_EMISMATCH, DMUON_ENOMEM,
+ * DMUON_ECOMM and DMUON_ETIMEOUT (the pool or the first publish). */
 dmuon_rc dmuon_rt_open(dmuon_rt *rt);
 
 /* ----------------------------------------------------------- layer hooks -- */

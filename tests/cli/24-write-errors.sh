@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# An output that did not arrive is never a success: every tool's --json
+# (and --help) written to /dev/full exits 3 and says it could not write
+# standard output.  Under mpirun a rank's stdout is a pipe to mpirun, so the
+# tools run here as single processes.
+source "$(dirname "$0")/lib.sh"
+B=$DMUON_BIN
+INV="$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml"
+ST="$DMUON_ROOT/tests/reference/hf/st/qwen3_moe"
+export OPENBLAS_NUM_THREADS=1
+if [ ! -w /dev/full ]; then skip "/dev/full is not writable here"; finish; exit; fi
+"$B/dmuon-plan" "$INV" --ranks 4 --cost flops -o "$T_TMP/p.yaml" > /dev/null
+"$B/dmuon-probe" --shapes 8x8 --iters 1 --warmup 0 --db "$T_TMP/c.sqlite" > /dev/null 2>&1
+full() {  # DESCRIPTION COMMAND...: the command's stdout to /dev/full exits 3 with a message
+    local what=$1; shift
+    "$@" > /dev/full 2> "$T_TMP/err"; RC=$?
+    check_rc 3 "$what > /dev/full"
+    check_err 'cannot write standard output' "$what names the failed write"
+}
+full "plan --json" "$B/dmuon-plan" "$DMUON_ROOT/models/qwen2.5-1.5b.yaml" --ranks 64 --cost flops --json
+full "plan report" "$B/dmuon-plan" "$INV" --ranks 4 --cost flops
+full "plan -o -" "$B/dmuon-plan" "$INV" --ranks 4 --cost flops -o -
+full "plan inspect --tensors --json" "$B/dmuon-plan" inspect --tensors --json "$ST"
+full "plan show --json" "$B/dmuon-plan" show "$T_TMP/p.yaml" --json
+full "verify --plan --json" "$B/dmuon-verify" --plan "$T_TMP/p.yaml" --json
+full "verify ns --json" "$B/dmuon-verify" ns --shapes 8x8 --json
+full "probe --list --json" "$B/dmuon-probe" --list --json --db "$T_TMP/c.sqlite"
+full "probe --json" "$B/dmuon-probe" --shapes 8x8 --iters 1 --warmup 0 --db "$T_TMP/d.sqlite" --json
+full "bench ns --json" "$B/dmuon-bench" ns --shapes 8x8 --iters 1 --json
+full "bench --json" "$B/dmuon-bench" -b 1K -e 1K --json
+full "train --help" "$B/dmuon-train" --help
+for t in plan probe bench verify train; do
+    full "dmuon-$t --version" "$B/dmuon-$t" --version
+done
+finish
