@@ -58,7 +58,7 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
         DMUON_TRY_GOTO(rc, dmuon_publish_begin(p, step), done);
         int old_ok = 1;
         for (int i = 0; i < n; i++)
-            if (leads && ps[i].owner % K == t->local && ps[i].owner != t->rank)
+            if (leads && dmuon_topo_leads(t, ps[i].owner))
                 old_ok &= dmuon_publish_flag(p, i) == step - 1;
         char what[200];
         snprintf(what, sizeof what, "step %lld: arrival flags hold step %lld before the posts",
@@ -79,7 +79,7 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
         int64_t bad = 0;
         int stale_seen = 0, ok_wait = 1;
         for (int i = 0; i < n; i++) {
-            if (!leads || ps[i].owner % K != t->local || ps[i].owner == t->rank)
+            if (!leads || !dmuon_topo_leads(t, ps[i].owner))
                 continue;
             dmuon_rc w = dmuon_publish_wait(p, i, step);
             if (w == DMUON_ECHECK) {
@@ -125,14 +125,14 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
                     copy[ps[i].offset + k] = pattern(step, i, k);
                 DMUON_TRY_GOTO(rc, dmuon_publish_post(p, i, step), done);
             }
-            if (leads && ps[i].owner % K == t->local && ps[i].owner != t->rank) {
+            if (leads && dmuon_topo_leads(t, ps[i].owner)) {
                 DMUON_TRY_GOTO(rc, dmuon_publish_wait(p, i, step), done);
                 int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
                 for (int64_t k = 0; k < b; k++)
                     bad += copy[ps[i].offset + k] != pattern(step, i, k);
             }
             for (int j = i + 1; j < n; j++)
-                if (leads && ps[j].owner % K == t->local && ps[j].owner != t->rank)
+                if (leads && dmuon_topo_leads(t, ps[j].owner))
                     order_ok &= dmuon_publish_flag(p, j) == step - 1;
             MPI_Barrier(t->world);
         }
