@@ -269,6 +269,17 @@ void dmuon_group_free(dmuon_group *g)
 int64_t dmuon_group_buffer_bytes(const dmuon_group *g) { return g->buffer_bytes; }
 int64_t dmuon_group_window_bytes(const dmuon_group *g) { return g->window_bytes; }
 
+dmuon_rc dmuon_group_host_copy(const dmuon_group *g, int64_t buffer_offset,
+                               int64_t window_offset, unsigned char *host, int to_memory)
+{
+    const int64_t off[2] = {buffer_offset, window_offset};
+    const int64_t len[2] = {g->buffer_bytes, g->window_bytes};
+    for (int i = 0; i < 2; i++)
+        DMUON_TRY(to_memory ? dmuon_symm_put(g->mem, off[i], host + off[i], len[i])
+                            : dmuon_symm_get(g->mem, off[i], host + off[i], len[i]));
+    return DMUON_OK;
+}
+
 int dmuon_group_algo_offered(dmuon_backend b, dmuon_algo a)
 {
     const dmuon_comm_ops *ops = dmuon_comm_backend(b);

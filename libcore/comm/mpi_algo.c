@@ -76,10 +76,7 @@ static MPI_Op sum_of(dmuon_dtype t)
     return t == DMUON_BF16 ? dmuon_mpi_bf16_sum() : MPI_SUM;
 }
 
-static const char *op_name(int kind)
-{
-    return kind == DMUON_SCHED_GATHER ? "allgatherv" : "reducescatterv";
-}
+static const char *op_name(int kind) { return dmuon_mpi_op_name(kind); }
 
 static dmuon_rc mpi_rc(int err, const char *what)
 {
@@ -252,13 +249,7 @@ static dmuon_rc algo_start(dmuon_group *g, int kind, int64_t buffer_offset,
                            int64_t window_offset)
 {
     algo_group *a = g->impl;
-    const char *op = op_name(kind);
-    if (a->broken)
-        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot be "
-                          "used", op);
-    if (a->kind >= 0)
-        return DMUON_FAIL(DMUON_EINVAL, "%s: the group's %s started before is not finished "
-                          "(wait for it first)", op, op_name(a->kind));
+    DMUON_TRY(dmuon_mpi_call_admit(a->broken, a->kind, kind));
     unsigned char *base = g->mem->base;
     dmuon_rc rc = post(g, a, kind, base + buffer_offset, base + window_offset);
     if (rc != DMUON_OK) {

@@ -41,6 +41,15 @@ extern const dmuon_group_ops dmuon_mpi_baseline_ops;
  * another group's peers waiting for this rank. */
 void dmuon_mpi_progress_inflight(dmuon_symm *s);
 
+/* "allgatherv" or "reducescatterv" for a call kind (DMUON_SCHED_GATHER /
+ * _REDUCE), for messages. */
+const char *dmuon_mpi_op_name(int kind);
+
+/* The checks before a group call of `kind` starts, shared by every
+ * algorithm: DMUON_ECOMM when the group failed before (broken), DMUON_EINVAL
+ * when a call of kind in_flight (≥ 0) is not finished. */
+dmuon_rc dmuon_mpi_call_admit(int broken, int in_flight, int kind);
+
 /* The BF16 sum for MPI reductions of MPI_UINT16_T: inout = bf16(in + inout)
  * per element, created at the first call (after MPI_Init) and kept. */
 MPI_Op dmuon_mpi_bf16_sum(void);

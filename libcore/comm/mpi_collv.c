@@ -324,10 +324,24 @@ static void sched_group_free(dmuon_group *pub)
  * that say the rest of the node is done with this rank's memory. */
 enum { ST_QUEUES = 0, ST_SENDS, ST_COUNTS, ST_DONE };
 
-static const char *op_name(int kind)
+const char *dmuon_mpi_op_name(int kind)
 {
-    return kind == 0 ? "allgatherv" : "reducescatterv";
+    return kind == DMUON_SCHED_GATHER ? "allgatherv" : "reducescatterv";
 }
+
+dmuon_rc dmuon_mpi_call_admit(int broken, int in_flight, int kind)
+{
+    const char *op = dmuon_mpi_op_name(kind);
+    if (broken)
+        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
+                          "be used", op);
+    if (in_flight >= 0)
+        return DMUON_FAIL(DMUON_EINVAL, "%s: the group's %s started before is not finished "
+                          "(wait for it first)", op, dmuon_mpi_op_name(in_flight));
+    return DMUON_OK;
+}
+
+static const char *op_name(int kind) { return dmuon_mpi_op_name(kind); }
 
 /* The list of calls in flight on one symmetric memory, so that whoever
  * waits also moves the others (mpi_symm.c keeps the head). */
@@ -834,13 +848,7 @@ static dmuon_rc call_start(dmuon_group *pub, int kind, int64_t buffer_offset,
                            int64_t window_offset)
 {
     mpi_group *g = pub->impl;
-    const char *op = op_name(kind);
-    if (g->broken)
-        return DMUON_FAIL(DMUON_ECOMM, "%s: the group failed in an earlier call and cannot "
-                          "be used", op);
-    if (g->kind >= 0)
-        return DMUON_FAIL(DMUON_EINVAL, "%s: the group's %s started before is not finished "
-                          "(wait for it first)", op, op_name(g->kind));
+    DMUON_TRY(dmuon_mpi_call_admit(g->broken, g->kind, kind));
     g->buf = buffer_offset;
     g->winoff = window_offset;
     g->seq++;

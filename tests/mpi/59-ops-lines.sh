@@ -2,8 +2,8 @@
 # dmuon-verify --line: the baselines as group algorithms of the library
 # (per-owner rooted calls, one coalesced variable-length call, the
 # equal-length primitive over even shards) checked bit for bit like ours,
-# blocking and split phase, on 8 ranks as 4 nodes x 2; a line that writes one
-# wrong element makes the run fail (exit 1).
+# blocking and split phase, on 8 ranks as 4 nodes x 2, the publish on ours and
+# per-owner; a line that writes one wrong element makes the run fail (exit 1).
 source "$(dirname "$0")/../cli/lib.sh"
 V="$DMUON_BIN/dmuon-verify"
 MPIRUN=(timeout 240 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
@@ -18,8 +18,10 @@ for l in per-owner coalesced equal; do
         [ "${n:-0}" -gt 0 ] && ok || bad "line $l: no $op check ran (got $n)"
     done
 done
-n=$(grep -cE '^ok +publish ' "$T_TMP/out")
+n=$(grep -E '^ok +publish ' "$T_TMP/out" | grep -vc ' line=')
 [ "${n:-0}" -gt 0 ] && ok || bad "the publish ran on ours"
+n=$(grep -cE '^ok +publish .* line=per-owner' "$T_TMP/out")
+[ "${n:-0}" -gt 0 ] && ok || bad "the per-owner publish ran"
 
 run "${MPIRUN[@]}" -np 8 "$V" "${SMALL[@]}" --line fastest
 check_rc 2 "an unknown line is refused"

@@ -35,12 +35,9 @@ typedef struct {
 /* Host copy ↔ GPU of the layer buffer and owner window (no-op on host memory). */
 static dmuon_rc stage(bench_group *s, int in)
 {
-    const int64_t off[2] = {s->sp.buffer_offset, s->sp.window_offset};
-    const int64_t len[2] = {dmuon_group_buffer_bytes(s->g), dmuon_group_window_bytes(s->g)};
-    for (int i = 0; i < 2 && s->host; i++)
-        DMUON_TRY(in ? dmuon_symm_put(s->mem, off[i], s->host + off[i], len[i])
-                     : dmuon_symm_get(s->mem, off[i], s->host + off[i], len[i]));
-    return DMUON_OK;
+    if (!s->host)
+        return DMUON_OK;
+    return dmuon_group_host_copy(s->g, s->sp.buffer_offset, s->sp.window_offset, s->host, in);
 }
 
 static void group_teardown(void *st)
@@ -157,7 +154,7 @@ static dmuon_rc publish_run(bench_group *s)
     if (t->nodes > 1 && dmuon_publish_algo(s->p) == DMUON_ALGO_SCHEDULED)
         for (int j = 0; j < c->n; j++) {
             int i = c->post_order ? c->post_order[j] : j;
-            if (s->segs[i].owner % t->per_node == t->local && s->segs[i].owner != t->rank)
+            if (dmuon_topo_leads(t, s->segs[i].owner))
                 DMUON_TRY(dmuon_publish_wait(s->p, i, s->step));
         }
     return dmuon_publish_end(s->p, s->step);

@@ -24,7 +24,6 @@
 
 #include "ops_driver.h"
 
-#if __has_include("../../libcore/plan_io.c")
 #include "dmuon/plan.h"
 
 static dmuon_rc load_matching(const char *path, const dmuon_topo *t, dmuon_plan **out)
@@ -200,12 +199,3 @@ dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, int op_mask, int *wron
         DMUON_TRY(replay_publish(o, t, wrong));
     return DMUON_OK;
 }
-
-#else
-dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, int op_mask, int *wrong)
-{
-    return DMUON_FAIL(DMUON_EUNSUPPORTED, "%s: this build has no plan reader "
-                      "(libcore/plan_io.c); plan replay is unavailable",
-                      o->plan ? o->plan : o->replay_publish);
-}
-#endif

@@ -146,7 +146,7 @@ static void usage(FILE *f)
 "  --line L             ours, per-owner, coalesced, equal or all (default all):\n"
 "                       the algorithm (docs/operators.md); coalesced runs the\n"
 "                       case's table owner-ordered, equal runs N even shards of\n"
-"                       its total; publish runs on ours only\n"
+"                       its total; publish runs on ours and per-owner\n"
 "  --sizes LIST         layer sizes in bytes, e.g. 2K,96K,1M+6 (default\n"
 "                       2K,96K,1M+6; 16K = 16KB = 16KiB, 1G = 1GiB; 1 B to\n"
 "                       1 TiB); a size a layout cannot hold (fewer elements\n"
@@ -464,8 +464,10 @@ int verify_ops_main(int argc, char **argv)
                     for (int li = 0; li < NLINES && rc == DMUON_OK; li++) {
                         if (strcmp(line_s, "all") && strcmp(line_s, lines[li].name))
                             continue;
-                        if (ops[o] == &verify_op_publish && li > 0)
-                            continue;   /* the publish has one algorithm */
+                        if (ops[o] == &verify_op_publish &&
+                            lines[li].algo != DMUON_ALGO_DEFAULT &&
+                            lines[li].algo != DMUON_ALGO_PER_OWNER)
+                            continue;   /* publish: ours and per-owner */
                         dmuon_segment *lt = NULL;
                         int ln = 0;
                         rc = line_table(li, &c.topo, segs, n, &lt, &ln);

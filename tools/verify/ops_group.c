@@ -46,15 +46,12 @@ void vgroup_close(vgroup *v)
     memset(v, 0, sizeof *v);
 }
 
-/* Host copy ↔ device for the layer buffer and the owner window. */
+/* Host copy ↔ GPU of the layer buffer and owner window (no-op on host memory). */
 static dmuon_rc stage(vgroup *v, int in)
 {
-    const int64_t off[2] = {v->sp.buffer_offset, v->sp.window_offset};
-    const int64_t len[2] = {dmuon_group_buffer_bytes(v->g), dmuon_group_window_bytes(v->g)};
-    for (int i = 0; i < 2 && v->host; i++)
-        DMUON_TRY(in ? dmuon_symm_put(v->mem, off[i], v->host + off[i], len[i])
-                     : dmuon_symm_get(v->mem, off[i], v->host + off[i], len[i]));
-    return DMUON_OK;
+    if (!v->host)
+        return DMUON_OK;
+    return dmuon_group_host_copy(v->g, v->sp.buffer_offset, v->sp.window_offset, v->host, in);
 }
 
 /* split: start, one test, wait (host memory only: the GPU backends have

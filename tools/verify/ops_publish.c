@@ -10,7 +10,10 @@
  * not accept it).  With the stale fault, the owner of parameter 0 posts it
  * in step 2 labelled step 1: its leaders must refuse it (DMUON_ECHECK).
  * A last step posts one parameter at a time (with a barrier between posts)
- * to check that each one streams through on its own.
+ * to check that each one streams through on its own.  The per-owner
+ * algorithm (--line per-owner) moves everything at end: leaders check the
+ * bytes and flags after end, and the stale and one-at-a-time cases (which
+ * need streaming) are not run for it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +40,8 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
         return rc;
     }
     dmuon_publish_opts o = {.deadline_ms = c->gopts.deadline_ms,
-                            .chunk_bytes = c->gopts.chunk_bytes};
+                            .chunk_bytes = c->gopts.chunk_bytes,
+                            .algorithm = c->gopts.algorithm};
     dmuon_publish *p = NULL;
     dmuon_symm *mem = NULL;
     rc = dmuon_table_agree(t->world, ps, n);
@@ -54,11 +58,14 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
     }
     unsigned char *copy = dmuon_publish_copy(p);
     int leads = t->nodes > 1;
+    /* scheduled: parameters stream as posted, leaders wait for each;
+     * per-owner: everything moves at end */
+    const int streams = dmuon_publish_algo(p) == DMUON_ALGO_SCHEDULED;
     for (int64_t step = 1; step <= c->steps; step++) {
         DMUON_TRY_GOTO(rc, dmuon_publish_begin(p, step), done);
         int old_ok = 1;
         for (int i = 0; i < n; i++)
-            if (leads && ps[i].owner % K == t->local && ps[i].owner != t->rank)
+            if (leads && dmuon_topo_leads(t, ps[i].owner))
                 old_ok &= dmuon_publish_flag(p, i) == step - 1;
         char what[200];
         snprintf(what, sizeof what, "step %lld: arrival flags hold step %lld before the posts",
@@ -72,16 +79,18 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
             for (int64_t k = 0; k < b; k++)
                 copy[ps[i].offset + k] = pattern(step, i, k);
             int64_t label_step = step;
-            if (c->fault == FAULT_STALE && i == 0 && step == 2)
+            if (c->fault == FAULT_STALE && streams && i == 0 && step == 2)
                 label_step = 1;
             DMUON_TRY_GOTO(rc, dmuon_publish_post(p, i, label_step), done);
         }
         int64_t bad = 0;
         int stale_seen = 0, ok_wait = 1;
+        if (!streams)
+            DMUON_TRY_GOTO(rc, dmuon_publish_end(p, step), done);
         for (int i = 0; i < n; i++) {
-            if (!leads || ps[i].owner % K != t->local || ps[i].owner == t->rank)
+            if (!leads || !dmuon_topo_leads(t, ps[i].owner))
                 continue;
-            dmuon_rc w = dmuon_publish_wait(p, i, step);
+            dmuon_rc w = streams ? dmuon_publish_wait(p, i, step) : DMUON_OK;
             if (w == DMUON_ECHECK) {
                 fprintf(stderr, "dmuon-verify: %s\n", dmuon_errmsg());
                 stale_seen = 1;
@@ -92,12 +101,13 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
                 rc = w;
                 goto done;
             }
+            vctx_fault_result(c, copy + ps[i].offset);
             int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
             for (int64_t k = 0; k < b; k++)
                 bad += copy[ps[i].offset + k] != pattern(step, i, k);
             ok_wait &= dmuon_publish_flag(p, i) == step;
         }
-        dmuon_rc e = dmuon_publish_end(p, step);
+        dmuon_rc e = streams ? dmuon_publish_end(p, step) : DMUON_OK;
         if (e != DMUON_OK && !(e == DMUON_ECHECK && stale_seen)) {
             rc = e;
             goto done;
@@ -113,7 +123,7 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
     /* One post at a time: parameter i reaches all its leaders before i + 1
      * is posted, while every later parameter's flag still holds the previous
      * step (which a wait would not take). */
-    if (c->fault == FAULT_NONE) {
+    if (c->fault == FAULT_NONE && streams) {
         int64_t step = c->steps + 1;
         int64_t bad = 0;
         int order_ok = 1;
@@ -125,14 +135,14 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
                     copy[ps[i].offset + k] = pattern(step, i, k);
                 DMUON_TRY_GOTO(rc, dmuon_publish_post(p, i, step), done);
             }
-            if (leads && ps[i].owner % K == t->local && ps[i].owner != t->rank) {
+            if (leads && dmuon_topo_leads(t, ps[i].owner)) {
                 DMUON_TRY_GOTO(rc, dmuon_publish_wait(p, i, step), done);
                 int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
                 for (int64_t k = 0; k < b; k++)
                     bad += copy[ps[i].offset + k] != pattern(step, i, k);
             }
             for (int j = i + 1; j < n; j++)
-                if (leads && ps[j].owner % K == t->local && ps[j].owner != t->rank)
+                if (leads && dmuon_topo_leads(t, ps[j].owner))
                     order_ok &= dmuon_publish_flag(p, j) == step - 1;
             MPI_Barrier(t->world);
         }

@@ -197,6 +197,15 @@ dmuon_algo dmuon_group_algo(const dmuon_group *g);
 /* The schedule a kind of call runs (for reports and tests). */
 const dmuon_sched *dmuon_group_sched(const dmuon_group *g, dmuon_sched_kind kind);
 
+/* For callers that keep a host image of a group's symmetric memory (tools
+ * and tests on a GPU backend): copies the layer buffer [buffer_offset, + B)
+ * and the owner window [window_offset, + W) between host (an image laid
+ * out like the memory: the ranges at the same offsets) and the memory,
+ * to_memory 1 host → memory, 0 back.  Not collective; synchronous.  Errors:
+ * those of dmuon_symm_put / dmuon_symm_get (ranges outside the memory). */
+dmuon_rc dmuon_group_host_copy(const dmuon_group *g, int64_t buffer_offset,
+                               int64_t window_offset, unsigned char *host, int to_memory);
+
 /* AllGatherV over the layer buffer at buffer_offset and the owner windows at
  * window_offset (bytes into the group's symmetric memory, the same on every
  * rank): segment i's bytes in its owner's window at window_offset land at

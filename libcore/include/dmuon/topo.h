@@ -56,6 +56,15 @@ typedef struct {
                               another before building memory over t */
 } dmuon_topo;
 
+/* 1 when this rank leads a parameter owned by rank `owner` in the HSDP
+ * publish: the owner is on this rank's rail (same local rank) but another
+ * node, so the parameter arrives here and this rank serves it to its node.
+ * Pure. */
+static inline int dmuon_topo_leads(const dmuon_topo *t, int owner)
+{
+    return owner % t->per_node == t->local && owner != t->rank;
+}
+
 /* Global rank of (node, local) in a topology of per_node ranks per node. */
 static inline int dmuon_topo_rank_of(int per_node, int node, int local)
 {
