@@ -5,7 +5,9 @@
 # bin/ of the tree linked in, the tools on PATH) and must exit 0; "sh make"
 # blocks are make targets the suite or CI runs itself (make test, make
 # install in tests/cli/20-install.sh, ...); "sh gpu" blocks need a GPU
-# (tests/gpu/run.sh) and count as skipped here; "c fragment" is part of a
+# (tests/gpu/run.sh) and count as skipped here; "sh bench" blocks are
+# benchmarks that make bench runs (minutes) and count as skipped here;
+# "python mpi" is the PyTorch script tests/mpi/66-torch.sh runs on 4 ranks; "c fragment" is part of a
 # program, and the README's trainer program ("c") is built and run by
 # tests/mpi/61-readme-example.sh; "python run" blocks run with
 # $DMUON_PYTHON (skipped when it lacks the modules they import).  A block
@@ -62,6 +64,8 @@ while read -r name page line lang mark; do
         (cd "$root" && timeout 300 "$PY" "$T_TMP/blocks/$name") < /dev/null > "$T_TMP/out" 2> "$T_TMP/err"; RC=$?
         check_rc 0 "$where: the python example runs" ;;
     "sh make"|"bash make") ok ;;
+    "sh bench"|"bash bench") skip "$where: a benchmark run by make bench (tools/bench.sh), minutes long" ;;
+    "python mpi") ok ;;    # run on 4 ranks by tests/mpi/66-torch.sh
     "sh gpu"|"bash gpu") skip "$where: needs a GPU (tests/gpu/run.sh)" ;;
     "c fragment") ok ;;
     "c -")

@@ -30,7 +30,7 @@ for np in 1 2 4 8; do
     [ "$p" -gt 0 ] || bad "np $np: no check ran"
 done
 # the docs' complete script, on 4 ranks: its loss falls
-awk '/^## Using dmuon from PyTorch/{s=1} s && /^```python$/{c=1; next} c && /^```$/{exit} c{print}' \
+awk '/^## Using dmuon from PyTorch/{s=1} s && /^```python mpi$/{c=1; next} c && /^```$/{exit} c{print}' \
     "$DMUON_ROOT/docs/python.md" > "$T_TMP/ex.py"
 lines=$(wc -l < "$T_TMP/ex.py")
 [ "$lines" -gt 0 ] && [ "$lines" -le 30 ] && ok ||
