@@ -124,10 +124,15 @@ CONFIG_TEXT  := cuda=$(or $(HAVE_CUDA),0) arch=sm_$(CUDA_ARCH) nccl=$(or $(NCCL_
                 cppflags=$(CPPFLAGS) cflags=$(filter-out $(WARN),$(CFLAGS)) \
                 nvflags=$(filter-out $(NVWARN),$(NVFLAGS)) ldlibs=$(LDLIBS)
 CONFIG_STAMP := $(BUILD)/config.txt
-ifeq ($(filter clean deps nccl-wheel,$(MAKECMDGOALS)),)
+# (refreshed at parse time whenever a goal builds something: no goal, or one
+# besides clean, deps and nccl-wheel, as in "make deps demo")
+ifneq ($(if $(MAKECMDGOALS),$(filter-out clean deps nccl-wheel,$(MAKECMDGOALS)),all),)
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = "$(CONFIG_TEXT)" ] || \
     echo "$(CONFIG_TEXT)" > $(CONFIG_STAMP); })
 endif
+$(CONFIG_STAMP):
+	@mkdir -p $(dir $@)
+	@echo "$(CONFIG_TEXT)" > $@
 
 # ---- sources --------------------------------------------------------------
 LIB_SRC   := $(sort $(wildcard libcore/*.c libcore/*/*.c))
