@@ -222,9 +222,13 @@ $(SHARED): $(LIB_OBJ) $(CONFIG_STAMP)
 # keeps libraries a tool does not call out of it; dmuon-plan's link does not
 # name the CUDA NS engine (NS_CUDA_PULL), so cuBLAS stays out of it.
 $(BUILD)/tools/%.o: CPPFLAGS += -Itools
-TOOL_COMMON := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/common/*.c))
+# tools/common/opdrv.c (the operator drivers' shared part) only into the two
+# tools with operator drivers.
+OPDRV_OBJ   := $(BUILD)/tools/common/opdrv.o
+TOOL_COMMON := $(filter-out $(OPDRV_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/common/*.c)))
+tool_objs    = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(if $(filter bench verify,$(1)),$(OPDRV_OBJ))
 define tool_rule
-$(BINDIR)/dmuon-$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(TOOL_COMMON) $(STATIC) $(CONFIG_STAMP)
+$(BINDIR)/dmuon-$(1): $(call tool_objs,$(1)) $(TOOL_COMMON) $(STATIC) $(CONFIG_STAMP)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(LDFLAGS) -Wl,--as-needed -o $$@ $$(filter %.o,$$^) $(STATIC) \
 	    $(if $(filter plan,$(1)),$$(filter-out $$(NS_CUDA_PULL),$$(LDLIBS)),$$(LDLIBS))
@@ -256,7 +260,7 @@ install: lib tools
 	    $(DESTDIR)$(PREFIX)/include/dmuon $(DESTDIR)$(PREFIX)/share/dmuon
 	$(if $(NCCL_IN_TREE),install -m 755 $(NCCL_LIB)/libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/)
 	$(foreach t,$(TOOLS),$(CC) $(LDFLAGS) -Wl,--as-needed -o $(DESTDIR)$(PREFIX)/bin/dmuon-$(t) \
-	    $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(t)/*.c)) $(TOOL_COMMON) $(STATIC) \
+	    $(call tool_objs,$(t)) $(TOOL_COMMON) $(STATIC) \
 	    $(INSTALL_LINK_PATH) $(if $(filter plan,$(t)),$(filter-out $(NS_CUDA_PULL),$(INSTALL_LDLIBS)),$(INSTALL_LDLIBS)) &&) true
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
 	$(CC) -shared $(LDFLAGS) -o $(DESTDIR)$(PREFIX)/lib/libdmuon.so $(LIB_OBJ) \
