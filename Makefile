@@ -108,7 +108,11 @@ endif
 endif
 ifeq ($(HAVE_CUDA),1)
 CPPFLAGS  += -DDMUON_HAVE_CUDA=1
-LDLIBS    += $(NCCL_LINK) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+# The CUDA Newton-Schulz engine is referred to weakly (libcore/ns_engine.h):
+# naming it here pulls it out of libdmuon.a into every program but
+# dmuon-plan (whose link leaves NS_CUDA_PULL out, so it needs no cuBLAS).
+NS_CUDA_PULL := -Wl,-u,dmuon_ns_cuda_engine
+LDLIBS    += $(NS_CUDA_PULL) $(NCCL_LINK) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 NVFLAGS   := -O2 -std=c++17 -arch=sm_$(CUDA_ARCH) $(NVWARN) -Xcompiler -fPIC \
              -Xcompiler -ffile-prefix-map=$(CURDIR)=. -Ilibcore/include \
              -Ilibcore $(filter -D%,$(CPPFLAGS)) $(NCCL_FLAGS) -isystem $(CUDA_HOME)/include
@@ -220,13 +224,19 @@ $(SHARED): $(LIB_OBJ) $(CONFIG_STAMP)
 	$(CC) -shared $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 # tools/common/ (option and size parsing) goes into every tool; --as-needed
-# keeps libraries a tool does not call (cuBLAS in dmuon-plan) out of it.
+# keeps libraries a tool does not call out of it; dmuon-plan's link does not
+# name the CUDA NS engine (NS_CUDA_PULL), so cuBLAS stays out of it.
 $(BUILD)/tools/%.o: CPPFLAGS += -Itools
-TOOL_COMMON := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/common/*.c))
+# tools/common/opdrv.c (the operator drivers' shared part) only into the two
+# tools with operator drivers.
+OPDRV_OBJ   := $(BUILD)/tools/common/opdrv.o
+TOOL_COMMON := $(filter-out $(OPDRV_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/common/*.c)))
+tool_objs    = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(if $(filter bench verify,$(1)),$(OPDRV_OBJ))
 define tool_rule
-$(BINDIR)/dmuon-$(1): $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(TOOL_COMMON) $(STATIC) $(CONFIG_STAMP)
+$(BINDIR)/dmuon-$(1): $(call tool_objs,$(1)) $(TOOL_COMMON) $(STATIC) $(CONFIG_STAMP)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(LDFLAGS) -Wl,--as-needed -o $$@ $$(filter %.o,$$^) $(STATIC) $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -Wl,--as-needed -o $$@ $$(filter %.o,$$^) $(STATIC) \
+	    $(if $(filter plan,$(1)),$$(filter-out $$(NS_CUDA_PULL),$$(LDLIBS)),$$(LDLIBS))
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
@@ -255,8 +265,8 @@ install: lib tools
 	    $(DESTDIR)$(PREFIX)/include/dmuon $(DESTDIR)$(PREFIX)/share/dmuon
 	$(if $(NCCL_IN_TREE),install -m 755 $(NCCL_LIB)/libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/)
 	$(foreach t,$(TOOLS),$(CC) $(LDFLAGS) -Wl,--as-needed -o $(DESTDIR)$(PREFIX)/bin/dmuon-$(t) \
-	    $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(t)/*.c)) $(TOOL_COMMON) $(STATIC) \
-	    $(INSTALL_LINK_PATH) $(INSTALL_LDLIBS) &&) true
+	    $(call tool_objs,$(t)) $(TOOL_COMMON) $(STATIC) \
+	    $(INSTALL_LINK_PATH) $(if $(filter plan,$(t)),$(filter-out $(NS_CUDA_PULL),$(INSTALL_LDLIBS)),$(INSTALL_LDLIBS)) &&) true
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
 	$(CC) -shared $(LDFLAGS) -o $(DESTDIR)$(PREFIX)/lib/libdmuon.so $(LIB_OBJ) \
 	    $(INSTALL_LINK_PATH) $(INSTALL_LDLIBS)

@@ -38,6 +38,7 @@ extern "C" {   /* libcore's headers are C; ns_cuda.h wraps only its own part */
 #include "dmuon/types.h"
 }
 #include "ns_cuda.h"
+#include "ns_engine.h"
 #include "ns_kernel.h"
 
 /* A captured NS of one shape and set of options (paper C.3: the whole NS
@@ -823,3 +824,47 @@ extern "C" dmuon_rc dmuon_ns_cuda_gemm_bf16(dmuon_ns_cuda *c, int p, int q, int 
     CU(cudaStreamSynchronize(c->stream), "synchronise");
     return DMUON_OK;
 }
+
+/* ------------------------------------------------------------- engine -- */
+
+/* The CUDA entries of the engine table (ns_engine.h): ctx is a dmuon_ns_cuda. */
+static dmuon_rc eng_create(dmuon_ns *, int device_index, void **ctx)
+{
+    dmuon_ns_cuda *c = NULL;
+    dmuon_rc rc = dmuon_ns_cuda_create(device_index, &c);
+    *ctx = c;   /* a half-built context too: dmuon_ns_free frees it */
+    return rc;
+}
+static void eng_free(void *ctx) { dmuon_ns_cuda_free((dmuon_ns_cuda *)ctx); }
+static dmuon_rc eng_run(void *ctx, const dmuon_ns_opts *o, const float *x, int64_t m, int64_t n,
+                        float *out, const int kern[2])
+{
+    return dmuon_ns_cuda_run((dmuon_ns_cuda *)ctx, o, x, m, n, out, kern);
+}
+static dmuon_rc eng_gemm(void *ctx, dmuon_dtype dtype, int p, int q, int k, const float *a,
+                         const float *b, float *c)
+{
+    dmuon_ns_cuda *cu = (dmuon_ns_cuda *)ctx;
+    return dtype == DMUON_BF16 ? dmuon_ns_cuda_gemm_bf16(cu, p, q, k, a, b, c)
+                               : dmuon_ns_cuda_sgemm(cu, p, q, k, a, b, c);
+}
+static dmuon_rc eng_alloc(void *ctx, size_t count, float **out)
+{
+    return dmuon_ns_cuda_alloc((dmuon_ns_cuda *)ctx, count, out);
+}
+static void eng_mem_free(void *ctx, float *p) { dmuon_ns_cuda_mem_free((dmuon_ns_cuda *)ctx, p); }
+static dmuon_rc eng_put(void *ctx, float *dst, const float *src, size_t count)
+{
+    return dmuon_ns_cuda_put((dmuon_ns_cuda *)ctx, dst, src, count);
+}
+static dmuon_rc eng_get(void *ctx, float *dst, const float *src, size_t count)
+{
+    return dmuon_ns_cuda_get((dmuon_ns_cuda *)ctx, dst, src, count);
+}
+
+/* Named by the link (-Wl,-u,dmuon_ns_cuda_engine) of every program that
+ * runs NS on a GPU; ns.c refers to it weakly (ns_engine.h). */
+extern "C" const dmuon_ns_engine dmuon_ns_cuda_engine = {
+    "cuda", dmuon_ns_cuda_device_count, eng_create, eng_free, eng_run,
+    dmuon_ns_cuda_measure_sym, eng_gemm, eng_alloc, eng_mem_free, eng_put, eng_get,
+};

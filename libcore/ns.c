@@ -1,7 +1,8 @@
 /*
  * ns.c — Newton–Schulz contexts and the CPU path through OpenBLAS (see
- * dmuon/ns.h for the mathematics and the contract; the CUDA path is
- * kernels/ns_cuda.cu behind ns_cuda.h).
+ * dmuon/ns.h for the mathematics and the contract).  Every device goes
+ * through its engine (ns_engine.h): the CPU one is at the end of this file,
+ * the CUDA one is kernels/ns_cuda.cu's, referred to weakly.
  *
  * Layout: the working matrix A is always the short-side-first copy of the
  * input, s x l row-major (s = min(m, n), l = max(m, n)), divided by the
@@ -25,10 +26,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "ns_engine.h"
 #include "ns_kernel.h"
-#ifdef DMUON_HAVE_CUDA
-#include "ns_cuda.h"
-#endif
 
 struct dmuon_ns {
     dmuon_device_kind kind;
@@ -43,10 +42,11 @@ struct dmuon_ns {
     ns_sym_cache sym_cache;
     dmuon_costdb *db;         /* borrowed, may be NULL */
     char device[128], libraries[128];
-#ifdef DMUON_HAVE_CUDA
-    dmuon_ns_cuda *cuda;
-#endif
+    const dmuon_ns_engine *eng;
+    void *ctx;                /* the engine's context */
 };
+
+static const dmuon_ns_engine cpu_engine;
 
 /* ------------------------------------------------------------ contexts -- */
 
@@ -58,42 +58,36 @@ dmuon_rc dmuon_ns_create(dmuon_device_kind kind, int device_index, const dmuon_n
     DMUON_TRY(dmuon_ns_opts_check(opts));
     if (kind != DMUON_DEVICE_CPU && kind != DMUON_DEVICE_CUDA)
         return DMUON_FAIL(DMUON_EINVAL, "ns: unknown device kind %d", (int)kind);
-#ifndef DMUON_HAVE_CUDA
-    if (kind == DMUON_DEVICE_CUDA)
+    const dmuon_ns_engine *eng = dmuon_ns_engine_for(kind);
+    if (!eng)
         return DMUON_FAIL(DMUON_EUNSUPPORTED,
-                          "ns: device 'cuda' asked, but this dmuon was built without CUDA");
-#endif
+                          "ns: device 'cuda' asked, but this program has no CUDA Newton-Schulz "
+                          "engine (dmuon built without CUDA, or a program linked without "
+                          "cuBLAS such as dmuon-plan: measure on the GPU with dmuon-probe)");
     dmuon_ns *ns = calloc(1, sizeof *ns);
     if (!ns)
         return DMUON_FAIL(DMUON_ENOMEM, "ns: out of memory for a context");
     ns->kind = kind;
     ns->opts = *opts;
-#ifdef DMUON_HAVE_CUDA
-    if (kind == DMUON_DEVICE_CUDA) {
-        DMUON_TRY_GOTO(rc, dmuon_ns_cuda_create(device_index, &ns->cuda), fail);
+    ns->eng = eng;
+    DMUON_TRY_GOTO(rc, eng->create(ns, device_index, &ns->ctx), fail);
+    if (kind != DMUON_DEVICE_CPU) {
         DMUON_TRY_GOTO(rc, dmuon_device_name(kind, ns->device, sizeof ns->device), fail);
         dmuon_device_libraries(kind, ns->libraries, sizeof ns->libraries);
     }
-#endif
     *out = ns;
     return DMUON_OK;
-#ifdef DMUON_HAVE_CUDA
 fail:
     dmuon_ns_free(ns);
     return rc;
-#else
-    (void)rc;
-    (void)device_index;
-#endif
 }
 
 void dmuon_ns_free(dmuon_ns *ns)
 {
     if (!ns)
         return;
-#ifdef DMUON_HAVE_CUDA
-    dmuon_ns_cuda_free(ns->cuda);
-#endif
+    if (ns->ctx)
+        ns->eng->free(ns->ctx);
     free(ns->ws);
     free(ns);
 }
@@ -103,23 +97,18 @@ dmuon_device_kind dmuon_ns_device(const dmuon_ns *ns) { return ns->kind; }
 void dmuon_ns_set_costdb(dmuon_ns *ns, dmuon_costdb *db) { ns->db = db; }
 
 /* The kernels of the two symmetric products of an m x n NS: A·Aᵀ (s x l)
- * and R·R (s x s).  The CPU always uses ssyrk. */
+ * and R·R (s x s).  An engine without a measurement (the CPU) uses ssyrk. */
 static dmuon_rc sym_kernels(dmuon_ns *ns, int64_t m, int64_t n, ns_sym kern[2])
 {
     const int64_t s = m < n ? m : n, l = m < n ? n : m;
     kern[0] = kern[1] = NS_SYM_SYRK;
-#ifdef DMUON_HAVE_CUDA
-    if (ns->kind == DMUON_DEVICE_CUDA) {
+    if (ns->eng->measure_sym) {
         const int64_t k[2] = {l, s};
         for (int i = 0; i < 2; i++)
             DMUON_TRY(ns_sym_choose(&ns->sym_cache, ns->db, ns->device, ns->libraries,
-                                    ns->opts.dtype, s, k[i], dmuon_ns_cuda_measure_sym,
-                                    ns->cuda, &kern[i], NULL));
+                                    ns->opts.dtype, s, k[i], ns->eng->measure_sym, ns->ctx,
+                                    &kern[i], NULL));
     }
-#else
-    (void)s;
-    (void)l;
-#endif
     return DMUON_OK;
 }
 
@@ -141,47 +130,23 @@ const dmuon_ns_opts *dmuon_ns_get_opts(const dmuon_ns *ns) { return &ns->opts; }
 
 dmuon_rc dmuon_ns_mem_alloc(dmuon_ns *ns, size_t count, float **out)
 {
-#ifdef DMUON_HAVE_CUDA
-    if (ns->kind == DMUON_DEVICE_CUDA)
-        return dmuon_ns_cuda_alloc(ns->cuda, count, out);
-#endif
-    *out = malloc((count ? count : 1) * sizeof(float));
-    if (!*out)
-        return DMUON_FAIL(DMUON_ENOMEM, "ns: out of memory for %zu floats", count);
-    return DMUON_OK;
+    return ns->eng->alloc(ns->ctx, count, out);
 }
 
 void dmuon_ns_mem_free(dmuon_ns *ns, float *p)
 {
-    if (!p)
-        return;
-#ifdef DMUON_HAVE_CUDA
-    if (ns->kind == DMUON_DEVICE_CUDA) {
-        dmuon_ns_cuda_mem_free(ns->cuda, p);
-        return;
-    }
-#endif
-    free(p);
+    if (p)
+        ns->eng->mem_free(ns->ctx, p);
 }
 
 dmuon_rc dmuon_ns_mem_put(dmuon_ns *ns, float *dst, const float *src_host, size_t count)
 {
-#ifdef DMUON_HAVE_CUDA
-    if (ns->kind == DMUON_DEVICE_CUDA)
-        return dmuon_ns_cuda_put(ns->cuda, dst, src_host, count);
-#endif
-    memmove(dst, src_host, count * sizeof(float));
-    return DMUON_OK;
+    return ns->eng->put(ns->ctx, dst, src_host, count);
 }
 
 dmuon_rc dmuon_ns_mem_get(dmuon_ns *ns, float *dst_host, const float *src, size_t count)
 {
-#ifdef DMUON_HAVE_CUDA
-    if (ns->kind == DMUON_DEVICE_CUDA)
-        return dmuon_ns_cuda_get(ns->cuda, dst_host, src, count);
-#endif
-    memmove(dst_host, src, count * sizeof(float));
-    return DMUON_OK;
+    return ns->eng->get(ns->ctx, dst_host, src, count);
 }
 
 /* Grows the CPU workspace to hold shape s x l. */
@@ -423,16 +388,10 @@ static dmuon_rc check_args(const float *x, int64_t m, int64_t n, const float *ou
 dmuon_rc dmuon_ns_run(dmuon_ns *ns, const float *x, int64_t m, int64_t n, float *out)
 {
     DMUON_TRY(check_args(x, m, n, out));
-#ifdef DMUON_HAVE_CUDA
-    if (ns->kind == DMUON_DEVICE_CUDA) {
-        ns_sym kern[2];
-        DMUON_TRY(sym_kernels(ns, m, n, kern));
-        const int k2[2] = {(int)kern[0], (int)kern[1]};
-        DMUON_TRY(dmuon_ns_cuda_run(ns->cuda, &ns->opts, x, m, n, out, k2));
-        return DMUON_OK;
-    }
-#endif
-    DMUON_TRY(cpu_run(ns, x, m, n, out));
+    ns_sym kern[2];
+    DMUON_TRY(sym_kernels(ns, m, n, kern));
+    const int k2[2] = {(int)kern[0], (int)kern[1]};
+    DMUON_TRY(ns->eng->run(ns->ctx, &ns->opts, x, m, n, out, k2));
     return DMUON_OK;
 }
 
@@ -491,17 +450,7 @@ dmuon_rc dmuon_ns_time_gemm(dmuon_ns *ns, dmuon_dtype dtype, int64_t p, int64_t 
     DMUON_TRY_GOTO(rc, dmuon_ns_mem_put(ns, b, host, nb), done);
     for (int i = 0; i < warmup + iters; i++) {
         double t0 = dmuon_now_ms();
-#ifdef DMUON_HAVE_CUDA
-        if (ns->kind == DMUON_DEVICE_CUDA && dtype == DMUON_BF16)
-            DMUON_TRY_GOTO(rc, dmuon_ns_cuda_gemm_bf16(ns->cuda, (int)p, (int)q, (int)k, a, b, c),
-                           done);
-        else if (ns->kind == DMUON_DEVICE_CUDA)
-            DMUON_TRY_GOTO(rc, dmuon_ns_cuda_sgemm(ns->cuda, (int)p, (int)q, (int)k, a, b, c),
-                           done);
-        else
-#endif
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p, (int)q, (int)k, 1.0f,
-                        a, (int)k, b, (int)q, 0.0f, c, (int)q);
+        DMUON_TRY_GOTO(rc, ns->eng->gemm(ns->ctx, dtype, (int)p, (int)q, (int)k, a, b, c), done);
         if (i >= warmup)
             t[i - warmup] = dmuon_now_ms() - t0;
     }
@@ -513,4 +462,75 @@ done:
     free(host);
     free(t);
     return rc;
+}
+
+/* ---------------------------------------------------------- engines -- */
+
+static int cpu_device_count(void) { return 1; }
+
+static dmuon_rc cpu_create(dmuon_ns *owner, int device_index, void **ctx)
+{
+    *ctx = owner;   /* the workspace lives in the dmuon_ns */
+    return DMUON_OK;
+}
+
+static void cpu_free(void *ctx) {}
+
+static dmuon_rc cpu_engine_run(void *ctx, const dmuon_ns_opts *o, const float *x, int64_t m,
+                               int64_t n, float *out, const int kern[2])
+{
+    return cpu_run(ctx, x, m, n, out);
+}
+
+/* The CPU reference product is FP32 for either dtype (OpenBLAS has no BF16
+ * GEMM here; dmuon/ns.h's dmuon_ns_time_gemm says so). */
+static dmuon_rc cpu_gemm(void *ctx, dmuon_dtype dtype, int p, int q, int k, const float *a,
+                         const float *b, float *c)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p, q, k, 1.0f, a, k, b, q, 0.0f, c,
+                q);
+    return DMUON_OK;
+}
+
+static dmuon_rc cpu_alloc(void *ctx, size_t count, float **out)
+{
+    *out = malloc((count ? count : 1) * sizeof(float));
+    if (!*out)
+        return DMUON_FAIL(DMUON_ENOMEM, "ns: out of memory for %zu floats", count);
+    return DMUON_OK;
+}
+
+static void cpu_mem_free(void *ctx, float *p) { free(p); }
+
+static dmuon_rc cpu_copy(void *ctx, float *dst, const float *src, size_t count)
+{
+    memmove(dst, src, count * sizeof(float));
+    return DMUON_OK;
+}
+
+static const dmuon_ns_engine cpu_engine = {
+    .name = "cpu",
+    .device_count = cpu_device_count,
+    .create = cpu_create,
+    .free = cpu_free,
+    .run = cpu_engine_run,
+    .measure_sym = NULL,
+    .gemm = cpu_gemm,
+    .alloc = cpu_alloc,
+    .mem_free = cpu_mem_free,
+    .put = cpu_copy,
+    .get = cpu_copy,
+};
+
+/* Weak: a static link pulls kernels/ns_cuda.cu (and cuBLAS) only when the
+ * program names the symbol (ns_engine.h); unresolved, it is NULL. */
+extern const dmuon_ns_engine dmuon_ns_cuda_engine __attribute__((weak));
+
+const dmuon_ns_engine *dmuon_ns_engine_for(dmuon_device_kind kind)
+{
+    if (kind == DMUON_DEVICE_CPU)
+        return &cpu_engine;
+    if (kind == DMUON_DEVICE_CUDA)
+        return &dmuon_ns_cuda_engine ? &dmuon_ns_cuda_engine : NULL;
+    return NULL;
 }

@@ -2,7 +2,8 @@
  * ns_cuda.h — the C interface of the CUDA Newton–Schulz path in
  * kernels/ns_cuda.cu (internal to libcore; see dmuon/ns.h for the contract).
  *
- * Built and linked only when the Makefile finds CUDA (DMUON_HAVE_CUDA); the
+ * Built only when the Makefile finds CUDA (DMUON_HAVE_CUDA); ns.c reaches it
+ * through the engine table dmuon_ns_cuda_engine (ns_engine.h).  The
  * functions record their errors with DMUON_FAIL like any libcore function.
  * All pointers named dev_* are device memory of the context's device.
  */

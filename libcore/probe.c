@@ -20,9 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef DMUON_HAVE_CUDA
-#include "ns_cuda.h"
-#endif
+#include "ns_engine.h"
 
 void dmuon_probe_opts_init(dmuon_probe_opts *o, dmuon_device_kind device)
 {
@@ -83,15 +81,14 @@ static dmuon_rc open_device(const dmuon_probe_opts *o, MPI_Comm comm, dmuon_ns *
     int lr = 0, index = -1;
     *ns = NULL;
     DMUON_TRY(local_rank(comm, &lr));
-#ifdef DMUON_HAVE_CUDA
-    if (o->device == DMUON_DEVICE_CUDA) {
-        int count = dmuon_ns_cuda_device_count();
+    const dmuon_ns_engine *eng = dmuon_ns_engine_for(o->device);
+    if (eng && o->device != DMUON_DEVICE_CPU) {
+        int count = eng->device_count();
         if (o->device_index >= 0)
             index = o->device_index;
         else if (count > 0)
             index = lr % count;   /* no device: dmuon_ns_create reports it */
     }
-#endif
     DMUON_TRY(dmuon_ns_create(o->device, index, &o->ns, ns));
     dmuon_rc rc = dmuon_device_name(o->device, device, 128);
     if (rc != DMUON_OK) {

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "dmuon/ns.h"
+#include "ns_engine.h"
 
 /* Amsel et al. 2025 (arXiv:2505.16932) Algorithm 1, first five tuples, and
  * the 1.05 safety factor: written out here, not taken from the library. */
@@ -395,10 +396,38 @@ static void test_check_detects_wrong_output(void **state)
     free(x); free(good); free(bad);
 }
 
+/* The engine table: the CPU engine always; the CUDA one exactly when this
+ * build has CUDA (this test's link names it, as every program's but
+ * dmuon-plan's does); a build without it refuses a CUDA context with a
+ * message instead of linking stubs. */
+static void test_engines(void **state)
+{
+    const dmuon_ns_engine *cpu = dmuon_ns_engine_for(DMUON_DEVICE_CPU);
+    assert_non_null(cpu);
+    assert_string_equal(cpu->name, "cpu");
+    assert_null(cpu->measure_sym);
+    assert_null(dmuon_ns_engine_for((dmuon_device_kind)7));
+    const dmuon_ns_engine *cuda = dmuon_ns_engine_for(DMUON_DEVICE_CUDA);
+#ifdef DMUON_HAVE_CUDA
+    assert_non_null(cuda);
+    assert_string_equal(cuda->name, "cuda");
+    assert_non_null(cuda->measure_sym);
+#else
+    assert_null(cuda);
+    dmuon_ns_opts o;
+    dmuon_ns_opts_init(&o);
+    dmuon_ns *ns = NULL;
+    assert_int_equal(dmuon_ns_create(DMUON_DEVICE_CUDA, -1, &o, &ns), DMUON_EUNSUPPORTED);
+    assert_null(ns);
+    assert_non_null(strstr(dmuon_errmsg(), "no CUDA Newton-Schulz engine"));
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_opts_defaults),
+        cmocka_unit_test(test_engines),
         cmocka_unit_test(test_opts_parse),
         cmocka_unit_test(test_flops),
         cmocka_unit_test(test_numerics_shapes),

@@ -37,18 +37,6 @@
 
 /* ----------------------------------------------------- shared inputs ---- */
 
-static uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
-unsigned char bench_agv_byte(int seg, int64_t k)
-{
-    return (unsigned char)(mix((uint64_t)seg * 0x9e3779b97f4a7c15u + (uint64_t)k) >> 56);
-}
-
 float bench_rsv_val(int rank, int seg, int64_t k)
 {
     return (float)((int)(((uint64_t)rank * 7 + (uint64_t)seg * 5 + (uint64_t)k * 3) % 9) - 4);
@@ -60,25 +48,6 @@ float bench_rsv_sum(int nranks, int seg, int64_t k)
     for (int r = 0; r < nranks; r++)
         s += (int)(((uint64_t)r * 7 + (uint64_t)seg * 5 + (uint64_t)k * 3) % 9) - 4;
     return (float)s;
-}
-
-void bench_store(dmuon_dtype dt, void *base, int64_t i, float v)
-{
-    if (dt == DMUON_BF16)
-        ((uint16_t *)base)[i] = dmuon_f32_to_bf16(v);
-    else
-        ((float *)base)[i] = v;
-}
-
-float bench_load(dmuon_dtype dt, const void *base, int64_t i)
-{
-    return dt == DMUON_BF16 ? dmuon_bf16_to_f32(((const uint16_t *)base)[i])
-                            : ((const float *)base)[i];
-}
-
-int64_t bench_seg_bytes(const dmuon_segment *s)
-{
-    return s->count * (int64_t)dmuon_dtype_size(s->dtype);
 }
 
 /* ---------------------------------------------------------- timing ---- */
@@ -364,12 +333,12 @@ int bench_ops_main(int argc, char **argv)
     o.dtype = DMUON_BF16;
     o.lines = (1 << BENCH_NLINES) - 1;
     o.rail = -1;
-    int per_node = 0, op_mask = 7;
+    int op_mask = 7;
     dmuon_layout layout = DMUON_LAYOUT_NODE;
     char bad[640] = "";
     enum { O_LAUNCH = 256, O_RPN, O_DTYPE, O_OP, O_LAYOUT, O_LINES, O_PATH, O_CHUNK, O_DEAD,
            O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS, O_JSONF, O_BACKEND };
-    dmuon_backend backend = DMUON_BACKEND_MPI;
+    opdrv_flags df = {.backend = DMUON_BACKEND_MPI};   /* the flags common/opdrv.h parses */
     int lines_given = 0;
     static const struct option opts[] = {
         {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
@@ -405,19 +374,13 @@ int bench_ops_main(int argc, char **argv)
         switch (opt) {
         case 'b':
         case 'e':
-        case O_CHUNK:
-            if (tool_parse_size(opt == 'b' ? "-b" : opt == 'e' ? "-e" : "--chunk-bytes", optarg,
-                                1, (int64_t)1 << 40, &v, bad, sizeof bad))
+            if (tool_parse_size(opt == 'b' ? "-b" : "-e", optarg, 1, (int64_t)1 << 40, &v, bad,
+                                sizeof bad))
                 ;
             else if (opt == 'b')
                 o.minb = v;
-            else if (opt == 'e')
-                o.maxb = v;
-            else if (dmuon_chunk_bytes_check(v) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--chunk-bytes '%s': expected a multiple of %d bytes, "
-                         "at least %d", optarg, DMUON_CHUNK_ALIGN_BYTES, DMUON_CHUNK_MIN_BYTES);
             else
-                o.chunk_bytes = v;
+                o.maxb = v;
             break;
         case 'f':
         case 'w':
@@ -448,12 +411,12 @@ int bench_ops_main(int argc, char **argv)
             break;
         }
         case O_RPN:
-            if (dmuon_topo_parse_per_node(optarg, &per_node) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--ranks-per-node: %s", dmuon_errmsg());
-            break;
         case O_BACKEND:
-            if (dmuon_backend_parse(optarg, &backend) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--backend: %s", dmuon_errmsg());
+        case O_CHUNK:
+            opdrv_flag(opt == O_RPN ? OPDRV_RPN : opt == O_BACKEND ? OPDRV_BACKEND : OPDRV_CHUNK,
+                       optarg, (int64_t)1 << 40, &df, bad, sizeof bad);
+            if (opt == O_CHUNK && df.chunk_bytes)
+                o.chunk_bytes = df.chunk_bytes;
             break;
         case O_DTYPE:
             if (dmuon_dtype_parse(optarg, &o.dtype) != DMUON_OK ||
@@ -582,22 +545,22 @@ int bench_ops_main(int argc, char **argv)
 
     /* a replayed plan knows its ranks per node */
     const char *env_rpn = getenv("DMUON_RANKS_PER_NODE");
-    if (o.plan && per_node == 0 && !(env_rpn && *env_rpn)) {
+    if (o.plan && df.per_node == 0 && !(env_rpn && *env_rpn)) {
         dmuon_plan *pl = NULL;
         int wsize = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &wsize);
         if (dmuon_plan_load(o.plan, &pl) == DMUON_OK && dmuon_plan_ranks(pl) == wsize &&
             dmuon_plan_nodes(pl) > 1) {
-            per_node = dmuon_plan_gpus_per_node(pl);
+            df.per_node = dmuon_plan_gpus_per_node(pl);
             if (wrank == 0)
                 fprintf(stderr, "dmuon-bench: %d ranks per node, from the plan (give "
-                        "--ranks-per-node to override)\n", per_node);
+                        "--ranks-per-node to override)\n", df.per_node);
         }
         dmuon_plan_free(pl);
         dmuon_err_clear();   /* a plan that does not load fails in the replay, with its message */
     }
     dmuon_topo t;
-    dmuon_rc rc = dmuon_topo_init(&t, MPI_COMM_WORLD, per_node);
+    dmuon_rc rc = dmuon_topo_init(&t, MPI_COMM_WORLD, df.per_node);
     if (rc != DMUON_OK) {
         if (wrank == 0)
             fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
@@ -605,15 +568,15 @@ int bench_ops_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     dmuon_err_set_rank(t.rank);
-    t.backend = backend;
-    if ((rc = dmuon_backend_check(backend)) != DMUON_OK) {   /* the same on every rank */
+    t.backend = df.backend;
+    if ((rc = dmuon_backend_check(df.backend)) != DMUON_OK) {   /* the same on every rank */
         if (wrank == 0)
             fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
         dmuon_topo_release(&t);
         MPI_Finalize();
         return dmuon_rc_exit_code(rc);
     }
-    if (backend != DMUON_BACKEND_MPI && !lines_given)
+    if (df.backend != DMUON_BACKEND_MPI && !lines_given)
         o.lines = 1 | 8;   /* ours and equal_length (NCCL's primitives on the GPU) */
     if (!o.plan && !o.replay_publish) {
         char what[160];

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "common/opdrv.h"
 #include "dmuon/collv.h"
 #include "dmuon/publish.h"
 #include "dmuon/topo.h"
@@ -67,16 +68,15 @@ void bench_line_teardown(const bench_line *l, const bench_case *c, void *state);
 /* The case's own table, copied (a line's table function). */
 int bench_table_same(const bench_case *c, dmuon_segment **out, int *n);
 
-/* Inputs every line uses, so every line computes the same thing:
- * AGV: byte k of segment i is bench_agv_byte(i, k) in its owner's window;
+/* Inputs every line uses, so every line computes the same thing
+ * (common/opdrv.h):
+ * AGV: byte k of segment i is opdrv_byte(BENCH_SEED, i, k) in its owner's
+ *      window;
  * RSV: element k of segment i on rank r is bench_rsv_val(r, i, k), integers
  *      in [−4, 4] whose sums are exact in BF16 and F32 in any order;
- * publish: byte k of parameter i is bench_agv_byte(i, k). */
-unsigned char bench_agv_byte(int seg, int64_t k);
+ * publish: byte k of parameter i is opdrv_byte(BENCH_SEED, i, k). */
+#define BENCH_SEED 0x5bu
 float bench_rsv_val(int rank, int seg, int64_t k);
 float bench_rsv_sum(int nranks, int seg, int64_t k);
-void bench_store(dmuon_dtype dt, void *base, int64_t i, float v);
-float bench_load(dmuon_dtype dt, const void *base, int64_t i);
-int64_t bench_seg_bytes(const dmuon_segment *s);
 
 #endif

@@ -95,8 +95,8 @@ static dmuon_rc co_setup(const bench_case *c, void **out)
                     g->owner / K != q)
                     continue;
                 s->pos[i] = off;
-                off += bench_seg_bytes(g);
-                s->lcounts[l][q] += (int)bench_seg_bytes(g);
+                off += opdrv_seg_bytes(g);
+                s->lcounts[l][q] += (int)opdrv_seg_bytes(g);
             }
         }
         s->lrecv[l + 1] = s->lrecv[l] + off;
@@ -109,9 +109,9 @@ static dmuon_rc co_setup(const bench_case *c, void **out)
     for (int i = 0; i < c->n; i++)   /* this owner's parameters, per layer */
         if (c->segs[i].owner == t->rank) {
             int l = c->layer_of ? c->layer_of[i] : 0;
-            for (int64_t k = 0; k < bench_seg_bytes(&c->segs[i]); k++)
+            for (int64_t k = 0; k < opdrv_seg_bytes(&c->segs[i]); k++)
                 s->send[s->lsend[l] + s->pos[i] - s->ldispls[l][t->node_id] + k] =
-                    bench_agv_byte(i, k);
+                    opdrv_byte(BENCH_SEED, i, k);
         }
     *out = s;
     return DMUON_OK;
@@ -148,9 +148,9 @@ static int64_t co_check(void *st)
         const dmuon_segment *g = &c->segs[i];
         if (g->owner % t->per_node != t->local)
             continue;
-        for (int64_t k = 0; k < bench_seg_bytes(g); k++)
+        for (int64_t k = 0; k < opdrv_seg_bytes(g); k++)
             bad += s->recv[s->lrecv[c->layer_of ? c->layer_of[i] : 0] + s->pos[i] + k] !=
-                   bench_agv_byte(i, k);
+                   opdrv_byte(BENCH_SEED, i, k);
     }
     return bad;
 }

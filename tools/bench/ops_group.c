@@ -4,14 +4,15 @@
  * says only which algorithm and where segment i of its result lies), and
  * the library publish of a given algorithm.  One setup fills the inputs, one
  * check counts wrong elements, for every line alike:
- *   AGV: byte k of the line's segment i is bench_agv_byte(i, k), written in
- *        its owner's window and expected in every rank's layer buffer;
+ *   AGV: byte k of the line's segment i is opdrv_byte(BENCH_SEED, i, k),
+ *        written in its owner's window and expected in every rank's layer
+ *        buffer (opdrv_agv_fill, opdrv_agv_wrong);
  *   RSV: element k of segment i on rank r is bench_rsv_val(r, i, k), the
  *        owner's window expected to hold bench_rsv_sum (exact in any order);
- *   publish: byte k of parameter i is bench_agv_byte(i, k), expected in the
- *        copy of every rank of the owner's rail.
- * On a GPU backend the layer buffer and the owner window are staged through
- * a host copy (dmuon_symm_put / dmuon_symm_get) around the timed calls.
+ *   publish: byte k of parameter i is opdrv_byte(BENCH_SEED, i, k),
+ *        expected in the copy of every rank of the owner's rail.
+ * The group, its memory and its staging through a host copy on a GPU
+ * backend (outside the timed calls) are common/opdrv.h's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,34 +23,21 @@ typedef struct {
     const bench_case *c;
     dmuon_segment *segs;      /* the line's table */
     int n;
-    dmuon_symm *mem;          /* the group's or the publish's memory */
-    dmuon_group *g;
-    dmuon_group_span sp;
-    unsigned char *buf, *win; /* this rank's layer buffer and owner window (a host
-                                 copy when the memory is on the GPU) */
-    unsigned char *host;      /* that host copy of the span (GPU backends) */
+    opdrv_group grp;          /* AGV, RSV */
+    dmuon_symm *mem;          /* the publish's memory */
     dmuon_publish *p;
     int64_t step;
 } bench_group;
-
-/* Host copy ↔ GPU of the layer buffer and owner window (no-op on host memory). */
-static dmuon_rc stage(bench_group *s, int in)
-{
-    if (!s->host)
-        return DMUON_OK;
-    return dmuon_group_host_copy(s->g, s->sp.buffer_offset, s->sp.window_offset, s->host, in);
-}
 
 static void group_teardown(void *st)
 {
     bench_group *s = st;
     if (!s)
         return;
-    dmuon_group_free(s->g);
+    opdrv_group_close(&s->grp);
     dmuon_publish_free(s->p);
     dmuon_symm_free(s->mem);
     free(s->segs);
-    free(s->host);
     free(s);
 }
 
@@ -70,33 +58,15 @@ static dmuon_rc group_setup(const bench_case *c, dmuon_algo algo, dmuon_segment 
     o.algorithm = algo;
     if (algo != DMUON_ALGO_DEFAULT && algo != DMUON_ALGO_SCHEDULED)
         o.fp32_accum = 0;   /* --fp32-accum is ours' */
-    DMUON_TRY_GOTO(rc, dmuon_group_span_of(t, segs, n, &o, &s->sp), fail);
-    DMUON_TRY_GOTO(rc, dmuon_symm_alloc(t, s->sp.bytes, &s->mem), fail);
-    DMUON_TRY_GOTO(rc, dmuon_group_create(t, segs, n, &o, s->mem, s->sp.ctrl_offset, &s->g),
-                   fail);
-    unsigned char *base = dmuon_symm_base(s->mem);
-    if (dmuon_symm_on_device(s->mem)) {
-        s->host = calloc(1, (size_t)s->sp.bytes);
-        if (!s->host) {
-            rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for the host copy");
-            goto fail;
-        }
-        base = s->host;
-    }
-    s->buf = base + s->sp.buffer_offset;
-    s->win = base + s->sp.window_offset;
-    for (int i = 0; i < n; i++) {
-        const dmuon_segment *g = &segs[i];
-        if (c->op == OP_AGV) {
-            if (g->owner == t->rank)
-                for (int64_t k = 0; k < bench_seg_bytes(g); k++)
-                    s->win[g->window_offset + k] = bench_agv_byte(i, k);
-        } else {
-            for (int64_t k = 0; k < g->count; k++)
-                bench_store(g->dtype, s->buf + g->offset, k, bench_rsv_val(t->rank, i, k));
-        }
-    }
-    DMUON_TRY_GOTO(rc, stage(s, 1), fail);
+    DMUON_TRY_GOTO(rc, opdrv_group_open(t, segs, n, &o, &s->grp), fail);
+    if (c->op == OP_AGV)
+        opdrv_agv_fill(segs, n, t->rank, s->grp.win, BENCH_SEED);
+    else
+        for (int i = 0; i < n; i++)
+            for (int64_t k = 0; k < segs[i].count; k++)
+                opdrv_store(segs[i].dtype, s->grp.buf + segs[i].offset, k,
+                            bench_rsv_val(t->rank, i, k));
+    DMUON_TRY_GOTO(rc, opdrv_group_stage(&s->grp, 1), fail);
     *out = s;
     return DMUON_OK;
 fail:
@@ -128,8 +98,8 @@ static dmuon_rc publish_setup(const bench_case *c, dmuon_algo algo, void **out)
     unsigned char *copy = dmuon_publish_copy(s->p);
     for (int i = 0; i < c->n; i++)
         if (s->segs[i].owner == t->rank)
-            for (int64_t k = 0; k < bench_seg_bytes(&s->segs[i]); k++)
-                copy[s->segs[i].offset + k] = bench_agv_byte(i, k);
+            for (int64_t k = 0; k < opdrv_seg_bytes(&s->segs[i]); k++)
+                copy[s->segs[i].offset + k] = opdrv_byte(BENCH_SEED, i, k);
     *out = s;
     return DMUON_OK;
 fail:
@@ -165,9 +135,7 @@ static dmuon_rc group_run(void *st)
     bench_group *s = st;
     if (s->p)
         return publish_run(s);
-    if (s->c->op == OP_AGV)
-        return dmuon_allgatherv(s->g, s->sp.buffer_offset, s->sp.window_offset);
-    return dmuon_reduce_scatterv(s->g, s->sp.buffer_offset, s->sp.window_offset);
+    return opdrv_group_call(&s->grp, s->c->op == OP_AGV, 0);
 }
 
 static int64_t group_check(void *st)
@@ -179,22 +147,20 @@ static int64_t group_check(void *st)
         const unsigned char *copy = dmuon_publish_copy(s->p);
         for (int i = 0; i < s->n; i++)
             if (s->segs[i].owner % t->per_node == t->local)
-                for (int64_t k = 0; k < bench_seg_bytes(&s->segs[i]); k++)
-                    bad += copy[s->segs[i].offset + k] != bench_agv_byte(i, k);
+                for (int64_t k = 0; k < opdrv_seg_bytes(&s->segs[i]); k++)
+                    bad += copy[s->segs[i].offset + k] != opdrv_byte(BENCH_SEED, i, k);
         return bad;
     }
-    if (stage(s, 0) != DMUON_OK)
+    if (opdrv_group_stage(&s->grp, 0) != DMUON_OK)
         return 1 + s->n;   /* the results could not be read back: all wrong */
+    if (s->c->op == OP_AGV)
+        return opdrv_agv_wrong(s->segs, s->n, t->rank, s->grp.buf, BENCH_SEED, 0);
     for (int i = 0; i < s->n; i++) {
         const dmuon_segment *g = &s->segs[i];
-        if (s->c->op == OP_AGV) {
-            for (int64_t k = 0; k < bench_seg_bytes(g); k++)
-                bad += s->buf[g->offset + k] != bench_agv_byte(i, k);
-        } else if (g->owner == t->rank) {
+        if (g->owner == t->rank)
             for (int64_t k = 0; k < g->count; k++)
-                bad += bench_load(g->dtype, s->win + g->window_offset, k) !=
+                bad += opdrv_load(g->dtype, s->grp.win + g->window_offset, k) !=
                        bench_rsv_sum(t->size, i, k);
-        }
     }
     return bad;
 }

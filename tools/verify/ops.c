@@ -23,15 +23,6 @@
 #include "ops.h"
 #include "verify.h"
 
-uint64_t vhash(uint64_t seed, uint64_t a, uint64_t b)
-{
-    uint64_t z = seed * 0x9e3779b97f4a7c15u ^ (a + 0x632be59bd9b4e019u) * 0xbf58476d1ce4e5b9u ^
-                 (b + 0x2545f4914f6cdd1du) * 0x94d049bb133111ebu;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
 void vctx_check(vctx *c, int ok_here, const char *label, const char *what)
 {
     int ok = ok_here ? 1 : 0;
@@ -194,13 +185,13 @@ int verify_ops_main(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.steps = 3;
     c.fault_rank = -1;
-    int per_node = 0, code = 0, json = 0;
+    int code = 0, json = 0;
     char sizes_s[256] = "2K,96K,1M+6", layouts_s[128] = "node,rank,sparse,tiny";
     char dtypes_s[64] = "bf16,f32", paths_s[64] = "auto,chain", op_s[32] = "all";
     char line_s[32] = "all";
     enum { O_RPN = 256, O_OP, O_SIZES, O_LAYOUTS, O_DTYPES, O_PATHS, O_CHUNK, O_SLOTS,
            O_STEPS, O_DEADLINE, O_FAULT, O_JSON, O_BACKEND, O_LINE };
-    dmuon_backend backend = DMUON_BACKEND_MPI;
+    opdrv_flags df = {.backend = DMUON_BACKEND_MPI};   /* the flags common/opdrv.h parses */
     static const struct option opts[] = {
         {"ranks-per-node", required_argument, 0, O_RPN}, {"op", required_argument, 0, O_OP},
         {"sizes", required_argument, 0, O_SIZES}, {"layouts", required_argument, 0, O_LAYOUTS},
@@ -231,8 +222,12 @@ int verify_ops_main(int argc, char **argv)
         }
         switch (opt) {
         case O_RPN:
-            if (dmuon_topo_parse_per_node(optarg, &per_node) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--ranks-per-node: %s", dmuon_errmsg());
+        case O_BACKEND:
+        case O_CHUNK:
+            opdrv_flag(opt == O_RPN ? OPDRV_RPN : opt == O_BACKEND ? OPDRV_BACKEND : OPDRV_CHUNK,
+                       optarg, 1 << 30, &df, bad, sizeof bad);
+            if (opt == O_CHUNK && df.chunk_bytes)
+                c.gopts.chunk_bytes = df.chunk_bytes;
             break;
         case O_OP: snprintf(op_s, sizeof op_s, "%s", optarg); break;
         case O_LINE:
@@ -241,31 +236,18 @@ int verify_ops_main(int argc, char **argv)
                          "equal or all", optarg);
             snprintf(line_s, sizeof line_s, "%s", optarg);
             break;
-        case O_BACKEND:
-            if (dmuon_backend_parse(optarg, &backend) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--backend: %s", dmuon_errmsg());
-            break;
         case O_SIZES: snprintf(sizes_s, sizeof sizes_s, "%s", optarg); break;
         case O_LAYOUTS: snprintf(layouts_s, sizeof layouts_s, "%s", optarg); break;
         case O_DTYPES: snprintf(dtypes_s, sizeof dtypes_s, "%s", optarg); break;
         case O_PATHS: snprintf(paths_s, sizeof paths_s, "%s", optarg); break;
-        case O_CHUNK:
         case O_SLOTS:
         case O_STEPS:
         case O_DEADLINE:
-            if (opt == O_CHUNK ? tool_parse_size("--chunk-bytes", optarg, 1, 1 << 30, &v, bad,
-                                                 sizeof bad)
-                               : tool_parse_int(opt == O_SLOTS ? "--slots" : opt == O_STEPS
-                                                ? "--steps" : "--deadline-ms", optarg, 1,
-                                                opt == O_DEADLINE ? 86400000 : 1000000, &v,
-                                                bad, sizeof bad))
+            if (tool_parse_int(opt == O_SLOTS ? "--slots" : opt == O_STEPS ? "--steps"
+                               : "--deadline-ms", optarg, 1,
+                               opt == O_DEADLINE ? 86400000 : 1000000, &v, bad, sizeof bad))
                 break;
-            if (opt == O_CHUNK && dmuon_chunk_bytes_check(v) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--chunk-bytes '%s': expected a multiple of %d bytes, "
-                         "at least %d", optarg, DMUON_CHUNK_ALIGN_BYTES, DMUON_CHUNK_MIN_BYTES);
-            else if (opt == O_CHUNK)
-                c.gopts.chunk_bytes = v;
-            else if (opt == O_SLOTS)
+            if (opt == O_SLOTS)
                 c.gopts.slots = (int)v;
             else if (opt == O_STEPS)
                 c.steps = v;
@@ -372,7 +354,7 @@ int verify_ops_main(int argc, char **argv)
         return 2;
     }
 
-    dmuon_rc rc = dmuon_topo_init(&c.topo, MPI_COMM_WORLD, per_node);
+    dmuon_rc rc = dmuon_topo_init(&c.topo, MPI_COMM_WORLD, df.per_node);
     if (rc != DMUON_OK) {
         if (wrank == 0)
             fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
@@ -380,8 +362,8 @@ int verify_ops_main(int argc, char **argv)
         return dmuon_rc_exit_code(rc);
     }
     dmuon_err_set_rank(c.topo.rank);
-    c.topo.backend = backend;
-    if ((rc = dmuon_backend_check(backend)) != DMUON_OK) {   /* the same on every rank */
+    c.topo.backend = df.backend;
+    if ((rc = dmuon_backend_check(df.backend)) != DMUON_OK) {   /* the same on every rank */
         if (c.topo.rank == 0)
             fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
         dmuon_topo_release(&c.topo);
@@ -426,8 +408,8 @@ int verify_ops_main(int argc, char **argv)
         fprintf(stderr, "dmuon-verify: %d rank%s as %d node%s x %d%s%s%s\n", c.topo.size,
                 c.topo.size == 1 ? "" : "s", c.topo.nodes, c.topo.nodes == 1 ? "" : "s",
                 c.topo.per_node, c.topo.virtual_nodes ? " (virtual nodes)" : "",
-                backend == DMUON_BACKEND_MPI ? "" : ", backend ",
-                backend == DMUON_BACKEND_MPI ? "" : dmuon_backend_name(backend));
+                df.backend == DMUON_BACKEND_MPI ? "" : ", backend ",
+                df.backend == DMUON_BACKEND_MPI ? "" : dmuon_backend_name(df.backend));
     int skipped = 0, tried = 0;
 
     for (int o = 0; o < nops && rc == DMUON_OK; o++)
@@ -436,10 +418,10 @@ int verify_ops_main(int argc, char **argv)
                 for (int d = 0; d < ndtypes && rc == DMUON_OK; d++) {
                     if (ops[o] == &verify_op_publish && (d > 0 || s > 1))
                         continue;   /* publish moves bytes: one type, two sizes suffice */
-                    if (ops[o] == &verify_op_publish && backend != DMUON_BACKEND_MPI) {
+                    if (ops[o] == &verify_op_publish && df.backend != DMUON_BACKEND_MPI) {
                         if (c.topo.rank == 0 && l == 0 && s == 0)
                             printf("skip publish: not built on the %s backend\n",
-                                   dmuon_backend_name(backend));
+                                   dmuon_backend_name(df.backend));
                         continue;
                     }
                     dmuon_segment *segs = NULL;

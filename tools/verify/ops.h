@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "common/opdrv.h"
 #include "dmuon/collv.h"
 #include "dmuon/publish.h"
 #include "dmuon/topo.h"
@@ -50,21 +51,14 @@ void vctx_fault_point(vctx *c);
  * a line writing one wrong element would.  p NULL: nothing here. */
 void vctx_fault_result(vctx *c, unsigned char *p);
 
-/* A group in memory of its own (dmuon_group_span_of): the table is agreed
+/* A group in memory of its own (common/opdrv.h): the table is agreed
  * first, so a rank with another table gets the table's mismatch message
- * rather than a size mismatch.  Collective.  vgroup_close frees both
+ * rather than a size mismatch.  Collective.  vgroup_close frees it
  * (collective; only when every rank is still alive). */
-typedef struct {
-    dmuon_symm *mem;
-    dmuon_group *g;
-    dmuon_group_span sp;
-    unsigned char *buf, *win;   /* this rank's layer buffer and owner window (host
-                                   memory: on a GPU backend, copies of the device's) */
-    unsigned char *host;        /* the host copy of the span (GPU backends only) */
-} vgroup;
+typedef opdrv_group vgroup;
 dmuon_rc vgroup_open(vctx *c, const dmuon_segment *segs, int n, const dmuon_group_opts *o,
                      vgroup *v);
-void vgroup_close(vgroup *v);
+#define vgroup_close opdrv_group_close
 /* The operators on a vgroup (split: start, test, wait where the backend has
  * a split phase; else the blocking call): on device memory the layer buffer and the
  * owner window are copied from buf/win to the GPU before the call and back
@@ -72,7 +66,6 @@ void vgroup_close(vgroup *v);
 dmuon_rc vgroup_allgatherv(vgroup *v, int split);
 dmuon_rc vgroup_reduce_scatterv(vgroup *v, int split);
 
-/* Deterministic 64-bit mix of (seed, a, b): splitmix64 finalizer. */
-uint64_t vhash(uint64_t seed, uint64_t a, uint64_t b);
+#define vhash opdrv_hash
 
 #endif

@@ -11,10 +11,8 @@
 
 #include "ops.h"
 
-static unsigned char pattern(int rep, int seg, int64_t i)
-{
-    return (unsigned char)(vhash(0xa9u + (uint64_t)rep, (uint64_t)seg, (uint64_t)i) >> 56);
-}
+/* The pattern of call rep (common/opdrv.h). */
+static uint64_t seed(int rep) { return 0xa9u + (uint64_t)rep; }
 
 static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *label)
 {
@@ -24,24 +22,12 @@ static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *l
     unsigned char *buf = v.buf, *win = v.win;
     for (int rep = 0; rep < 2; rep++) {
         memset(buf, 0xee, (size_t)dmuon_group_buffer_bytes(v.g));
-        for (int i = 0; i < n; i++)
-            if (segs[i].owner == c->topo.rank) {
-                int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
-                for (int64_t k = 0; k < b; k++)
-                    win[segs[i].window_offset + k] = pattern(rep, i, k);
-            }
+        opdrv_agv_fill(segs, n, c->topo.rank, win, seed(rep));
         vctx_fault_point(c);
         DMUON_TRY_GOTO(rc, vgroup_allgatherv(&v, rep == 1), done);
         vctx_fault_result(c, n > 0 ? buf + segs[0].offset : NULL);
-        int64_t bad = 0, bad_win = 0;
-        for (int i = 0; i < n; i++) {
-            int64_t b = segs[i].count * (int64_t)dmuon_dtype_size(segs[i].dtype);
-            for (int64_t k = 0; k < b; k++) {
-                bad += buf[segs[i].offset + k] != pattern(rep, i, k);
-                if (segs[i].owner == c->topo.rank)
-                    bad_win += win[segs[i].window_offset + k] != pattern(rep, i, k);
-            }
-        }
+        int64_t bad = opdrv_agv_wrong(segs, n, c->topo.rank, buf, seed(rep), 0);
+        int64_t bad_win = opdrv_agv_wrong(segs, n, c->topo.rank, win, seed(rep), 1);
         char what[160];
         snprintf(what, sizeof what, "gathered bytes equal the owners' (call %d, %lld wrong here)",
                  rep + 1, (long long)bad);

@@ -23,7 +23,7 @@
 
 static unsigned char pattern(int64_t step, int p, int64_t i)
 {
-    return (unsigned char)(vhash(0x9bu + (uint64_t)step, (uint64_t)p, (uint64_t)i) >> 56);
+    return opdrv_byte(0x9bu + (uint64_t)step, p, i);
 }
 
 static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const char *label)

@@ -73,28 +73,6 @@ static float ring_order(int kind, dmuon_dtype dt, int N, int owner, int64_t e)
     return p;
 }
 
-static float load(dmuon_dtype dt, const unsigned char *p, int64_t i)
-{
-    if (dt == DMUON_BF16) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        return dmuon_bf16_to_f32(h);
-    }
-    float f;
-    memcpy(&f, p + 4 * i, 4);
-    return f;
-}
-
-static void store(dmuon_dtype dt, unsigned char *p, int64_t i, float v)
-{
-    if (dt == DMUON_BF16) {
-        uint16_t h = dmuon_f32_to_bf16(v);
-        memcpy(p + 2 * i, &h, 2);
-    } else {
-        memcpy(p + 4 * i, &v, 4);
-    }
-}
-
 static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label, int kind,
                     int fp32acc)
 {
@@ -108,7 +86,7 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
     for (int i = 0; i < n; i++) {
         int64_t e0 = segs[i].offset / (int64_t)dmuon_dtype_size(segs[i].dtype);
         for (int64_t k = 0; k < segs[i].count; k++)
-            store(segs[i].dtype, buf + segs[i].offset, k,
+            opdrv_store(segs[i].dtype, buf + segs[i].offset, k,
                   input(kind, segs[i].dtype, t->rank, e0 + k));
     }
     memset(win, 0xcd, (size_t)dmuon_group_window_bytes(v.g));
@@ -126,11 +104,12 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
         const dmuon_segment *s = &segs[i];
         int64_t e0 = s->offset / (int64_t)dmuon_dtype_size(s->dtype);
         for (int64_t k = 0; k < s->count; k++)
-            bad_in += load(s->dtype, buf + s->offset, k) != input(kind, s->dtype, t->rank, e0 + k);
+            bad_in += opdrv_load(s->dtype, buf + s->offset, k) !=
+                      input(kind, s->dtype, t->rank, e0 + k);
         if (s->owner != t->rank)
             continue;
         for (int64_t k = 0; k < s->count; k++) {
-            float got = load(s->dtype, win + s->window_offset, k);
+            float got = opdrv_load(s->dtype, win + s->window_offset, k);
             float want;
             if (kind == IN_RANDOM) {
                 want = doc_order(kind, s->dtype, fp32acc, t->nodes, t->per_node,
