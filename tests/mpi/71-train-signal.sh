@@ -32,6 +32,12 @@ check_rc 2 "--log into a missing directory"
 check_err "--log '.*': the directory '$T_TMP/no' does not exist" "--log's directory named"
 run train_mpirun 2 "${MODEL[@]}" --steps 5 --save-every 2
 check_rc 2 "--save-every without --save"
+mkdir -p "$T_TMP/notck" && echo notes > "$T_TMP/notck/notes.txt"
+run train_mpirun 2 "${MODEL[@]}" --steps 5 --save "$T_TMP/notck" --log "$T_TMP/l2.csv"
+check_rc 2 "--save naming a directory that is not a checkpoint"
+check_err "exists and is not a checkpoint" "says why, before step 0"
+check_no_file "$T_TMP/l2.csv" "nothing ran for it"
+[ -f "$T_TMP/notck/notes.txt" ] && ok || bad "the directory was left as it was"
 
 # --- SIGTERM to one rank: both stop after the same step and save ---------------
 # The rank processes are mpirun's children (Open MPI's local launch); a

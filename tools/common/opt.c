@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <stdbool.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -285,6 +287,37 @@ int tool_check_output_path(const char *flag, const char *path, bool dir, char *e
                  dir ? "directory" : "regular file");
         return -1;
     }
+    if (dir && stat(path, &st) == 0) {
+        /* a checkpoint is replaced only by a checkpoint: DIR must be empty
+         * or hold a manifest (the save refuses anything else, after training) */
+        DIR *d = opendir(path);
+        bool empty = true;
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                empty = false;
+        if (d)
+            closedir(d);
+        char man[4200];
+        snprintf(man, sizeof man, "%s/manifest.json", path);
+        if (!empty && access(man, F_OK) != 0) {
+            snprintf(err, n, "%s '%s': exists and is not a checkpoint (no manifest.json): "
+                     "refusing to replace it", flag, path);
+            return -1;
+        }
+    }
+    /* create and remove a probe where the output will go: access() says yes
+     * for root on file systems that refuse new files (/proc, read-only binds) */
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.dmuon-probe.XXXXXX", parent);
+    int fd = mkstemp(probe);
+    if (fd < 0) {
+        snprintf(err, n, "%s '%s': cannot create a file in '%s': %s", flag, path, parent,
+                 strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(probe);
     return 0;
 }
 
