@@ -75,4 +75,12 @@ check_err "$((6 - rows)) shapes? missing" "only the rest"
 # 8. a CPU probe names the device its rows are stored under
 run "$PR" --shapes 8x8 --iters 1 --warmup 0 --db "$T_TMP/k.sqlite"
 check_err "rows stored under device 'cpu: .* x1'.*--device 'cpu: .* x1'" "names the stored device and the flag"
+# 9. an option given without its value says so (not "did you mean" itself)
+run "$P" "$DMUON_ROOT/models/pi05.yaml" --nodes
+check_rc 2 "dmuon-plan --nodes without a value"
+check_err "option '--nodes' needs a value" "names the option that needs a value"
+check_eq "$(LC_ALL=C grep -c $'\xff' "$T_TMP/err")" 0 "no stray byte in the message"
+run "$PR" --db
+check_rc 2 "dmuon-probe --db without a value"
+check_err "option '--db' needs a value" "dmuon-probe names it too"
 finish

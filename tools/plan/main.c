@@ -9,6 +9,7 @@
  * Flags are parsed here; everything else is libcore (dmuon/model.h,
  * dmuon/plan.h, dmuon/cost.h).
  */
+#include <ctype.h>
 #include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -1086,7 +1087,7 @@ static int tool_main(int argc, char **argv)
             tool_print_version("dmuon-plan", argc, argv);
             return 0;
         default:
-            if (optopt && optopt < 256)
+            if (optopt > 0 && optopt < 128 && isprint(optopt))
                 fprintf(stderr, "dmuon-plan: error: unknown option '-%c' or missing value\n",
                         optopt);
             else
