@@ -83,4 +83,6 @@ check_eq "$(LC_ALL=C grep -c $'\xff' "$T_TMP/err")" 0 "no stray byte in the mess
 run "$PR" --db
 check_rc 2 "dmuon-probe --db without a value"
 check_err "option '--db' needs a value" "dmuon-probe names it too"
+run "$P" "$DMUON_ROOT/models/qwen1.5-moe-a2.7b.yaml" --ranks 8 --cost flops --router ADAMW
+check_rc 0 "--router takes its value in any case"
 finish

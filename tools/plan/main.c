@@ -1045,9 +1045,9 @@ static int tool_main(int argc, char **argv)
             c.fused_layout = true;
             break;
         case O_ROUTER:
-            if (strcmp(optarg, "muon") && strcmp(optarg, "adamw"))
+            if (strcasecmp(optarg, "muon") && strcasecmp(optarg, "adamw"))
                 return usage_error("--router '%s': expected muon or adamw", optarg);
-            c.router_adamw = !strcmp(optarg, "adamw");
+            c.router_adamw = !strcasecmp(optarg, "adamw");
             break;
         case O_DEVMEM:
             if (tool_parse_size("--device-memory", optarg, 1, INT64_MAX, &c.device_memory, err,

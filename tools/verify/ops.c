@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -329,20 +330,20 @@ int verify_ops_main(int argc, char **argv)
         }
         n = split_list(paths_s, items, 4);
         for (int i = 0; i < n && !bad[0]; i++) {
-            if (!strcmp(items[i], "auto"))
+            if (!strcasecmp(items[i], "auto"))
                 paths[npaths++] = DMUON_PATH_AUTO;
-            else if (!strcmp(items[i], "chain"))
+            else if (!strcasecmp(items[i], "chain"))
                 paths[npaths++] = DMUON_PATH_CHAIN;
-            else if (!strcmp(items[i], "star"))
+            else if (!strcasecmp(items[i], "star"))
                 paths[npaths++] = DMUON_PATH_STAR;
             else
                 snprintf(bad, sizeof bad, "--paths: '%s': expected auto, chain or star", items[i]);
         }
-        if (!strcmp(op_s, "agv") || !strcmp(op_s, "all"))
+        if (!strcasecmp(op_s, "agv") || !strcasecmp(op_s, "all"))
             ops[nops++] = &verify_op_agv;
-        if (!strcmp(op_s, "rsv") || !strcmp(op_s, "all"))
+        if (!strcasecmp(op_s, "rsv") || !strcasecmp(op_s, "all"))
             ops[nops++] = &verify_op_rsv;
-        if (!strcmp(op_s, "publish") || !strcmp(op_s, "all"))
+        if (!strcasecmp(op_s, "publish") || !strcasecmp(op_s, "all"))
             ops[nops++] = &verify_op_publish;
         if (!nops)
             snprintf(bad, sizeof bad, "--op '%s': expected agv, rsv, publish or all", op_s);
