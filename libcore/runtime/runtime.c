@@ -1136,8 +1136,20 @@ void dmuon_rt_free(dmuon_rt *rt)
 {
     if (!rt)
         return;
-    rt_pool_drop(rt);
-    dmuon_publish_free(rt->pub);
+    /* after a communication failure a posted call may still complete into
+     * the pool, the scratch, the state or a group's buffers whenever the
+     * late peers arrive, and freeing the pool is itself collective: those
+     * are kept for good, with the communicators */
+    bool keep = rt->failed;
+    if (!keep) {
+        rt_pool_drop(rt);
+        dmuon_publish_free(rt->pub);
+        free(rt->state);
+        free(rt->scratch);
+        free(rt->views);
+        if (rt->topo_ok)
+            dmuon_topo_release(&rt->topo);
+    }
     free(rt->pub_table);
     for (size_t l = 0; l < rt->nlayers; l++) {
         rt_layer *L = &rt->layers[l];
@@ -1151,7 +1163,6 @@ void dmuon_rt_free(dmuon_rt *rt)
         free(rt->params[i].init);
     for (size_t i = 0; i < rt->nunknown; i++)
         free(rt->unknown[i]);
-    free(rt->views);
     for (int s = 0; s < RT_SPACES; s++) {
         free(rt->rec[s].ev);
         free(rt->rec[s].offsets);
@@ -1161,10 +1172,6 @@ void dmuon_rt_free(dmuon_rt *rt)
     free(rt->params);
     free(rt->layers);
     free(rt->pieces);
-    free(rt->state);
-    free(rt->scratch);
     dmuon_ns_free(rt->ns);
-    if (rt->topo_ok)
-        dmuon_topo_release(&rt->topo);
     free(rt);
 }

@@ -40,6 +40,7 @@ case_ok 4 "NaN gradient on one rank, line B" --fault nan --line B
 start=$(date +%s)
 case_ok 4 "a rank stalled before the step, line D" --fault stall --line D --deadline-ms 1500
 check_out '^ok   stall: every rank returns the same code' "stall: the same code on every rank"
+check_out '^ok   stall: the abandoned calls left rank 0' "stall: the stack check ran"
 took=$(( $(date +%s) - start ))
 [ "$took" -lt 60 ] && ok || bad "stall: took ${took}s"
 
@@ -48,6 +49,7 @@ case_ok 4 "a slow fsync on one rank during save" --fault slow-save --line D --de
     --save "$T_TMP/ck"
 check_out '^ok   slow fsync: save returns DMUON_ETIMEOUT on every rank' "slow fsync: the check ran"
 check_out '^ok   slow fsync: rank 0 returned after' "slow fsync: the time check ran"
+check_out '^ok   slow fsync: the abandoned calls left rank 0' "slow fsync: the stack check ran"
 check_eq "$(ls -d "$T_TMP"/ck* 2>/dev/null | wc -l)" 0 "slow fsync: no checkpoint or temporary directory left"
 took=$(( $(date +%s) - start ))
 [ "$took" -lt 60 ] && ok || bad "slow fsync: took ${took}s"

@@ -301,6 +301,23 @@ static int same_everywhere(int v)
     return lo == hi;
 }
 
+/* Right after a call that timed out: fills 64 KiB of stack below this
+ * frame (where the library's frames were) with a pattern and waits in a
+ * world barrier, during which the late rank arrives and completes the calls
+ * the others abandoned.  True when no byte changed: the library posted
+ * those calls from memory of its own, not from its stack. */
+__attribute__((noinline)) static bool stack_untouched(void)
+{
+    volatile unsigned char buf[65536];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = 0xA5;
+    MPI_Barrier(MPI_COMM_WORLD);
+    size_t changed = 0;
+    for (size_t i = 0; i < sizeof buf; i++)
+        changed += buf[i] != 0xA5;
+    return changed == 0;
+}
+
 /* The step with --fault's injection: it fails with the same code on every
  * rank, the state is byte-identical to before, the norm reads NaN and a
  * retry without a micro-batch is refused.  True when the run can go on
@@ -316,6 +333,8 @@ static bool fault_failed_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int size, i
         nanosleep(&ts, NULL);
     }
     dmuon_rc rc = dmuon_rt_step(rt, lrs);
+    if (stall)
+        check(stack_untouched(), "stall: the abandoned calls left rank %d's stack alone", g_rank);
     dmuon_rc want = stall ? DMUON_ETIMEOUT : DMUON_ENUMERIC;
     check(same_everywhere((int)rc), "%s: every rank returns the same code (rank %d: %s)", g_fault,
           g_rank, dmuon_rc_name(rc));
@@ -401,6 +420,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+
     g_stall_mode = stall >= 0;
     dmuon_tensor_spec specs[256];
     size_t nspec = make_specs(specs, layers);
@@ -716,6 +736,8 @@ int main(int argc, char **argv)
         rc = dmuon_rt_save(rt, save_dir);
         double took = now_s() - t0, limit = 3.0 * deadline / 1e3 + (g_rank == size - 1 ? slow : 0);
         g_slow_fsync_ms = 0;
+        check(stack_untouched(), "slow fsync: the abandoned calls left rank %d's stack alone",
+              g_rank);
         check(same_everywhere((int)rc) && rc == DMUON_ETIMEOUT,
               "slow fsync: save returns DMUON_ETIMEOUT on every rank (rank %d: %s)", g_rank,
               dmuon_errmsg());

@@ -16,7 +16,12 @@
  * its deadline returns DMUON_ETIMEOUT naming `what` and this rank; the
  * communicator may then hold a posted call that never completes (MPI cannot
  * cancel collectives), so the caller treats it as failed: a tool ends the
- * job, a runtime refuses further collective work.
+ * job, a runtime refuses further collective work.  Each call posts from a
+ * heap copy of its buffer that it owns: the caller's memory is read before
+ * the call is posted and written only after it completed, never by a late
+ * peer.  A timed-out call keeps its copy alive for good (8 bytes per value
+ * of a reduction, `bytes` of a broadcast, 8 + 1028 bytes of an agreement)
+ * together with its request; the communicator is unusable afterwards.
  */
 #ifndef DMUON_CTL_H
 #define DMUON_CTL_H

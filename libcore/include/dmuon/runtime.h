@@ -292,7 +292,12 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir);
 dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path);
 
 /* Frees the runtime (collective over the node: frees the pool).  Accepts
- * NULL. */
+ * NULL.  After a communication failure (DMUON_ETIMEOUT or DMUON_ECOMM from
+ * any call) the pool, the optimizer state, the scratch, the groups and the
+ * communicators are kept allocated for good, not freed: a call abandoned
+ * at its deadline may still write them when the late peers arrive, and
+ * freeing the pool would be a collective on a communicator out of step.
+ * The call is then local; the process should end the job soon. */
 void dmuon_rt_free(dmuon_rt *rt);
 
 #endif
