@@ -6,6 +6,7 @@
 #include "dmuon/ctl.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,17 @@ dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
         snprintf(own, sizeof own, "%s", dmuon_errmsg());
     int64_t first = mine == DMUON_OK ? INT_MAX : rank;
     DMUON_TRY(dmuon_ctl_allreduce_i64(comm, &first, 1, DMUON_CTL_MIN, deadline_ms, "agree"));
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    /* a late rank's round can complete against another round of the others
+     * (they gave up at the deadline and went on): a value that cannot be
+     * this round's is never used as a root */
+    bool bad = mine == DMUON_OK ? first != INT_MAX && (first < 0 || first >= size || first == rank)
+                                : first < 0 || first > rank;
+    if (bad)
+        return DMUON_FAIL(DMUON_ECOMM, "agree: rank %d: the first failing rank came back as %lld "
+                          "(of %d ranks): rounds out of step after a missed deadline", rank,
+                          (long long)first, size);
     if (first == INT_MAX) {
         /* a second round that needs every rank: a rank whose first round
          * completed against calls the others abandoned at their deadline

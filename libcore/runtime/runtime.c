@@ -70,6 +70,9 @@ dmuon_rc rt_fail_comm(dmuon_rt *rt, dmuon_rc rc)
  * (dmuon_agree: the lowest failing rank's rc and message on the others). */
 dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc)
 {
+    if (rt->failed)   /* a missed deadline: no further collective on world */
+        return rc != DMUON_OK ? rc : DMUON_FAIL(DMUON_ECOMM, "runtime: rank %d: no agreement "
+                                                "after a communication failure", rt->topo.rank);
     return rt_fail_comm(rt, dmuon_agree(rt->topo.world, rc, rt->opts.deadline_ms));
 }
 

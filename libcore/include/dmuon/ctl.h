@@ -46,7 +46,10 @@
  * every rank confirms it, so a rank that arrives after the others gave up at
  * the deadline times out instead of going on alone.  Errors besides those agreed: DMUON_ETIMEOUT
  * (deadline; the message names `agree` and this rank), DMUON_ECOMM (an MPI
- * call failed). */
+ * call failed, or "rounds out of step": the first round came back with a
+ * value no rank of this round can have sent, such as a root outside
+ * 0..size-1, because a late rank's round completed against calls of
+ * another round; nothing is broadcast from such a value). */
 dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms);
 
 typedef enum { DMUON_CTL_SUM = 0, DMUON_CTL_MIN, DMUON_CTL_MAX } dmuon_ctl_op;
