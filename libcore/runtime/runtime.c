@@ -736,6 +736,28 @@ static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
     return DMUON_OK;
 }
 
+/* Whether the next acquisition in `space` (the first of a micro-batch not
+ * begun yet) may be layer l's, as recorded: DMUON_EINVAL naming both
+ * layers when not.  Changes nothing, so a hook checks its acquisitions
+ * before it makes any and a refused call has no effect. */
+static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
+{
+    if (!rt->packed)
+        return DMUON_OK;
+    const rt_space_rec *r = &rt->rec[space];
+    size_t k = rt->in_micro ? rt->acq_index[space] : 0;
+    static const char *const what[RT_SPACES] = {"parameter", "gradient", "weight view"};
+    if (k >= r->nacq || (size_t)r->acq_block[k] != l)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch is "
+                          "layer '%s'; the recorded micro-batch acquired %s%s%s there (the "
+                          "hooks must repeat one order every micro-batch)",
+                          what[space], k, dmuon_plan_layer_name(rt->plan, l),
+                          k < r->nacq ? "layer '" : "nothing",
+                          k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
+                          k < r->nacq ? "'" : "");
+    return DMUON_OK;
+}
+
 /* Gives layer l's block in `space` its offset: its own range before
  * packing, the recorded acquisition's after. */
 static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
@@ -743,16 +765,8 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
     rt_layer *L = &rt->layers[l];
     if (rt->packed) {
         rt_space_rec *r = &rt->rec[space];
+        DMUON_TRY(acq_check(rt, space, l));
         size_t k = rt->acq_index[space]++;
-        static const char *const what[RT_SPACES] = {"parameter", "gradient", "weight view"};
-        if (k >= r->nacq || (size_t)r->acq_block[k] != l)
-            return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch is "
-                              "layer '%s'; the recorded micro-batch acquired %s%s%s there (the "
-                              "hooks must repeat one order every micro-batch)",
-                              what[space], k,
-                              dmuon_plan_layer_name(rt->plan, l), k < r->nacq ? "layer '" : "nothing",
-                              k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
-                              k < r->nacq ? "'" : "");
         if (space == RT_PARAM)
             L->poff = r->offsets[k];
         else if (space == RT_GRAD)
@@ -861,6 +875,36 @@ dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
 static bool in_fwd(const rt_layer *L) { return L->phase == RT_FWD || L->phase == RT_BWD_FWD; }
 static bool in_bwd(const rt_layer *L) { return L->phase == RT_BWD || L->phase == RT_BWD_FWD; }
 
+/* Layer L is done in this micro-batch (one not begun yet has none done). */
+static bool done_now(const dmuon_rt *rt, const rt_layer *L)
+{
+    return rt->in_micro && L->phase == RT_DONE;
+}
+
+/* The acquisitions a use of layer l (fetch, then its view) would make,
+ * checked before any is made. */
+static dmuon_rc use_check(const dmuon_rt *rt, size_t l)
+{
+    const rt_layer *L = &rt->layers[l];
+    if (L->pblock == RT_BLOCK_NONE)
+        DMUON_TRY(acq_check(rt, RT_PARAM, l));
+    if (!L->w)
+        DMUON_TRY(acq_check(rt, RT_VIEW, l));
+    return DMUON_OK;
+}
+
+/* A prefetch of layer l is only a hint: skipped, not an error, when the
+ * recorded order has another layer next (the hook that uses l reports). */
+static bool prefetch_ok(const dmuon_rt *rt, size_t l)
+{
+    const rt_layer *L = &rt->layers[l];
+    if (L->pblock != RT_BLOCK_NONE || L->phase == RT_DONE)
+        return false;
+    const rt_space_rec *r = &rt->rec[RT_PARAM];
+    size_t k = rt->acq_index[RT_PARAM];
+    return !rt->packed || (k < r->nacq && (size_t)r->acq_block[k] == l);
+}
+
 /* The invariants between a layer's phase and its blocks, after each hook
  * (debug builds): inside a bracket the block holds the parameters and the
  * F32 view exists; outside, no view; ZeRO-3 keeps no block outside its
@@ -887,16 +931,16 @@ dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
         layer_assert(rt, L);
         return DMUON_OK;
     }
-    micro_begin(rt);
-    if (L->phase == RT_DONE)
+    if (done_now(rt, L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') after its backward in this "
                           "micro-batch (missing post_backward of other layers?)",
                           dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(use_check(rt, l));
+    micro_begin(rt);
     DMUON_TRY(fetch(rt, l, true, false));
     L->phase = L->phase == RT_BWD ? RT_BWD_FWD : RT_FWD;
     layer_assert(rt, L);
-    if (rt->opts.prefetch && l + 1 < rt->nlayers && rt->layers[l + 1].pblock == RT_BLOCK_NONE &&
-        rt->layers[l + 1].phase != RT_DONE)
+    if (rt->opts.prefetch && l + 1 < rt->nlayers && prefetch_ok(rt, l + 1))
         DMUON_TRY(fetch(rt, l + 1, true, true));
     return DMUON_OK;
 }
@@ -924,13 +968,14 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
     if (rt->recompute)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') inside a recomputation",
                           dmuon_plan_layer_name(rt->plan, l));
-    micro_begin(rt);
-    if (in_bwd(L) || L->phase == RT_DONE)
+    if (in_bwd(L) || done_now(rt, L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
                           dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(use_check(rt, l));
+    DMUON_TRY(acq_check(rt, RT_GRAD, l));
+    micro_begin(rt);
     DMUON_TRY(fetch(rt, l, true, false));
-    if (rt->zero == 3 && rt->opts.prefetch && l > 0 &&
-        rt->layers[l - 1].pblock == RT_BLOCK_NONE && rt->layers[l - 1].phase != RT_DONE)
+    if (rt->zero == 3 && rt->opts.prefetch && l > 0 && prefetch_ok(rt, l - 1))
         DMUON_TRY(fetch(rt, l - 1, true, true));
     DMUON_TRY(acquire(rt, RT_GRAD, l));
     memset(rt_gblock(rt, L), 0, (size_t)L->gbytes);

@@ -648,6 +648,20 @@ int main(int argc, char **argv)
                 struct timespec ts = {deadline * 4 / 1000, 0};
                 nanosleep(&ts, NULL);
             }
+            if (errors && t == 2 && k == 0 && L > 2) {
+                /* refused hook calls (out of the recorded order) change
+                 * nothing: the correct order then runs and matches */
+                dmuon_rc r1 = dmuon_rt_pre_backward(rt, 1);
+                check(r1 == DMUON_EINVAL && strstr(dmuon_errmsg(), "acquisition"),
+                      "pre_backward of a block before the root's is refused (%s)",
+                      dmuon_errmsg());
+                if (zero == 3) {
+                    r1 = dmuon_rt_pre_forward(rt, 1);
+                    check(r1 == DMUON_EINVAL && strstr(dmuon_errmsg(), "acquisition"),
+                          "pre_forward of a block after the forward is refused (%s)",
+                          dmuon_errmsg());
+                }
+            }
             /* backward: root opened first, blocks in reverse, root closed last */
             if (dmuon_rt_pre_backward(rt, 0) != DMUON_OK) {
                 check(0, "pre_backward(root): %s", dmuon_errmsg());
