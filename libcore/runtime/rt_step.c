@@ -166,11 +166,17 @@ static dmuon_rc agree_outcome(dmuon_rt *rt, dmuon_rc rc, int bad, const char *wh
 }
 
 /* Step 1 and 2. */
-static dmuon_rc check_and_clip(dmuon_rt *rt)
+static dmuon_rc check_and_clip(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
 {
     double sumsq = 0;
     int bad = INT_MAX;
     dmuon_rc rc = DMUON_OK;
+    /* the arguments are checked inside the agreed part: a learning rate
+     * refused on one rank fails the step on every rank alike */
+    if (!lrs || !isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
+        rc = DMUON_FAIL(DMUON_EINVAL, "runtime: step needs finite learning rates (rank %d: muon "
+                        "%g, adamw %g)", rt->topo.rank, lrs ? lrs->muon_lr : NAN,
+                        lrs ? lrs->adamw_lr : NAN);
     for (size_t i = 0; i < rt->npieces; i++) {
         const rt_piece *pc = &rt->pieces[i];
         bool count = pc->owned || !rt->hsdp || rt->topo.node_id == 0;
@@ -402,7 +408,7 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     rt->stats.ns_s = 0;
     rt->stats.ns_matrices = 0;
     rt->grad_norm = NAN;
-    dmuon_rc rc = check_and_clip(rt);
+    dmuon_rc rc = check_and_clip(rt, lrs);
     if (rc != DMUON_OK)
         return step_failed(rt, rc);
     int64_t t = rt->steps + 1;

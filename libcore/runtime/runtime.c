@@ -1124,8 +1124,6 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     }
     if (rt->micro == 0)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step with no micro-batch since the last step");
-    if (!lrs || !isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
-        return DMUON_FAIL(DMUON_EINVAL, "runtime: step needs finite learning rates");
     /* every parameter block is given back before the step (ZeRO-2 keeps
      * them through the micro-batches) */
     for (size_t l = 0; l < rt->nlayers; l++)

@@ -53,6 +53,7 @@ case_ok 4 "D, merged small units" --line D --small-unit-bytes 16777216
 case_ok 4 "D, error paths (registration, hook order, NaN gradient)" --line D --errors
 check_out '^ok   pre_backward of a block before the root.s is refused' "ZeRO-3: the refused pre_backward ran"
 check_out '^ok   pre_forward of a block after the forward is refused' "ZeRO-3: the refused pre_forward ran"
+check_out '^ok   a NaN learning rate on rank 3 is refused on every rank' "a NaN learning rate on one rank"
 case_ok 4 "D ZeRO-2, error paths" --line D --zero 2 --errors
 check_out '^ok   pre_backward of a block before the root.s is refused' "ZeRO-2: the refused pre_backward ran"
 

@@ -720,6 +720,19 @@ int main(int argc, char **argv)
                 continue;   /* nothing changed: the reference does not step either */
             goto out;
         }
+        if (errors && t == 2) {
+            /* a non-finite learning rate on one rank: refused on every rank
+             * alike, nothing changed, the runtime still usable */
+            if (g_rank == g_fault_rank)
+                lrs.muon_lr = NAN;
+            rc = dmuon_rt_step(rt, &lrs);
+            check(same_everywhere((int)rc) && rc == DMUON_EINVAL &&
+                      strstr(dmuon_errmsg(), g_rank == g_fault_rank ? "finite learning rates"
+                                                                    : "failed (einval)"),
+                  "a NaN learning rate on rank %d is refused on every rank (%s)", g_fault_rank,
+                  dmuon_errmsg());
+            continue;   /* no state changed: the reference does not step either */
+        }
         rc = dmuon_rt_step(rt, &lrs);
         if (t == nan_step) {
             check(rc == DMUON_ENUMERIC && strstr(dmuon_errmsg(), dmuon_model_param(model, np / 2)->name),

@@ -214,7 +214,9 @@ typedef struct {
  * communication failure also leaves the state as it was if it happens
  * before the agreement, but the runtime is then unusable (free it).
  * Collective.  Errors: DMUON_EINVAL (a micro-batch not ended, no
- * micro-batch since the last step, non-finite learning rates),
+ * micro-batch since the last step: local, before any communication;
+ * non-finite learning rates, or lrs NULL, on any rank: agreed, a failed
+ * step on every rank like the others, the runtime stays usable),
  * DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM, and a failing rank's code. */
 dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 
