@@ -132,6 +132,13 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     int rpn = rt->opts.ranks_per_node;
     DMUON_TRY_GOTO(rc, dmuon_topo_init(&rt->topo, comm, rpn), fail);
     rt->topo_ok = true;
+    /* an MPI error on the runtime's communicators comes back as a code,
+     * not an abort (a message of another layer's size, from hooks in
+     * different orders on the ranks, is MPI_ERR_TRUNCATE); the
+     * communicators made from these below inherit the handler */
+    MPI_Comm_set_errhandler(rt->topo.world, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(rt->topo.node, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(rt->topo.rail, MPI_ERRORS_RETURN);
     dmuon_err_set_rank(rt->topo.rank);
     if (rt->topo.per_node != dmuon_plan_gpus_per_node(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan has %d ranks per node, this run %d "
@@ -686,11 +693,15 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt)
 /* ---------------------------------------------------------- the hooks -- */
 
 /* Prefixes the recorded message of a failed operator call with the layer
- * (the operators name rank, peer and queue, not the layer). */
-static dmuon_rc in_layer(const dmuon_rt *rt, dmuon_rc rc, const char *what, size_t l)
+ * (the operators name rank, peer and queue, not the layer).  A mismatch
+ * seen by an operator (the ranks' calls differ) leaves the communicators
+ * out of step like a missed deadline: the runtime is failed. */
+static dmuon_rc in_layer(dmuon_rt *rt, dmuon_rc rc, const char *what, size_t l)
 {
     if (rc == DMUON_OK)
         return rc;
+    if (rc == DMUON_EMISMATCH)
+        rt->failed = true;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dmuon_errmsg());
     return DMUON_FAIL(rc, "%s of layer '%s': %s", what, dmuon_plan_layer_name(rt->plan, l), msg);
