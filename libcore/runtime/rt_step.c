@@ -471,7 +471,12 @@ static void hparams(const dmuon_rt *rt, dmuon_ckpt_meta *m)
  * unknown entry. */
 static dmuon_rc apply_override(const dmuon_rt *rt, dmuon_ckpt_meta *m)
 {
-    const char *s = rt->opts.resume_override;
+    /* the field need not be NUL-terminated: read within its size */
+    char list[sizeof rt->opts.resume_override + 1];
+    size_t len = strnlen(rt->opts.resume_override, sizeof rt->opts.resume_override);
+    memcpy(list, rt->opts.resume_override, len);
+    list[len] = '\0';
+    const char *s = list;
     bool drop[N_HPARAMS] = {false}, ns = false;
     while (*s) {
         size_t n = strcspn(s, ", ");

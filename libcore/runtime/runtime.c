@@ -111,6 +111,14 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
                         rt_elem_cuda() ? " (its CUDA element kernels are built but not wired to "
                                          "a device pool)"
                                        : " (built without CUDA)");
+    /* the deadline resolved once, here: < 0 and a bad $DMUON_DEADLINE_MS
+     * are refused at create, not at the first call that waits */
+    if (rc == DMUON_OK && rt->opts.deadline_ms < 0)
+        rc = DMUON_FAIL(DMUON_EINVAL, "runtime: deadline_ms %d: expected 0 ($DMUON_DEADLINE_MS "
+                        "or the default) or a positive number of milliseconds",
+                        rt->opts.deadline_ms);
+    if (rc == DMUON_OK)
+        rc = dmuon_deadline_ms(rt->opts.deadline_ms, &rt->opts.deadline_ms);
     rt->zero = zero;
     /* option errors are local but identical on every rank (same options) */
     if (rc != DMUON_OK)

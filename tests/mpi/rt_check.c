@@ -466,8 +466,11 @@ int main(int argc, char **argv)
         ro.optim.momentum = momentum;
     if (ns_variant)
         snprintf(ro.optim.ns_variant, sizeof ro.optim.ns_variant, "%s", ns_variant);
-    if (resume_override)
-        snprintf(ro.resume_override, sizeof ro.resume_override, "%s", resume_override);
+    if (resume_override) {   /* a value of the field's size or more fills it: no NUL */
+        size_t n = strlen(resume_override);
+        memcpy(ro.resume_override, resume_override,
+               n < sizeof ro.resume_override ? n + 1 : sizeof ro.resume_override);
+    }
 
     /* the model has the placements it is meant to test */
     int placed[3] = {0, 0, 0};   /* halves, interleaved, transposed contiguous */

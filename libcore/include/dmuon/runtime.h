@@ -75,7 +75,9 @@ typedef struct {
                                  MPI_COMM_TYPE_SHARED; must equal the plan's
                                  gpus_per_node */
     dmuon_optim_opts optim;   /* hyperparameters (dmuon_optim_opts_init) */
-    int deadline_ms;          /* per operator call; 0 → $DMUON_DEADLINE_MS or 600000 (10 min) */
+    int deadline_ms;          /* per operator call; 0 → $DMUON_DEADLINE_MS or 600000 (10 min),
+                                 resolved once at create; < 0 or a bad
+                                 $DMUON_DEADLINE_MS is DMUON_EINVAL there */
     int prefetch;             /* 1 (default): pre_forward(l) starts layer l+1's
                                  gather (ZeRO-3 pre_backward(l): layer l−1's);
                                  line D on FSDP starts it split-phase
@@ -97,7 +99,8 @@ typedef struct {
                                  momentum, nesterov, muon_weight_decay,
                                  muon_scale, beta1, beta2, eps,
                                  adamw_weight_decay, clip_norm, ns_variant,
-                                 or "all".  Default empty. */
+                                 or "all"; read within its size (a NUL
+                                 is not required).  Default empty. */
 } dmuon_rt_opts;
 
 void dmuon_rt_opts_init(dmuon_rt_opts *o);
