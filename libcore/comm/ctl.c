@@ -6,14 +6,19 @@
 #include "dmuon/ctl.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dmuon/collv.h"
 #include "wait.h"
 
 /* Posts nothing itself: completes req (from a call that returned err)
- * within deadline_ms. */
+ * within deadline_ms.  Every call here posts from a heap copy owned by the
+ * call (kept_done): a call abandoned at its deadline may still write its
+ * buffer whenever the late peers arrive, so that buffer is never the
+ * caller's memory and is never freed. */
 static dmuon_rc finish(MPI_Comm comm, int err, MPI_Request *req, int deadline_ms,
                        const char *what)
 {
@@ -43,30 +48,47 @@ static MPI_Op mpi_op(dmuon_ctl_op op)
     return op == DMUON_CTL_MIN ? MPI_MIN : op == DMUON_CTL_MAX ? MPI_MAX : MPI_SUM;
 }
 
-static dmuon_rc allreduce(MPI_Comm comm, void *v, int n, MPI_Datatype type, dmuon_ctl_op op,
-                          int deadline_ms, const char *what)
+/* After finish: on success copies the call's heap buffer out to dst and
+ * frees it; when the call was never posted (err) frees it; otherwise (a
+ * deadline passed or MPI_Test failed: the call may still write it) keeps it
+ * for good, bytes that stay allocated by design. */
+static dmuon_rc kept_done(dmuon_rc rc, int err, void *buf, void *dst, size_t bytes)
+{
+    if (rc == DMUON_OK)
+        memcpy(dst, buf, bytes);
+    if (rc == DMUON_OK || err != MPI_SUCCESS)
+        free(buf);
+    return rc;
+}
+
+static dmuon_rc allreduce(MPI_Comm comm, void *v, int n, MPI_Datatype type, size_t size,
+                          dmuon_ctl_op op, int deadline_ms, const char *what)
 {
     if (n < 1 || n > DMUON_CTL_MAX_COUNT || op < DMUON_CTL_SUM || op > DMUON_CTL_MAX)
         return DMUON_FAIL(DMUON_EINVAL, "%s: %d values, operation %d: expected 1 to %d values "
                           "and sum, min or max", what, n, (int)op, DMUON_CTL_MAX_COUNT);
     if (comm == MPI_COMM_NULL)
         return DMUON_OK;
+    size_t bytes = (size_t)n * size;
+    void *buf = malloc(bytes);
+    if (!buf)
+        return DMUON_FAIL(DMUON_ENOMEM, "%s: out of memory for %zu bytes", what, bytes);
+    memcpy(buf, v, bytes);
     MPI_Request q;
-    int err = MPI_Iallreduce(MPI_IN_PLACE, v, n, type, mpi_op(op), comm, &q);
-    DMUON_TRY(finish(comm, err, &q, deadline_ms, what));
-    return DMUON_OK;
+    int err = MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, mpi_op(op), comm, &q);
+    return kept_done(finish(comm, err, &q, deadline_ms, what), err, buf, v, bytes);
 }
 
 dmuon_rc dmuon_ctl_allreduce_f64(MPI_Comm comm, double *v, int n, dmuon_ctl_op op,
                                  int deadline_ms, const char *what)
 {
-    return allreduce(comm, v, n, MPI_DOUBLE, op, deadline_ms, what);
+    return allreduce(comm, v, n, MPI_DOUBLE, sizeof *v, op, deadline_ms, what);
 }
 
 dmuon_rc dmuon_ctl_allreduce_i64(MPI_Comm comm, int64_t *v, int n, dmuon_ctl_op op,
                                  int deadline_ms, const char *what)
 {
-    return allreduce(comm, v, n, MPI_INT64_T, op, deadline_ms, what);
+    return allreduce(comm, v, n, MPI_INT64_T, sizeof *v, op, deadline_ms, what);
 }
 
 dmuon_rc dmuon_ctl_bcast(MPI_Comm comm, void *data, int bytes, int root, int deadline_ms,
@@ -80,10 +102,13 @@ dmuon_rc dmuon_ctl_bcast(MPI_Comm comm, void *data, int bytes, int root, int dea
         return DMUON_FAIL(DMUON_EINVAL, "%s: %d bytes from rank %d: expected 0 to %d bytes "
                           "from a rank of 0..%d", what, bytes, root, DMUON_CTL_MAX_BYTES,
                           size - 1);
+    void *buf = malloc(bytes ? (size_t)bytes : 1);
+    if (!buf)
+        return DMUON_FAIL(DMUON_ENOMEM, "%s: out of memory for %d bytes", what, bytes);
+    memcpy(buf, data, (size_t)bytes);
     MPI_Request q;
-    int err = MPI_Ibcast(data, bytes, MPI_BYTE, root, comm, &q);
-    DMUON_TRY(finish(comm, err, &q, deadline_ms, what));
-    return DMUON_OK;
+    int err = MPI_Ibcast(buf, bytes, MPI_BYTE, root, comm, &q);
+    return kept_done(finish(comm, err, &q, deadline_ms, what), err, buf, data, (size_t)bytes);
 }
 
 dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
@@ -98,6 +123,17 @@ dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
         snprintf(own, sizeof own, "%s", dmuon_errmsg());
     int64_t first = mine == DMUON_OK ? INT_MAX : rank;
     DMUON_TRY(dmuon_ctl_allreduce_i64(comm, &first, 1, DMUON_CTL_MIN, deadline_ms, "agree"));
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    /* a late rank's round can complete against another round of the others
+     * (they gave up at the deadline and went on): a value that cannot be
+     * this round's is never used as a root */
+    bool bad = mine == DMUON_OK ? first != INT_MAX && (first < 0 || first >= size || first == rank)
+                                : first < 0 || first > rank;
+    if (bad)
+        return DMUON_FAIL(DMUON_ECOMM, "agree: rank %d: the first failing rank came back as %lld "
+                          "(of %d ranks): rounds out of step after a missed deadline", rank,
+                          (long long)first, size);
     if (first == INT_MAX) {
         /* a second round that needs every rank: a rank whose first round
          * completed against calls the others abandoned at their deadline

@@ -83,8 +83,12 @@ static dmuon_rc mpi_rc(int err, const char *what)
     if (err == MPI_SUCCESS)
         return DMUON_OK;
     char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
+    int len = 0, cls = 0;
     MPI_Error_string(err, msg, &len);
+    MPI_Error_class(err, &cls);
+    if (cls == MPI_ERR_TRUNCATE)   /* the peers' call was larger: calls differ */
+        return DMUON_FAIL(DMUON_EMISMATCH, "%s: %s (the ranks' calls differ: another "
+                          "operation's size arrived)", what, msg);
     return DMUON_FAIL(DMUON_ECOMM, "%s: %s", what, msg);
 }
 

@@ -128,7 +128,7 @@ long ckpt_ptable_find(const ptable *t, const char *name)
  * blocking MPI call has no deadline).  MPI cannot cancel the call: after a
  * timeout the communicator is out of step, and the caller must treat it as
  * failed. */
-dmuon_rc ckpt_wait(int err, MPI_Request *q, int ms, const char *what)
+dmuon_rc ckpt_wait(int err, MPI_Request *q, int ms, const char *what, bool *kept)
 {
     if (err != MPI_SUCCESS)
         return DMUON_FAIL(DMUON_ECOMM, "checkpoint: %s failed", what);
@@ -136,11 +136,14 @@ dmuon_rc ckpt_wait(int err, MPI_Request *q, int ms, const char *what)
     dmuon_waiter_start(&w, ms);
     for (;;) {
         int done = 0;
-        if (MPI_Test(q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        if (MPI_Test(q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            *kept = true;
             return DMUON_FAIL(DMUON_ECOMM, "checkpoint: %s failed", what);
+        }
         if (done)
             return DMUON_OK;
-        if (dmuon_waiter_expired(&w))
+        *kept = dmuon_waiter_expired(&w);
+        if (*kept)
             return DMUON_FAIL(DMUON_ETIMEOUT, "checkpoint: %s did not complete within the %d ms "
                               "deadline (a peer is slow, stalled or died)", what, ms);
         dmuon_waiter_idle(&w);
@@ -206,14 +209,25 @@ dmuon_rc ckpt_clean_dir(const char *dir, char out[CKPT_PATH_MAX])
     return DMUON_OK;
 }
 
-/* Broadcasts a NUL-terminated path buffer from rank 0. */
+/* Broadcasts a NUL-terminated path buffer from rank 0 (through a heap copy
+ * that a timed-out call keeps, ckpt_wait). */
 dmuon_rc ckpt_bcast_path(MPI_Comm comm, int ms, char path[CKPT_PATH_MAX])
 {
+    char *buf = malloc(CKPT_PATH_MAX);
+    if (!buf)
+        return DMUON_FAIL(DMUON_ENOMEM, "checkpoint: out of memory for a path");
+    memcpy(buf, path, CKPT_PATH_MAX);
     MPI_Request q;
-    DMUON_TRY(ckpt_wait(MPI_Ibcast(path, CKPT_PATH_MAX, MPI_CHAR, 0, comm, &q), &q, ms,
-                        "MPI_Ibcast of a path"));
-    path[CKPT_PATH_MAX - 1] = '\0';
-    return DMUON_OK;
+    bool kept = false;
+    dmuon_rc rc = ckpt_wait(MPI_Ibcast(buf, CKPT_PATH_MAX, MPI_CHAR, 0, comm, &q), &q, ms,
+                            "MPI_Ibcast of a path", &kept);
+    if (rc == DMUON_OK) {
+        memcpy(path, buf, CKPT_PATH_MAX);
+        path[CKPT_PATH_MAX - 1] = '\0';
+    }
+    if (!kept)
+        free(buf);
+    return rc;
 }
 
 /* ------------------------------------------------- safetensors headers -- */

@@ -85,7 +85,8 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, int deadline_ms, const char *path,
     int rank, world;
     ptable t = {0};
     rec *mine = NULL, *all = NULL;
-    int *counts = NULL, *displs = NULL;
+    int *counts = NULL, *displs = NULL, *cnt = NULL;   /* cnt: heap, see ckpt_wait */
+    bool kept = false;   /* a call timed out: its buffers stay allocated */
     uint64_t *poff = NULL;
     unsigned char *hdr = NULL;
     char *chunk = NULL;
@@ -111,17 +112,18 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, int deadline_ms, const char *path,
     if (rc == DMUON_OK && (!(mine = malloc((n ? n : 1) * sizeof *mine)) ||
                            !(counts = malloc((size_t)world * sizeof *counts)) ||
                            !(displs = malloc((size_t)world * sizeof *displs)) ||
-                           !(poff = malloc((np ? np : 1) * sizeof *poff))))
+                           !(poff = malloc((np ? np : 1) * sizeof *poff)) ||
+                           !(cnt = malloc(sizeof *cnt))))
         rc = DMUON_FAIL(DMUON_ENOMEM, "export: out of memory");
     if (rc == DMUON_OK)
         rc = ckpt_check_pieces(&t, pieces, n, rank, 0, mine, &nmine);
     DMUON_TRY_GOTO(rc, ckpt_agree(comm, ms, rc), out);
 
     /* 2. every rank learns every master range */
-    int cnt = (int)nmine * REC_WORDS;
+    *cnt = (int)nmine * REC_WORDS;
     MPI_Request q;
-    DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Iallgather(&cnt, 1, MPI_INT, counts, 1, MPI_INT, comm, &q), &q,
-                                 ms, "MPI_Iallgather (piece counts)"), out);
+    DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Iallgather(cnt, 1, MPI_INT, counts, 1, MPI_INT, comm, &q), &q,
+                                 ms, "MPI_Iallgather (piece counts)", &kept), out);
     long long sum = 0;
     for (int r = 0; r < world; r++) {
         displs[r] = (int)sum;
@@ -132,9 +134,9 @@ dmuon_rc dmuon_ckpt_export(MPI_Comm comm, int deadline_ms, const char *path,
     else if (!(all = malloc(((size_t)sum ? (size_t)sum : 1) * sizeof(int64_t))))
         rc = DMUON_FAIL(DMUON_ENOMEM, "export: out of memory");
     DMUON_TRY_GOTO(rc, ckpt_agree(comm, ms, rc), out);
-    DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Iallgatherv(mine, cnt, MPI_INT64_T, all, counts, displs,
+    DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Iallgatherv(mine, *cnt, MPI_INT64_T, all, counts, displs,
                                                MPI_INT64_T, comm, &q), &q, ms,
-                               "MPI_Iallgatherv (piece lists)"), out);
+                               "MPI_Iallgatherv (piece lists)", &kept), out);
     size_t nall = (size_t)sum / REC_WORDS;
 
     /* 3. coverage (same answer on every rank), layout, header */
@@ -234,10 +236,13 @@ out:
     if (rc != DMUON_OK && rank == 0 && tmp[0])
         unlink(tmp);
     ckpt_ptable_release(&t);
-    free(mine);
-    free(all);
-    free(counts);
-    free(displs);
+    if (!kept) {   /* else a late peer may still move these: kept for good */
+        free(mine);
+        free(all);
+        free(counts);
+        free(displs);
+        free(cnt);
+    }
     free(poff);
     free(hdr);
     free(chunk);

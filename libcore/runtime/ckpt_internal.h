@@ -74,8 +74,12 @@ long ckpt_ptable_find(const ptable *t, const char *name);
  * makes this rank fail with DMUON_ETIMEOUT instead of waiting for it (a
  * blocking MPI call has no deadline).  MPI cannot cancel the call: after a
  * timeout the communicator is out of step, and the caller must treat it as
- * failed. */
-dmuon_rc ckpt_wait(int err, MPI_Request *q, int ms, const char *what);
+ * failed and issue no further collective on it.  *kept becomes true when
+ * the call was posted and did not complete (the deadline, or MPI_Test
+ * failed): it may still read and write its buffers whenever the late peers
+ * arrive, so every buffer given to it is heap memory that the caller then
+ * keeps allocated for good (never a stack variable, never freed). */
+dmuon_rc ckpt_wait(int err, MPI_Request *q, int ms, const char *what, bool *kept);
 
 /* Every rank learns whether any failed: DMUON_OK when none did; a failing
  * rank returns its own rc and message ("rank R: " added when missing); the

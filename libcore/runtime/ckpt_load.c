@@ -608,15 +608,20 @@ static _Thread_local struct {
     char names[DMUON_CKPT_MAX_HPARAMS][CKPT_NAME_MAX];
 } meta_store;
 
-/* Rank 0 reads the manifest; every rank gets its bytes (*buf malloc'ed). */
+/* Rank 0 reads the manifest; every rank gets its bytes (*buf malloc'ed).
+ * The broadcasts post from heap memory that a timed-out call keeps
+ * (ckpt_wait). */
 static dmuon_rc bcast_manifest(MPI_Comm comm, int ms, int rank, const char *path,
                                char **buf, size_t *len)
 {
     MPI_Request q;
     dmuon_rc rc = DMUON_OK;
-    uint64_t n = 0;
+    bool kept = false;
+    uint64_t *np = malloc(sizeof *np), n = 0;
     *buf = NULL;
-    if (rank == 0) {
+    if (!np)
+        rc = DMUON_FAIL(DMUON_ENOMEM, "checkpoint: out of memory for the manifest");
+    if (rank == 0 && rc == DMUON_OK) {
         if (access(path, F_OK) != 0 && errno == ENOENT)
             rc = DMUON_FAIL(DMUON_ENOTFOUND, "no checkpoint: '%s' does not exist (an interrupted "
                                              "save leaves none)", path);
@@ -624,9 +629,20 @@ static dmuon_rc bcast_manifest(MPI_Comm comm, int ms, int rank, const char *path
             rc = dmuon_read_file(path, 1u << 30, buf, len);
         n = *len;
     }
-    DMUON_TRY(ckpt_agree(comm, ms, rc));
-    DMUON_TRY(ckpt_wait(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, comm, &q), &q, ms,
-                        "MPI_Ibcast (manifest size)"));
+    rc = ckpt_agree(comm, ms, rc);
+    if (rc == DMUON_OK) {
+        *np = n;
+        rc = ckpt_wait(MPI_Ibcast(np, 1, MPI_UINT64_T, 0, comm, &q), &q, ms,
+                       "MPI_Ibcast (manifest size)", &kept);
+        n = *np;
+    }
+    if (!kept)
+        free(np);
+    if (rc != DMUON_OK) {
+        free(*buf);
+        *buf = NULL;
+        return rc;
+    }
     if (rank != 0) {
         *len = (size_t)n;
         if (!(*buf = malloc((size_t)n + 1)))
@@ -635,9 +651,10 @@ static dmuon_rc bcast_manifest(MPI_Comm comm, int ms, int rank, const char *path
     rc = ckpt_agree(comm, ms, rc);
     if (rc == DMUON_OK)
         rc = ckpt_wait(MPI_Ibcast(*buf, (int)n, MPI_CHAR, 0, comm, &q), &q, ms,
-                       "MPI_Ibcast (manifest)");
+                       "MPI_Ibcast (manifest)", &kept);
     if (rc != DMUON_OK) {
-        free(*buf);
+        if (!kept)   /* else a late peer may still write it: kept for good */
+            free(*buf);
         *buf = NULL;
         return rc;
     }

@@ -317,6 +317,11 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, int deadline_ms, const char *dir,
     rec *mine = NULL, *all = NULL;
     file_info info = {0}, *infos = NULL;
     int *counts = NULL, *displs = NULL;
+    struct {
+        int cnt;
+        file_info info;
+    } *send = NULL;   /* what this rank sends to rank 0 (heap: see ckpt_wait) */
+    bool kept = false;   /* a call timed out: its buffers stay allocated */
     size_t nmine = 0;
     char d[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX] = "";
     int ms = DMUON_DEADLINE_MS_DEFAULT;   /* the same on every rank (same options) */
@@ -353,6 +358,12 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, int deadline_ms, const char *dir,
     int cnt = (int)nmine * REC_WORDS;
     if ((size_t)cnt != nmine * (size_t)REC_WORDS)
         rc = DMUON_FAIL(DMUON_EINVAL, "checkpoint: too many pieces on one rank (%zu)", nmine);
+    if (rc == DMUON_OK && !(send = malloc(sizeof *send)))
+        rc = DMUON_FAIL(DMUON_ENOMEM, "checkpoint: out of memory gathering the pieces");
+    if (rc == DMUON_OK) {
+        send->cnt = cnt;
+        send->info = info;
+    }
     if (rank == 0 && rc == DMUON_OK) {
         counts = calloc((size_t)world, sizeof *counts);
         displs = calloc((size_t)world, sizeof *displs);
@@ -362,11 +373,12 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, int deadline_ms, const char *dir,
     }
     DMUON_TRY_GOTO(rc, ckpt_agree(comm, ms, rc), out);
     MPI_Request q;
-    DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Igather(&cnt, 1, MPI_INT, counts, 1, MPI_INT, 0, comm, &q), &q,
-                                 ms, "MPI_Igather (piece counts)"), out);
-    DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Igather(&info, 3, MPI_UINT64_T, infos, 3, MPI_UINT64_T, 0,
-                                             comm, &q), &q, ms, "MPI_Igather (file digests)"),
+    DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Igather(&send->cnt, 1, MPI_INT, counts, 1, MPI_INT, 0, comm,
+                                             &q), &q, ms, "MPI_Igather (piece counts)", &kept),
                    out);
+    DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Igather(&send->info, 3, MPI_UINT64_T, infos, 3, MPI_UINT64_T,
+                                             0, comm, &q), &q, ms, "MPI_Igather (file digests)",
+                                 &kept), out);
     size_t total = 0;
     if (rank == 0) {
         long long sum = 0;
@@ -384,7 +396,7 @@ dmuon_rc dmuon_ckpt_save(MPI_Comm comm, int deadline_ms, const char *dir,
     DMUON_TRY_GOTO(rc, ckpt_agree(comm, ms, rc), out);
     DMUON_TRY_GOTO(rc, ckpt_wait(MPI_Igatherv(mine, cnt, MPI_INT64_T, all, counts, displs,
                                             MPI_INT64_T, 0, comm, &q), &q, ms,
-                               "MPI_Igatherv (piece lists)"), out);
+                               "MPI_Igatherv (piece lists)", &kept), out);
 
     /* 5. rank 0: one copy per range, manifest, rename */
     if (rank == 0) {
@@ -400,10 +412,13 @@ out:
     if (rc != DMUON_OK && rank == 0 && tmp[0])
         dmuon_dir_remove(tmp);
     ckpt_ptable_release(&t);
+    if (kept)   /* a late peer may still move these: kept for good */
+        return rc;
     free(mine);
     free(all);
     free(infos);
     free(counts);
     free(displs);
+    free(send);
     return rc;
 }

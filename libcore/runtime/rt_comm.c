@@ -71,20 +71,34 @@ dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, 
     }
 }
 
+/* After a communication failure the runtime posts nothing more on world:
+ * its calls would match the abandoned ones of the others. */
+static dmuon_rc refuse_after_failure(const dmuon_rt *rt, const char *what)
+{
+    if (!rt->failed)
+        return DMUON_OK;
+    return DMUON_FAIL(DMUON_ECOMM, "runtime: %s: rank %d: refused after a communication failure "
+                      "(a missed deadline leaves the communicator out of step)", what,
+                      rt->topo.rank);
+}
+
 dmuon_rc rt_ctl_i64(dmuon_rt *rt, int64_t *v, int n, dmuon_ctl_op op, const char *what)
 {
+    DMUON_TRY(refuse_after_failure(rt, what));
     return rt_fail_comm(rt, dmuon_ctl_allreduce_i64(rt->topo.world, v, n, op,
                                                     rt->opts.deadline_ms, what));
 }
 
 dmuon_rc rt_ctl_f64(dmuon_rt *rt, double *v, int n, dmuon_ctl_op op, const char *what)
 {
+    DMUON_TRY(refuse_after_failure(rt, what));
     return rt_fail_comm(rt, dmuon_ctl_allreduce_f64(rt->topo.world, v, n, op,
                                                     rt->opts.deadline_ms, what));
 }
 
 dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what)
 {
+    DMUON_TRY(refuse_after_failure(rt, what));
     return rt_fail_comm(rt, dmuon_ctl_bcast(rt->topo.world, data, bytes, 0,
                                             rt->opts.deadline_ms, what));
 }

@@ -166,11 +166,17 @@ static dmuon_rc agree_outcome(dmuon_rt *rt, dmuon_rc rc, int bad, const char *wh
 }
 
 /* Step 1 and 2. */
-static dmuon_rc check_and_clip(dmuon_rt *rt)
+static dmuon_rc check_and_clip(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
 {
     double sumsq = 0;
     int bad = INT_MAX;
     dmuon_rc rc = DMUON_OK;
+    /* the arguments are checked inside the agreed part: a learning rate
+     * refused on one rank fails the step on every rank alike */
+    if (!lrs || !isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
+        rc = DMUON_FAIL(DMUON_EINVAL, "runtime: step needs finite learning rates (rank %d: muon "
+                        "%g, adamw %g)", rt->topo.rank, lrs ? lrs->muon_lr : NAN,
+                        lrs ? lrs->adamw_lr : NAN);
     for (size_t i = 0; i < rt->npieces; i++) {
         const rt_piece *pc = &rt->pieces[i];
         bool count = pc->owned || !rt->hsdp || rt->topo.node_id == 0;
@@ -402,7 +408,7 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     rt->stats.ns_s = 0;
     rt->stats.ns_matrices = 0;
     rt->grad_norm = NAN;
-    dmuon_rc rc = check_and_clip(rt);
+    dmuon_rc rc = check_and_clip(rt, lrs);
     if (rc != DMUON_OK)
         return step_failed(rt, rc);
     int64_t t = rt->steps + 1;
@@ -465,7 +471,12 @@ static void hparams(const dmuon_rt *rt, dmuon_ckpt_meta *m)
  * unknown entry. */
 static dmuon_rc apply_override(const dmuon_rt *rt, dmuon_ckpt_meta *m)
 {
-    const char *s = rt->opts.resume_override;
+    /* the field need not be NUL-terminated: read within its size */
+    char list[sizeof rt->opts.resume_override + 1];
+    size_t len = strnlen(rt->opts.resume_override, sizeof rt->opts.resume_override);
+    memcpy(list, rt->opts.resume_override, len);
+    list[len] = '\0';
+    const char *s = list;
     bool drop[N_HPARAMS] = {false}, ns = false;
     while (*s) {
         size_t n = strcspn(s, ", ");

@@ -70,6 +70,9 @@ dmuon_rc rt_fail_comm(dmuon_rt *rt, dmuon_rc rc)
  * (dmuon_agree: the lowest failing rank's rc and message on the others). */
 dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc)
 {
+    if (rt->failed)   /* a missed deadline: no further collective on world */
+        return rc != DMUON_OK ? rc : DMUON_FAIL(DMUON_ECOMM, "runtime: rank %d: no agreement "
+                                                "after a communication failure", rt->topo.rank);
     return rt_fail_comm(rt, dmuon_agree(rt->topo.world, rc, rt->opts.deadline_ms));
 }
 
@@ -108,6 +111,14 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
                         rt_elem_cuda() ? " (its CUDA element kernels are built but not wired to "
                                          "a device pool)"
                                        : " (built without CUDA)");
+    /* the deadline resolved once, here: < 0 and a bad $DMUON_DEADLINE_MS
+     * are refused at create, not at the first call that waits */
+    if (rc == DMUON_OK && rt->opts.deadline_ms < 0)
+        rc = DMUON_FAIL(DMUON_EINVAL, "runtime: deadline_ms %d: expected 0 ($DMUON_DEADLINE_MS "
+                        "or the default) or a positive number of milliseconds",
+                        rt->opts.deadline_ms);
+    if (rc == DMUON_OK)
+        rc = dmuon_deadline_ms(rt->opts.deadline_ms, &rt->opts.deadline_ms);
     rt->zero = zero;
     /* option errors are local but identical on every rank (same options) */
     if (rc != DMUON_OK)
@@ -129,6 +140,13 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     int rpn = rt->opts.ranks_per_node;
     DMUON_TRY_GOTO(rc, dmuon_topo_init(&rt->topo, comm, rpn), fail);
     rt->topo_ok = true;
+    /* an MPI error on the runtime's communicators comes back as a code,
+     * not an abort (a message of another layer's size, from hooks in
+     * different orders on the ranks, is MPI_ERR_TRUNCATE); the
+     * communicators made from these below inherit the handler */
+    MPI_Comm_set_errhandler(rt->topo.world, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(rt->topo.node, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(rt->topo.rail, MPI_ERRORS_RETURN);
     dmuon_err_set_rank(rt->topo.rank);
     if (rt->topo.per_node != dmuon_plan_gpus_per_node(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan has %d ranks per node, this run %d "
@@ -686,11 +704,15 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt)
 /* ---------------------------------------------------------- the hooks -- */
 
 /* Prefixes the recorded message of a failed operator call with the layer
- * (the operators name rank, peer and queue, not the layer). */
-static dmuon_rc in_layer(const dmuon_rt *rt, dmuon_rc rc, const char *what, size_t l)
+ * (the operators name rank, peer and queue, not the layer).  A mismatch
+ * seen by an operator (the ranks' calls differ) leaves the communicators
+ * out of step like a missed deadline: the runtime is failed. */
+static dmuon_rc in_layer(dmuon_rt *rt, dmuon_rc rc, const char *what, size_t l)
 {
     if (rc == DMUON_OK)
         return rc;
+    if (rc == DMUON_EMISMATCH)
+        rt->failed = true;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", dmuon_errmsg());
     return DMUON_FAIL(rc, "%s of layer '%s': %s", what, dmuon_plan_layer_name(rt->plan, l), msg);
@@ -736,6 +758,28 @@ static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
     return DMUON_OK;
 }
 
+/* Whether the next acquisition in `space` (the first of a micro-batch not
+ * begun yet) may be layer l's, as recorded: DMUON_EINVAL naming both
+ * layers when not.  Changes nothing, so a hook checks its acquisitions
+ * before it makes any and a refused call has no effect. */
+static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
+{
+    if (!rt->packed)
+        return DMUON_OK;
+    const rt_space_rec *r = &rt->rec[space];
+    size_t k = rt->in_micro ? rt->acq_index[space] : 0;
+    static const char *const what[RT_SPACES] = {"parameter", "gradient", "weight view"};
+    if (k >= r->nacq || (size_t)r->acq_block[k] != l)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch is "
+                          "layer '%s'; the recorded micro-batch acquired %s%s%s there (the "
+                          "hooks must repeat one order every micro-batch)",
+                          what[space], k, dmuon_plan_layer_name(rt->plan, l),
+                          k < r->nacq ? "layer '" : "nothing",
+                          k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
+                          k < r->nacq ? "'" : "");
+    return DMUON_OK;
+}
+
 /* Gives layer l's block in `space` its offset: its own range before
  * packing, the recorded acquisition's after. */
 static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
@@ -743,16 +787,8 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
     rt_layer *L = &rt->layers[l];
     if (rt->packed) {
         rt_space_rec *r = &rt->rec[space];
+        DMUON_TRY(acq_check(rt, space, l));
         size_t k = rt->acq_index[space]++;
-        static const char *const what[RT_SPACES] = {"parameter", "gradient", "weight view"};
-        if (k >= r->nacq || (size_t)r->acq_block[k] != l)
-            return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch is "
-                              "layer '%s'; the recorded micro-batch acquired %s%s%s there (the "
-                              "hooks must repeat one order every micro-batch)",
-                              what[space], k,
-                              dmuon_plan_layer_name(rt->plan, l), k < r->nacq ? "layer '" : "nothing",
-                              k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
-                              k < r->nacq ? "'" : "");
         if (space == RT_PARAM)
             L->poff = r->offsets[k];
         else if (space == RT_GRAD)
@@ -861,6 +897,36 @@ dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
 static bool in_fwd(const rt_layer *L) { return L->phase == RT_FWD || L->phase == RT_BWD_FWD; }
 static bool in_bwd(const rt_layer *L) { return L->phase == RT_BWD || L->phase == RT_BWD_FWD; }
 
+/* Layer L is done in this micro-batch (one not begun yet has none done). */
+static bool done_now(const dmuon_rt *rt, const rt_layer *L)
+{
+    return rt->in_micro && L->phase == RT_DONE;
+}
+
+/* The acquisitions a use of layer l (fetch, then its view) would make,
+ * checked before any is made. */
+static dmuon_rc use_check(const dmuon_rt *rt, size_t l)
+{
+    const rt_layer *L = &rt->layers[l];
+    if (L->pblock == RT_BLOCK_NONE)
+        DMUON_TRY(acq_check(rt, RT_PARAM, l));
+    if (!L->w)
+        DMUON_TRY(acq_check(rt, RT_VIEW, l));
+    return DMUON_OK;
+}
+
+/* A prefetch of layer l is only a hint: skipped, not an error, when the
+ * recorded order has another layer next (the hook that uses l reports). */
+static bool prefetch_ok(const dmuon_rt *rt, size_t l)
+{
+    const rt_layer *L = &rt->layers[l];
+    if (L->pblock != RT_BLOCK_NONE || L->phase == RT_DONE)
+        return false;
+    const rt_space_rec *r = &rt->rec[RT_PARAM];
+    size_t k = rt->acq_index[RT_PARAM];
+    return !rt->packed || (k < r->nacq && (size_t)r->acq_block[k] == l);
+}
+
 /* The invariants between a layer's phase and its blocks, after each hook
  * (debug builds): inside a bracket the block holds the parameters and the
  * F32 view exists; outside, no view; ZeRO-3 keeps no block outside its
@@ -887,16 +953,16 @@ dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
         layer_assert(rt, L);
         return DMUON_OK;
     }
-    micro_begin(rt);
-    if (L->phase == RT_DONE)
+    if (done_now(rt, L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') after its backward in this "
                           "micro-batch (missing post_backward of other layers?)",
                           dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(use_check(rt, l));
+    micro_begin(rt);
     DMUON_TRY(fetch(rt, l, true, false));
     L->phase = L->phase == RT_BWD ? RT_BWD_FWD : RT_FWD;
     layer_assert(rt, L);
-    if (rt->opts.prefetch && l + 1 < rt->nlayers && rt->layers[l + 1].pblock == RT_BLOCK_NONE &&
-        rt->layers[l + 1].phase != RT_DONE)
+    if (rt->opts.prefetch && l + 1 < rt->nlayers && prefetch_ok(rt, l + 1))
         DMUON_TRY(fetch(rt, l + 1, true, true));
     return DMUON_OK;
 }
@@ -924,13 +990,14 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
     if (rt->recompute)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') inside a recomputation",
                           dmuon_plan_layer_name(rt->plan, l));
-    micro_begin(rt);
-    if (in_bwd(L) || L->phase == RT_DONE)
+    if (in_bwd(L) || done_now(rt, L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
                           dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(use_check(rt, l));
+    DMUON_TRY(acq_check(rt, RT_GRAD, l));
+    micro_begin(rt);
     DMUON_TRY(fetch(rt, l, true, false));
-    if (rt->zero == 3 && rt->opts.prefetch && l > 0 &&
-        rt->layers[l - 1].pblock == RT_BLOCK_NONE && rt->layers[l - 1].phase != RT_DONE)
+    if (rt->zero == 3 && rt->opts.prefetch && l > 0 && prefetch_ok(rt, l - 1))
         DMUON_TRY(fetch(rt, l - 1, true, true));
     DMUON_TRY(acquire(rt, RT_GRAD, l));
     memset(rt_gblock(rt, L), 0, (size_t)L->gbytes);
@@ -1079,8 +1146,6 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     }
     if (rt->micro == 0)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step with no micro-batch since the last step");
-    if (!lrs || !isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
-        return DMUON_FAIL(DMUON_EINVAL, "runtime: step needs finite learning rates");
     /* every parameter block is given back before the step (ZeRO-2 keeps
      * them through the micro-batches) */
     for (size_t l = 0; l < rt->nlayers; l++)
@@ -1139,8 +1204,20 @@ void dmuon_rt_free(dmuon_rt *rt)
 {
     if (!rt)
         return;
-    rt_pool_drop(rt);
-    dmuon_publish_free(rt->pub);
+    /* after a communication failure a posted call may still complete into
+     * the pool, the scratch, the state or a group's buffers whenever the
+     * late peers arrive, and freeing the pool is itself collective: those
+     * are kept for good, with the communicators */
+    bool keep = rt->failed;
+    if (!keep) {
+        rt_pool_drop(rt);
+        dmuon_publish_free(rt->pub);
+        free(rt->state);
+        free(rt->scratch);
+        free(rt->views);
+        if (rt->topo_ok)
+            dmuon_topo_release(&rt->topo);
+    }
     free(rt->pub_table);
     for (size_t l = 0; l < rt->nlayers; l++) {
         rt_layer *L = &rt->layers[l];
@@ -1154,7 +1231,6 @@ void dmuon_rt_free(dmuon_rt *rt)
         free(rt->params[i].init);
     for (size_t i = 0; i < rt->nunknown; i++)
         free(rt->unknown[i]);
-    free(rt->views);
     for (int s = 0; s < RT_SPACES; s++) {
         free(rt->rec[s].ev);
         free(rt->rec[s].offsets);
@@ -1164,10 +1240,6 @@ void dmuon_rt_free(dmuon_rt *rt)
     free(rt->params);
     free(rt->layers);
     free(rt->pieces);
-    free(rt->state);
-    free(rt->scratch);
     dmuon_ns_free(rt->ns);
-    if (rt->topo_ok)
-        dmuon_topo_release(&rt->topo);
     free(rt);
 }

@@ -12,9 +12,10 @@ R="$DMUON_BUILD/tests/mpi/rt_check"
 MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 
 digest() { sed -nE 's/^weights digest ([0-9a-f]+)$/\1/p' "$T_TMP/out"; }
+export RT_CHECK_VERBOSE=1   # every check's line, for the check_out below
 case_ok() {  # np description args...
     local np=$1 what=$2; shift 2
-    run "${MPIRUN[@]}" -np "$np" "$R" "$@"
+    run "${MPIRUN[@]}" -x RT_CHECK_VERBOSE -np "$np" "$R" "$@"
     check_rc 0 "$what"
     check_out '^[0-9]+ passed, 0 failed' "$what: summary"
 }
@@ -47,7 +48,14 @@ case_ok 4 "B, update scale sqrt(max(1, m/n))" --line B --shape-scale
 check_eq "$(digest)" "$d_shape" "line B gives line D's weights with the shape scale"
 case_ok 8 "D, recomputation, F32 parameters, 8 ranks" --line D --recompute --dtype f32
 case_ok 4 "D, merged small units" --line D --small-unit-bytes 16777216
+# error paths; a refused hook call (out of the recorded order) changes
+# nothing: the correct order then runs and matches the reference
 case_ok 4 "D, error paths (registration, hook order, NaN gradient)" --line D --errors
+check_out '^ok   pre_backward of a block before the root.s is refused' "ZeRO-3: the refused pre_backward ran"
+check_out '^ok   pre_forward of a block after the forward is refused' "ZeRO-3: the refused pre_forward ran"
+check_out '^ok   a NaN learning rate on rank 3 is refused on every rank' "a NaN learning rate on one rank"
+case_ok 4 "D ZeRO-2, error paths" --line D --zero 2 --errors
+check_out '^ok   pre_backward of a block before the root.s is refused' "ZeRO-2: the refused pre_backward ran"
 
 case_ok 4 "D, global-norm clipping (1e-5 relative: the norm's summation order differs)" \
     --line D --clip 0.05 --dtype f32

@@ -9,7 +9,7 @@
 # byte-identical to before the step, the norm reported as NaN, a retry
 # without a micro-batch refused; after the numeric faults the next steps
 # match the reference bit for bit (the failed step's gradients dropped).
-# Last, a save whose fsync on one rank takes 4 deadlines: every rank returns
+# Last, a save whose fsync on one rank (rank 1 or the last) takes 4 deadlines: every rank returns
 # DMUON_ETIMEOUT (the waiting ones within 3 deadlines), no checkpoint or
 # temporary directory is left, and the runtime refuses further collectives.
 source "$(dirname "$0")/../cli/lib.sh"
@@ -40,15 +40,23 @@ case_ok 4 "NaN gradient on one rank, line B" --fault nan --line B
 start=$(date +%s)
 case_ok 4 "a rank stalled before the step, line D" --fault stall --line D --deadline-ms 1500
 check_out '^ok   stall: every rank returns the same code' "stall: the same code on every rank"
+check_out '^ok   stall: the abandoned calls left rank 0' "stall: the stack check ran"
 took=$(( $(date +%s) - start ))
 [ "$took" -lt 60 ] && ok || bad "stall: took ${took}s"
 
-start=$(date +%s)
-case_ok 4 "a slow fsync on one rank during save" --fault slow-save --line D --deadline-ms 1000 \
-    --save "$T_TMP/ck"
-check_out '^ok   slow fsync: save returns DMUON_ETIMEOUT on every rank' "slow fsync: the check ran"
-check_out '^ok   slow fsync: rank 0 returned after' "slow fsync: the time check ran"
-check_eq "$(ls -d "$T_TMP"/ck* 2>/dev/null | wc -l)" 0 "slow fsync: no checkpoint or temporary directory left"
-took=$(( $(date +%s) - start ))
-[ "$took" -lt 60 ] && ok || bad "slow fsync: took ${took}s"
+# the slow rank is rank 1 and the last, on 2 and on 4 ranks: the others'
+# abandoned rounds must never be matched by the late rank's later ones
+for np_rank in "2 1" "4 1" "4 3"; do
+    set -- $np_rank
+    start=$(date +%s)
+    case_ok "$1" "a slow fsync on rank $2 of $1 during save" --fault slow-save --fault-rank "$2" \
+        --line D --deadline-ms 1000 --save "$T_TMP/ck"
+    check_out '^ok   slow fsync: save returns DMUON_ETIMEOUT on every rank' "slow fsync $1/$2: the check ran"
+    check_out '^ok   slow fsync: rank 0 returned after' "slow fsync $1/$2: the time check ran"
+    check_out '^ok   slow fsync: the abandoned calls left rank 0' "slow fsync $1/$2: the stack check ran"
+    check_eq "$(ls -d "$T_TMP"/ck* 2>/dev/null | wc -l)" 0 \
+        "slow fsync $1/$2: no checkpoint or temporary directory left"
+    took=$(( $(date +%s) - start ))
+    [ "$took" -lt 60 ] && ok || bad "slow fsync $1/$2: took ${took}s"
+done
 finish

@@ -34,6 +34,11 @@ load "another NS variant with resume_override=all" --ns-variant direct-pe5 --mom
 check_out '^ok   load .* at step 2' "override all: loaded"
 load "an unknown override entry is refused" --resume-override "momentum, bogus" --expect-load-error
 check_out "resume_override entry 'bogus'" "the message names the entry"
+# a resume_override that fills its 256 bytes with no NUL is read within them
+full=$(printf 'all,%.0s' $(seq 64))
+check_eq "${#full}" 256 "the override fills the field"
+load "a full resume_override without NUL" --momentum 0.9 --resume-override "$full" --load-only
+check_out '^ok   load .* at step 2' "full override: loaded"
 
 # a manifest without the variant (written before it was recorded) loads
 sed -i '/"ns_variant"/d' "$T_TMP/ck/manifest.json"

@@ -45,11 +45,13 @@ static int g_rank, g_pass, g_fail;
 
 static int g_stall_mode;
 
-/* --fault: what one rank (the last) does wrong at the second step, and the
- * test-only slow fsync: this program's fsync replaces the C library's for
- * the whole process (the library's checkpoint code included), so one rank
- * can be made slow without a hook in the library. */
+/* --fault: what one rank (--fault-rank, default the last) does wrong at
+ * the second step, and the test-only slow fsync: this program's fsync
+ * replaces the C library's for the whole process (the library's checkpoint
+ * code included), so one rank can be made slow without a hook in the
+ * library. */
 static const char *g_fault;
+static int g_fault_rank = -1;   /* --fault-rank; default the last */
 static int g_slow_fsync_ms;
 
 int fsync(int fd)
@@ -301,6 +303,23 @@ static int same_everywhere(int v)
     return lo == hi;
 }
 
+/* Right after a call that timed out: fills 64 KiB of stack below this
+ * frame (where the library's frames were) with a pattern and waits in a
+ * world barrier, during which the late rank arrives and completes the calls
+ * the others abandoned.  True when no byte changed: the library posted
+ * those calls from memory of its own, not from its stack. */
+__attribute__((noinline)) static bool stack_untouched(void)
+{
+    volatile unsigned char buf[65536];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = 0xA5;
+    MPI_Barrier(MPI_COMM_WORLD);
+    size_t changed = 0;
+    for (size_t i = 0; i < sizeof buf; i++)
+        changed += buf[i] != 0xA5;
+    return changed == 0;
+}
+
 /* The step with --fault's injection: it fails with the same code on every
  * rank, the state is byte-identical to before, the norm reads NaN and a
  * retry without a micro-batch is refused.  True when the run can go on
@@ -311,11 +330,13 @@ static bool fault_failed_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int size, i
     bool stall = fault_is("stall");
     uint64_t before = dmuon_rt_state_digest(rt);
     int64_t steps = dmuon_rt_steps(rt);
-    if (stall && g_rank == size - 1) {   /* comes to the step late */
+    if (stall && g_rank == g_fault_rank) {   /* comes to the step late */
         struct timespec ts = {deadline * 2 / 1000, (long)(deadline * 2 % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
     dmuon_rc rc = dmuon_rt_step(rt, lrs);
+    if (stall)
+        check(stack_untouched(), "stall: the abandoned calls left rank %d's stack alone", g_rank);
     dmuon_rc want = stall ? DMUON_ETIMEOUT : DMUON_ENUMERIC;
     check(same_everywhere((int)rc), "%s: every rank returns the same code (rank %d: %s)", g_fault,
           g_rank, dmuon_rc_name(rc));
@@ -359,7 +380,7 @@ int main(int argc, char **argv)
                                  {"small-unit-bytes", 1, 0, 'u'}, {"errors", 0, 0, 'e'}, {"mismatch", 0, 0, 'x'}, {"stall", 1, 0, 'X'}, {"global-grads", 0, 0, 'G'}, {"clip", 1, 0, 'C'}, {"zero-grads", 0, 0, 'Z'}, {"save", 1, 0, 'V'}, {"load", 1, 0, 'O'}, {"start", 1, 0, 'T'}, {"saved-ranks", 1, 0, 'R'}, {"export", 1, 0, 'E'}, {"expect-load-error", 0, 0, 'F'}, {"deadline-ms", 1, 0, 'D'}, {"shape-scale", 0, 0, 'Q'},
                                  {"fault", 1, 0, 'K'},              {"momentum", 1, 0, 'M'},
                                  {"ns-variant", 1, 0, 'N'},         {"resume-override", 1, 0, 'W'},
-                                 {"load-only", 0, 0, 'Y'},
+                                 {"load-only", 0, 0, 'Y'},          {"fault-rank", 1, 0, 'j'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -390,6 +411,7 @@ int main(int argc, char **argv)
         case 'E': export_path = optarg; break;
         case 'F': expect_load_error = 1; break;
         case 'K': g_fault = optarg; break;
+        case 'j': g_fault_rank = atoi(optarg); break;
         case 'M': momentum = atof(optarg); break;
         case 'N': ns_variant = optarg; break;
         case 'W': resume_override = optarg; break;
@@ -401,6 +423,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (g_fault_rank < 0 || g_fault_rank >= size)
+        g_fault_rank = size - 1;
+
     g_stall_mode = stall >= 0;
     dmuon_tensor_spec specs[256];
     size_t nspec = make_specs(specs, layers);
@@ -441,8 +466,11 @@ int main(int argc, char **argv)
         ro.optim.momentum = momentum;
     if (ns_variant)
         snprintf(ro.optim.ns_variant, sizeof ro.optim.ns_variant, "%s", ns_variant);
-    if (resume_override)
-        snprintf(ro.resume_override, sizeof ro.resume_override, "%s", resume_override);
+    if (resume_override) {   /* a value of the field's size or more fills it: no NUL */
+        size_t n = strlen(resume_override);
+        memcpy(ro.resume_override, resume_override,
+               n < sizeof ro.resume_override ? n + 1 : sizeof ro.resume_override);
+    }
 
     /* the model has the placements it is meant to test */
     int placed[3] = {0, 0, 0};   /* halves, interleaved, transposed contiguous */
@@ -623,6 +651,20 @@ int main(int argc, char **argv)
                 struct timespec ts = {deadline * 4 / 1000, 0};
                 nanosleep(&ts, NULL);
             }
+            if (errors && t == 2 && k == 0 && L > 2) {
+                /* refused hook calls (out of the recorded order) change
+                 * nothing: the correct order then runs and matches */
+                dmuon_rc r1 = dmuon_rt_pre_backward(rt, 1);
+                check(r1 == DMUON_EINVAL && strstr(dmuon_errmsg(), "acquisition"),
+                      "pre_backward of a block before the root's is refused (%s)",
+                      dmuon_errmsg());
+                if (zero == 3) {
+                    r1 = dmuon_rt_pre_forward(rt, 1);
+                    check(r1 == DMUON_EINVAL && strstr(dmuon_errmsg(), "acquisition"),
+                          "pre_forward of a block after the forward is refused (%s)",
+                          dmuon_errmsg());
+                }
+            }
             /* backward: root opened first, blocks in reverse, root closed last */
             if (dmuon_rt_pre_backward(rt, 0) != DMUON_OK) {
                 check(0, "pre_backward(root): %s", dmuon_errmsg());
@@ -659,9 +701,9 @@ int main(int argc, char **argv)
                         continue;
                     for (int64_t i = 0; i < pp->numel; i++) {
                         float v = contrib(g_rank, size, t, k, (int)p, i, seed, pp->name);
-                        if (t == nan_step && p == np / 2 && i == 3 && g_rank == size - 1)
+                        if (t == nan_step && p == np / 2 && i == 3 && g_rank == g_fault_rank)
                             v = NAN;
-                        if (t == fault_step && k == 0 && (int)p == over_p && i == 5 && g_rank == size - 1)
+                        if (t == fault_step && k == 0 && (int)p == over_p && i == 5 && g_rank == g_fault_rank)
                             v = 2.5e38f;
                         g[i] += v;
                     }
@@ -680,6 +722,19 @@ int main(int argc, char **argv)
                                                                : dmuon_model_param(model, np / 2)->name))
                 continue;   /* nothing changed: the reference does not step either */
             goto out;
+        }
+        if (errors && t == 2) {
+            /* a non-finite learning rate on one rank: refused on every rank
+             * alike, nothing changed, the runtime still usable */
+            if (g_rank == g_fault_rank)
+                lrs.muon_lr = NAN;
+            rc = dmuon_rt_step(rt, &lrs);
+            check(same_everywhere((int)rc) && rc == DMUON_EINVAL &&
+                      strstr(dmuon_errmsg(), g_rank == g_fault_rank ? "finite learning rates"
+                                                                    : "failed (einval)"),
+                  "a NaN learning rate on rank %d is refused on every rank (%s)", g_fault_rank,
+                  dmuon_errmsg());
+            continue;   /* no state changed: the reference does not step either */
         }
         rc = dmuon_rt_step(rt, &lrs);
         if (t == nan_step) {
@@ -711,16 +766,18 @@ int main(int argc, char **argv)
          * DMUON_ETIMEOUT, the waiting ones within 3 deadlines, the slow one
          * within 3 deadlines after its fsync; no checkpoint appears */
         double slow = 4.0 * deadline / 1e3, t0 = now_s();
-        if (g_rank == size - 1)
+        if (g_rank == g_fault_rank)
             g_slow_fsync_ms = 4 * deadline;
         rc = dmuon_rt_save(rt, save_dir);
-        double took = now_s() - t0, limit = 3.0 * deadline / 1e3 + (g_rank == size - 1 ? slow : 0);
+        double took = now_s() - t0, limit = 3.0 * deadline / 1e3 + (g_rank == g_fault_rank ? slow : 0);
         g_slow_fsync_ms = 0;
+        check(stack_untouched(), "slow fsync: the abandoned calls left rank %d's stack alone",
+              g_rank);
         check(same_everywhere((int)rc) && rc == DMUON_ETIMEOUT,
               "slow fsync: save returns DMUON_ETIMEOUT on every rank (rank %d: %s)", g_rank,
               dmuon_errmsg());
         check(took < limit, "slow fsync: rank %d returned after %.2f s (limit %.2f s: 3 deadlines%s)",
-              g_rank, took, limit, g_rank == size - 1 ? " after its own fsync" : "");
+              g_rank, took, limit, g_rank == g_fault_rank ? " after its own fsync" : "");
         check(access(save_dir, F_OK) != 0, "slow fsync: no checkpoint '%s' appeared", save_dir);
         rc = dmuon_rt_save(rt, save_dir);
         check(rc == DMUON_ECOMM && same_everywhere((int)rc),

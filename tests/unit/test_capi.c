@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "dmuon/capi.h"
@@ -129,6 +130,19 @@ static void test_rt_opts_and_create(void **state)
     assert_int_equal(dmuon_capi_rt_create(p, dmuon_capi_comm_world(), o, &rt), DMUON_EINVAL);
     assert_null(rt);
     assert_int_equal(dmuon_capi_rt_opts_set(o, "momentum", "0.9"), DMUON_OK);
+    /* the deadline is resolved at create: a bad $DMUON_DEADLINE_MS and a
+     * negative deadline_ms are refused there */
+    setenv("DMUON_DEADLINE_MS", "abc", 1);
+    assert_int_equal(dmuon_capi_rt_create(p, dmuon_capi_comm_world(), o, &rt), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "DMUON_DEADLINE_MS 'abc'"));
+    assert_null(rt);
+    unsetenv("DMUON_DEADLINE_MS");
+    dmuon_rt_opts ro;
+    dmuon_rt_opts_init(&ro);
+    ro.deadline_ms = -1;
+    assert_int_equal(dmuon_rt_create(p, MPI_COMM_WORLD, &ro, &rt), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "deadline_ms -1"));
+    assert_null(rt);
     assert_int_equal(dmuon_capi_rt_create(p, dmuon_capi_comm_world(), o, &rt), DMUON_OK);
     double st[DMUON_CAPI_STATS];
     dmuon_capi_rt_stats(rt, st);

@@ -16,7 +16,12 @@
  * its deadline returns DMUON_ETIMEOUT naming `what` and this rank; the
  * communicator may then hold a posted call that never completes (MPI cannot
  * cancel collectives), so the caller treats it as failed: a tool ends the
- * job, a runtime refuses further collective work.
+ * job, a runtime refuses further collective work.  Each call posts from a
+ * heap copy of its buffer that it owns: the caller's memory is read before
+ * the call is posted and written only after it completed, never by a late
+ * peer.  A timed-out call keeps its copy alive for good (8 bytes per value
+ * of a reduction, `bytes` of a broadcast, 8 + 1028 bytes of an agreement)
+ * together with its request; the communicator is unusable afterwards.
  */
 #ifndef DMUON_CTL_H
 #define DMUON_CTL_H
@@ -41,7 +46,10 @@
  * every rank confirms it, so a rank that arrives after the others gave up at
  * the deadline times out instead of going on alone.  Errors besides those agreed: DMUON_ETIMEOUT
  * (deadline; the message names `agree` and this rank), DMUON_ECOMM (an MPI
- * call failed). */
+ * call failed, or "rounds out of step": the first round came back with a
+ * value no rank of this round can have sent, such as a root outside
+ * 0..size-1, because a late rank's round completed against calls of
+ * another round; nothing is broadcast from such a value). */
 dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms);
 
 typedef enum { DMUON_CTL_SUM = 0, DMUON_CTL_MIN, DMUON_CTL_MAX } dmuon_ctl_op;

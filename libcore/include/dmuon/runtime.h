@@ -75,7 +75,9 @@ typedef struct {
                                  MPI_COMM_TYPE_SHARED; must equal the plan's
                                  gpus_per_node */
     dmuon_optim_opts optim;   /* hyperparameters (dmuon_optim_opts_init) */
-    int deadline_ms;          /* per operator call; 0 → $DMUON_DEADLINE_MS or 600000 (10 min) */
+    int deadline_ms;          /* per operator call; 0 → $DMUON_DEADLINE_MS or 600000 (10 min),
+                                 resolved once at create; < 0 or a bad
+                                 $DMUON_DEADLINE_MS is DMUON_EINVAL there */
     int prefetch;             /* 1 (default): pre_forward(l) starts layer l+1's
                                  gather (ZeRO-3 pre_backward(l): layer l−1's);
                                  line D on FSDP starts it split-phase
@@ -97,7 +99,8 @@ typedef struct {
                                  momentum, nesterov, muon_weight_decay,
                                  muon_scale, beta1, beta2, eps,
                                  adamw_weight_decay, clip_norm, ns_variant,
-                                 or "all".  Default empty. */
+                                 or "all"; read within its size (a NUL
+                                 is not required).  Default empty. */
 } dmuon_rt_opts;
 
 void dmuon_rt_opts_init(dmuon_rt_opts *o);
@@ -220,7 +223,9 @@ typedef struct {
  * communication failure also leaves the state as it was if it happens
  * before the agreement, but the runtime is then unusable (free it).
  * Collective.  Errors: DMUON_EINVAL (a micro-batch not ended, no
- * micro-batch since the last step, non-finite learning rates),
+ * micro-batch since the last step: local, before any communication;
+ * non-finite learning rates, or lrs NULL, on any rank: agreed, a failed
+ * step on every rank like the others, the runtime stays usable),
  * DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM, and a failing rank's code. */
 dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 
@@ -298,7 +303,12 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir);
 dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path);
 
 /* Frees the runtime (collective over the node: frees the pool).  Accepts
- * NULL. */
+ * NULL.  After a communication failure (DMUON_ETIMEOUT or DMUON_ECOMM from
+ * any call) the pool, the optimizer state, the scratch, the groups and the
+ * communicators are kept allocated for good, not freed: a call abandoned
+ * at its deadline may still write them when the late peers arrive, and
+ * freeing the pool would be a collective on a communicator out of step.
+ * The call is then local; the process should end the job soon. */
 void dmuon_rt_free(dmuon_rt *rt);
 
 #endif
