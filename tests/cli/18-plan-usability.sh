@@ -125,8 +125,17 @@ check_out "bound [0-9.e+]+ ms at the nominal 1 TFLOP/s" "the bound has its unit"
 check_out "layer root: the rank holding the most" "layer root explained"
 check_out "byte cap: a target" "the byte cap is a target"
 
+# Qwen2.5-32B at 2 and 8 nodes: a plan keeping the byte cap and layer
+# spreading reaches the mean (unit t of layer L on rank (L + t) mod R), so the
+# default must be within 1% of it and proven optimal
+for n in 2 8; do
+    run "$P" "$M/qwen2.5-32b.yaml" --nodes $n -g 8 --cost flops
+    check_out "busiest NS / mean +1\.00[0-9] " "qwen2.5-32b ${n}x8: busiest within 1% of the mean"
+    check_out "optimal: no plan has a less busy rank" "qwen2.5-32b ${n}x8: proven optimal"
+done
+
 # a plan over its bound says what each constraint costs
-run "$P" "$M/qwen2.5-32b.yaml" --nodes 8 -g 8 --cost flops --sharding hsdp
+run "$P" "$DMUON_ROOT/tests/data/plan/qwen3-8b.json" --nodes 16 -g 8 --cost flops --sharding hsdp
 check_out "what each constraint costs" "the gap to the bound is explained"
 check_out "layer spreading: busiest NS [0-9.]+ -> [0-9.]+" "layer spreading's cost"
 check_out "column balancing: busiest NS" "column balancing's cost (HSDP)"
