@@ -387,6 +387,15 @@ static int64_t largest_unit_bytes(const dmuon_plan *p)
     return b;
 }
 
+static int64_t smallest_unit_bytes(const dmuon_plan *p)
+{
+    int64_t b = INT64_MAX;
+    for (size_t i = 0; i < p->nunits; i++)
+        if (p->units[i].bytes < b)
+            b = p->units[i].bytes;
+    return p->nunits ? b : 0;
+}
+
 void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
 {
     const dmuon_plan_report *r = &p->report;
@@ -432,11 +441,26 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
         double cap = (1 + o->epsilon) * (double)r->total_bytes / r->ranks;
         fprintf(f, "  byte cap: a target, not a guarantee: %.1f MiB per rank ((1 + %.3g) x "
                    "mean)", mib((int64_t)cap), o->epsilon);
-        if (r->byte_cap_fallbacks)
-            fprintf(f, ";\n  %zu unit%s placed over it: no rank that layer spreading allowed "
-                       "had room\n  (largest unit %.1f MiB)",
-                    r->byte_cap_fallbacks, r->byte_cap_fallbacks == 1 ? "" : "s",
-                    mib(largest_unit_bytes(p)));
+        size_t big = 0, fbig = 0;   /* units larger than the cap by themselves */
+        for (size_t i = 0; i < p->nunits; i++) {
+            big += (double)p->units[i].bytes > cap;
+            fbig += (double)p->units[i].bytes > cap && p->fallback[i];
+        }
+        size_t rest = r->byte_cap_fallbacks - fbig;
+        if (r->byte_cap_fallbacks && big == p->nunits)
+            fprintf(f, ";\n  every unit is larger than the cap by itself (smallest %lld "
+                       "bytes), so every rank holding one is over it",
+                    (long long)smallest_unit_bytes(p));
+        else if (r->byte_cap_fallbacks) {
+            fprintf(f, ";\n  %zu unit%s placed over it (largest unit %.1f MiB)", r->byte_cap_fallbacks,
+                    r->byte_cap_fallbacks == 1 ? "" : "s", mib(largest_unit_bytes(p)));
+            if (fbig)
+                fprintf(f, ":\n  %zu larger than the cap by %s", fbig,
+                        fbig == 1 ? "itself" : "themselves");
+            if (rest)
+                fprintf(f, "%s  %zu for which no rank %shad room", fbig ? ";\n" : ":\n", rest,
+                        o->layer_spread ? "that layer spreading allowed " : "");
+        }
         fprintf(f, "\n");
     }
     dmuon_plan_memory mem;

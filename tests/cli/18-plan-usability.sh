@@ -139,6 +139,23 @@ run "$P" "$DMUON_ROOT/tests/data/plan/qwen3-8b.json" --nodes 16 -g 8 --cost flop
 check_out "what each constraint costs" "the gap to the bound is explained"
 check_out "layer spreading: busiest NS [0-9.]+ -> [0-9.]+" "layer spreading's cost"
 check_out "column balancing: busiest NS" "column balancing's cost (HSDP)"
+# no cost is negative: a relaxed plan worse than the plan keeping the
+# constraint is reported as costing nothing
+neg=0
+for args in "$DMUON_ROOT/tests/data/plan/qwen3-8b.json --nodes 16 -g 8 --sharding hsdp" \
+            "$DMUON_ROOT/tests/data/plan/qwen3-8b.json --nodes 8 -g 8 --sharding hsdp --compare" \
+            "$M/pi05.yaml --nodes 8 -g 8 --sharding hsdp --compare"; do
+    run "$P" $args --cost flops
+    neg=$((neg + $(awk '/busiest NS [0-9.]+ -> [0-9.]+/ { for (i = 1; i < NF; i++)
+        if ($i == "->" && $(i - 2) == "NS" && $(i + 1) + 0 > $(i - 1) + 0) n++ } END { print n + 0 }' "$T_TMP/out")))
+done
+if [ "$neg" -eq 0 ]; then ok; else bad "$neg constraint cost lines with a relaxed plan worse than the default"; fi
+# the over-cap reason: no blame on layer spreading without it; every unit over the cap said so
+run "$P" "$DMUON_ROOT/tests/data/plan/qwen3-8b.json" --nodes 16 -g 8 --cost flops --no-layer-spread
+check_out "placed over it" "qwen3-8b 16x8 without spreading: units over the cap"
+if grep -q "layer spreading allowed" "$T_TMP/out"; then bad "--no-layer-spread: the over-cap reason blames layer spreading"; else ok; fi
+run "$P" "$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml" --ranks 64 --cost flops
+check_out "every unit is larger than the cap by itself" "every unit over the cap: said so"
 run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 4 -g 8 --cost flops
 if grep -q "what each constraint costs" "$T_TMP/out"; then bad "within 1% of the bound: no explanation"; else ok; fi
 
