@@ -475,6 +475,8 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
         fprintf(f, "  %-34s %12.2f\n", "its FP32 gradient buffer", gib(mem.gathered_grad_bytes));
         fprintf(f, "  %-34s %12.2f\n", "runtime pool (no reuse)", gib(mem.pool_bytes));
         fprintf(f, "  %-34s %12.2f\n", "least at a step", gib(mem.least_bytes));
+        fprintf(f, "  %-34s %12.2f   (optimizer state + pool)\n", "first step",
+                gib(mem.first_step_bytes));
     }
 }
 
@@ -530,6 +532,8 @@ void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
                         mem.gathered_layer >= 0 ? p->layer_names[mem.gathered_layer] : "");
         dmuon_json_kint(w, "pool_bytes", mem.pool_bytes);
         dmuon_json_kint(w, "least_bytes", mem.least_bytes);
+        dmuon_json_kint(w, "windows_bytes", mem.windows_bytes);
+        dmuon_json_kint(w, "first_step_bytes", mem.first_step_bytes);
         dmuon_json_end_object(w);
     }
 }

@@ -106,8 +106,18 @@ set +m
 D="$DMUON_ROOT/tests/data/plan/deepseek-v3.json"
 run "$P" "$D" --ranks 64 --cost flops --device-memory 80G
 check_rc 0 "--device-memory only warns"
-check_err "warning: rank [0-9]+ needs at least .* over --device-memory 80.00 GiB: layer 'model\.layers\.[0-9]+' gathers" \
-    "--device-memory 80G warns and names the layer"
+check_err "warning: rank [0-9]+ needs [0-9.]+ GiB at its first step, over --device-memory 80.00 GiB" \
+    "--device-memory 80G warns on the first step (the pool's no-reuse layout)"
+check_err "FP32 gradient of layer 'model\.layers\.[0-9]+'" "--device-memory 80G names the layer"
+# the parts add up: first = optimizer + pool, pool = layers + windows,
+# least = optimizer + windows + gathered + gradient (GiB with 2 decimals, in order)
+grep -oE '[0-9]+\.[0-9]{2}' "$T_TMP/err" | tr '\n' ' ' | awk '{
+    d1 = $1 - ($3 + $4); d2 = $4 - ($5 + $6); d3 = $7 - ($8 + $9 + $10 + $11)
+    exit (NF == 11 && d1 * d1 < 4e-4 && d2 * d2 < 4e-4 && d3 * d3 < 4e-4) ? 0 : 1 }' &&
+    ok || bad "the --device-memory warning's parts do not add up: $(cat "$T_TMP/err")"
+if grep -q "ZeRO-3" "$T_TMP/err"; then bad "already ZeRO-3: the hint suggests ZeRO-3"; else ok; fi
+run "$P" "$D" --ranks 64 --cost flops --zero 2 --device-memory 80G
+check_err "more ranks, ZeRO-3, or a smaller layer" "ZeRO-2: the hint suggests ZeRO-3"
 run "$P" "$D" --ranks 64 --cost flops --device-memory 100T
 if grep -q "device-memory" "$T_TMP/err"; then bad "100T: no warning expected"; else ok; fi
 run "$P" "$D" --ranks 64 --cost flops --json

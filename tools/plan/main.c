@@ -704,16 +704,33 @@ static int warn_memory(const cli *c, const dmuon_plan *p)
     dmuon_rc rc = dmuon_plan_busiest_memory(p, &r, &mem);
     if (rc)
         return fail(c, rc);
-    if (mem.least_bytes > c->device_memory)
-        fprintf(stderr, "dmuon-plan: warning: rank %d needs at least %.2f GiB, over "
-                "--device-memory %.2f GiB: layer '%s' gathers %.2f GiB plus a %.2f GiB FP32 "
-                "gradient buffer, besides %.2f GiB of optimizer state (more ranks, ZeRO-3, or "
-                "a smaller layer)\n", r, mem.least_bytes / 1073741824.0,
-                c->device_memory / 1073741824.0,
+    /* the first micro-batch runs on the pool's no-reuse layout, so that is
+     * what must fit; the least at a step is what reuse could bring it to */
+    if (mem.first_step_bytes > c->device_memory) {
+        int zs = dmuon_plan_zero_stage(p);
+        double G = 1073741824.0;
+        int64_t layers = mem.pool_bytes - mem.windows_bytes;
+        int64_t rest = mem.least_bytes - mem.optimizer_bytes - mem.windows_bytes -
+                       mem.gathered_grad_bytes;
+        fprintf(stderr,
+                "dmuon-plan: warning: rank %d needs %.2f GiB at its first step, over "
+                "--device-memory %.2f GiB:\n"
+                "  %.2f GiB optimizer state + %.2f GiB runtime pool (its first, no-reuse "
+                "layout: %.2f GiB of every layer's parameters and FP32 gradients, %.2f GiB of "
+                "owner window, AdamW shards and publish copy);\n"
+                "  the least at a step (with reuse) is %.2f GiB = %.2f optimizer state + %.2f "
+                "windows + %.2f %s + %.2f FP32 gradient of layer '%s' (%s)\n",
+                r, mem.first_step_bytes / G, c->device_memory / G, mem.optimizer_bytes / G,
+                mem.pool_bytes / G, layers / G, mem.windows_bytes / G, mem.least_bytes / G,
+                mem.optimizer_bytes / G, mem.windows_bytes / G, rest / G,
+                zs == 2 ? "gathered parameters (ZeRO-2: every layer)"
+                                   : "gathered parameters",
+                mem.gathered_grad_bytes / G,
                 mem.gathered_layer >= 0 ? dmuon_plan_layer_name(p, (size_t)mem.gathered_layer)
                                         : "-",
-                mem.gathered_layer_bytes / 1073741824.0, mem.gathered_grad_bytes / 1073741824.0,
-                mem.optimizer_bytes / 1073741824.0);
+                zs == 2 ? "more ranks, ZeRO-3, or a smaller layer"
+                                   : "more ranks or a smaller layer");
+    }
     return 0;
 }
 

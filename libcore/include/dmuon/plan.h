@@ -363,13 +363,21 @@ typedef struct {
                                      windows, shards, publish copy, one
                                      gathered layer (ZeRO-2: all layers) and
                                      one FP32 layer gradient */
+    int64_t windows_bytes;        /* the windows part of both figures: the
+                                     largest owner window, the AdamW shards
+                                     (param dtype + FP32 each) and the HSDP
+                                     publish copy, pool-aligned */
+    int64_t first_step_bytes;     /* what the first micro-batch needs:
+                                     optimizer state + pool_bytes (the runtime
+                                     lays the pool out without reuse first) */
 } dmuon_plan_memory;
 
 /* Memory of rank (in [0, ranks)) under p.  Errors: DMUON_EINVAL (rank out
  * of range), DMUON_ENOMEM, those of dmuon_publish_layout (HSDP). */
 dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_memory *out);
 
-/* The rank with the largest least_bytes (ties: lower rank) and its memory.
+/* The rank with the largest window (so the largest least_bytes and
+ * first_step_bytes; ties: lower rank) and its memory.
  * Errors: as dmuon_plan_rank_memory. */
 dmuon_rc dmuon_plan_busiest_memory(const dmuon_plan *p, int32_t *rank, dmuon_plan_memory *out);
 
