@@ -216,4 +216,14 @@ sed 's/owner: 3,/owner: 4,/' "$T_TMP/own.yaml" > "$T_TMP/own-bad.yaml"
 run "$V" --plan "$T_TMP/own-bad.yaml"
 check_rc 1 "an edited owner is a violation"
 check_eq "$(grep -oE '[0-9]+ (invariant check|violation)' "$T_TMP/out" | wc -l)" "1" "one count of violations"
+
+# -o - --json: stderr stays one JSON document; notes and warnings are its "notes"
+run "$P" "$D" --ranks 64 --cost flops --device-memory 80G -o - --json
+check_rc 0 "-o - --json with a memory warning"
+python3 -m json.tool "$T_TMP/err" > /dev/null 2>&1 && ok || bad "-o - --json --device-memory: stderr is not valid JSON"
+python3 -c 'import json,sys; n = json.load(open(sys.argv[1]))["notes"]; sys.exit(0 if any("at its first step" in x for x in n) else 1)' \
+    "$T_TMP/err" 2> /dev/null && ok || bad "-o - --json: the memory warning is not in notes"
+run "$P" "$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml" --ranks 64 --cost flops -o - --json
+python3 -c 'import json,sys; n = json.load(open(sys.argv[1]))["notes"]; sys.exit(0 if any("own no Muon matrix" in x for x in n) else 1)' \
+    "$T_TMP/err" 2> /dev/null && ok || bad "-o - --json: the few-units note is not in notes, or stderr is not JSON"
 finish

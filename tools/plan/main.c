@@ -138,8 +138,8 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
-/* Warns (stderr) about role patterns that match no tensor name of m. */
-static void warn_unmatched(const cli *c, const dmuon_model *m)
+/* Warns (on f) about role patterns that match no tensor name of m. */
+static void warn_unmatched(const cli *c, const dmuon_model *m, FILE *f)
 {
     for (size_t k = 0; k < c->n_muon + c->n_adamw; k++) {
         bool mu = k < c->n_muon;
@@ -148,38 +148,39 @@ static void warn_unmatched(const cli *c, const dmuon_model *m)
         for (size_t i = 0; !hit && i < dmuon_model_param_count(m); i++)
             hit = fnmatch(pat, dmuon_model_param(m, i)->name, 0) == 0;
         if (!hit)
-            fprintf(stderr, "dmuon-plan: warning: --%s '%s' matches no tensor of %s\n",
+            fprintf(f, "dmuon-plan: warning: --%s '%s' matches no tensor of %s\n",
                     mu ? "muon" : "adamw", pat, dmuon_model_source(m));
     }
 }
 
 /* The file to read for MODEL: a directory (a snapshot folder) is resolved,
- * and the file used is named on stderr.  Returns 0 or an exit code. */
-static int model_file(const cli *c, const char *path, char *buf, size_t cap, const char **file)
+ * and the file used is named on f.  Returns 0 or an exit code. */
+static int model_file(const cli *c, const char *path, char *buf, size_t cap, const char **file,
+                      FILE *f)
 {
     dmuon_rc rc = dmuon_model_resolve(path, buf, cap);
     if (rc)
         return fail(c, rc);
     if (strcmp(buf, path))
-        fprintf(stderr, "dmuon-plan: model directory %s: using %s\n", path, buf);
+        fprintf(f, "dmuon-plan: model directory %s: using %s\n", path, buf);
     *file = buf;
     return 0;
 }
 
-/* Notes (stderr) on what the inventory keeps out of the plan. */
-static void note_inventory(const dmuon_model *m)
+/* Notes (on f) on what the inventory keeps out of the plan. */
+static void note_inventory(const dmuon_model *m, FILE *f)
 {
     dmuon_model_stats s;
     dmuon_model_get_stats(m, &s);
     if (s.quantized)
-        fprintf(stderr, "dmuon-plan: note: %zu tensor%s of %s %s stored quantized (integer, BOOL "
+        fprintf(f, "dmuon-plan: note: %zu tensor%s of %s %s stored quantized (integer, BOOL "
                         "or FP8 types): kept out of Muon, which orthogonalises dequantized "
                         "matrices; plan the BF16 checkpoint (or its config.json) to give them "
                         "Muon matrices\n",
                 s.quantized, s.quantized == 1 ? "" : "s", dmuon_model_source(m),
                 s.quantized == 1 ? "is" : "are");
     if (*dmuon_model_quantization(m))
-        fprintf(stderr, "dmuon-plan: note: %s declares a quantized checkpoint (quant_method "
+        fprintf(f, "dmuon-plan: note: %s declares a quantized checkpoint (quant_method "
                         "'%s'): planned as its unquantized (%s) module layout, whose 2-D "
                         "weights are Muon matrices; the checkpoint's own tensors (its "
                         "safetensors files) plan its quantized tensors as AdamW\n",
@@ -334,19 +335,19 @@ static int cmd_inspect(const cli *c, const char *path)
     dmuon_shape_count *sh = NULL;
     size_t nsh = 0;
     char fbuf[4096], why[1024] = "";
-    int ec = model_file(c, path, fbuf, sizeof fbuf, &path);
+    int ec = model_file(c, path, fbuf, sizeof fbuf, &path, stderr);
     if (ec)
         return ec;
     dmuon_rc rc = dmuon_model_load(path, &mo, &m);
     if (rc)
         return fail(c, rc);
-    note_inventory(m);
+    note_inventory(m, stderr);
     dmuon_plan *up = c->tensors ? units_plan(m, why, sizeof why) : NULL;
     if ((rc = dmuon_model_muon_shapes(m, &sh, &nsh))) {
         dmuon_model_free(m);
         return fail(c, rc);
     }
-    warn_unmatched(c, m);
+    warn_unmatched(c, m, stderr);
     dmuon_model_stats s;
     dmuon_model_get_stats(m, &s);
     int64_t adamw_el = s.elements - s.muon_elements, muon_bytes = 0;
@@ -694,8 +695,8 @@ static void note_router(const cli *c, const dmuon_model *m, FILE *f)
                 c->router_adamw ? "" : ", the default");
 }
 
-/* Warns when the busiest rank's memory passes --device-memory. */
-static int warn_memory(const cli *c, const dmuon_plan *p)
+/* Warns (on f) when the busiest rank's memory passes --device-memory. */
+static int warn_memory(const cli *c, const dmuon_plan *p, FILE *f)
 {
     if (!c->device_memory)
         return 0;
@@ -712,7 +713,7 @@ static int warn_memory(const cli *c, const dmuon_plan *p)
         int64_t layers = mem.pool_bytes - mem.windows_bytes;
         int64_t rest = mem.least_bytes - mem.optimizer_bytes - mem.windows_bytes -
                        mem.gathered_grad_bytes;
-        fprintf(stderr,
+        fprintf(f,
                 "dmuon-plan: warning: rank %d needs %.2f GiB at its first step, over "
                 "--device-memory %.2f GiB:\n"
                 "  %.2f GiB optimizer state + %.2f GiB runtime pool (its first, no-reuse "
@@ -734,6 +735,53 @@ static int warn_memory(const cli *c, const dmuon_plan *p)
     return 0;
 }
 
+/* A note (on f) when some ranks own no unit. */
+static void note_few_units(const dmuon_plan *p, FILE *f)
+{
+    const dmuon_plan_report *r = dmuon_plan_get_report(p);
+    if ((int64_t)r->units < r->ranks)
+        fprintf(f, "dmuon-plan: note: %d ranks but only %zu unit%s: %lld rank%s own no "
+                "Muon matrix (empty owner windows; fewer ranks, or --small-unit-bytes 0 for "
+                "more units)\n", r->ranks, r->units, r->units == 1 ? "" : "s",
+                (long long)(r->ranks - (int64_t)r->units),
+                r->ranks - (int64_t)r->units == 1 ? "" : "s");
+}
+
+/* "notes": the messages in text, one string each (a message starts with
+ * "dmuon-plan: "; its indented lines belong to it), prefix dropped. */
+static void json_notes(dmuon_json *w, const char *text)
+{
+    static const char pre[] = "dmuon-plan: ";
+    dmuon_json_key(w, "notes");
+    dmuon_json_begin_array(w);
+    const char *q = text;
+    while (*q) {
+        const char *e = q;
+        do {   /* to the next line that starts a message */
+            e = strchr(e, '\n');
+            e = e ? e + 1 : q + strlen(q);
+        } while (*e && strncmp(e, pre, sizeof pre - 1));
+        const char *b = strncmp(q, pre, sizeof pre - 1) ? q : q + sizeof pre - 1;
+        size_t len = (size_t)(e - b);
+        while (len && b[len - 1] == '\n')
+            len--;
+        char *one = strndup(b, len);
+        dmuon_json_str(w, one ? one : "");
+        free(one);
+        q = e;
+    }
+    dmuon_json_end_array(w);
+}
+
+/* Closes the notes stream of cmd_plan (a memory stream when into_json). */
+static void close_notes(FILE *notes, char *buf, bool into_json)
+{
+    if (into_json) {
+        fclose(notes);
+        free(buf);
+    }
+}
+
 static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
 {
     const char *adamw[MAX_PATTERNS + N_ROUTER];
@@ -741,14 +789,26 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
     dmuon_model *m;
     dmuon_plan *p = NULL;
     static char fbuf[4096];
-    int fec = model_file(c, path, fbuf, sizeof fbuf, &path);
-    if (fec)
+    /* with -o - --json the report is stderr's JSON document: notes and
+     * warnings go into its "notes" array instead of onto stderr */
+    bool into_json = c->json && c->out && !strcmp(c->out, "-") && !c->compare;
+    char *nbuf = NULL;
+    size_t nlen = 0;
+    FILE *notes = into_json ? open_memstream(&nbuf, &nlen) : stderr;
+    if (!notes)
+        return fail(c, DMUON_FAIL(DMUON_ENOMEM, "out of memory"));
+    int fec = model_file(c, path, fbuf, sizeof fbuf, &path, notes);
+    if (fec) {
+        close_notes(notes, nbuf, into_json);
         return fec;
+    }
     dmuon_rc rc = dmuon_model_load(path, &mo, &m);
-    if (rc)
+    if (rc) {
+        close_notes(notes, nbuf, into_json);
         return fail(c, rc);
-    warn_unmatched(c, m);
-    note_inventory(m);
+    }
+    warn_unmatched(c, m, notes);
+    note_inventory(m, notes);
     o->model_path = path;
     if (c->probe_missing && o->cost == DMUON_COST_DB) {
         static char device[128];
@@ -769,6 +829,7 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_model_free(m);
         return ec;
     }
+    int wec = 0;
     if ((rc = dmuon_plan_build(m, o, &p)) != DMUON_OK)
         goto out;
     if (c->out && (rc = dmuon_plan_write(p, c->out)) != DMUON_OK)
@@ -776,6 +837,9 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
     /* with -o - the plan is stdout's only content: the report goes to stderr */
     FILE *rep = c->out && !strcmp(c->out, "-") ? stderr : stdout;
     if (c->json) {
+        /* the notes first, so that the JSON document is stderr's last */
+        if ((wec = warn_memory(c, p, notes)) == 0)
+            note_few_units(p, notes);
         dmuon_json w;
         dmuon_json_init(&w, rep, false);
         dmuon_json_begin_object(&w);
@@ -784,6 +848,10 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_json_kint(&w, "router_tensors", (int64_t)rn);
         dmuon_json_kint(&w, "router_tensors_on_muon", (int64_t)rmuon);
         dmuon_json_kstr(&w, "plan_file", c->out ? c->out : "");
+        if (into_json) {
+            fflush(notes);
+            json_notes(&w, nbuf ? nbuf : "");
+        }
         dmuon_json_end_object(&w);
     } else {
         dmuon_plan_print_report(p, rep);
@@ -800,22 +868,19 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         else
             fprintf(rep, "\n(no plan file written; add -o PLAN)\n");
     }
-    if (!c->json)
+    if (!c->json) {
         note_router(c, m, rep);
-    int wec = warn_memory(c, p);
+        if ((wec = warn_memory(c, p, stderr)) == 0)
+            note_few_units(p, stderr);
+    }
     if (wec) {
+        close_notes(notes, nbuf, into_json);
         dmuon_plan_free(p);
         dmuon_model_free(m);
         return wec;
     }
-    const dmuon_plan_report *r = dmuon_plan_get_report(p);
-    if ((int64_t)r->units < r->ranks)
-        fprintf(stderr, "dmuon-plan: note: %d ranks but only %zu unit%s: %lld rank%s own no "
-                "Muon matrix (empty owner windows; fewer ranks, or --small-unit-bytes 0 for "
-                "more units)\n", r->ranks, r->units, r->units == 1 ? "" : "s",
-                (long long)(r->ranks - (int64_t)r->units),
-                r->ranks - (int64_t)r->units == 1 ? "" : "s");
 out:
+    close_notes(notes, nbuf, into_json);
     dmuon_plan_free(p);
     dmuon_model_free(m);
     return rc ? fail(c, rc) : 0;
