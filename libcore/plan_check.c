@@ -16,17 +16,31 @@
 typedef struct {
     size_t count;
     char first[512];
+    char *list;   /* optional: the first DMUON_PLAN_CHECK_LIST, one a line */
+    size_t cap, len;
 } viol;
 
 static void bad(viol *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void bad(viol *v, const char *fmt, ...)
 {
-    if (v->count++ == 0) {
-        va_list ap;
+    va_list ap;
+    if (v->count == 0) {
         va_start(ap, fmt);
         vsnprintf(v->first, sizeof v->first, fmt, ap);
         va_end(ap);
     }
+    if (v->list && v->count < DMUON_PLAN_CHECK_LIST && v->len + 1 < v->cap) {
+        va_start(ap, fmt);
+        int k = vsnprintf(v->list + v->len, v->cap - v->len, fmt, ap);
+        va_end(ap);
+        if (k > 0)
+            v->len += (size_t)k < v->cap - v->len ? (size_t)k : v->cap - v->len - 1;
+        if (v->len + 1 < v->cap) {
+            v->list[v->len++] = '\n';
+            v->list[v->len] = 0;
+        }
+    }
+    v->count++;
 }
 
 typedef struct {
@@ -326,7 +340,14 @@ out:
 
 dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations)
 {
-    viol v = {0};
+    return dmuon_plan_check_list(p, violations, NULL, 0);
+}
+
+dmuon_rc dmuon_plan_check_list(const dmuon_plan *p, size_t *violations, char *list, size_t cap)
+{
+    viol v = {.list = cap ? list : NULL, .cap = cap};
+    if (v.list)
+        v.list[0] = 0;
     span *sp = malloc((p->nmembers ? p->nmembers : 1) * sizeof *sp);
     if (!sp)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
@@ -518,6 +539,11 @@ void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
     dmuon_json_kbool(w, "bound_optimal", r->bound_optimal);
     dmuon_json_kbool(w, "bound_with_cap", r->bound_with_cap);
     dmuon_json_kstr(w, "ns_unit", ns_unit(o->cost));
+    /* the keys ending in _ms carry the cost model's unit, ms only for db
+     * and flops */
+    dmuon_json_kstr(w, "ms_keys_unit", o->cost == DMUON_COST_ELEMENTS ? "m*n/1e6"
+                                       : o->cost == DMUON_COST_M2N    ? "min^2*max/1e9"
+                                                                      : "ms");
     dmuon_plan_memory mem;
     int32_t mr;
     if (dmuon_plan_busiest_memory(p, &mr, &mem) == DMUON_OK) {

@@ -226,4 +226,27 @@ python3 -c 'import json,sys; n = json.load(open(sys.argv[1]))["notes"]; sys.exit
 run "$P" "$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml" --ranks 64 --cost flops -o - --json
 python3 -c 'import json,sys; n = json.load(open(sys.argv[1]))["notes"]; sys.exit(0 if any("own no Muon matrix" in x for x in n) else 1)' \
     "$T_TMP/err" 2> /dev/null && ok || bad "-o - --json: the few-units note is not in notes, or stderr is not JSON"
+
+# the unit of the *_ms keys follows --cost
+run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 1 -g 8 --cost elements --json
+check_eq "$(jq -r .ms_keys_unit "$T_TMP/out")" "m*n/1e6" "--cost elements: ms_keys_unit"
+run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 1 -g 8 --cost flops --json
+check_eq "$(jq -r .ms_keys_unit "$T_TMP/out")" "ms" "--cost flops: ms_keys_unit"
+# show --ranks --owners --json gives both
+run "$P" show "$T_TMP/own.yaml" --ranks --owners --json
+check_eq "$(jq '(.ranks_detail | length) > 0 and (.params | length) > 0' "$T_TMP/out")" "true" \
+    "show --ranks --owners --json: both"
+# verify lists the violations (up to 20), not only the first
+run "$V" --plan "$T_TMP/own-bad.yaml"
+nv=$(grep -oE 'FAILED, [0-9]+ violation' "$T_TMP/out" | grep -oE '[0-9]+')
+nl=$(grep -cE '^  [a-z]' "$T_TMP/out")
+want=$nv; [ "$want" -gt 20 ] && want=21   # 20 listed and the "refused when loaded" line
+[ "${nv:-0}" -gt 1 ] && check_eq "$nl" "$want" "verify lists every violation up to 20" || bad "expected several violations, got ${nv:-none}"
+if [ "${nv:-0}" -gt 20 ]; then check_out "\.\.\. and $((nv - 21)) more" "verify says how many more"; fi
+# --router adamw on a model with no router: a note
+run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 1 -g 8 --cost flops --router adamw
+check_err "note: --router adamw: .* has no router weight" "--router adamw without routers: a note"
+# --compare --json carries the constraint costs
+run "$P" "$DMUON_ROOT/tests/data/plan/qwen3-8b.json" --nodes 16 -g 8 --cost flops --sharding hsdp --compare --json
+check_eq "$(jq '[.constraint_costs[].constraint] | length' "$T_TMP/out")" "3" "--compare --json: three constraint costs (HSDP)"
 finish

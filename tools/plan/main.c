@@ -327,6 +327,8 @@ static dmuon_model_opts model_opts(const cli *c, const char **adamw)
 
 /* ------------------------------------------------------------- inspect -- */
 
+static void note_no_router(const cli *c, const dmuon_model *m, FILE *f);
+
 static int cmd_inspect(const cli *c, const char *path)
 {
     const char *adamw[MAX_PATTERNS + N_ROUTER];
@@ -342,6 +344,7 @@ static int cmd_inspect(const cli *c, const char *path)
     if (rc)
         return fail(c, rc);
     note_inventory(m, stderr);
+    note_no_router(c, m, stderr);
     dmuon_plan *up = c->tensors ? units_plan(m, why, sizeof why) : NULL;
     if ((rc = dmuon_model_muon_shapes(m, &sh, &nsh))) {
         dmuon_model_free(m);
@@ -581,6 +584,22 @@ static void print_cost(FILE *f, const char *what, const dmuon_plan *with, const 
                 b->heaviest_rail_over_mean);
 }
 
+/* One "constraint_costs" entry: the figures with and without it; costs_nothing
+ * when the relaxed plan is not less busy (see print_cost). */
+static void json_cost(dmuon_json *w, const char *what, const dmuon_plan *with,
+                      const dmuon_plan *without)
+{
+    const dmuon_plan_report *a = dmuon_plan_get_report(with), *b = dmuon_plan_get_report(without);
+    dmuon_json_begin_object(w);
+    dmuon_json_kstr(w, "constraint", what);
+    dmuon_json_kdouble(w, "busiest_ns_over_mean", a->busiest_ns_over_mean);
+    dmuon_json_kdouble(w, "busiest_ns_over_mean_without", b->busiest_ns_over_mean);
+    dmuon_json_kdouble(w, "heaviest_rail_over_mean", a->heaviest_rail_over_mean);
+    dmuon_json_kdouble(w, "heaviest_rail_over_mean_without", b->heaviest_rail_over_mean);
+    dmuon_json_kbool(w, "costs_nothing", b->busiest_ns_over_mean >= a->busiest_ns_over_mean);
+    dmuon_json_end_object(w);
+}
+
 /* When the busiest rank is more than 1% over the bound: what each
  * constraint the plan keeps costs (the plan rebuilt without it). */
 static int explain_gap(const cli *c, const dmuon_model *m, const dmuon_plan_opts *o,
@@ -626,6 +645,15 @@ static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts
             dmuon_plan_report_json(v[i].plan, &w);
             dmuon_json_end_object(&w);
         }
+        dmuon_json_end_array(&w);
+        /* what each constraint costs: the first variant against the one
+         * without it, as in the text */
+        dmuon_json_key(&w, "constraint_costs");
+        dmuon_json_begin_array(&w);
+        for (size_t k = 0; k < 3; k++)
+            for (size_t i = 1; i < nv; i++)
+                if (!strcmp(v[i].name, constraint_names[k][0]))
+                    json_cost(&w, constraint_names[k][1], v[0].plan, v[i].plan);
         dmuon_json_end_array(&w);
         dmuon_json_end_object(&w);
     } else {
@@ -682,6 +710,17 @@ static size_t count_router(const dmuon_model *m, size_t *muon)
             }
     }
     return n;
+}
+
+/* A note (on f) when --router adamw is given and the model has no router
+ * weight: the flag then changes nothing. */
+static void note_no_router(const cli *c, const dmuon_model *m, FILE *f)
+{
+    size_t muon;
+    if (c->router_adamw && count_router(m, &muon) == 0)
+        fprintf(f, "dmuon-plan: note: --router adamw: %s has no router weight "
+                   "(*.mlp.gate.weight, *router.weight, *shared_expert_gate.weight); "
+                   "nothing changes\n", dmuon_model_source(m));
 }
 
 /* Prints the role the router weights got (after the report). */
@@ -809,6 +848,7 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
     }
     warn_unmatched(c, m, notes);
     note_inventory(m, notes);
+    note_no_router(c, m, notes);
     o->model_path = path;
     if (c->probe_missing && o->cost == DMUON_COST_DB) {
         static char device[128];

@@ -336,6 +336,15 @@ const dmuon_plan_report *dmuon_plan_get_report(const dmuon_plan *p);
  */
 dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations);
 
+/* At most this many violations are listed by dmuon_plan_check_list. */
+#define DMUON_PLAN_CHECK_LIST 20
+
+/* dmuon_plan_check, also writing the first DMUON_PLAN_CHECK_LIST violations
+ * into list (caller-owned, cap bytes; one per line, each ending in '\n';
+ * NUL-terminated, cut at cap).  list may be NULL when cap is 0.  Returns and
+ * errors as dmuon_plan_check. */
+dmuon_rc dmuon_plan_check_list(const dmuon_plan *p, size_t *violations, char *list, size_t cap);
+
 /* Re-evaluates p's NS figures with the unit costs of ref (a plan of the same
  * model and unit options, e.g. the same plan made with measured costs), so
  * that an assignment made under one cost model is judged by another (paper
