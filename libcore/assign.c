@@ -791,6 +791,177 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------- extra starts -- */
+
+/*
+ * The local search only walks from its start, so the LPT start alone can
+ * stay well off a plan that keeps every constraint (single moves and pair
+ * swaps under layer spreading miss plans that need longer exchange chains;
+ * e.g. Qwen2.5-32B at 8 x 8 stays at 1.125 x the mean while the cyclic start
+ * below reaches 1.000).  So two more starts, each kept only when it already
+ * meets layer spreading and the byte cap (the cap only where LPT met it: else
+ * the largest unit of each rank over the cap counts as placed over it), are
+ * improved by the same search:
+ *   - cyclic: item t of layer L (t counted in item order) on rank (L + t) mod N;
+ *   - round-robin: item i on rank i mod N (the baseline of the ablations).
+ * The plan kept is the best by (busiest load, bytes over the cap, heaviest
+ * column), the LPT start winning ties: deterministic.  Above LS_MULTI_MAX
+ * items only the LPT start runs (the search dominates the time there).
+ */
+
+#define LS_MULTI_MAX 65536
+
+/* Does start bin meet the byte cap (cap < 0: none) and layer spreading
+ * (a rank holds at most 1 item of a layer with no more items than ranks,
+ * else the ceiling of items / ranks)? */
+static bool start_ok(const dmuon_assign_item *it, size_t n, int32_t N, bool spread,
+                     const int32_t *bin, const size_t *loff, const size_t *byl, double cap,
+                     int32_t maxlayer, int32_t *cnt, double *bytes)
+{
+    bool ok = true;
+    for (int32_t r = 0; r < N; r++)
+        bytes[r] = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes[bin[i]] += (double)it[i].bytes;
+    for (int32_t r = 0; cap >= 0 && r < N; r++)
+        if (bytes[r] > cap)
+            return false;
+    for (int32_t l = 0; spread && ok && l <= maxlayer; l++) {
+        size_t nl = loff[l + 1] - loff[l];
+        int32_t hi = nl <= (size_t)N ? 1 : (int32_t)((nl + (size_t)N - 1) / (size_t)N);
+        for (size_t k = loff[l]; k < loff[l + 1]; k++)
+            if (++cnt[bin[byl[k]]] > hi)
+                ok = false;
+        for (size_t k = loff[l]; k < loff[l + 1]; k++)
+            cnt[bin[byl[k]]] = 0;
+    }
+    return ok;
+}
+
+/* (busiest load, bytes over the cap, heaviest column) of bin. */
+static void start_score(const dmuon_assign_item *it, size_t n, int32_t N, int32_t K, double cap,
+                        const int32_t *bin, double *load, double *bytes, double *rail,
+                        double score[3])
+{
+    for (int32_t r = 0; r < N; r++)
+        load[r] = bytes[r] = 0;
+    for (int32_t c = 0; c < K; c++)
+        rail[c] = 0;
+    for (size_t i = 0; i < n; i++) {
+        load[bin[i]] += it[i].cost;
+        bytes[bin[i]] += (double)it[i].bytes;
+        rail[bin[i] % K] += (double)it[i].bytes;
+    }
+    score[0] = score[1] = score[2] = 0;
+    for (int32_t r = 0; r < N; r++) {
+        score[0] = fmax(score[0], load[r]);
+        if (cap >= 0)
+            score[1] = fmax(score[1], bytes[r] - cap);
+    }
+    for (int32_t c = 0; c < K; c++)
+        score[2] = fmax(score[2], rail[c]);
+}
+
+static bool score_better(const double a[3], const double b[3])
+{
+    double tol = 1e-9 * fmax(fabs(a[0]), fabs(b[0]));
+    if (fabs(a[0] - b[0]) > tol)
+        return a[0] < b[0];
+    if (a[1] != b[1])
+        return a[1] < b[1];
+    return a[2] < b[2] * (1 - 1e-12);
+}
+
+/* LPT, the local search, and the extra starts above; bin and fallback as
+ * for dmuon_assign_lpt. */
+static dmuon_rc assign_best(const dmuon_assign_item *it, size_t n, int32_t N, int32_t K,
+                            bool columns, double cap, bool spread, int32_t *bin, bool *fallback)
+{
+    dmuon_rc rc = DMUON_OK;
+    DMUON_TRY(dmuon_assign_lpt(it, n, N, cap, spread, bin, fallback));
+    DMUON_TRY(dmuon_assign_improve(it, n, N, columns ? K : 1, cap, spread, fallback, bin));
+    if (n > LS_MULTI_MAX || n < 2 || N < 2)
+        return DMUON_OK;
+    int32_t maxlayer = 0;
+    for (size_t i = 0; i < n; i++)
+        if (it[i].layer > maxlayer)
+            maxlayer = it[i].layer;
+    int32_t *alt = malloc(n * sizeof *alt);
+    bool *nofix = calloc(n, sizeof *nofix);
+    size_t *loff = calloc((size_t)maxlayer + 2, sizeof *loff);
+    size_t *byl = malloc(n * sizeof *byl);
+    int32_t *cnt = calloc((size_t)N, sizeof *cnt);
+    double *load = malloc((size_t)N * sizeof *load);
+    double *bytes = malloc((size_t)N * sizeof *bytes);
+    double *rail = malloc((size_t)K * sizeof *rail);
+    if (!alt || !nofix || !loff || !byl || !cnt || !load || !bytes || !rail) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory assigning %zu units to %d ranks", n, N);
+        goto out;
+    }
+    /* items grouped by layer, in item order (byl[loff[L] ..]) */
+    for (size_t i = 0; i < n; i++)
+        loff[it[i].layer + 1]++;
+    for (int32_t l = 0; l <= maxlayer; l++)
+        loff[l + 1] += loff[l];
+    for (size_t i = 0; i < n; i++)
+        byl[loff[it[i].layer]++] = i;
+    for (int32_t l = maxlayer; l >= 0; l--)   /* loff back to the starts */
+        loff[l + 1] = loff[l];
+    loff[0] = 0;
+    bool over = false;   /* did LPT place units over the cap? */
+    for (size_t i = 0; i < n; i++)
+        over |= fallback[i];
+    double best[3];
+    start_score(it, n, N, K, cap, bin, load, bytes, rail, best);
+    for (int start = 0; start < 2; start++) {
+        if (start == 0) {
+            for (int32_t l = 0; l <= maxlayer; l++)
+                for (size_t k = loff[l]; k < loff[l + 1]; k++)
+                    alt[byl[k]] = (int32_t)(((size_t)l + (k - loff[l])) % (size_t)N);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                alt[i] = (int32_t)(i % (size_t)N);
+        }
+        if (!start_ok(it, n, N, spread, alt, loff, byl, over ? -1 : cap, maxlayer, cnt, bytes))
+            continue;
+        /* a start over the cap (only where LPT placed units over it too):
+         * on each rank over the cap its largest unit counts as placed over
+         * it, and stays there */
+        memset(nofix, 0, n * sizeof *nofix);
+        for (int32_t r = 0; over && r < N; r++)
+            cnt[r] = -1;
+        for (size_t i = 0; over && i < n; i++) {
+            int32_t r = alt[i];
+            if (bytes[r] > cap && (cnt[r] < 0 || it[i].bytes > it[cnt[r]].bytes))
+                cnt[r] = (int32_t)i;
+        }
+        for (int32_t r = 0; over && r < N; r++) {
+            if (cnt[r] >= 0)
+                nofix[cnt[r]] = true;
+            cnt[r] = 0;
+        }
+        DMUON_TRY_GOTO(rc, dmuon_assign_improve(it, n, N, columns ? K : 1, cap, spread, nofix, alt),
+                       out);
+        double sc[3];
+        start_score(it, n, N, K, cap, alt, load, bytes, rail, sc);
+        if (score_better(sc, best)) {
+            memcpy(best, sc, sizeof best);
+            memcpy(bin, alt, n * sizeof *bin);
+            memcpy(fallback, nofix, n * sizeof *fallback);
+        }
+    }
+out:
+    free(alt);
+    free(nofix);
+    free(loff);
+    free(byl);
+    free(cnt);
+    free(load);
+    free(bytes);
+    free(rail);
+    return rc;
+}
+
 /* ------------------------------------------------------------- owners -- */
 
 dmuon_rc dmuon_plan_assign_owners(dmuon_plan *p)
@@ -817,14 +988,13 @@ dmuon_rc dmuon_plan_assign_owners(dmuon_plan *p)
         for (size_t i = 0; i < n; i++)
             bin[i] = (int32_t)(i % (size_t)N);
     } else {
-        /* one LPT over all ranks, then the local search; HSDP with column
-         * balancing adds the rail phase and the rail limit */
+        /* one LPT over all ranks and two more starts, each followed by the
+         * local search; HSDP with column balancing adds the rail phase and
+         * the rail limit */
         double cap = o->byte_cap ? (1.0 + o->epsilon) * total / N : -1;
         bool columns = o->sharding == DMUON_SHARD_HSDP && o->column_balance && K > 1;
-        DMUON_TRY_GOTO(rc, dmuon_assign_lpt(it, n, N, cap, o->layer_spread, bin, p->fallback),
+        DMUON_TRY_GOTO(rc, assign_best(it, n, N, K, columns, cap, o->layer_spread, bin, p->fallback),
                        out);
-        DMUON_TRY_GOTO(rc, dmuon_assign_improve(it, n, N, columns ? K : 1, cap, o->layer_spread,
-                                                p->fallback, bin), out);
     }
     for (size_t i = 0; i < n; i++) {
         p->units[i].owner = bin[i];

@@ -16,17 +16,31 @@
 typedef struct {
     size_t count;
     char first[512];
+    char *list;   /* optional: the first DMUON_PLAN_CHECK_LIST, one a line */
+    size_t cap, len;
 } viol;
 
 static void bad(viol *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void bad(viol *v, const char *fmt, ...)
 {
-    if (v->count++ == 0) {
-        va_list ap;
+    va_list ap;
+    if (v->count == 0) {
         va_start(ap, fmt);
         vsnprintf(v->first, sizeof v->first, fmt, ap);
         va_end(ap);
     }
+    if (v->list && v->count < DMUON_PLAN_CHECK_LIST && v->len + 1 < v->cap) {
+        va_start(ap, fmt);
+        int k = vsnprintf(v->list + v->len, v->cap - v->len, fmt, ap);
+        va_end(ap);
+        if (k > 0)
+            v->len += (size_t)k < v->cap - v->len ? (size_t)k : v->cap - v->len - 1;
+        if (v->len + 1 < v->cap) {
+            v->list[v->len++] = '\n';
+            v->list[v->len] = 0;
+        }
+    }
+    v->count++;
 }
 
 typedef struct {
@@ -326,7 +340,14 @@ out:
 
 dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations)
 {
-    viol v = {0};
+    return dmuon_plan_check_list(p, violations, NULL, 0);
+}
+
+dmuon_rc dmuon_plan_check_list(const dmuon_plan *p, size_t *violations, char *list, size_t cap)
+{
+    viol v = {.list = cap ? list : NULL, .cap = cap};
+    if (v.list)
+        v.list[0] = 0;
     span *sp = malloc((p->nmembers ? p->nmembers : 1) * sizeof *sp);
     if (!sp)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
@@ -387,6 +408,15 @@ static int64_t largest_unit_bytes(const dmuon_plan *p)
     return b;
 }
 
+static int64_t smallest_unit_bytes(const dmuon_plan *p)
+{
+    int64_t b = INT64_MAX;
+    for (size_t i = 0; i < p->nunits; i++)
+        if (p->units[i].bytes < b)
+            b = p->units[i].bytes;
+    return p->nunits ? b : 0;
+}
+
 void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
 {
     const dmuon_plan_report *r = &p->report;
@@ -432,11 +462,26 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
         double cap = (1 + o->epsilon) * (double)r->total_bytes / r->ranks;
         fprintf(f, "  byte cap: a target, not a guarantee: %.1f MiB per rank ((1 + %.3g) x "
                    "mean)", mib((int64_t)cap), o->epsilon);
-        if (r->byte_cap_fallbacks)
-            fprintf(f, ";\n  %zu unit%s placed over it: no rank that layer spreading allowed "
-                       "had room\n  (largest unit %.1f MiB)",
-                    r->byte_cap_fallbacks, r->byte_cap_fallbacks == 1 ? "" : "s",
-                    mib(largest_unit_bytes(p)));
+        size_t big = 0, fbig = 0;   /* units larger than the cap by themselves */
+        for (size_t i = 0; i < p->nunits; i++) {
+            big += (double)p->units[i].bytes > cap;
+            fbig += (double)p->units[i].bytes > cap && p->fallback[i];
+        }
+        size_t rest = r->byte_cap_fallbacks - fbig;
+        if (r->byte_cap_fallbacks && big == p->nunits)
+            fprintf(f, ";\n  every unit is larger than the cap by itself (smallest %lld "
+                       "bytes), so every rank holding one is over it",
+                    (long long)smallest_unit_bytes(p));
+        else if (r->byte_cap_fallbacks) {
+            fprintf(f, ";\n  %zu unit%s placed over it (largest unit %.1f MiB)", r->byte_cap_fallbacks,
+                    r->byte_cap_fallbacks == 1 ? "" : "s", mib(largest_unit_bytes(p)));
+            if (fbig)
+                fprintf(f, ":\n  %zu larger than the cap by %s", fbig,
+                        fbig == 1 ? "itself" : "themselves");
+            if (rest)
+                fprintf(f, "%s  %zu for which no rank %shad room", fbig ? ";\n" : ":\n", rest,
+                        o->layer_spread ? "that layer spreading allowed " : "");
+        }
         fprintf(f, "\n");
     }
     dmuon_plan_memory mem;
@@ -451,6 +496,8 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
         fprintf(f, "  %-34s %12.2f\n", "its FP32 gradient buffer", gib(mem.gathered_grad_bytes));
         fprintf(f, "  %-34s %12.2f\n", "runtime pool (no reuse)", gib(mem.pool_bytes));
         fprintf(f, "  %-34s %12.2f\n", "least at a step", gib(mem.least_bytes));
+        fprintf(f, "  %-34s %12.2f   (optimizer state + pool)\n", "first step",
+                gib(mem.first_step_bytes));
     }
 }
 
@@ -492,6 +539,11 @@ void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
     dmuon_json_kbool(w, "bound_optimal", r->bound_optimal);
     dmuon_json_kbool(w, "bound_with_cap", r->bound_with_cap);
     dmuon_json_kstr(w, "ns_unit", ns_unit(o->cost));
+    /* the keys ending in _ms carry the cost model's unit, ms only for db
+     * and flops */
+    dmuon_json_kstr(w, "ms_keys_unit", o->cost == DMUON_COST_ELEMENTS ? "m*n/1e6"
+                                       : o->cost == DMUON_COST_M2N    ? "min^2*max/1e9"
+                                                                      : "ms");
     dmuon_plan_memory mem;
     int32_t mr;
     if (dmuon_plan_busiest_memory(p, &mr, &mem) == DMUON_OK) {
@@ -506,6 +558,8 @@ void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
                         mem.gathered_layer >= 0 ? p->layer_names[mem.gathered_layer] : "");
         dmuon_json_kint(w, "pool_bytes", mem.pool_bytes);
         dmuon_json_kint(w, "least_bytes", mem.least_bytes);
+        dmuon_json_kint(w, "windows_bytes", mem.windows_bytes);
+        dmuon_json_kint(w, "first_step_bytes", mem.first_step_bytes);
         dmuon_json_end_object(w);
     }
 }

@@ -86,6 +86,8 @@ dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_me
      * keeps every layer's parameters gathered */
     int64_t gathered = o->zero_stage == 2 ? all_layers : out->gathered_layer_bytes;
     out->least_bytes = out->optimizer_bytes + w + gathered + out->gathered_grad_bytes;
+    out->windows_bytes = w;
+    out->first_step_bytes = out->optimizer_bytes + out->pool_bytes;
 out:
     free(even);
     return rc;

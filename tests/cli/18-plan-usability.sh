@@ -106,8 +106,18 @@ set +m
 D="$DMUON_ROOT/tests/data/plan/deepseek-v3.json"
 run "$P" "$D" --ranks 64 --cost flops --device-memory 80G
 check_rc 0 "--device-memory only warns"
-check_err "warning: rank [0-9]+ needs at least .* over --device-memory 80.00 GiB: layer 'model\.layers\.[0-9]+' gathers" \
-    "--device-memory 80G warns and names the layer"
+check_err "warning: rank [0-9]+ needs [0-9.]+ GiB at its first step, over --device-memory 80.00 GiB" \
+    "--device-memory 80G warns on the first step (the pool's no-reuse layout)"
+check_err "FP32 gradient of layer 'model\.layers\.[0-9]+'" "--device-memory 80G names the layer"
+# the parts add up: first = optimizer + pool, pool = layers + windows,
+# least = optimizer + windows + gathered + gradient (GiB with 2 decimals, in order)
+grep -oE '[0-9]+\.[0-9]{2}' "$T_TMP/err" | tr '\n' ' ' | awk '{
+    d1 = $1 - ($3 + $4); d2 = $4 - ($5 + $6); d3 = $7 - ($8 + $9 + $10 + $11)
+    exit (NF == 11 && d1 * d1 < 4e-4 && d2 * d2 < 4e-4 && d3 * d3 < 4e-4) ? 0 : 1 }' &&
+    ok || bad "the --device-memory warning's parts do not add up: $(cat "$T_TMP/err")"
+if grep -q "ZeRO-3" "$T_TMP/err"; then bad "already ZeRO-3: the hint suggests ZeRO-3"; else ok; fi
+run "$P" "$D" --ranks 64 --cost flops --zero 2 --device-memory 80G
+check_err "more ranks, ZeRO-3, or a smaller layer" "ZeRO-2: the hint suggests ZeRO-3"
 run "$P" "$D" --ranks 64 --cost flops --device-memory 100T
 if grep -q "device-memory" "$T_TMP/err"; then bad "100T: no warning expected"; else ok; fi
 run "$P" "$D" --ranks 64 --cost flops --json
@@ -125,11 +135,37 @@ check_out "bound [0-9.e+]+ ms at the nominal 1 TFLOP/s" "the bound has its unit"
 check_out "layer root: the rank holding the most" "layer root explained"
 check_out "byte cap: a target" "the byte cap is a target"
 
+# Qwen2.5-32B at 2 and 8 nodes: a plan keeping the byte cap and layer
+# spreading reaches the mean (unit t of layer L on rank (L + t) mod R), so the
+# default must be within 1% of it and proven optimal
+for n in 2 8; do
+    run "$P" "$M/qwen2.5-32b.yaml" --nodes $n -g 8 --cost flops
+    check_out "busiest NS / mean +1\.00[0-9] " "qwen2.5-32b ${n}x8: busiest within 1% of the mean"
+    check_out "optimal: no plan has a less busy rank" "qwen2.5-32b ${n}x8: proven optimal"
+done
+
 # a plan over its bound says what each constraint costs
-run "$P" "$M/qwen2.5-32b.yaml" --nodes 8 -g 8 --cost flops --sharding hsdp
+run "$P" "$DMUON_ROOT/tests/data/plan/qwen3-8b.json" --nodes 16 -g 8 --cost flops --sharding hsdp
 check_out "what each constraint costs" "the gap to the bound is explained"
 check_out "layer spreading: busiest NS [0-9.]+ -> [0-9.]+" "layer spreading's cost"
 check_out "column balancing: busiest NS" "column balancing's cost (HSDP)"
+# no cost is negative: a relaxed plan worse than the plan keeping the
+# constraint is reported as costing nothing
+neg=0
+for args in "$DMUON_ROOT/tests/data/plan/qwen3-8b.json --nodes 16 -g 8 --sharding hsdp" \
+            "$DMUON_ROOT/tests/data/plan/qwen3-8b.json --nodes 8 -g 8 --sharding hsdp --compare" \
+            "$M/pi05.yaml --nodes 8 -g 8 --sharding hsdp --compare"; do
+    run "$P" $args --cost flops
+    neg=$((neg + $(awk '/busiest NS [0-9.]+ -> [0-9.]+/ { for (i = 1; i < NF; i++)
+        if ($i == "->" && $(i - 2) == "NS" && $(i + 1) + 0 > $(i - 1) + 0) n++ } END { print n + 0 }' "$T_TMP/out")))
+done
+if [ "$neg" -eq 0 ]; then ok; else bad "$neg constraint cost lines with a relaxed plan worse than the default"; fi
+# the over-cap reason: no blame on layer spreading without it; every unit over the cap said so
+run "$P" "$DMUON_ROOT/tests/data/plan/qwen3-8b.json" --nodes 16 -g 8 --cost flops --no-layer-spread
+check_out "placed over it" "qwen3-8b 16x8 without spreading: units over the cap"
+if grep -q "layer spreading allowed" "$T_TMP/out"; then bad "--no-layer-spread: the over-cap reason blames layer spreading"; else ok; fi
+run "$P" "$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml" --ranks 64 --cost flops
+check_out "every unit is larger than the cap by itself" "every unit over the cap: said so"
 run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 4 -g 8 --cost flops
 if grep -q "what each constraint costs" "$T_TMP/out"; then bad "within 1% of the bound: no explanation"; else ok; fi
 
@@ -180,4 +216,37 @@ sed 's/owner: 3,/owner: 4,/' "$T_TMP/own.yaml" > "$T_TMP/own-bad.yaml"
 run "$V" --plan "$T_TMP/own-bad.yaml"
 check_rc 1 "an edited owner is a violation"
 check_eq "$(grep -oE '[0-9]+ (invariant check|violation)' "$T_TMP/out" | wc -l)" "1" "one count of violations"
+
+# -o - --json: stderr stays one JSON document; notes and warnings are its "notes"
+run "$P" "$D" --ranks 64 --cost flops --device-memory 80G -o - --json
+check_rc 0 "-o - --json with a memory warning"
+python3 -m json.tool "$T_TMP/err" > /dev/null 2>&1 && ok || bad "-o - --json --device-memory: stderr is not valid JSON"
+python3 -c 'import json,sys; n = json.load(open(sys.argv[1]))["notes"]; sys.exit(0 if any("at its first step" in x for x in n) else 1)' \
+    "$T_TMP/err" 2> /dev/null && ok || bad "-o - --json: the memory warning is not in notes"
+run "$P" "$DMUON_ROOT/tests/fuzz/seed/inventory/tiny.yaml" --ranks 64 --cost flops -o - --json
+python3 -c 'import json,sys; n = json.load(open(sys.argv[1]))["notes"]; sys.exit(0 if any("own no Muon matrix" in x for x in n) else 1)' \
+    "$T_TMP/err" 2> /dev/null && ok || bad "-o - --json: the few-units note is not in notes, or stderr is not JSON"
+
+# the unit of the *_ms keys follows --cost
+run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 1 -g 8 --cost elements --json
+check_eq "$(jq -r .ms_keys_unit "$T_TMP/out")" "m*n/1e6" "--cost elements: ms_keys_unit"
+run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 1 -g 8 --cost flops --json
+check_eq "$(jq -r .ms_keys_unit "$T_TMP/out")" "ms" "--cost flops: ms_keys_unit"
+# show --ranks --owners --json gives both
+run "$P" show "$T_TMP/own.yaml" --ranks --owners --json
+check_eq "$(jq '(.ranks_detail | length) > 0 and (.params | length) > 0' "$T_TMP/out")" "true" \
+    "show --ranks --owners --json: both"
+# verify lists the violations (up to 20), not only the first
+run "$V" --plan "$T_TMP/own-bad.yaml"
+nv=$(grep -oE 'FAILED, [0-9]+ violation' "$T_TMP/out" | grep -oE '[0-9]+')
+nl=$(grep -cE '^  [a-z]' "$T_TMP/out")
+want=$nv; [ "$want" -gt 20 ] && want=21   # 20 listed and the "refused when loaded" line
+[ "${nv:-0}" -gt 1 ] && check_eq "$nl" "$want" "verify lists every violation up to 20" || bad "expected several violations, got ${nv:-none}"
+if [ "${nv:-0}" -gt 20 ]; then check_out "\.\.\. and $((nv - 21)) more" "verify says how many more"; fi
+# --router adamw on a model with no router: a note
+run "$P" "$M/qwen2.5-1.5b.yaml" --nodes 1 -g 8 --cost flops --router adamw
+check_err "note: --router adamw: .* has no router weight" "--router adamw without routers: a note"
+# --compare --json carries the constraint costs
+run "$P" "$DMUON_ROOT/tests/data/plan/qwen3-8b.json" --nodes 16 -g 8 --cost flops --sharding hsdp --compare --json
+check_eq "$(jq '[.constraint_costs[].constraint] | length' "$T_TMP/out")" "3" "--compare --json: three constraint costs (HSDP)"
 finish

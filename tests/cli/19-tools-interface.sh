@@ -85,4 +85,8 @@ check_rc 2 "dmuon-probe --db without a value"
 check_err "option '--db' needs a value" "dmuon-probe names it too"
 run "$P" "$DMUON_ROOT/models/qwen1.5-moe-a2.7b.yaml" --ranks 8 --cost flops --router ADAMW
 check_rc 0 "--router takes its value in any case"
+run "$P" "$DMUON_ROOT/tests/data/plan/mixtral-8x7b.json" --nodes 2 -g 8 --cost flops --router adamw
+check_rc 0 "Mixtral with --router adamw"
+check_out "router weights: 32 tensors" "Mixtral's block_sparse_moe.gate weights are routers"
+check_out "0 on Muon, 32 on AdamW" "and go to AdamW"
 finish

@@ -286,8 +286,8 @@ static void figures(const dmuon_plan *p, double *busiest, double *heaviest, doub
 
 /* On dense and MoE models at 2 to 32 nodes x 8, FSDP and HSDP, the default
  * plan's busiest NS is within 1% of no-column-balance's and of
- * round-robin's (where round-robin meets the byte cap the default keeps),
- * and its heaviest rail within 1% of no-column-balance's.  Every lower bound
+ * round-robin's (whether or not round-robin keeps the byte cap), and its
+ * heaviest rail within 1% of no-column-balance's.  Every lower bound
  * stays at or under every variant's busiest rank. */
 static void test_default_beats_ablations(void **state)
 {
@@ -298,7 +298,7 @@ static void test_default_beats_ablations(void **state)
                             "tests/data/plan/qwen3-8b.json",   "tests/data/plan/mixtral-8x7b.json",
                             "models/qwen1.5-moe-a2.7b.yaml"};
     const int nodes[] = {2, 4, 8, 16, 32};
-    int cases = 0, worse = 0;
+    int cases = 0, worse = 0, excuses = 0;
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
         dmuon_model *m = load(models[k]);
         for (size_t a = 0; a < sizeof nodes / sizeof nodes[0]; a++)
@@ -313,10 +313,23 @@ static void test_default_beats_ablations(void **state)
                 figures(r, &rb, &rh, &rrl);
                 const dmuon_plan_report *rep = dmuon_plan_get_report(d);
                 double cap = 1.1 * (double)rep->total_bytes / rep->ranks;
-                double best = cb;
-                if (rh <= cap * (1 + 1e-12) && rb < best)   /* round-robin within the cap */
-                    best = rb;
+                double best = cb < rb ? cb : rb;
                 bool bad = db > 1.01 * best || (h && dr > 1.01 * cr);
+                /* the one exception, printed: round-robin over the byte cap
+                 * beats a default that is proven optimal within the cap (the
+                 * byte-cap bound, checked by test_bound_cap and
+                 * test_bound_brute_force) */
+                bool excused = bad && !(h && dr > 1.01 * cr) && db <= 1.01 * cb &&
+                               rh > cap * (1 + 1e-12) && rep->bound_with_cap &&
+                               rep->byte_cap_fallbacks == 0 &&
+                               db <= rep->lower_bound_ms * (1 + 1e-9);
+                if (excused) {
+                    fprintf(stderr, "%s %dx8 %s: round-robin %.4g (bytes %.3f x the cap) beats "
+                                    "the default %.4g, optimal within the byte cap\n",
+                            models[k], nodes[a], h ? "hsdp" : "fsdp", rb, rh / cap, db);
+                    bad = false;
+                    excuses++;
+                }
                 /* the bound holds for every plan (within the byte cap, when
                  * it counts the cap) */
                 double lb = rep->lower_bound_ms;
@@ -338,7 +351,8 @@ static void test_default_beats_ablations(void **state)
             }
         dmuon_model_free(m);
     }
-    fprintf(stderr, "default vs ablations: %d cases, %d worse by more than 1%%\n", cases, worse);
+    fprintf(stderr, "default vs ablations: %d cases, %d worse by more than 1%%, %d excused "
+                    "(optimal within the byte cap)\n", cases, worse, excuses);
     assert_int_equal(worse, 0);
 }
 

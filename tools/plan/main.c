@@ -79,8 +79,10 @@ static const char usage[] =
     "      --fuse-experts        one unit per expert tensor instead of one per expert matrix\n"
     "      --small-unit-bytes B  Muon parameters under B bytes share a per-layer unit\n"
     "                            (0 to 64T; default 16M; sizes: 16M = 16MB = 16MiB)\n"
-    "      --param-dtype T       communication dtype for bytes and offsets (default bf16)\n"    "      --router muon|adamw   MoE router weights (*.mlp.gate.weight, *router.weight,\n"
-    "                            *shared_expert_gate.weight): Muon (default) or AdamW\n"
+    "      --param-dtype T       communication dtype for bytes and offsets (default bf16)\n"
+    "      --router muon|adamw   MoE router weights (*.mlp.gate.weight, *router.weight,\n"
+    "                            *shared_expert_gate.weight, Mixtral's\n"
+    "                            *.block_sparse_moe.gate.weight): Muon (default) or AdamW\n"
     "      --device-memory B     warn when a rank needs more than B bytes (e.g. 80G), naming\n"
     "                            the layer it gathers\n"
     "model:\n"
@@ -145,8 +147,8 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
-/* Warns (stderr) about role patterns that match no tensor name of m. */
-static void warn_unmatched(const cli *c, const dmuon_model *m)
+/* Warns (on f) about role patterns that match no tensor name of m. */
+static void warn_unmatched(const cli *c, const dmuon_model *m, FILE *f)
 {
     for (size_t k = 0; k < c->n_muon + c->n_adamw; k++) {
         bool mu = k < c->n_muon;
@@ -155,38 +157,39 @@ static void warn_unmatched(const cli *c, const dmuon_model *m)
         for (size_t i = 0; !hit && i < dmuon_model_param_count(m); i++)
             hit = fnmatch(pat, dmuon_model_param(m, i)->name, 0) == 0;
         if (!hit)
-            fprintf(stderr, "dmuon-plan: warning: --%s '%s' matches no tensor of %s\n",
+            fprintf(f, "dmuon-plan: warning: --%s '%s' matches no tensor of %s\n",
                     mu ? "muon" : "adamw", pat, dmuon_model_source(m));
     }
 }
 
 /* The file to read for MODEL: a directory (a snapshot folder) is resolved,
- * and the file used is named on stderr.  Returns 0 or an exit code. */
-static int model_file(const cli *c, const char *path, char *buf, size_t cap, const char **file)
+ * and the file used is named on f.  Returns 0 or an exit code. */
+static int model_file(const cli *c, const char *path, char *buf, size_t cap, const char **file,
+                      FILE *f)
 {
     dmuon_rc rc = dmuon_model_resolve(path, buf, cap);
     if (rc)
         return fail(c, rc);
     if (strcmp(buf, path))
-        fprintf(stderr, "dmuon-plan: model directory %s: using %s\n", path, buf);
+        fprintf(f, "dmuon-plan: model directory %s: using %s\n", path, buf);
     *file = buf;
     return 0;
 }
 
-/* Notes (stderr) on what the inventory keeps out of the plan. */
-static void note_inventory(const dmuon_model *m)
+/* Notes (on f) on what the inventory keeps out of the plan. */
+static void note_inventory(const dmuon_model *m, FILE *f)
 {
     dmuon_model_stats s;
     dmuon_model_get_stats(m, &s);
     if (s.quantized)
-        fprintf(stderr, "dmuon-plan: note: %zu tensor%s of %s %s stored quantized (integer, BOOL "
+        fprintf(f, "dmuon-plan: note: %zu tensor%s of %s %s stored quantized (integer, BOOL "
                         "or FP8 types): kept out of Muon, which orthogonalises dequantized "
                         "matrices; plan the BF16 checkpoint (or its config.json) to give them "
                         "Muon matrices\n",
                 s.quantized, s.quantized == 1 ? "" : "s", dmuon_model_source(m),
                 s.quantized == 1 ? "is" : "are");
     if (*dmuon_model_quantization(m))
-        fprintf(stderr, "dmuon-plan: note: %s declares a quantized checkpoint (quant_method "
+        fprintf(f, "dmuon-plan: note: %s declares a quantized checkpoint (quant_method "
                         "'%s'): planned as its unquantized (%s) module layout, whose 2-D "
                         "weights are Muon matrices; the checkpoint's own tensors (its "
                         "safetensors files) plan its quantized tensors as AdamW\n",
@@ -316,7 +319,8 @@ static void print_tensors(const dmuon_model *m, const dmuon_plan *p, const char 
 
 /* MoE router weights (a gate matrix [experts, hidden] per layer). */
 static const char *const router_patterns[] = {"*.mlp.gate.weight", "*router.weight",
-                                              "*shared_expert_gate.weight"};
+                                              "*shared_expert_gate.weight",
+                                              "*.block_sparse_moe.gate.weight"};
 #define N_ROUTER (sizeof router_patterns / sizeof router_patterns[0])
 
 /* The role patterns of the model options: the user's, then (--router adamw)
@@ -333,6 +337,8 @@ static dmuon_model_opts model_opts(const cli *c, const char **adamw)
 
 /* ------------------------------------------------------------- inspect -- */
 
+static void note_no_router(const cli *c, const dmuon_model *m, FILE *f);
+
 static int cmd_inspect(const cli *c, const char *path)
 {
     const char *adamw[MAX_PATTERNS + N_ROUTER];
@@ -341,19 +347,20 @@ static int cmd_inspect(const cli *c, const char *path)
     dmuon_shape_count *sh = NULL;
     size_t nsh = 0;
     char fbuf[4096], why[1024] = "";
-    int ec = model_file(c, path, fbuf, sizeof fbuf, &path);
+    int ec = model_file(c, path, fbuf, sizeof fbuf, &path, stderr);
     if (ec)
         return ec;
     dmuon_rc rc = dmuon_model_load(path, &mo, &m);
     if (rc)
         return fail(c, rc);
-    note_inventory(m);
+    note_inventory(m, stderr);
+    note_no_router(c, m, stderr);
     dmuon_plan *up = c->tensors ? units_plan(m, why, sizeof why) : NULL;
     if ((rc = dmuon_model_muon_shapes(m, &sh, &nsh))) {
         dmuon_model_free(m);
         return fail(c, rc);
     }
-    warn_unmatched(c, m);
+    warn_unmatched(c, m, stderr);
     dmuon_model_stats s;
     dmuon_model_get_stats(m, &s);
     int64_t adamw_el = s.elements - s.muon_elements, muon_bytes = 0;
@@ -574,9 +581,33 @@ static const char *const constraint_names[][2] = {{"no-byte-cap", "byte cap"},
 static void print_cost(FILE *f, const char *what, const dmuon_plan *with, const dmuon_plan *without)
 {
     const dmuon_plan_report *a = dmuon_plan_get_report(with), *b = dmuon_plan_get_report(without);
-    fprintf(f, "  %s: busiest NS %.3f -> %.3f, heaviest rail %.3f -> %.3f without it\n", what,
-            a->busiest_ns_over_mean, b->busiest_ns_over_mean, a->heaviest_rail_over_mean,
-            b->heaviest_rail_over_mean);
+    /* the plan with the constraint is also a plan without it: a relaxed
+     * plan that is worse is the search's miss, not a negative cost */
+    if (b->busiest_ns_over_mean > a->busiest_ns_over_mean)
+        fprintf(f, "  %s: costs nothing (busiest NS %.3f with it; the search without it "
+                   "reached %.3f), heaviest rail %.3f -> %.3f without it\n",
+                what, a->busiest_ns_over_mean, b->busiest_ns_over_mean,
+                a->heaviest_rail_over_mean, b->heaviest_rail_over_mean);
+    else
+        fprintf(f, "  %s: busiest NS %.3f -> %.3f, heaviest rail %.3f -> %.3f without it\n", what,
+                a->busiest_ns_over_mean, b->busiest_ns_over_mean, a->heaviest_rail_over_mean,
+                b->heaviest_rail_over_mean);
+}
+
+/* One "constraint_costs" entry: the figures with and without it; costs_nothing
+ * when the relaxed plan is not less busy (see print_cost). */
+static void json_cost(dmuon_json *w, const char *what, const dmuon_plan *with,
+                      const dmuon_plan *without)
+{
+    const dmuon_plan_report *a = dmuon_plan_get_report(with), *b = dmuon_plan_get_report(without);
+    dmuon_json_begin_object(w);
+    dmuon_json_kstr(w, "constraint", what);
+    dmuon_json_kdouble(w, "busiest_ns_over_mean", a->busiest_ns_over_mean);
+    dmuon_json_kdouble(w, "busiest_ns_over_mean_without", b->busiest_ns_over_mean);
+    dmuon_json_kdouble(w, "heaviest_rail_over_mean", a->heaviest_rail_over_mean);
+    dmuon_json_kdouble(w, "heaviest_rail_over_mean_without", b->heaviest_rail_over_mean);
+    dmuon_json_kbool(w, "costs_nothing", b->busiest_ns_over_mean >= a->busiest_ns_over_mean);
+    dmuon_json_end_object(w);
 }
 
 /* When the busiest rank is more than 1% over the bound: what each
@@ -624,6 +655,15 @@ static int cmd_compare(const cli *c, const dmuon_model *m, const dmuon_plan_opts
             dmuon_plan_report_json(v[i].plan, &w);
             dmuon_json_end_object(&w);
         }
+        dmuon_json_end_array(&w);
+        /* what each constraint costs: the first variant against the one
+         * without it, as in the text */
+        dmuon_json_key(&w, "constraint_costs");
+        dmuon_json_begin_array(&w);
+        for (size_t k = 0; k < 3; k++)
+            for (size_t i = 1; i < nv; i++)
+                if (!strcmp(v[i].name, constraint_names[k][0]))
+                    json_cost(&w, constraint_names[k][1], v[0].plan, v[i].plan);
         dmuon_json_end_array(&w);
         dmuon_json_end_object(&w);
     } else {
@@ -682,19 +722,31 @@ static size_t count_router(const dmuon_model *m, size_t *muon)
     return n;
 }
 
+/* A note (on f) when --router adamw is given and the model has no router
+ * weight: the flag then changes nothing. */
+static void note_no_router(const cli *c, const dmuon_model *m, FILE *f)
+{
+    size_t muon;
+    if (c->router_adamw && count_router(m, &muon) == 0)
+        fprintf(f, "dmuon-plan: note: --router adamw: %s has no router weight "
+                   "(*.mlp.gate.weight, *router.weight, *shared_expert_gate.weight, "
+                   "*.block_sparse_moe.gate.weight); "
+                   "nothing changes\n", dmuon_model_source(m));
+}
+
 /* Prints the role the router weights got (after the report). */
 static void note_router(const cli *c, const dmuon_model *m, FILE *f)
 {
     size_t muon, n = count_router(m, &muon);
     if (n)
         fprintf(f, "  router weights: %zu tensor%s (*.mlp.gate.weight, *router.weight, "
-                   "*shared_expert_gate.weight):\n  %zu on Muon, %zu on AdamW (--router %s%s)\n",
+                   "*shared_expert_gate.weight,\n  *.block_sparse_moe.gate.weight): %zu on Muon, %zu on AdamW (--router %s%s)\n",
                 n, n == 1 ? "" : "s", muon, n - muon, c->router_adamw ? "adamw" : "muon",
                 c->router_adamw ? "" : ", the default");
 }
 
-/* Warns when the busiest rank's memory passes --device-memory. */
-static int warn_memory(const cli *c, const dmuon_plan *p)
+/* Warns (on f) when the busiest rank's memory passes --device-memory. */
+static int warn_memory(const cli *c, const dmuon_plan *p, FILE *f)
 {
     if (!c->device_memory)
         return 0;
@@ -703,16 +755,33 @@ static int warn_memory(const cli *c, const dmuon_plan *p)
     dmuon_rc rc = dmuon_plan_busiest_memory(p, &r, &mem);
     if (rc)
         return fail(c, rc);
-    if (mem.least_bytes > c->device_memory)
-        fprintf(stderr, "dmuon-plan: warning: rank %d needs at least %.2f GiB, over "
-                "--device-memory %.2f GiB: layer '%s' gathers %.2f GiB plus a %.2f GiB FP32 "
-                "gradient buffer, besides %.2f GiB of optimizer state (more ranks, ZeRO-3, or "
-                "a smaller layer)\n", r, mem.least_bytes / 1073741824.0,
-                c->device_memory / 1073741824.0,
+    /* the first micro-batch runs on the pool's no-reuse layout, so that is
+     * what must fit; the least at a step is what reuse could bring it to */
+    if (mem.first_step_bytes > c->device_memory) {
+        int zs = dmuon_plan_zero_stage(p);
+        double G = 1073741824.0;
+        int64_t layers = mem.pool_bytes - mem.windows_bytes;
+        int64_t rest = mem.least_bytes - mem.optimizer_bytes - mem.windows_bytes -
+                       mem.gathered_grad_bytes;
+        fprintf(f,
+                "dmuon-plan: warning: rank %d needs %.2f GiB at its first step, over "
+                "--device-memory %.2f GiB:\n"
+                "  %.2f GiB optimizer state + %.2f GiB runtime pool (its first, no-reuse "
+                "layout: %.2f GiB of every layer's parameters and FP32 gradients, %.2f GiB of "
+                "owner window, AdamW shards and publish copy);\n"
+                "  the least at a step (with reuse) is %.2f GiB = %.2f optimizer state + %.2f "
+                "windows + %.2f %s + %.2f FP32 gradient of layer '%s' (%s)\n",
+                r, mem.first_step_bytes / G, c->device_memory / G, mem.optimizer_bytes / G,
+                mem.pool_bytes / G, layers / G, mem.windows_bytes / G, mem.least_bytes / G,
+                mem.optimizer_bytes / G, mem.windows_bytes / G, rest / G,
+                zs == 2 ? "gathered parameters (ZeRO-2: every layer)"
+                                   : "gathered parameters",
+                mem.gathered_grad_bytes / G,
                 mem.gathered_layer >= 0 ? dmuon_plan_layer_name(p, (size_t)mem.gathered_layer)
                                         : "-",
-                mem.gathered_layer_bytes / 1073741824.0, mem.gathered_grad_bytes / 1073741824.0,
-                mem.optimizer_bytes / 1073741824.0);
+                zs == 2 ? "more ranks, ZeRO-3, or a smaller layer"
+                                   : "more ranks or a smaller layer");
+    }
     return 0;
 }
 
@@ -736,6 +805,53 @@ static dmuon_rc predict_step(const cli *c, const dmuon_plan *p, FILE *f, dmuon_j
     return DMUON_OK;
 }
 
+/* A note (on f) when some ranks own no unit. */
+static void note_few_units(const dmuon_plan *p, FILE *f)
+{
+    const dmuon_plan_report *r = dmuon_plan_get_report(p);
+    if ((int64_t)r->units < r->ranks)
+        fprintf(f, "dmuon-plan: note: %d ranks but only %zu unit%s: %lld rank%s own no "
+                "Muon matrix (empty owner windows; fewer ranks, or --small-unit-bytes 0 for "
+                "more units)\n", r->ranks, r->units, r->units == 1 ? "" : "s",
+                (long long)(r->ranks - (int64_t)r->units),
+                r->ranks - (int64_t)r->units == 1 ? "" : "s");
+}
+
+/* "notes": the messages in text, one string each (a message starts with
+ * "dmuon-plan: "; its indented lines belong to it), prefix dropped. */
+static void json_notes(dmuon_json *w, const char *text)
+{
+    static const char pre[] = "dmuon-plan: ";
+    dmuon_json_key(w, "notes");
+    dmuon_json_begin_array(w);
+    const char *q = text;
+    while (*q) {
+        const char *e = q;
+        do {   /* to the next line that starts a message */
+            e = strchr(e, '\n');
+            e = e ? e + 1 : q + strlen(q);
+        } while (*e && strncmp(e, pre, sizeof pre - 1));
+        const char *b = strncmp(q, pre, sizeof pre - 1) ? q : q + sizeof pre - 1;
+        size_t len = (size_t)(e - b);
+        while (len && b[len - 1] == '\n')
+            len--;
+        char *one = strndup(b, len);
+        dmuon_json_str(w, one ? one : "");
+        free(one);
+        q = e;
+    }
+    dmuon_json_end_array(w);
+}
+
+/* Closes the notes stream of cmd_plan (a memory stream when into_json). */
+static void close_notes(FILE *notes, char *buf, bool into_json)
+{
+    if (into_json) {
+        fclose(notes);
+        free(buf);
+    }
+}
+
 static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
 {
     const char *adamw[MAX_PATTERNS + N_ROUTER];
@@ -743,14 +859,27 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
     dmuon_model *m;
     dmuon_plan *p = NULL;
     static char fbuf[4096];
-    int fec = model_file(c, path, fbuf, sizeof fbuf, &path);
-    if (fec)
+    /* with -o - --json the report is stderr's JSON document: notes and
+     * warnings go into its "notes" array instead of onto stderr */
+    bool into_json = c->json && c->out && !strcmp(c->out, "-") && !c->compare;
+    char *nbuf = NULL;
+    size_t nlen = 0;
+    FILE *notes = into_json ? open_memstream(&nbuf, &nlen) : stderr;
+    if (!notes)
+        return fail(c, DMUON_FAIL(DMUON_ENOMEM, "out of memory"));
+    int fec = model_file(c, path, fbuf, sizeof fbuf, &path, notes);
+    if (fec) {
+        close_notes(notes, nbuf, into_json);
         return fec;
+    }
     dmuon_rc rc = dmuon_model_load(path, &mo, &m);
-    if (rc)
+    if (rc) {
+        close_notes(notes, nbuf, into_json);
         return fail(c, rc);
-    warn_unmatched(c, m);
-    note_inventory(m);
+    }
+    warn_unmatched(c, m, notes);
+    note_inventory(m, notes);
+    note_no_router(c, m, notes);
     o->model_path = path;
     if (c->probe_missing && o->cost == DMUON_COST_DB) {
         static char device[128];
@@ -771,16 +900,20 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_model_free(m);
         return ec;
     }
+    int wec = 0;
     if ((rc = dmuon_plan_build(m, o, &p)) != DMUON_OK)
         goto out;
     if (dmuon_plan_sharding(p) == DMUON_SHARD_HSDP && dmuon_plan_nodes(p) == 1)
-        fprintf(stderr, "dmuon-plan: warning: HSDP on one node has no replicas: the plan is "
+        fprintf(notes, "dmuon-plan: warning: HSDP on one node has no replicas: the plan is "
                         "FSDP's; give --nodes R (or -N with -g) for R > 1 nodes\n");
     if (c->out && (rc = dmuon_plan_write(p, c->out)) != DMUON_OK)
         goto out;
     /* with -o - the plan is stdout's only content: the report goes to stderr */
     FILE *rep = c->out && !strcmp(c->out, "-") ? stderr : stdout;
     if (c->json) {
+        /* the notes first, so that the JSON document is stderr's last */
+        if ((wec = warn_memory(c, p, notes)) == 0)
+            note_few_units(p, notes);
         dmuon_json w;
         dmuon_json_init(&w, rep, false);
         dmuon_json_begin_object(&w);
@@ -794,6 +927,10 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
             dmuon_json_begin_object(&w);
             rc = predict_step(c, p, rep, &w);
             dmuon_json_end_object(&w);
+        }
+        if (into_json) {
+            fflush(notes);
+            json_notes(&w, nbuf ? nbuf : "");
         }
         dmuon_json_end_object(&w);
         if (rc != DMUON_OK)
@@ -813,24 +950,21 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         else
             fprintf(rep, "\n(no plan file written; add -o PLAN)\n");
     }
-    if (!c->json)
+    if (!c->json) {
         note_router(c, m, rep);
-    int wec = warn_memory(c, p);
+        if ((wec = warn_memory(c, p, stderr)) == 0)
+            note_few_units(p, stderr);
+    }
     if (wec) {
+        close_notes(notes, nbuf, into_json);
         dmuon_plan_free(p);
         dmuon_model_free(m);
         return wec;
     }
     if (c->predict && !c->json && (rc = predict_step(c, p, rep, NULL)) != DMUON_OK)
         goto out;
-    const dmuon_plan_report *r = dmuon_plan_get_report(p);
-    if ((int64_t)r->units < r->ranks)
-        fprintf(stderr, "dmuon-plan: note: %d ranks but only %zu unit%s: %lld rank%s own no "
-                "Muon matrix (empty owner windows; fewer ranks, or --small-unit-bytes 0 for "
-                "more units)\n", r->ranks, r->units, r->units == 1 ? "" : "s",
-                (long long)(r->ranks - (int64_t)r->units),
-                r->ranks - (int64_t)r->units == 1 ? "" : "s");
 out:
+    close_notes(notes, nbuf, into_json);
     dmuon_plan_free(p);
     dmuon_model_free(m);
     return rc ? fail(c, rc) : 0;

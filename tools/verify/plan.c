@@ -68,6 +68,8 @@ int verify_plan_main(int argc, char **argv)
     dmuon_model *m = NULL;
     size_t violations = 0;
     char first[1024] = "";
+    static char listed[DMUON_PLAN_CHECK_LIST * 600];   /* the check's violations, one a line */
+    size_t nlisted = 0;   /* how many the check found */
     if (access(plan, F_OK) != 0) {   /* as dmuon-plan: a missing input is bad input */
         fprintf(stderr, "dmuon-verify: error: %s: no such plan file\n", plan);
         return 2;
@@ -80,11 +82,12 @@ int verify_plan_main(int argc, char **argv)
         fprintf(stderr, "dmuon-verify: error: %s\n", dmuon_errmsg());
         return dmuon_rc_exit_code(rc);
     } else {
-        if (dmuon_plan_check(p, &violations) != DMUON_OK) {
+        if (dmuon_plan_check_list(p, &violations, listed, sizeof listed) != DMUON_OK) {
             /* the check's message counts the violations too; keep the first
              * one only, so the report shows one count */
             const char *msg = dmuon_errmsg(), *f = strstr(msg, "; first: ");
             snprintf(first, sizeof first, "%s", f ? f + 9 : msg);
+            nlisted = violations;
         }
         /* what libdmuon and dmuon-plan show will do with the file: the strict
          * load recomputes the digests and the summary, so an edited file
@@ -129,8 +132,20 @@ int verify_plan_main(int argc, char **argv)
         printf("plan %s: %zu units on %d ranks: all invariants hold%s\n", plan, units,
                dmuon_plan_ranks(p), model ? " (and it matches the model)" : "");
     } else {
-        printf("plan %s: FAILED, %zu violation%s\n  %s\n", plan, violations,
-               violations == 1 ? "" : "s", first);
+        printf("plan %s: FAILED, %zu violation%s\n", plan, violations, violations == 1 ? "" : "s");
+        if (nlisted) {   /* the check's, up to DMUON_PLAN_CHECK_LIST */
+            for (const char *q = listed; *q;) {
+                const char *e = strchr(q, '\n');
+                size_t len = e ? (size_t)(e - q) : strlen(q);
+                printf("  %.*s\n", (int)len, q);
+                q += len + (e ? 1 : 0);
+            }
+            if (nlisted > DMUON_PLAN_CHECK_LIST)
+                printf("  ... and %zu more\n", nlisted - DMUON_PLAN_CHECK_LIST);
+        }
+        if (violations > nlisted)   /* the strict load or the model match */
+            printf("  %s\n", nlisted ? "the plan would also be refused when loaded, or not match the model"
+                                      : first);
     }
     dmuon_plan_free(p);
     dmuon_model_free(m);

@@ -350,6 +350,15 @@ const dmuon_plan_report *dmuon_plan_get_report(const dmuon_plan *p);
  */
 dmuon_rc dmuon_plan_check(const dmuon_plan *p, size_t *violations);
 
+/* At most this many violations are listed by dmuon_plan_check_list. */
+#define DMUON_PLAN_CHECK_LIST 20
+
+/* dmuon_plan_check, also writing the first DMUON_PLAN_CHECK_LIST violations
+ * into list (caller-owned, cap bytes; one per line, each ending in '\n';
+ * NUL-terminated, cut at cap).  list may be NULL when cap is 0.  Returns and
+ * errors as dmuon_plan_check. */
+dmuon_rc dmuon_plan_check_list(const dmuon_plan *p, size_t *violations, char *list, size_t cap);
+
 /* Re-evaluates p's NS figures with the unit costs of ref (a plan of the same
  * model and unit options, e.g. the same plan made with measured costs), so
  * that an assignment made under one cost model is judged by another (paper
@@ -377,13 +386,21 @@ typedef struct {
                                      windows, shards, publish copy, one
                                      gathered layer (ZeRO-2: all layers) and
                                      one FP32 layer gradient */
+    int64_t windows_bytes;        /* the windows part of both figures: the
+                                     largest owner window, the AdamW shards
+                                     (param dtype + FP32 each) and the HSDP
+                                     publish copy, pool-aligned */
+    int64_t first_step_bytes;     /* what the first micro-batch needs:
+                                     optimizer state + pool_bytes (the runtime
+                                     lays the pool out without reuse first) */
 } dmuon_plan_memory;
 
 /* Memory of rank (in [0, ranks)) under p.  Errors: DMUON_EINVAL (rank out
  * of range), DMUON_ENOMEM, those of dmuon_publish_layout (HSDP). */
 dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_memory *out);
 
-/* The rank with the largest least_bytes (ties: lower rank) and its memory.
+/* The rank with the largest window (so the largest least_bytes and
+ * first_step_bytes; ties: lower rank) and its memory.
  * Errors: as dmuon_plan_rank_memory. */
 dmuon_rc dmuon_plan_busiest_memory(const dmuon_plan *p, int32_t *rank, dmuon_plan_memory *out);
 
