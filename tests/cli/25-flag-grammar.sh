@@ -50,6 +50,11 @@ check_err "^dmuon-train: error: --sharding: the plan file fixes the sharding" "n
 run "$B/dmuon-train" "${TINY[@]}" --plan "$T_TMP/p.yaml" --param-dtype f32
 check_rc 2 "--plan P --param-dtype f32"
 check_err "error: --param-dtype" "names --param-dtype"
+run "$B/dmuon-train" "${TINY[@]}" --plan "$T_TMP/p.yaml" --zero 2
+check_rc 2 "--plan P --zero 2"
+check_err "error: --zero: the plan file fixes the ZeRO stage" "names --zero"
+run "$B/dmuon-train" "${TINY[@]}" --plan "$T_TMP/p.yaml" --steps 1
+check_rc 0 "--plan P alone: the plan's ZeRO stage"
 run "$B/dmuon-train" "${TINY[@]}" --stop-at 10 --steps 5
 check_rc 2 "--stop-at 10 --steps 5"
 check_err "error: --stop-at 10 is past --steps 5" "names both flags"

@@ -74,7 +74,7 @@ static const char usage[] =
     "                            replicate; C plan owners with per-owner MPI calls; D dmuon\n"
     "                            (default D)\n"
     "      --sharding fsdp|hsdp  self-planning: (default fsdp; with --plan the plan's)\n"
-    "      --zero 2|3            ZeRO stage (default 3)\n"
+    "      --zero 2|3            self-planning: ZeRO stage (default 3; with --plan the plan's)\n"
     "      --ranks-per-node K    virtual nodes of K ranks (default $DMUON_RANKS_PER_NODE or\n"
     "                            the shared-memory node)\n"
     "      --plan PLAN           a plan file of this model (dmuon-plan on --write-config);\n"
@@ -166,7 +166,7 @@ typedef struct {
     dmuon_rt_opts rt;
     const char *data, *plan, *write_config, *write_yaml;
     dmuon_sharding sharding;
-    bool sharding_set, param_dtype_set;   /* given on the command line */
+    bool sharding_set, param_dtype_set, zero_set;   /* given on the command line */
     int zero, val_every;
     int64_t small_unit_bytes;
     dmuon_dtype param_dtype;
@@ -239,7 +239,12 @@ static int parse(cli *c, int argc, char **argv)
             INT_OPT(O_VAL_EVERY, 2, 1000000, c->val_every, "val-every")
             INT_OPT(O_VAL_WIN, 1, 1000000, c->t.val_windows, "val-windows")
             INT_OPT(O_EVAL, 0, 1000000000, c->t.eval_every, "eval-every")
-            INT_OPT(O_ZERO, 2, 3, c->zero, "zero")
+        case O_ZERO:
+            if (tool_parse_int("--zero", a, 2, 3, &v, err, sizeof err))
+                return usage_error(c, "%s", err);
+            c->zero = (int)v;
+            c->zero_set = true;
+            break;
         case O_SUB:   /* a size, in the grammar of every tool (16M, 1MiB, ...) */
             if (tool_parse_size("--small-unit-bytes", a, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES, &v,
                                 err, sizeof err))
@@ -314,6 +319,9 @@ static int parse(cli *c, int argc, char **argv)
     if (c->plan && c->sharding_set)
         return usage_error(c, "%s", "--sharding: the plan file fixes the sharding; drop "
                                     "--sharding, or plan again with dmuon-plan --sharding");
+    if (c->plan && c->zero_set)
+        return usage_error(c, "%s", "--zero: the plan file fixes the ZeRO stage; drop --zero, "
+                                    "or plan again with dmuon-plan --zero");
     if (c->plan && c->param_dtype_set)
         return usage_error(c, "%s", "--param-dtype: the plan file fixes the gathered dtype; drop "
                                     "--param-dtype, or plan again with dmuon-plan --param-dtype");
@@ -417,7 +425,7 @@ static int tool_main(int argc, char **argv)
         code = c.rank == 0 ? fail(&c, rc) : dmuon_rc_exit_code(rc);
         goto out;
     }
-    c.rt.zero_stage = c.zero;
+    c.rt.zero_stage = c.plan ? 0 : c.zero;   /* 0: the plan's */
     if (c.write_config || c.write_yaml) {
         if (c.write_config && (rc = tm_write_hf_config(&c.t.model, c.write_config)))
             code = fail(&c, rc);
@@ -454,7 +462,7 @@ static int tool_main(int argc, char **argv)
                 "+ %zu validation bytes\n",
                 dmuon_line_name(c.rt.line), size, dmuon_plan_nodes(plan),
                 dmuon_plan_gpus_per_node(plan), dmuon_sharding_name(dmuon_plan_sharding(plan)),
-                c.zero, c.t.model.layers, c.t.model.dim, (long long)ms.elements,
+                dmuon_plan_zero_stage(plan), c.t.model.layers, c.t.model.dim, (long long)ms.elements,
                 (long long)ms.muon_elements, (long long)ms.muon_matrices, data.source,
                 data.files, data.n_train, data.n_val);
     }
