@@ -187,6 +187,7 @@ class Runtime:
         self._bwd = False        # inside a micro-batch's backward
         self.recomputations = 0  # layer forwards run inside backward (checkpointing)
         self._fwd_grad = False
+        self._trained = False    # a micro-batch with a backward has ended
         named = dict(_trainable(model))
         planned = {n: (layer, numel) for n, layer, _, numel in plan.params}
         missing = [n for n in planned if n not in named]
@@ -355,6 +356,12 @@ class Runtime:
             self._call("dmuon_rt_post_backward", L.index)
         if self._root is not None:
             self._call("dmuon_rt_post_backward", self._root.index)
+        if not self._trained:
+            # the runtime packs its spaces at the first step from the
+            # sequence of one recorded micro-batch; this one's hook order
+            # is not a training backward's (layers whose gradients come
+            # late stay open together there), so record the next one
+            self._call("dmuon_capi_rt_record_next", None)
 
     def _root_backward(self):
         if self._bwd:
@@ -419,6 +426,7 @@ class Runtime:
                     self._post_backward(L)
             if self._root is not None:
                 self._post_backward(self._root)
+            self._trained = True
         finally:
             self._bwd = False
 

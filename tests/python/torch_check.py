@@ -267,6 +267,8 @@ def main():
                    "max rel %.2e" % mx)
     if N in (1, 4):
         storage()
+    if N in (1, 2):
+        misuse()
     if N == 1:
         errors()
     if rank == 0:
@@ -300,6 +302,78 @@ def storage():
            "ZeRO-3: a block's parameters hold values only inside its forward/backward",
            "inside block 1: %r; sizes after the step: %r" % (seen, sorted(after)))
     rt.close()
+
+
+class OddBlock(torch.nn.Module):
+    """A block whose gradients do not all arrive: an unused matrix (its
+    layer's backward closes only at the end of backward) and a frozen
+    scale (requires_grad=False)."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.up = torch.nn.Linear(d, 2 * d)
+        self.down = torch.nn.Linear(2 * d, d, bias=False)
+        self.scale = torch.nn.Parameter(1 + 0.1 * torch.randn(d), requires_grad=False)
+        self.unused = torch.nn.Parameter(0.1 * torch.randn(d, d))
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.silu(self.up(x * self.scale)))
+
+
+class OddNet(torch.nn.Module):
+    def __init__(self, v=32, d=16, layers=3, tied=False):
+        super().__init__()
+        self.embed = torch.nn.Embedding(v, d)
+        self.layers = torch.nn.ModuleList(OddBlock(d) for _ in range(layers))
+        self.norm = torch.nn.RMSNorm(d)
+        self.lm_head = torch.nn.Linear(d, v, bias=False)
+        if tied:
+            self.lm_head.weight = self.embed.weight
+
+    def forward(self, x):
+        h = self.embed(x)
+        for b in self.layers:
+            h = b(h)
+        return self.lm_head(self.norm(h))
+
+
+def odd_batch(s, v=32):
+    g = torch.Generator().manual_seed(100 + s)
+    x = torch.randint(0, v, (4 * size, 8), generator=g)
+    return local(x), local((3 * x + 1) % v)
+
+
+def odd_loss(m, x, y):
+    return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
+
+
+def odd_train(evals=(), steps=5, tied=False):
+    torch.manual_seed(0)
+    m = OddNet(tied=tied)
+    rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32", ns="direct-muon5")
+    opt = rt.optimizer(**HYPER)
+    losses = []
+    for s in range(steps):
+        x, y = odd_batch(s)
+        if s in evals:
+            with torch.no_grad():
+                odd_loss(m, x, y)
+        loss = odd_loss(m, x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(dmuon.allreduce_sum([loss.item()])[0] / size)
+    return m, rt, losses
+
+
+def misuse():
+    """What a user does with the module around the runtime."""
+    _, rt, plain = odd_train()
+    rt.close()
+    _, rt, first = odd_train(evals=(0,))
+    rt.close()
+    report(first == plain, "a no_grad forward before the first step leaves training unchanged "
+           "(a block with an unused parameter)", "losses %r vs %r" % (first[-2:], plain[-2:]))
 
 
 def errors():
