@@ -262,6 +262,10 @@ class Runtime:
             raise
         for layer in self._layers:
             self._free(layer)
+        for layer in self._layers:
+            for i, p in layer.params:
+                p._dmuon_name = self._names[i]
+                p.__class__ = ShardedParameter
         _live.add(self)
 
     def _ensure_open(self):
@@ -292,7 +296,15 @@ class Runtime:
             p.untyped_storage().resize_(0)
 
     # --------------------------------------------------------------- hooks --
+    def _state_dict_refused(self, *args):
+        if self._rt.value:
+            raise DmuonError(1, "einval", "state_dict() of a module sharded by dmuon: its "
+                             "parameters hold no values outside their layer's forward and "
+                             "backward; rt.export(path) writes the full weights (safetensors, "
+                             "the module's names), rt.save(dir) the optimizer checkpoint")
+
     def _install(self):
+        self._hooks.append(self.model.register_state_dict_pre_hook(self._state_dict_refused))
         for layer in self._layers:
             m = layer.module
             self._hooks.append(m.register_forward_pre_hook(
@@ -531,6 +543,13 @@ class Runtime:
         if self._rt.value:
             lib().dmuon_rt_free(self._rt)
             self._rt = ctypes.c_void_p()
+            for layer in self._layers:
+                for _, p in layer.params:
+                    st = p.untyped_storage()
+                    if st.nbytes() != p.numel() * p.element_size():
+                        st.resize_(p.numel() * p.element_size())
+                    ctypes.memset(p.data_ptr(), 0, p.numel() * p.element_size())
+                    p.__class__ = torch.nn.Parameter
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -567,6 +586,45 @@ class Optimizer(torch.optim.Optimizer):
         for g in self.param_groups:
             for p in g["params"]:
                 p.grad = None
+
+
+# Tensor functions that read only a tensor's metadata (or set its hooks and
+# gradient): allowed on a sharded parameter that holds no values.
+_META = {"untyped_storage", "numel", "dim", "size", "element_size", "data_ptr", "is_contiguous",
+         "storage_offset", "register_hook", "register_post_accumulate_grad_hook", "__get__",
+         "__set__", "__delete__", "stride", "nelement", "is_floating_point", "is_complex",
+         "type", "__hash__", "__eq__", "requires_grad_", "__format__", "__reduce_ex__"}
+
+
+class ShardedParameter(torch.nn.Parameter):
+    """A parameter taken over by a dmuon Runtime (its class from rt opening
+    to rt.close()).  Outside its layer's forward and backward its storage
+    holds no bytes: any torch function that would read or write its values
+    there (printing, norms, .to(), .detach() in state_dict(), copy_) raises
+    DmuonError instead of reading freed memory."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        with torch._C.DisableTorchFunctionSubclass():
+            if getattr(func, "__name__", "") not in _META:
+                for a in _args(args, kwargs):
+                    if type(a) is cls and a.numel() and a.untyped_storage().nbytes() == 0:
+                        raise DmuonError(1, "einval", "parameter '%s' is sharded by dmuon: "
+                                         "outside its layer's forward and backward it holds "
+                                         "no values (%s refused); the full weights: "
+                                         "rt.export(path) (safetensors), checkpoints: "
+                                         "rt.save(dir)" % (getattr(a, "_dmuon_name", "?"),
+                                                            getattr(func, "__name__", func)))
+            return func(*args, **kwargs)
+
+
+def _args(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
 
 
 def _f32(ptr, n):

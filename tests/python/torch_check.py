@@ -374,6 +374,26 @@ def misuse():
     rt.close()
     report(first == plain, "a no_grad forward before the first step leaves training unchanged "
            "(a block with an unused parameter)", "losses %r vs %r" % (first[-2:], plain[-2:]))
+    _, rt, _ = odd_train(steps=1)
+    m = rt.model
+    w = m.layers[0].up.weight
+    for what, use, want in (("w.sum()", lambda: w.sum(), "layers.0.up.weight"),
+                            ("repr(w)", lambda: repr(w), "layers.0.up.weight"),
+                            ("a norm of the parameters", lambda: sum(
+                                p.norm() for p in m.parameters() if p.requires_grad), "sharded"),
+                            ("module.to(float64)", lambda: m.to(torch.float64), "sharded"),
+                            ("torch.save(state_dict())", lambda: torch.save(
+                                m.state_dict(), os.path.join(DIR, "sd-r%d.pt" % rank)),
+                             "rt.export")):
+        try:
+            use()
+            report(False, "%s of a sharded parameter raises DmuonError" % what, "no exception")
+        except dmuon.DmuonError as e:
+            report(want in e.message, "%s of a sharded parameter raises DmuonError" % what,
+                   e.message[:100])
+    report(not os.path.exists(os.path.join(DIR, "sd-r%d.pt" % rank)),
+           "torch.save(state_dict()) wrote no file")
+    rt.close()
 
 
 def errors():
