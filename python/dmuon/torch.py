@@ -514,10 +514,65 @@ class Runtime:
 
     def export(self, path):
         """Writes the full FP32 master weights with the module's names as one
-        safetensors file (collective); load it with
-        safetensors.torch.load_file + module.load_state_dict."""
+        safetensors file (collective), with what else module.state_dict()
+        holds: frozen (requires_grad=False) parameters and persistent
+        buffers in their own dtype, tied aliases (lm_head.weight = embed
+        weight) under each name; load it with safetensors.torch.load_file +
+        module.load_state_dict (strict).  With such extras the runtime
+        writes PATH.dmuon-part and rank 0 rewrites it into PATH (temp file,
+        rename)."""
         self._ensure_open()
-        self._call("dmuon_rt_export", cstr(str(path)))
+        extra = self._export_extras()
+        if not extra:
+            self._call("dmuon_rt_export", cstr(str(path)))
+            return
+        path = str(path)
+        part = path + ".dmuon-part"
+        self._call("dmuon_rt_export", cstr(part))
+        err = ""
+        if self.rank == 0:
+            try:
+                from safetensors.torch import load_file, save_file
+                sd = load_file(part)
+                for name, (src, t) in extra.items():
+                    sd[name] = sd[src].clone() if src else t
+                tmp = path + ".tmp"
+                save_file(sd, tmp)
+                os.replace(tmp, path)
+            except Exception as e:      # every rank raises the same below
+                err = "%s: %s" % (type(e).__name__, e)
+            finally:
+                if os.path.exists(part):
+                    os.remove(part)
+        flag = (ctypes.c_double * 1)(1.0 if err else 0.0)   # a failure on rank 0 fails all
+        check(lib().dmuon_capi_allreduce_sum(self._comm, flag, 1))
+        if flag[0]:
+            raise DmuonError(3, "eio", "export '%s': adding the frozen parameters, aliases and "
+                             "buffers on rank 0 failed%s" % (path, (": " + err) if err else ""))
+
+    def _export_extras(self):
+        """What load_state_dict needs besides the trained parameters: tied
+        aliases (name -> (the exported name, None)), frozen parameters and
+        persistent buffers (name -> (None, a copy of the values))."""
+        trained = set(self._names)
+        canon = {}
+        for n, p in self.model.named_parameters():
+            canon[id(p)] = n
+        out = {}
+        for n, p in self.model.named_parameters(remove_duplicate=False):
+            if n in trained:
+                continue
+            c = canon.get(id(p))
+            if c in trained:
+                out[n] = (c, None)
+            else:
+                with torch._C.DisableTorchFunctionSubclass():
+                    out[n] = (None, p.detach().to("cpu").clone().contiguous())
+        for mn, mod in self.model.named_modules():
+            for bn, b in mod._buffers.items():
+                if b is not None and bn not in mod._non_persistent_buffers_set:
+                    out[(mn + "." if mn else "") + bn] = (None, b.detach().clone().contiguous())
+        return out
 
     def stats(self):
         """This rank's figures (dmuon_rt_stats) as a dict."""

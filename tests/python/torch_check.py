@@ -337,10 +337,14 @@ class OddNet(torch.nn.Module):
         return self.lm_head(self.norm(h))
 
 
-def odd_batch(s, v=32):
+def odd_full(s, v=32):
     g = torch.Generator().manual_seed(100 + s)
     x = torch.randint(0, v, (4 * size, 8), generator=g)
-    return local(x), local((3 * x + 1) % v)
+    return x, (3 * x + 1) % v
+
+
+def odd_batch(s):
+    return tuple(local(t) for t in odd_full(s))
 
 
 def odd_loss(m, x, y):
@@ -374,6 +378,29 @@ def misuse():
     rt.close()
     report(first == plain, "a no_grad forward before the first step leaves training unchanged "
            "(a block with an unused parameter)", "losses %r vs %r" % (first[-2:], plain[-2:]))
+    for tied in (False, True):
+        m, rt, _ = odd_train(steps=2, tied=tied)
+        x, y = odd_batch(0)
+        with torch.no_grad():
+            want = dmuon.allreduce_sum([odd_loss(m, x, y).item()])[0]
+        ex = os.path.join(DIR, "odd-n%d-t%d.safetensors" % (size, tied))
+        rt.export(ex)
+        rt.close()
+        if rank == 0:
+            from safetensors.torch import load_file
+            torch.manual_seed(7)
+            fresh = OddNet(tied=tied)
+            try:
+                fresh.load_state_dict(load_file(ex), strict=True)
+                fx, fy = odd_full(0)
+                with torch.no_grad():
+                    got = sum(odd_loss(fresh, fx[4 * r:4 * r + 4], fy[4 * r:4 * r + 4]).item()
+                              for r in range(size))
+                report(abs(got - want) <= EXACT * abs(want), "export with frozen parameters%s "
+                       "loads strictly and gives the sharded module's loss" % (
+                           " and a tied head" if tied else ""), "%.7f vs %.7f" % (got, want))
+            except RuntimeError as e:
+                report(False, "export with frozen parameters loads strictly", str(e)[:200])
     _, rt, _ = odd_train(steps=1)
     m = rt.model
     w = m.layers[0].up.weight
