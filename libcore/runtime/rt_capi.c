@@ -13,6 +13,7 @@
 
 #include "dmuon/ctl.h"
 #include "dmuon/model.h"
+#include "dmuon/ns.h"
 #include "dmuon/optim.h"
 #include "dmuon/topo.h"
 #include "rt_internal.h"
@@ -401,6 +402,9 @@ dmuon_rc dmuon_capi_rt_opts_set(dmuon_capi_rt_opts *o, const char *key, const ch
         if (!value || !*value || strlen(value) >= sizeof q->ns_variant)
             return DMUON_FAIL(DMUON_EINVAL, "option 'ns': expected a Newton-Schulz variant name "
                               "of at most %zu bytes", sizeof q->ns_variant - 1);
+        dmuon_ns_opts ns;
+        dmuon_ns_opts_init(&ns);
+        DMUON_TRY(dmuon_ns_opts_set_variant(&ns, value));
         memcpy(q->ns_variant, value, strlen(value) + 1);
     } else {
         return DMUON_FAIL(DMUON_EINVAL, "runtime option '%s': expected one of line, zero, "

@@ -103,6 +103,10 @@ def plan(model, ranks_per_node=None, sharding="fsdp", zero=3, cost="flops", comm
     muon=[patterns], adamw=[patterns]).  Roles follow dmuon/model.h: 2-D
     tensors are Muon matrices except names with "embed" or "lm_head".
     Collective (every rank calls it with the same module)."""
+    if ranks_per_node is not None and not (isinstance(ranks_per_node, int) and
+                                           ranks_per_node > 0):
+        raise ValueError("ranks_per_node %r: expected an integer > 0 (or None)"
+                         % (ranks_per_node,))
     h = comm_handle(comm)
     _, size = world(comm)
     nodes, per = ctypes.c_int(), ctypes.c_int()
@@ -163,6 +167,12 @@ class Runtime:
         if not isinstance(plan, Plan):
             raise DmuonError(1, "einval", "plan: expected a dmuon.Plan (dmuon.torch.plan or "
                              "dmuon.load_plan), got %r" % type(plan).__name__)
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError("deadline_s %r: expected a number of seconds > 0 (or None)"
+                             % (deadline_s,))
+        if param_dtype is not None and param_dtype not in ("bf16", "f32"):
+            raise ValueError("param_dtype %r: expected 'bf16', 'f32' or None (the plan's)"
+                             % (param_dtype,))
         if grad_reduce not in ("mean", "sum"):
             raise DmuonError(1, "einval", "grad_reduce '%s': expected mean or sum" % grad_reduce)
         if param_dtype is not None and param_dtype != plan.param_dtype:
@@ -181,6 +191,13 @@ class Runtime:
             self._opts["deadline_ms"] = max(1, int(round(deadline_s * 1000)))
         if zero is not None:
             self._opts["zero"] = zero
+        ro = ctypes.c_void_p()      # line, ns, zero, deadline: refused here, not at opening
+        check(lib().dmuon_capi_rt_opts_new(ctypes.byref(ro)))
+        try:
+            for k, v in self._opts.items():
+                check(lib().dmuon_capi_rt_opts_set(ro, cstr(k), cstr(str(v))))
+        finally:
+            lib().dmuon_capi_rt_opts_free(ro)
         self._rt = ctypes.c_void_p()
         self._optimizer = None
         self._hooks = []
@@ -472,6 +489,10 @@ class Runtime:
         param_groups: {"role": "muon", "lr": lr} and {"role": "adamw", "lr":
         adamw_lr} (LR schedulers scale both).  Opens the runtime (frees the
         module's parameters); the hyperparameters are fixed from then on."""
+        for name, v in (("lr", lr), ("adamw_lr", adamw_lr), ("clip_norm", clip_norm),
+                        ("weight_decay", weight_decay), ("adamw_weight_decay", adamw_weight_decay)):
+            if not (isinstance(v, (int, float)) and v >= 0 and v == v and v != float("inf")):
+                raise ValueError("%s %r: expected a finite number >= 0" % (name, v))
         kw = dict(momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                   adamw_betas=adamw_betas, adamw_eps=adamw_eps,
                   adamw_weight_decay=adamw_weight_decay, adjust_lr=adjust_lr,

@@ -437,6 +437,27 @@ def errors():
     except dmuon.DmuonError as e:
         report(e.name == "einval" and "line 'E'" in e.message and e.code == 1,
                "line E: DmuonError einval naming the line", e.message)
+    for kw, want in ((dict(line="E"), "line 'E'"), (dict(ns="foo"), "NS variant 'foo'"),
+                     (dict(param_dtype="float16"), "param_dtype 'float16'"),
+                     (dict(deadline_s=0), "deadline_s 0")):
+        try:
+            dmuon.torch.shard(td.make(), dmuon.torch.plan(td.make()), **kw)
+            report(False, "shard(%r) raises at shard()" % kw, "no exception")
+        except (ValueError, dmuon.DmuonError) as e:
+            report(want in str(e), "shard(%r) raises at shard()" % kw, str(e))
+    for kw in (dict(lr=-1.0), dict(clip_norm=-0.5), dict(adamw_lr=float("nan"))):
+        rt = dmuon.torch.shard(td.make(), dmuon.torch.plan(td.make()))
+        try:
+            rt.optimizer(**kw)
+            report(False, "optimizer(%r) raises ValueError" % kw, "no exception")
+        except ValueError as e:
+            report(list(kw)[0] in str(e), "optimizer(%r) raises ValueError" % kw, str(e))
+        rt.close()
+    try:
+        dmuon.torch.plan(td.make(), ranks_per_node=0)
+        report(False, "plan(ranks_per_node=0) raises ValueError", "no exception")
+    except ValueError as e:
+        report("ranks_per_node 0" in str(e), "plan(ranks_per_node=0) raises ValueError", str(e))
     try:
         dmuon.load_plan(os.path.join(DIR, "missing.yaml"))
         report(False, "a missing plan file is an error", "no exception")
