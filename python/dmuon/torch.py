@@ -349,8 +349,9 @@ class Runtime:
             self._call("dmuon_rt_pre_forward", layer.index)
             layer.recompute = True
             return
-        if layer is self._root:
+        if layer is (self._root or self._layers[0]):
             self._fwd_grad = torch.is_grad_enabled()
+            self._agree(0)
         self._call("dmuon_rt_pre_forward", layer.index)
         self._fill(layer)
 
@@ -519,7 +520,21 @@ class Runtime:
     def step(self, lr, adamw_lr):
         """dmuon_rt_step with these learning rates (Optimizer.step calls it)."""
         self._ensure_open()
+        self._agree(1)
         check(lib().dmuon_capi_rt_step(self._rt, float(lr), float(adamw_lr)))
+
+    def _agree(self, what):
+        """Every rank begins a micro-batch (what 0) or steps (1) together: one
+        small sum over the ranks, so that ranks running different numbers
+        of micro-batches fail here, all of them with the same DmuonError,
+        instead of pairing a gradient reduction with a step's collectives."""
+        v = (ctypes.c_double * 2)(1.0 if what == 0 else 0.0, 1.0 if what == 1 else 0.0)
+        check(lib().dmuon_capi_allreduce_sum(self._comm, v, 2))
+        if v[what] != self.world:
+            raise DmuonError(7, "emismatch", "%d rank(s) began a micro-batch while %d called "
+                             "step(): every rank must run the same number of micro-batches "
+                             "(forwards, no_grad ones included) between steps" % (
+                                 int(v[0]), int(v[1])))
 
     def save(self, path):
         """Saves the optimizer state (masters, momenta, moments) this rank

@@ -401,6 +401,21 @@ def misuse():
                            " and a tied head" if tied else ""), "%.7f vs %.7f" % (got, want))
             except RuntimeError as e:
                 report(False, "export with frozen parameters loads strictly", str(e)[:200])
+    if size > 1:        # rank 1 runs two micro-batches, the others one
+        m, rt, _ = odd_train(steps=1)
+        opt = rt._optimizer
+        msg = ""
+        try:
+            for k in range(2 if rank == 1 else 1):
+                x, y = odd_batch(k)
+                odd_loss(m, x, y).backward()
+            opt.step()
+        except dmuon.DmuonError as e:
+            msg = e.message
+        raised = dmuon.allreduce_sum([1.0 if "same number of micro-batches" in msg else 0.0])[0]
+        report(raised == size, "ranks running different numbers of micro-batches all raise "
+               "DmuonError", "%d of %d: %s" % (raised, size, msg[:90]))
+        rt.close()
     _, rt, _ = odd_train(steps=1)
     m = rt.model
     w = m.layers[0].up.weight
