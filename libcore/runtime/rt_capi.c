@@ -13,8 +13,10 @@
 
 #include "dmuon/ctl.h"
 #include "dmuon/model.h"
+#include "dmuon/ns.h"
 #include "dmuon/optim.h"
 #include "dmuon/topo.h"
+#include "rt_internal.h"
 
 #define CAPI_MAX_PATTERNS 64
 #define CAPI_MAX_STR 4096
@@ -400,6 +402,9 @@ dmuon_rc dmuon_capi_rt_opts_set(dmuon_capi_rt_opts *o, const char *key, const ch
         if (!value || !*value || strlen(value) >= sizeof q->ns_variant)
             return DMUON_FAIL(DMUON_EINVAL, "option 'ns': expected a Newton-Schulz variant name "
                               "of at most %zu bytes", sizeof q->ns_variant - 1);
+        dmuon_ns_opts ns;
+        dmuon_ns_opts_init(&ns);
+        DMUON_TRY(dmuon_ns_opts_set_variant(&ns, value));
         memcpy(q->ns_variant, value, strlen(value) + 1);
     } else {
         return DMUON_FAIL(DMUON_EINVAL, "runtime option '%s': expected one of line, zero, "
@@ -428,6 +433,25 @@ dmuon_rc dmuon_capi_rt_step(dmuon_rt *rt, double muon_lr, double adamw_lr)
 {
     dmuon_rt_lrs lrs = {muon_lr, adamw_lr};
     return dmuon_rt_step(rt, &lrs);
+}
+
+dmuon_rc dmuon_capi_rt_record_next(dmuon_rt *rt, int *recording)
+{
+    if (recording)
+        *recording = 0;
+    if (!rt || !rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: record_next before open");
+    if (rt->in_micro)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: record_next inside a micro-batch (call it "
+                          "between micro-batches)");
+    if (rt->packed)
+        return DMUON_OK;
+    for (int s = 0; s < RT_SPACES; s++)
+        rt->rec[s].nev = 0;
+    rt->recording = true;
+    if (recording)
+        *recording = 1;
+    return DMUON_OK;
 }
 
 void dmuon_capi_rt_stats(const dmuon_rt *rt, double *out)

@@ -104,6 +104,7 @@ def _declare(L):
         "dmuon_capi_rt_opts_set": (_c_int, [_vp, _c_str, _c_str]),
         "dmuon_capi_rt_create": (_c_int, [_vp, _c_int, _vp, P(_vp)]),
         "dmuon_capi_rt_step": (_c_int, [_vp, _c_dbl, _c_dbl]),
+        "dmuon_capi_rt_record_next": (_c_int, [_vp, _vp]),
         "dmuon_capi_rt_stats": (None, [_vp, P(_c_dbl)]),
         "dmuon_plan_load": (_c_int, [_c_str, P(_vp)]),
         "dmuon_plan_write": (_c_int, [_vp, _c_str]),

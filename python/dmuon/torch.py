@@ -103,6 +103,10 @@ def plan(model, ranks_per_node=None, sharding="fsdp", zero=3, cost="flops", comm
     muon=[patterns], adamw=[patterns]).  Roles follow dmuon/model.h: 2-D
     tensors are Muon matrices except names with "embed" or "lm_head".
     Collective (every rank calls it with the same module)."""
+    if ranks_per_node is not None and not (isinstance(ranks_per_node, int) and
+                                           ranks_per_node > 0):
+        raise ValueError("ranks_per_node %r: expected an integer > 0 (or None)"
+                         % (ranks_per_node,))
     h = comm_handle(comm)
     _, size = world(comm)
     nodes, per = ctypes.c_int(), ctypes.c_int()
@@ -163,6 +167,12 @@ class Runtime:
         if not isinstance(plan, Plan):
             raise DmuonError(1, "einval", "plan: expected a dmuon.Plan (dmuon.torch.plan or "
                              "dmuon.load_plan), got %r" % type(plan).__name__)
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError("deadline_s %r: expected a number of seconds > 0 (or None)"
+                             % (deadline_s,))
+        if param_dtype is not None and param_dtype not in ("bf16", "f32"):
+            raise ValueError("param_dtype %r: expected 'bf16', 'f32' or None (the plan's)"
+                             % (param_dtype,))
         if grad_reduce not in ("mean", "sum"):
             raise DmuonError(1, "einval", "grad_reduce '%s': expected mean or sum" % grad_reduce)
         if param_dtype is not None and param_dtype != plan.param_dtype:
@@ -181,12 +191,20 @@ class Runtime:
             self._opts["deadline_ms"] = max(1, int(round(deadline_s * 1000)))
         if zero is not None:
             self._opts["zero"] = zero
+        ro = ctypes.c_void_p()      # line, ns, zero, deadline: refused here, not at opening
+        check(lib().dmuon_capi_rt_opts_new(ctypes.byref(ro)))
+        try:
+            for k, v in self._opts.items():
+                check(lib().dmuon_capi_rt_opts_set(ro, cstr(k), cstr(str(v))))
+        finally:
+            lib().dmuon_capi_rt_opts_free(ro)
         self._rt = ctypes.c_void_p()
         self._optimizer = None
         self._hooks = []
         self._bwd = False        # inside a micro-batch's backward
         self.recomputations = 0  # layer forwards run inside backward (checkpointing)
         self._fwd_grad = False
+        self._trained = False    # a micro-batch with a backward has ended
         named = dict(_trainable(model))
         planned = {n: (layer, numel) for n, layer, _, numel in plan.params}
         missing = [n for n in planned if n not in named]
@@ -261,6 +279,10 @@ class Runtime:
             raise
         for layer in self._layers:
             self._free(layer)
+        for layer in self._layers:
+            for i, p in layer.params:
+                p._dmuon_name = self._names[i]
+                p.__class__ = ShardedParameter
         _live.add(self)
 
     def _ensure_open(self):
@@ -291,7 +313,15 @@ class Runtime:
             p.untyped_storage().resize_(0)
 
     # --------------------------------------------------------------- hooks --
+    def _state_dict_refused(self, *args):
+        if self._rt.value:
+            raise DmuonError(1, "einval", "state_dict() of a module sharded by dmuon: its "
+                             "parameters hold no values outside their layer's forward and "
+                             "backward; rt.export(path) writes the full weights (safetensors, "
+                             "the module's names), rt.save(dir) the optimizer checkpoint")
+
     def _install(self):
+        self._hooks.append(self.model.register_state_dict_pre_hook(self._state_dict_refused))
         for layer in self._layers:
             m = layer.module
             self._hooks.append(m.register_forward_pre_hook(
@@ -319,8 +349,9 @@ class Runtime:
             self._call("dmuon_rt_pre_forward", layer.index)
             layer.recompute = True
             return
-        if layer is self._root:
+        if layer is (self._root or self._layers[0]):
             self._fwd_grad = torch.is_grad_enabled()
+            self._agree(0)
         self._call("dmuon_rt_pre_forward", layer.index)
         self._fill(layer)
 
@@ -355,6 +386,12 @@ class Runtime:
             self._call("dmuon_rt_post_backward", L.index)
         if self._root is not None:
             self._call("dmuon_rt_post_backward", self._root.index)
+        if not self._trained:
+            # the runtime packs its spaces at the first step from the
+            # sequence of one recorded micro-batch; this one's hook order
+            # is not a training backward's (layers whose gradients come
+            # late stay open together there), so record the next one
+            self._call("dmuon_capi_rt_record_next", None)
 
     def _root_backward(self):
         if self._bwd:
@@ -419,6 +456,7 @@ class Runtime:
                     self._post_backward(L)
             if self._root is not None:
                 self._post_backward(self._root)
+            self._trained = True
         finally:
             self._bwd = False
 
@@ -452,6 +490,10 @@ class Runtime:
         param_groups: {"role": "muon", "lr": lr} and {"role": "adamw", "lr":
         adamw_lr} (LR schedulers scale both).  Opens the runtime (frees the
         module's parameters); the hyperparameters are fixed from then on."""
+        for name, v in (("lr", lr), ("adamw_lr", adamw_lr), ("clip_norm", clip_norm),
+                        ("weight_decay", weight_decay), ("adamw_weight_decay", adamw_weight_decay)):
+            if not (isinstance(v, (int, float)) and v >= 0 and v == v and v != float("inf")):
+                raise ValueError("%s %r: expected a finite number >= 0" % (name, v))
         kw = dict(momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                   adamw_betas=adamw_betas, adamw_eps=adamw_eps,
                   adamw_weight_decay=adamw_weight_decay, adjust_lr=adjust_lr,
@@ -478,7 +520,21 @@ class Runtime:
     def step(self, lr, adamw_lr):
         """dmuon_rt_step with these learning rates (Optimizer.step calls it)."""
         self._ensure_open()
+        self._agree(1)
         check(lib().dmuon_capi_rt_step(self._rt, float(lr), float(adamw_lr)))
+
+    def _agree(self, what):
+        """Every rank begins a micro-batch (what 0) or steps (1) together: one
+        small sum over the ranks, so that ranks running different numbers
+        of micro-batches fail here, all of them with the same DmuonError,
+        instead of pairing a gradient reduction with a step's collectives."""
+        v = (ctypes.c_double * 2)(1.0 if what == 0 else 0.0, 1.0 if what == 1 else 0.0)
+        check(lib().dmuon_capi_allreduce_sum(self._comm, v, 2))
+        if v[what] != self.world:
+            raise DmuonError(7, "emismatch", "%d rank(s) began a micro-batch while %d called "
+                             "step(): every rank must run the same number of micro-batches "
+                             "(forwards, no_grad ones included) between steps" % (
+                                 int(v[0]), int(v[1])))
 
     def save(self, path):
         """Saves the optimizer state (masters, momenta, moments) this rank
@@ -494,10 +550,65 @@ class Runtime:
 
     def export(self, path):
         """Writes the full FP32 master weights with the module's names as one
-        safetensors file (collective); load it with
-        safetensors.torch.load_file + module.load_state_dict."""
+        safetensors file (collective), with what else module.state_dict()
+        holds: frozen (requires_grad=False) parameters and persistent
+        buffers in their own dtype, tied aliases (lm_head.weight = embed
+        weight) under each name; load it with safetensors.torch.load_file +
+        module.load_state_dict (strict).  With such extras the runtime
+        writes PATH.dmuon-part and rank 0 rewrites it into PATH (temp file,
+        rename)."""
         self._ensure_open()
-        self._call("dmuon_rt_export", cstr(str(path)))
+        extra = self._export_extras()
+        if not extra:
+            self._call("dmuon_rt_export", cstr(str(path)))
+            return
+        path = str(path)
+        part = path + ".dmuon-part"
+        self._call("dmuon_rt_export", cstr(part))
+        err = ""
+        if self.rank == 0:
+            try:
+                from safetensors.torch import load_file, save_file
+                sd = load_file(part)
+                for name, (src, t) in extra.items():
+                    sd[name] = sd[src].clone() if src else t
+                tmp = path + ".tmp"
+                save_file(sd, tmp)
+                os.replace(tmp, path)
+            except Exception as e:      # every rank raises the same below
+                err = "%s: %s" % (type(e).__name__, e)
+            finally:
+                if os.path.exists(part):
+                    os.remove(part)
+        flag = (ctypes.c_double * 1)(1.0 if err else 0.0)   # a failure on rank 0 fails all
+        check(lib().dmuon_capi_allreduce_sum(self._comm, flag, 1))
+        if flag[0]:
+            raise DmuonError(3, "eio", "export '%s': adding the frozen parameters, aliases and "
+                             "buffers on rank 0 failed%s" % (path, (": " + err) if err else ""))
+
+    def _export_extras(self):
+        """What load_state_dict needs besides the trained parameters: tied
+        aliases (name -> (the exported name, None)), frozen parameters and
+        persistent buffers (name -> (None, a copy of the values))."""
+        trained = set(self._names)
+        canon = {}
+        for n, p in self.model.named_parameters():
+            canon[id(p)] = n
+        out = {}
+        for n, p in self.model.named_parameters(remove_duplicate=False):
+            if n in trained:
+                continue
+            c = canon.get(id(p))
+            if c in trained:
+                out[n] = (c, None)
+            else:
+                with torch._C.DisableTorchFunctionSubclass():
+                    out[n] = (None, p.detach().to("cpu").clone().contiguous())
+        for mn, mod in self.model.named_modules():
+            for bn, b in mod._buffers.items():
+                if b is not None and bn not in mod._non_persistent_buffers_set:
+                    out[(mn + "." if mn else "") + bn] = (None, b.detach().clone().contiguous())
+        return out
 
     def stats(self):
         """This rank's figures (dmuon_rt_stats) as a dict."""
@@ -523,6 +634,13 @@ class Runtime:
         if self._rt.value:
             lib().dmuon_rt_free(self._rt)
             self._rt = ctypes.c_void_p()
+            for layer in self._layers:
+                for _, p in layer.params:
+                    st = p.untyped_storage()
+                    if st.nbytes() != p.numel() * p.element_size():
+                        st.resize_(p.numel() * p.element_size())
+                    ctypes.memset(p.data_ptr(), 0, p.numel() * p.element_size())
+                    p.__class__ = torch.nn.Parameter
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -559,6 +677,45 @@ class Optimizer(torch.optim.Optimizer):
         for g in self.param_groups:
             for p in g["params"]:
                 p.grad = None
+
+
+# Tensor functions that read only a tensor's metadata (or set its hooks and
+# gradient): allowed on a sharded parameter that holds no values.
+_META = {"untyped_storage", "numel", "dim", "size", "element_size", "data_ptr", "is_contiguous",
+         "storage_offset", "register_hook", "register_post_accumulate_grad_hook", "__get__",
+         "__set__", "__delete__", "stride", "nelement", "is_floating_point", "is_complex",
+         "type", "__hash__", "__eq__", "requires_grad_", "__format__", "__reduce_ex__"}
+
+
+class ShardedParameter(torch.nn.Parameter):
+    """A parameter taken over by a dmuon Runtime (its class from rt opening
+    to rt.close()).  Outside its layer's forward and backward its storage
+    holds no bytes: any torch function that would read or write its values
+    there (printing, norms, .to(), .detach() in state_dict(), copy_) raises
+    DmuonError instead of reading freed memory."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        with torch._C.DisableTorchFunctionSubclass():
+            if getattr(func, "__name__", "") not in _META:
+                for a in _args(args, kwargs):
+                    if type(a) is cls and a.numel() and a.untyped_storage().nbytes() == 0:
+                        raise DmuonError(1, "einval", "parameter '%s' is sharded by dmuon: "
+                                         "outside its layer's forward and backward it holds "
+                                         "no values (%s refused); the full weights: "
+                                         "rt.export(path) (safetensors), checkpoints: "
+                                         "rt.save(dir)" % (getattr(a, "_dmuon_name", "?"),
+                                                            getattr(func, "__name__", func)))
+            return func(*args, **kwargs)
+
+
+def _args(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
 
 
 def _f32(ptr, n):

@@ -267,6 +267,8 @@ def main():
                    "max rel %.2e" % mx)
     if N in (1, 4):
         storage()
+    if N in (1, 2):
+        misuse()
     if N == 1:
         errors()
     if rank == 0:
@@ -302,6 +304,140 @@ def storage():
     rt.close()
 
 
+class OddBlock(torch.nn.Module):
+    """A block whose gradients do not all arrive: an unused matrix (its
+    layer's backward closes only at the end of backward) and a frozen
+    scale (requires_grad=False)."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.up = torch.nn.Linear(d, 2 * d)
+        self.down = torch.nn.Linear(2 * d, d, bias=False)
+        self.scale = torch.nn.Parameter(1 + 0.1 * torch.randn(d), requires_grad=False)
+        self.unused = torch.nn.Parameter(0.1 * torch.randn(d, d))
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.silu(self.up(x * self.scale)))
+
+
+class OddNet(torch.nn.Module):
+    def __init__(self, v=32, d=16, layers=3, tied=False):
+        super().__init__()
+        self.embed = torch.nn.Embedding(v, d)
+        self.layers = torch.nn.ModuleList(OddBlock(d) for _ in range(layers))
+        self.norm = torch.nn.RMSNorm(d)
+        self.lm_head = torch.nn.Linear(d, v, bias=False)
+        if tied:
+            self.lm_head.weight = self.embed.weight
+
+    def forward(self, x):
+        h = self.embed(x)
+        for b in self.layers:
+            h = b(h)
+        return self.lm_head(self.norm(h))
+
+
+def odd_full(s, v=32):
+    g = torch.Generator().manual_seed(100 + s)
+    x = torch.randint(0, v, (4 * size, 8), generator=g)
+    return x, (3 * x + 1) % v
+
+
+def odd_batch(s):
+    return tuple(local(t) for t in odd_full(s))
+
+
+def odd_loss(m, x, y):
+    return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
+
+
+def odd_train(evals=(), steps=5, tied=False):
+    torch.manual_seed(0)
+    m = OddNet(tied=tied)
+    rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32", ns="direct-muon5")
+    opt = rt.optimizer(**HYPER)
+    losses = []
+    for s in range(steps):
+        x, y = odd_batch(s)
+        if s in evals:
+            with torch.no_grad():
+                odd_loss(m, x, y)
+        loss = odd_loss(m, x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(dmuon.allreduce_sum([loss.item()])[0] / size)
+    return m, rt, losses
+
+
+def misuse():
+    """What a user does with the module around the runtime."""
+    _, rt, plain = odd_train()
+    rt.close()
+    _, rt, first = odd_train(evals=(0,))
+    rt.close()
+    report(first == plain, "a no_grad forward before the first step leaves training unchanged "
+           "(a block with an unused parameter)", "losses %r vs %r" % (first[-2:], plain[-2:]))
+    for tied in (False, True):
+        m, rt, _ = odd_train(steps=2, tied=tied)
+        x, y = odd_batch(0)
+        with torch.no_grad():
+            want = dmuon.allreduce_sum([odd_loss(m, x, y).item()])[0]
+        ex = os.path.join(DIR, "odd-n%d-t%d.safetensors" % (size, tied))
+        rt.export(ex)
+        rt.close()
+        if rank == 0:
+            from safetensors.torch import load_file
+            torch.manual_seed(7)
+            fresh = OddNet(tied=tied)
+            try:
+                fresh.load_state_dict(load_file(ex), strict=True)
+                fx, fy = odd_full(0)
+                with torch.no_grad():
+                    got = sum(odd_loss(fresh, fx[4 * r:4 * r + 4], fy[4 * r:4 * r + 4]).item()
+                              for r in range(size))
+                report(abs(got - want) <= EXACT * abs(want), "export with frozen parameters%s "
+                       "loads strictly and gives the sharded module's loss" % (
+                           " and a tied head" if tied else ""), "%.7f vs %.7f" % (got, want))
+            except RuntimeError as e:
+                report(False, "export with frozen parameters loads strictly", str(e)[:200])
+    if size > 1:        # rank 1 runs two micro-batches, the others one
+        m, rt, _ = odd_train(steps=1)
+        opt = rt._optimizer
+        msg = ""
+        try:
+            for k in range(2 if rank == 1 else 1):
+                x, y = odd_batch(k)
+                odd_loss(m, x, y).backward()
+            opt.step()
+        except dmuon.DmuonError as e:
+            msg = e.message
+        raised = dmuon.allreduce_sum([1.0 if "same number of micro-batches" in msg else 0.0])[0]
+        report(raised == size, "ranks running different numbers of micro-batches all raise "
+               "DmuonError", "%d of %d: %s" % (raised, size, msg[:90]))
+        rt.close()
+    _, rt, _ = odd_train(steps=1)
+    m = rt.model
+    w = m.layers[0].up.weight
+    for what, use, want in (("w.sum()", lambda: w.sum(), "layers.0.up.weight"),
+                            ("repr(w)", lambda: repr(w), "layers.0.up.weight"),
+                            ("a norm of the parameters", lambda: sum(
+                                p.norm() for p in m.parameters() if p.requires_grad), "sharded"),
+                            ("module.to(float64)", lambda: m.to(torch.float64), "sharded"),
+                            ("torch.save(state_dict())", lambda: torch.save(
+                                m.state_dict(), os.path.join(DIR, "sd-r%d.pt" % rank)),
+                             "rt.export")):
+        try:
+            use()
+            report(False, "%s of a sharded parameter raises DmuonError" % what, "no exception")
+        except dmuon.DmuonError as e:
+            report(want in e.message, "%s of a sharded parameter raises DmuonError" % what,
+                   e.message[:100])
+    report(not os.path.exists(os.path.join(DIR, "sd-r%d.pt" % rank)),
+           "torch.save(state_dict()) wrote no file")
+    rt.close()
+
+
 def errors():
     small = dmuon.torch.plan(td.make(layers=2))
     try:
@@ -316,6 +452,27 @@ def errors():
     except dmuon.DmuonError as e:
         report(e.name == "einval" and "line 'E'" in e.message and e.code == 1,
                "line E: DmuonError einval naming the line", e.message)
+    for kw, want in ((dict(line="E"), "line 'E'"), (dict(ns="foo"), "NS variant 'foo'"),
+                     (dict(param_dtype="float16"), "param_dtype 'float16'"),
+                     (dict(deadline_s=0), "deadline_s 0")):
+        try:
+            dmuon.torch.shard(td.make(), dmuon.torch.plan(td.make()), **kw)
+            report(False, "shard(%r) raises at shard()" % kw, "no exception")
+        except (ValueError, dmuon.DmuonError) as e:
+            report(want in str(e), "shard(%r) raises at shard()" % kw, str(e))
+    for kw in (dict(lr=-1.0), dict(clip_norm=-0.5), dict(adamw_lr=float("nan"))):
+        rt = dmuon.torch.shard(td.make(), dmuon.torch.plan(td.make()))
+        try:
+            rt.optimizer(**kw)
+            report(False, "optimizer(%r) raises ValueError" % kw, "no exception")
+        except ValueError as e:
+            report(list(kw)[0] in str(e), "optimizer(%r) raises ValueError" % kw, str(e))
+        rt.close()
+    try:
+        dmuon.torch.plan(td.make(), ranks_per_node=0)
+        report(False, "plan(ranks_per_node=0) raises ValueError", "no exception")
+    except ValueError as e:
+        report("ranks_per_node 0" in str(e), "plan(ranks_per_node=0) raises ValueError", str(e))
     try:
         dmuon.load_plan(os.path.join(DIR, "missing.yaml"))
         report(False, "a missing plan file is an error", "no exception")

@@ -105,6 +105,8 @@ static void test_rt_opts_and_create(void **state)
     assert_int_equal(dmuon_capi_rt_opts_set(o, "zero", "1"), DMUON_EINVAL);
     assert_int_equal(dmuon_capi_rt_opts_set(o, "prefetch", "2"), DMUON_EINVAL);
     assert_int_equal(dmuon_capi_rt_opts_set(o, "nope", "1"), DMUON_EINVAL);
+    assert_int_equal(dmuon_capi_rt_opts_set(o, "ns", "foo"), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "'foo'"));
 
     int ini = -1, rank = -1, size = -1;
     assert_int_equal(dmuon_capi_mpi_init(&ini, &rank, &size), DMUON_OK);
@@ -144,6 +146,10 @@ static void test_rt_opts_and_create(void **state)
     assert_non_null(strstr(dmuon_errmsg(), "deadline_ms -1"));
     assert_null(rt);
     assert_int_equal(dmuon_capi_rt_create(p, dmuon_capi_comm_world(), o, &rt), DMUON_OK);
+    int rec = -1;
+    assert_int_equal(dmuon_capi_rt_record_next(NULL, &rec), DMUON_EINVAL);
+    assert_int_equal(dmuon_capi_rt_record_next(rt, &rec), DMUON_EINVAL);   /* not open */
+    assert_int_equal(rec, 0);
     double st[DMUON_CAPI_STATS];
     dmuon_capi_rt_stats(rt, st);
     assert_true(st[12] == 0.0);         /* steps */
