@@ -843,12 +843,14 @@ static void json_notes(dmuon_json *w, const char *text)
     dmuon_json_end_array(w);
 }
 
-/* Closes the notes stream of cmd_plan (a memory stream when into_json). */
-static void close_notes(FILE *notes, char *buf, bool into_json)
+/* Closes the notes stream of cmd_plan (a memory stream when into_json) and
+ * frees its buffer: *buf is read after fclose, which may move it. */
+static void close_notes(FILE *notes, char **buf, bool into_json)
 {
     if (into_json) {
         fclose(notes);
-        free(buf);
+        free(*buf);
+        *buf = NULL;
     }
 }
 
@@ -869,12 +871,12 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         return fail(c, DMUON_FAIL(DMUON_ENOMEM, "out of memory"));
     int fec = model_file(c, path, fbuf, sizeof fbuf, &path, notes);
     if (fec) {
-        close_notes(notes, nbuf, into_json);
+        close_notes(notes, &nbuf, into_json);
         return fec;
     }
     dmuon_rc rc = dmuon_model_load(path, &mo, &m);
     if (rc) {
-        close_notes(notes, nbuf, into_json);
+        close_notes(notes, &nbuf, into_json);
         return fail(c, rc);
     }
     warn_unmatched(c, m, notes);
@@ -956,7 +958,7 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
             note_few_units(p, stderr);
     }
     if (wec) {
-        close_notes(notes, nbuf, into_json);
+        close_notes(notes, &nbuf, into_json);
         dmuon_plan_free(p);
         dmuon_model_free(m);
         return wec;
@@ -964,7 +966,7 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
     if (c->predict && !c->json && (rc = predict_step(c, p, rep, NULL)) != DMUON_OK)
         goto out;
 out:
-    close_notes(notes, nbuf, into_json);
+    close_notes(notes, &nbuf, into_json);
     dmuon_plan_free(p);
     dmuon_model_free(m);
     return rc ? fail(c, rc) : 0;
