@@ -158,6 +158,10 @@ FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/tests/%)
 STATIC    := $(BUILD)/libdmuon.a
 SHARED    := $(BUILD)/libdmuon.so
+# The shared library's ABI name: the major and minor version while the major
+# is 0 (a 0.x minor release may change the ABI), libdmuon.so.0.1 for 0.1.z.
+DMUON_VERSION := $(shell sed -n 's/^\#define DMUON_VERSION "\(.*\)"/\1/p' libcore/include/dmuon/version.h)
+SONAME    := libdmuon.so.$(word 1,$(subst ., ,$(DMUON_VERSION))).$(word 2,$(subst ., ,$(DMUON_VERSION)))
 
 .PHONY: all lib tools tests test test-fast test-san demo bench clean config deps install fuzz nccl-wheel
 .PHONY: cluster-test cluster-bench
@@ -221,7 +225,8 @@ $(STATIC): $(LIB_OBJ)
 	@echo '$(LDFLAGS) $(LDLIBS)' > $(BUILD)/link-flags
 
 $(SHARED): $(LIB_OBJ) $(CONFIG_STAMP)
-	$(CC) -shared $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) -o $@ $(filter %.o,$^) $(LDLIBS)
+	ln -sf libdmuon.so $(BUILD)/$(SONAME)
 
 # tools/common/ (option and size parsing) goes into every tool; --as-needed
 # keeps libraries a tool does not call out of it; dmuon-plan's link does not
@@ -268,13 +273,15 @@ install: lib tools
 	    $(call tool_objs,$(t)) $(TOOL_COMMON) $(STATIC) \
 	    $(INSTALL_LINK_PATH) $(if $(filter plan,$(t)),$(filter-out $(NS_CUDA_PULL),$(INSTALL_LDLIBS)),$(INSTALL_LDLIBS)) &&) true
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
-	$(CC) -shared $(LDFLAGS) -o $(DESTDIR)$(PREFIX)/lib/libdmuon.so $(LIB_OBJ) \
-	    $(INSTALL_LINK_PATH) $(INSTALL_LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) -o $(DESTDIR)$(PREFIX)/lib/libdmuon.so.$(DMUON_VERSION) \
+	    $(LIB_OBJ) $(INSTALL_LINK_PATH) $(INSTALL_LDLIBS)
+	ln -sf libdmuon.so.$(DMUON_VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libdmuon.so
 	install -m 644 libcore/include/dmuon/*.h $(DESTDIR)$(PREFIX)/include/dmuon/
 	install -m 644 db/schema.sql $(DESTDIR)$(PREFIX)/share/dmuon/
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	    'Name: dmuon' 'Description: Muon owner plans and variable-length collectives (libdmuon)' \
-	    'Version: $(shell sed -n 's/^#define DMUON_VERSION "\(.*\)"/\1/p' libcore/include/dmuon/version.h)' \
+	    'Version: $(DMUON_VERSION)' \
 	    'Cflags: -I$${includedir} $(MPI_CFLAGS) -pthread' \
 	    'Libs: -L$${libdir} -ldmuon $(MPI_LIBS)' \
 	    'Libs.private: $(INSTALL_LDLIBS)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dmuon.pc

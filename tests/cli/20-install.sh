@@ -37,6 +37,12 @@ grep -q '^Libs.private: .*-lyaml .*-lsqlite3 .*-lopenblas' "$PFX/lib/pkgconfig/d
 check_eq "$?" 0 "the installed planner writes a plan"
 if readelf -d "$PFX/bin/dmuon-plan" | grep -q 'NEEDED.*cublas'; then
     bad "the installed dmuon-plan needs libcublas"; else ok; fi
+# the shared library carries its ABI name (major.minor while the major is 0)
+# and the two links to the versioned file
+ver=$(sed -n 's/^#define DMUON_VERSION "\(.*\)"/\1/p' "$DMUON_ROOT/libcore/include/dmuon/version.h")
+so=libdmuon.so.$(echo "$ver" | cut -d. -f1-2)
+check_eq "$(readelf -d "$PFX/lib/libdmuon.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')" "$so" "SONAME of libdmuon.so"
+check_eq "$(readlink "$PFX/lib/libdmuon.so") $(readlink "$PFX/lib/$so")" "$so libdmuon.so.$ver" "libdmuon.so -> $so -> libdmuon.so.$ver"
 # shared: the pkg-config line as documented
 cc -o "$T_TMP/ex_shared" "$EX" $(pkg-config --cflags --libs dmuon) 2> "$T_TMP/err"
 check_eq "$?" 0 "build $EX with pkg-config --cflags --libs dmuon"
@@ -45,6 +51,7 @@ check_rc 0 "the shared-linked example runs"
 check_out "^ranks 4 nodes 2 gpus_per_node 2 units [1-9]" "and reads the plan"
 ldd "$T_TMP/ex_shared" | grep -q "$PFX/lib/libdmuon.so" 2> /dev/null || \
     LD_LIBRARY_PATH="$PFX/lib" ldd "$T_TMP/ex_shared" | grep -q "$PFX/lib/libdmuon.so" && ok || bad "not linked to the installed libdmuon.so"
+readelf -d "$T_TMP/ex_shared" | grep -q "NEEDED.*\[$so\]" && ok || bad "the example does not record $so as NEEDED"
 # static: libdmuon.a with what Libs.private lists
 cc -o "$T_TMP/ex_static" "$EX" $(pkg-config --cflags dmuon) "$PFX/lib/libdmuon.a" \
     $(pkg-config --static --libs dmuon | sed 's/ -ldmuon / /') 2> "$T_TMP/err"
