@@ -31,6 +31,12 @@ dev=$(grep -oE "plan with --device 'cpu: [^']* x1'" "$T_TMP/err" | head -n1 | se
 run env OPENBLAS_NUM_THREADS=2 "$P" "$INV" --ranks 4 --db "$T_TMP/h.sqlite" --device "$dev"
 check_rc 0 "and --device with that name plans"
 
+# 1b. --db beside a --cost that reads no database is refused, naming both
+run "$P" "$INV" --ranks 4 --cost flops --db "$T_TMP/h.sqlite" -o "$T_TMP/flops.yaml"
+check_rc 2 "--cost flops --db"
+check_err "^dmuon-plan: error: --db '.*h.sqlite' is read for --cost db only, not --cost flops" "--db with --cost flops names both"
+[ -e "$T_TMP/flops.yaml" ] && bad "--cost flops --db wrote a plan" || ok
+
 # 2. -o -: the plan alone on stdout, the report on stderr; show - reads stdin
 run "$P" "$INV" --ranks 4 --cost flops -o -
 check_rc 0 "-o -"

@@ -1058,7 +1058,7 @@ static int tool_main(int argc, char **argv)
     const char *flags_seen[64];
     size_t nflags = 0;
     char devbuf[160], err[512];
-    const char *device = NULL, *model_flag = NULL;
+    const char *device = NULL, *model_flag = NULL, *db_flag = NULL;
     int ch, li = -1;
     opterr = 0;
     /* "show PLAN --ranks" lists the ranks; elsewhere --ranks N is the
@@ -1110,7 +1110,7 @@ static int tool_main(int argc, char **argv)
                 return usage_error("--cost '%s': expected db, flops, elements or m2n", optarg);
             break;
         case O_DB:
-            o.cost_src.db_path = optarg;
+            o.cost_src.db_path = db_flag = optarg;
             break;
         case O_DEVICE:
             device = optarg;
@@ -1276,6 +1276,12 @@ static int tool_main(int argc, char **argv)
     if (c.probe_missing && o.cost != DMUON_COST_DB)
         return usage_error("--probe-missing measures costs for --cost db, not --cost %s",
                            dmuon_cost_kind_name(o.cost));
+    if (db_flag && o.cost != DMUON_COST_DB && !strcmp(cmd, "plan"))
+        return usage_error(o.cost == DMUON_COST_FLOPS
+                               ? "--db '%s' is read for --cost db only, not --cost flops"
+                               : "--db '%s' is read for --cost db only (a --cost of "
+                                 "elements or m2n reads no database)",
+                           db_flag);
     if (!strcmp(cmd, "inspect"))
         return cmd_inspect(&c, args[0]);
     if (!strcmp(cmd, "show"))
