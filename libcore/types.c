@@ -1,9 +1,13 @@
 /*
- * types.c — element types and the FNV-1a digest (see dmuon/types.h).
+ * types.c — element types, the byte-size grammar and the FNV-1a digest (see
+ * dmuon/types.h).
  */
 #include "dmuon/types.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -64,4 +68,56 @@ uint64_t dmuon_digest(const void *data, size_t len, uint64_t seed)
 void dmuon_digest_hex(uint64_t digest, char out[17])
 {
     snprintf(out, 17, "%016llx", (unsigned long long)digest);
+}
+
+/* ------------------------------------------------------------ sizes -- */
+
+/* Decimal digits (no sign) into *v; *end after them.  False on no digits or
+ * overflow. */
+static int size_digits(const char *s, long long *v, const char **end)
+{
+    if (!isdigit((unsigned char)*s))
+        return 0;
+    char *e;
+    errno = 0;
+    *v = strtoll(s, &e, 10);
+    *end = e;
+    return errno != ERANGE;
+}
+
+static const struct {
+    const char *suffix;
+    int shift;
+} size_units[] = {
+    {"", 0},    {"k", 10},  {"kb", 10}, {"kib", 10}, {"m", 20},  {"mb", 20}, {"mib", 20},
+    {"g", 30},  {"gb", 30}, {"gib", 30}, {"t", 40}, {"tb", 40}, {"tib", 40},
+};
+
+dmuon_rc dmuon_size_parse(const char *text, int64_t *out)
+{
+    long long v = 0, add = 0;
+    const char *end = text;
+    int ok = text && size_digits(text, &v, &end);
+    int shift = -1;
+    if (ok) {
+        size_t len = strcspn(end, "+");
+        for (size_t i = 0; i < sizeof size_units / sizeof size_units[0]; i++)
+            if (strlen(size_units[i].suffix) == len && !strncasecmp(end, size_units[i].suffix, len))
+                shift = size_units[i].shift;
+        ok = shift >= 0;
+        end += len;
+    }
+    if (ok && *end == '+') {
+        const char *e2;
+        ok = size_digits(end + 1, &add, &e2) && !*e2;
+    } else if (ok) {
+        ok = !*end;
+    }
+    /* v << shift + add must fit in int64_t */
+    if (!ok || v > (INT64_MAX >> shift) || (v << shift) > INT64_MAX - add)
+        return DMUON_FAIL(DMUON_EINVAL, "size '%s': expected digits with an optional unit and "
+                          "+bytes (e.g. 4096, 16K, 16KB, 16KiB, 1G, 1M+1; K = 1024)",
+                          text ? text : "(null)");
+    *out = (v << shift) + add;
+    return DMUON_OK;
 }

@@ -233,7 +233,12 @@ dmuon_rc dmuon_capi_plan_opts_set(dmuon_capi_plan_opts *o, const char *key, cons
     } else if (!strcmp(k, "fuse_experts")) {
         DMUON_TRY(parse_bool(k, value, &p->fuse_experts));
     } else if (!strcmp(k, "small_unit_bytes")) {
-        DMUON_TRY(parse_i64(k, value, 0, DMUON_PLAN_MAX_SMALL_UNIT_BYTES, &p->small_unit_bytes));
+        int64_t b;
+        if (dmuon_size_parse(value, &b) != DMUON_OK || b > DMUON_PLAN_MAX_SMALL_UNIT_BYTES)
+            return DMUON_FAIL(DMUON_EINVAL, "option 'small_unit_bytes' = '%s': expected a size "
+                              "from 0 to %lld bytes (e.g. 65536, 64K, 1M, 1MiB; K = 1024)",
+                              value ? value : "", (long long)DMUON_PLAN_MAX_SMALL_UNIT_BYTES);
+        p->small_unit_bytes = b;
     } else if (!strcmp(k, "param_dtype")) {
         dmuon_dtype v;
         DMUON_TRY(dmuon_dtype_parse(value ? value : "", &v));

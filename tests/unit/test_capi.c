@@ -41,6 +41,10 @@ static void test_plan_opts(void **state)
     assert_int_equal(dmuon_capi_plan_opts_set(o, "zero", "1"), DMUON_EINVAL);
     assert_int_equal(dmuon_capi_plan_opts_set(o, "byte_cap", "yes"), DMUON_EINVAL);
     assert_int_equal(dmuon_capi_plan_opts_set(o, "muon", "[unclosed"), DMUON_EINVAL);
+    assert_int_equal(dmuon_capi_plan_opts_set(o, "small_unit_bytes", "1M"), DMUON_OK);
+    assert_int_equal(dmuon_capi_plan_opts_set(o, "small_unit_bytes", "64KiB"), DMUON_OK);
+    assert_int_equal(dmuon_capi_plan_opts_set(o, "small_unit_bytes", "1.5M"), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "'small_unit_bytes' = '1.5M'"));
     dmuon_capi_plan_opts_free(o);
     dmuon_capi_plan_opts_free(NULL);
 }

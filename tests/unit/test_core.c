@@ -201,6 +201,28 @@ static void test_dtype_digest(void **state)
     assert_true(dmuon_digest("a", 1, DMUON_DIGEST_SEED) == UINT64_C(0xaf63dc4c8601ec8c));
 }
 
+static void test_size_parse(void **state)
+{
+    static const struct { const char *text; int64_t bytes; } good[] = {
+        {"0", 0}, {"4096", 4096}, {"16K", 16384}, {"16kb", 16384}, {"16KiB", 16384},
+        {"1M", 1048576}, {"1M+1", 1048577}, {"2g", INT64_C(2) << 30}, {"1TiB", INT64_C(1) << 40},
+        {"8388607T", INT64_C(8388607) << 40},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        int64_t v = -1;
+        assert_int_equal(dmuon_size_parse(good[i].text, &v), DMUON_OK);
+        assert_true(v == good[i].bytes);
+    }
+    static const char *const bad[] = {"", "-1", "1.5M", "1 M", "1Q", "M", "1M+", "1M+-1",
+                                      "+1", "8388608T", "9223372036854775807+1", NULL};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int64_t v = 7;
+        assert_int_equal(dmuon_size_parse(bad[i], &v), DMUON_EINVAL);
+        assert_true(v == 7);
+        assert_non_null(strstr(dmuon_errmsg(), "16KiB"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +230,7 @@ int main(void)
         cmocka_unit_test(test_atomic_write),
         cmocka_unit_test_setup_teardown(test_costdb, setup, teardown),
         cmocka_unit_test(test_dtype_digest),
+        cmocka_unit_test(test_size_parse),
     };
     int rc;
     setup(NULL);

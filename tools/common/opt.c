@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dmuon/io.h"
+#include "dmuon/types.h"
 #include "dmuon/version.h"
 
 /* Decimal digits with an optional '-' into *v; *end after them.  False on
@@ -52,14 +53,6 @@ int tool_parse_int(const char *flag, const char *text, int64_t lo, int64_t hi, i
     return 0;
 }
 
-static const struct {
-    const char *suffix;
-    int shift;
-} units[] = {
-    {"", 0},    {"k", 10},  {"kb", 10}, {"kib", 10}, {"m", 20},  {"mb", 20}, {"mib", 20},
-    {"g", 30},  {"gb", 30}, {"gib", 30}, {"t", 40}, {"tb", 40}, {"tib", 40},
-};
-
 char *tool_format_size(int64_t b, char *buf, size_t n)
 {
     static const char *const name[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -80,36 +73,15 @@ char *tool_format_size(int64_t b, char *buf, size_t n)
 int tool_parse_size(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out,
                     char *err, size_t n)
 {
-    long long v = 0, add = 0;
-    const char *end = text;
-    int ok = text && *text != '-' && digits(text, &v, &end);
-    int shift = -1;
-    if (ok) {
-        const char *s = end;
-        size_t len = strcspn(s, "+");
-        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-            if (strlen(units[i].suffix) == len && !strncasecmp(s, units[i].suffix, len))
-                shift = units[i].shift;
-        ok = shift >= 0;
-        end = s + len;
-    }
-    if (ok && *end == '+') {
-        const char *e2;
-        ok = end[1] != '-' && digits(end + 1, &add, &e2) && !*e2;
-        end = e2;
-    } else if (ok) {
-        ok = !*end;
-    }
-    /* overflow: v << shift + add must fit in int64_t */
-    int overflow = ok && (v > (INT64_MAX >> shift) || (v << shift) > INT64_MAX - add);
-    if (!ok || overflow || (v << shift) + add < lo || (v << shift) + add > hi) {
+    int64_t v = 0;
+    if (dmuon_size_parse(text, &v) != DMUON_OK || v < lo || v > hi) {
         char a[48], b[48];
         snprintf(err, n, "%s '%s': expected a size from %s to %s (e.g. 4096, 16K, 16KB, 16KiB, "
                  "1G; K = 1024)", flag, text ? text : "", tool_format_size(lo, a, sizeof a),
                  tool_format_size(hi, b, sizeof b));
         return -1;
     }
-    *out = (v << shift) + add;
+    *out = v;
     return 0;
 }
 

@@ -66,7 +66,8 @@ void dmuon_capi_plan_opts_free(dmuon_capi_plan_opts *o);
  * cost_db (path of the cost database), device (the device name its rows
  * are stored under), model_path (recorded in the plan), epsilon (a finite
  * number; dmuon_plan_build rejects < 0), byte_cap, layer_spread,
- * column_balance, fuse_experts (0|1), small_unit_bytes (bytes >= 0),
+ * column_balance, fuse_experts (0|1), small_unit_bytes (a size in
+ * dmuon_size_parse's grammar: 65536, 64K, 1M),
  * param_dtype (bf16|f32|f16), muon, adamw (one fnmatch pattern each call,
  * appended; the caller's patterns win over the default role rules).  The
  * strings are copied; a failing call leaves the options unchanged.

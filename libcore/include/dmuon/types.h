@@ -49,6 +49,15 @@ typedef struct {
     int64_t window_offset;   /* bytes, into the owner's window */
 } dmuon_segment;
 
+/* Parses a byte size in the tools' one grammar into *out: decimal digits,
+ * an optional unit K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB in any case (all
+ * powers of 1024: "16K" = "16KB" = "16KiB" = 16384), and an optional
+ * "+N" bytes ("1M+1" = 1048577).  No sign, no fraction, no spaces.
+ * Returns DMUON_OK, or DMUON_EINVAL when text is NULL, does not match or
+ * overflows int64_t (the message quotes text and gives examples; *out is
+ * unchanged). */
+dmuon_rc dmuon_size_parse(const char *text, int64_t *out);
+
 /* A 64-bit FNV-1a digest of len bytes, continuing from seed (use
  * DMUON_DIGEST_SEED to start).  A change detector for inputs and tables, not
  * a cryptographic hash.  Source: Fowler–Noll–Vo, FNV-1a 64-bit parameters. */
