@@ -255,12 +255,39 @@ static dmuon_rc check_layout(dmuon_costdb *c)
     return DMUON_OK;
 }
 
+/* After a failed first open of a database this call created (a full disk, a
+ * foreign lock): removes the file when it is still empty and no journal of
+ * another process's transaction sits beside it, so a failure leaves no
+ * 0-byte database behind.  A process creating the same database at the same
+ * moment has written its schema (file or journal not empty) and keeps it. */
+static void remove_if_unused(const char *path)
+{
+    struct stat st;
+    static const char *const side[] = {"-wal", "-journal"};
+    char buf[4096];
+    if (stat(path, &st) != 0 || st.st_size != 0)
+        return;
+    for (size_t i = 0; i < sizeof side / sizeof *side; i++) {
+        if (snprintf(buf, sizeof buf, "%s%s", path, side[i]) >= (int)sizeof buf)
+            return;
+        if (stat(buf, &st) == 0 && st.st_size != 0)
+            return;
+    }
+    for (size_t i = 0; i < sizeof side / sizeof *side; i++) {
+        snprintf(buf, sizeof buf, "%s%s", path, side[i]);
+        unlink(buf);
+    }
+    snprintf(buf, sizeof buf, "%s-shm", path);
+    unlink(buf);
+    unlink(path);
+}
+
 dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_costdb **out)
 {
     dmuon_costdb *c;
     dmuon_rc rc = DMUON_OK;
     struct stat st;
-    bool readonly = false;
+    bool readonly = false, created = false;
     *out = NULL;
     if (!path || !*path)
         return DMUON_FAIL(DMUON_EINVAL, "empty cost database path (expected a file name for --db)");
@@ -285,6 +312,7 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
         return DMUON_FAIL(DMUON_EIO, "cannot create cost database '%s': its directory does not "
                           "exist or is not writable", path);
     }
+    created = !readonly && stat(path, &st) != 0;
     c = calloc(1, sizeof *c);
     if (!c || !(c->path = strdup(path))) {
         free(c);
@@ -339,6 +367,8 @@ dmuon_rc dmuon_costdb_open(const char *path, bool create, int busy_ms, dmuon_cos
     return DMUON_OK;
 fail:
     dmuon_costdb_close(c);
+    if (created)
+        remove_if_unused(path);
     return rc;
 }
 

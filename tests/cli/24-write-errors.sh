@@ -32,4 +32,17 @@ full "train --help" "$B/dmuon-train" --help
 for t in plan probe bench verify train; do
     full "dmuon-$t --version" "$B/dmuon-$t" --version
 done
+
+# a new cost database on a full file system: exit 3, and no empty file left
+if [ "$(id -u)" = 0 ] && mkdir -p "$T_TMP/fs" && mount -t tmpfs -o size=8k tmpfs "$T_TMP/fs" 2> /dev/null; then
+    dd if=/dev/zero of="$T_TMP/fs/fill" bs=1k count=8 2> /dev/null
+    run "$B/dmuon-probe" --shapes 8x8 --iters 1 --warmup 0 --db "$T_TMP/fs/c.sqlite"
+    check_rc 3 "probe --db on a full file system"
+    check_err "c.sqlite.*full" "and says the disk is full"
+    left=$(ls "$T_TMP/fs" | grep -v '^fill$' | tr '\n' ' ')
+    check_eq "$left" "" "no database debris on the full file system"
+    umount "$T_TMP/fs"
+else
+    skip "a full file system needs root and a tmpfs mount"
+fi
 finish
