@@ -449,13 +449,16 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
         f[F_WAIT] = st.comm_wait_s;
         f[F_WAIT_OPT] = st.comm_wait_s - wait_prev;
         f[F_PUB] = st.publish_wait_s;
-        /* comm_wait_s is the gathers' waits (the HSDP publish's node loads
-         * inside them) and the reductions'; the publish's end inside the
-         * step is timed only as a publish wait */
+        /* Exposed communication: the time inside gather calls (waits, split
+         * starts, and gathers a prefetch hint runs whole where the line has
+         * no split phase, which comm_wait_s leaves out; the HSDP publish's
+         * node loads are inside them), inside reductions, and the publish
+         * waits inside the step (not in comm_wait_s either).  A rank has one
+         * thread: no compute runs while it is inside these calls. */
         f[F_REDUCE_WAIT] = st.reduce_s;
-        f[F_GATHER_WAIT] = st.comm_wait_s - st.reduce_s;
+        f[F_GATHER_WAIT] = st.gather_s;
         f[F_PUB_STEP] = st.publish_wait_s - pub_prev;
-        f[F_EXPOSED] = st.comm_wait_s + f[F_PUB_STEP];
+        f[F_EXPOSED] = st.gather_s + st.reduce_s + f[F_PUB_STEP];
         f[F_NS] = st.ns_s;
         f[F_RT_OPT] = st.optim_s;
         f[F_STATE] = (double)st.state_bytes;
