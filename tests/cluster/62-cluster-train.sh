@@ -4,7 +4,8 @@
 # control run; the table has a row per line with the split of exposed
 # communication, the JSON says every check passed (step-0 loss bit-identical,
 # C the same model as D), the plot is drawn, and no namespace or process of
-# the run is left.  Then the report alone on doctored logs: a step-0 loss
+# the run is left; a SIGINT during a run ends it with 130, leaving nothing
+# and writing no report.  Then the report alone on doctored logs: a step-0 loss
 # changed in one run, and one line's losses moved above the control, each
 # make it fail naming the check.  Without root or namespaces it skips.
 source "$(dirname "$0")/../cli/lib.sh"
@@ -46,6 +47,30 @@ if [ -n "$id" ]; then
 else
     bad "no run ID in train.sh's stderr"
 fi
+
+# --- SIGINT during a run: exit 130, nothing left ---------------------------
+set -m
+bash "$S" --bin "$DMUON_BIN" --out "$T_TMP/int" --hosts 2 --ranks 2 --rounds 2 --steps 50 \
+    --lines D --configs hsdp --model "--layers 2 --dim 64" > "$T_TMP/out" 2> "$T_TMP/err" &
+pid=$!
+set +m
+for i in $(seq 1 150); do
+    id=$(sed -nE 's/^cluster\.sh: (dmc-[0-9]+-[0-9a-f]{4}): .*/\1/p' "$T_TMP/err" | head -n1)
+    [ -n "$id" ] && [ "$(pgrep -f -- "$id-n1" | wc -l)" -gt 0 ] && break
+    sleep 0.1
+done
+sleep 1
+kill -INT "$pid"
+wait "$pid"
+RC=$?
+check_rc 130 "SIGINT: train.sh exits 130"
+if [ -n "$id" ]; then
+    check_eq "$(ip netns list | awk '{print $1}' | grep -cE "^$id-")" 0 "SIGINT: no namespace of $id left"
+    check_eq "$(pgrep -f -- "$id" | wc -l)" 0 "SIGINT: no process of $id left"
+else
+    bad "SIGINT: no run ID in train.sh's stderr"
+fi
+check_no_file "$T_TMP/int/cluster-train.md" "SIGINT: no report written"
 
 # --- the report refuses what is wrong --------------------------------------
 report() {

@@ -141,12 +141,13 @@ export CT_TIMEOUT=${CLUSTER_TRAIN_TIMEOUT:-600}
 echo "$prog: $hosts hosts x $ranks ranks${rate:+, $rate per link}: lines $lines; $configs; $rounds rounds of $steps steps; model $model, batch $batch" >&2
 
 # cluster.sh removes its namespaces on any exit; a signal to this script is
-# passed on to it (and the report is not written)
+# passed on to it as SIGTERM (a background job of a script ignores SIGINT,
+# so Ctrl-C reaches cluster.sh only this way), and the report is not written
 child=""
-on_signal() { trap - INT TERM HUP; [ -n "$child" ] && kill -"$1" "$child" 2> /dev/null; wait "$child" 2> /dev/null; exit "$2"; }
-trap 'on_signal INT 130' INT
-trap 'on_signal TERM 143' TERM
-trap 'on_signal HUP 129' HUP
+on_signal() { trap - INT TERM HUP; [ -n "$child" ] && kill -TERM "$child" 2> /dev/null; wait "$child" 2> /dev/null || true; exit "$1"; }
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+trap 'on_signal 129' HUP
 "$here/cluster.sh" --hosts "$hosts" --ranks "$ranks" ${rate:+--rate "$rate"} -- \
     bash "$here/train.sh" --inside &
 child=$!
