@@ -70,6 +70,17 @@ def rel_diffs(a_rows, b_rows):
     return [abs(float(r["loss"]) - b[r["step"]]) / abs(b[r["step"]]) for r in a_rows if r["step"] in b]
 
 
+def finite(v):
+    """v with every NaN or infinite number (a ratio over a zero) as null: JSON has none."""
+    if isinstance(v, float):
+        return v if v == v and abs(v) != float("inf") else None
+    if isinstance(v, dict):
+        return {k: finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [finite(x) for x in v]
+    return v
+
+
 def atomic_write(path, text):
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
@@ -105,6 +116,8 @@ def main():
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--run-info", default="")
     a = ap.parse_args()
+    if not os.path.isdir(a.out):
+        fail_input(f"--out '{a.out}': not a directory")
     lines, configs = a.lines.split(), a.configs.split()
     np_ = a.hosts * a.ranks
     L = a.logs
@@ -313,7 +326,8 @@ def main():
            "units": "seconds, bytes", "configs": {c: {"lines": res[c], "targets": targets[c]}
                                                   for c in configs},
            "equivalence": equiv, "checks": checks, "passed": passed}
-    atomic_write(f"{out}/cluster-train.json", json.dumps(doc, indent=1) + "\n")
+    atomic_write(f"{out}/cluster-train.json", json.dumps(finite(doc), indent=1, allow_nan=False)
+                 + "\n")
 
     # ---- plot: step wall = other + gather + reduce + step publish (busiest) --
     dat = ["# config line other gather_wait reduce_wait publish_wait_step (ms, medians; other = "
