@@ -239,15 +239,18 @@ static void test_replay_counts(void **state)
         for (int i = 0; i < R; i++)
             assert_true(nodeb[i] == want_node[i]);
         /* a replay bounded to fewer jobs merges chunks: the same bytes on
-         * every port in fewer messages, and no faster than chunk by chunk
-         * (a merged chunk fills each hop with more bytes) */
+         * every port in fewer messages; a merged chunk flows through each
+         * hop as the chunks it stands for would, back to back, so on this
+         * schedule the time stays within 2% of chunk by chunk (it was 1.3%
+         * and 3.8% slower when a merged chunk was stored and forwarded
+         * whole) */
         c.max_jobs = 64;
         double tm = 0;
         assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &tm), DMUON_OK);
         assert_true(cnt.messages < want_msgs);
         for (int i = 0; i < R * K; i++)
             assert_true(rail[i] == want_rail[i]);
-        assert_true(tm >= t * (1 - 1e-12));
+        assert_true(fabs(tm / t - 1) < 0.02);
     }
     free(sg);
 }

@@ -638,7 +638,7 @@ static dmuon_rc replan(dmuon_plan **plan, const char *path, int nodes, int gpus)
  * > 0 the plan's model planned again for that cluster first). */
 static int plan_run(const char *prog, const char *path, const dmuon_net_params *p,
                     const char *preset, const dmuon_sched_opts *so, int nodes, int gpus,
-                    int json_stdout, const char *json, const char *svg)
+                    int64_t jobs, int json_stdout, const char *json, const char *svg)
 {
     dmuon_plan *plan = NULL;
     if (access(path, F_OK) != 0) {
@@ -654,7 +654,7 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
         return dmuon_rc_exit_code(rc);
     }
     dmuon_net_plan_pred r;
-    rc = dmuon_net_plan_predict(plan, p, so, &r);
+    rc = dmuon_net_plan_predict_jobs(plan, p, so, jobs, &r);
     int code = 0;
     if (rc != DMUON_OK) {
         fprintf(stderr, "%s: error: %s: %s\n", prog, path, dmuon_errmsg());
@@ -704,6 +704,9 @@ static void usage(FILE *f)
 "      --nodes R          with --plan: plan the plan's model again (its options,\n"
 "                         its cost source) for R nodes before predicting\n"
 "  -g, --gpus-per-node K  with --plan: the same, for K GPUs per node\n"
+"      --replay-jobs N    with --plan: replay each call of ours in at most N\n"
+"                         chunk-node jobs, merging consecutive chunks past it\n"
+"                         (default 2^20; 0: chunk by chunk, slow at scale)\n"
 "      --cells FILE       rows as dmuon-bench --json writes them (repeatable);\n"
 "                         tools/bench/paper/tables.json holds Tables 5-7\n"
 "      --fit-nodes LIST   node counts whose cells fit the model (e.g. 2,4);\n"
@@ -736,8 +739,10 @@ int bench_predict_main(int argc, char **argv)
         {"svg", required_argument, 0, 's'}, {"params", required_argument, 0, 'q'},
         {"save-params", required_argument, 0, 'S'}, {"plan", required_argument, 0, 'L'},
         {"nodes", required_argument, 0, 'n'}, {"gpus-per-node", required_argument, 0, 'g'},
+        {"replay-jobs", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt, rnodes = 0, rgpus = 0;
+    int64_t jobs = 0;
     while (!bad[0] && (opt = getopt_long(argc, argv, "hg:", opts, NULL)) != -1) {
         char *end = NULL;
         switch (opt) {
@@ -788,6 +793,11 @@ int bench_predict_main(int argc, char **argv)
             *(opt == 'n' ? &rnodes : &rgpus) = (int)v;
             break;
         }
+        case 'R':
+            if (tool_parse_int("--replay-jobs", optarg, 0, INT64_MAX, &jobs, bad, sizeof bad) == 0 &&
+                jobs == 0)
+                jobs = INT64_MAX;
+            break;
         case 'J': json_stdout = 1; break;
         case 'j': json = optarg; break;
         case 's': svg = optarg; break;
@@ -801,6 +811,8 @@ int bench_predict_main(int argc, char **argv)
     }
     if (!bad[0] && optind < argc)
         snprintf(bad, sizeof bad, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!bad[0] && jobs && !plan_path)
+        snprintf(bad, sizeof bad, "--replay-jobs bounds a plan's replay: give --plan PLAN");
     if (!bad[0] && (rnodes || rgpus) && !plan_path)
         snprintf(bad, sizeof bad, "--nodes and --gpus-per-node re-plan a plan: give --plan PLAN");
     if (!bad[0] && !preset && !params_in)
@@ -837,7 +849,8 @@ int bench_predict_main(int argc, char **argv)
             return 3;
         }
         if (plan_path)
-            code = plan_run(prog, plan_path, &p, preset, &so, rnodes, rgpus, json_stdout, json, svg);
+            code = plan_run(prog, plan_path, &p, preset, &so, rnodes, rgpus, jobs, json_stdout,
+                            json, svg);
         return code;
     }
 
@@ -980,7 +993,8 @@ int bench_predict_main(int argc, char **argv)
            acc_bias(&all), all.worst);
 files:
     if (plan_path) {
-        code = plan_run(prog, plan_path, &p, preset, &so, rnodes, rgpus, json_stdout, json, svg);
+        code = plan_run(prog, plan_path, &p, preset, &so, rnodes, rgpus, jobs, json_stdout,
+                            json, svg);
         goto out;
     }
     if (json) {
