@@ -234,7 +234,7 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
         if (nin == 0)
             x += b / v[DMUON_NP_INTRA_BW];     /* read the owner's window */
     } else if (r->kind == 1) {
-        x += v[DMUON_NP_INTRA_LAT];
+        x += v[DMUON_NP_INTRA_LAT] * m;         /* every chunk of a merged job pays it */
         x = intra(r, node, x, b, K);
         /* the adds: the node's K inputs (in the switch with multicast) and
          * the upstream partials */
@@ -263,7 +263,7 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
             r->end = full;
     }
     if (r->kind == 0 && K > 1)
-        x = dmax(intra(r, node, x + v[DMUON_NP_INTRA_LAT], b, K - 1),
+        x = dmax(intra(r, node, x + v[DMUON_NP_INTRA_LAT] * m, b, K - 1),
                  x_full + v[DMUON_NP_INTRA_LAT] + b / m / v[DMUON_NP_INTRA_BW]);
     else
         x = dmax(x, x_full);
