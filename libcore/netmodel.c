@@ -639,14 +639,16 @@ static dmuon_rc max_block(const dmuon_net_case *c, int lo, int hi, int units, in
  * costs a base latency, a latency per ring step and its bytes over the
  * bus bandwidth; the fastest predicted protocol runs).  Payload fraction of
  * a line: LL sends 4 data bytes with each 4-byte flag, LL128 8 flag bytes
- * in each 128-byte line, Simple none.  Step bytes per channel (the
- * pipeline slice): LL and LL128 their fixed buffer slots (NCCL_STEPS = 8
- * slots per connection: 256 KiB of LL lines hold 128 KiB of payload, 16
- * KiB a step; LL128's slots hold 600 KiB, 75 KiB a step), Simple
- * ring_chunk. */
+ * in each 128-byte line, Simple none.  What a rank must hold before it
+ * passes data on (the pipeline's store-and-forward unit): LL and LL128
+ * carry a flag in every line, so a line goes on as soon as it arrived (8
+ * and 120 payload bytes: cut-through, whatever the buffer slot, which is
+ * 32 KiB of LL payload and 562.5 KiB of LL128 payload per step); Simple
+ * flags a whole step, ring_chunk bytes (4 MiB buffer in NCCL_STEPS = 8
+ * slots). */
 enum { PR_LL = 0, PR_LL128, PR_SIMPLE, PR_COUNT };
 static const double proto_payload[PR_COUNT] = {0.5, 120.0 / 128.0, 1.0};
-static const double proto_step[PR_COUNT] = {16384.0, 76800.0, 0.0};
+static const double proto_step[PR_COUNT] = {8.0, 120.0, 0.0};
 
 typedef struct {
     double fixed;   /* s: call_oh + base_lat */

@@ -46,6 +46,14 @@ run "$B" predict --params "$PARAMS" --plan "$T_TMP/p2x8.plan" --nodes 0
 check_rc 2 "--nodes 0"
 check_err "\-\-nodes" "names the flag"
 
+# a plan made with role patterns: planned again with the default roles,
+# which differ, so refused naming the parameter
+"$PL" "$T_TMP/m.yaml" --nodes 2 -g 8 --sharding hsdp --cost flops --adamw '*q_proj*' \
+    -o "$T_TMP/roles.plan" > /dev/null
+run "$B" predict --params "$PARAMS" --plan "$T_TMP/roles.plan" --nodes 4
+[ "$RC" -ne 0 ] && ok || bad "a plan with other roles is refused (rc $RC)"
+check_err "q_proj.weight.*adamw.*muon" "names the parameter whose role differs"
+
 # the model file changed since the plan was made: refused, naming it
 sed -i 's/^- {name: model.layers.0.mlp.gate_proj.weight, shape: \[8960, 1536\]}/- {name: model.layers.0.mlp.gate_proj.weight, shape: [8964, 1536]}/' \
     "$T_TMP/m.yaml"

@@ -41,8 +41,9 @@
  * enqueue.cc): a ring of n ranks, every step of it gated by the network
  * once the ring crosses nodes (R > 1: each step pays the protocol's step
  * latency lat_P; R = 1: intra_lat).  Three protocols P, each run with the
- * fastest predicted time: LL (payload 1/2 of each line, 16 KiB slices),
- * LL128 (120/128, 75 KiB slices), Simple (all, ring_chunk slices).  A call
+ * fastest predicted time: LL (payload 1/2 of each line, a flag in every
+ * line: an 8-byte slice), LL128 (120/128, a 120-byte slice), Simple (all,
+ * ring_chunk slices: one flag per step).  A call
  * spreads its bytes over nch = clamp(floor(bytes / ch_bytes), 1, chmax)
  * channels; one channel moves k = chmax / (link·ring_eff·payload_P) s per
  * byte, + chmax / nccl_red_bw for a reduction (the SM adds).  With cb the
