@@ -15,7 +15,14 @@
  * PLANS/MODEL-RxK.plan in layer order, as --replay-publish posts them).
  * Groups with nodes in --fit-nodes fit the free parameters of the preset;
  * every group gets predicted times and the ratios baseline ÷ ours, with
- * their error against the measured or published ones.
+ * their error against the measured or published ones.  Table 7's rows
+ * carrying load_params / load_bytes / load_largest replay that load instead.
+ *
+ *   dmuon-bench predict --params tools/bench/params/h100.json --plan p.yaml  *       [--nodes R] [-g K] [--replay-jobs N]
+ *
+ * predicts a plan's step from the plan alone; with --nodes / -g the plan's
+ * model is planned again for R x K first (dmuon_plan_build with the plan's
+ * options, as dmuon-plan plans it).
  */
 #include <getopt.h>
 #include <math.h>
