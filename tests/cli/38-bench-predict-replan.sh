@@ -33,6 +33,23 @@ assert a["nodes"] == b["nodes"] == 4 and a["gpus_per_node"] == b["gpus_per_node"
 assert a["step_us"] == b["step_us"] and a["layers"] == b["layers"] and a["rails"] == b["rails"]
 PY
 
+# --replay-jobs bounds each replay of ours: merged chunks flow cut-through,
+# so a bound that merges chunks stays close to chunk by chunk (0); the
+# baselines' lines do not replay and stay the same
+run "$B" predict --params "$PARAMS" --plan "$T_TMP/p4x4.plan" --replay-jobs 0 --json-file "$T_TMP/j0.json"
+check_rc 0 "--replay-jobs 0: chunk by chunk"
+run "$B" predict --params "$PARAMS" --plan "$T_TMP/p4x4.plan" --replay-jobs 2000 --json-file "$T_TMP/j2k.json"
+check_rc 0 "--replay-jobs 2000: chunks merged"
+python3 - "$T_TMP/j0.json" "$T_TMP/j2k.json" <<'PY' && ok || bad "a bounded replay stays within 2% of chunk by chunk"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["step_us"]["A"] == b["step_us"]["A"] and a["step_us"]["C"] == b["step_us"]["C"]
+assert abs(b["step_us"]["D"] / a["step_us"]["D"] - 1) < 0.02, (a["step_us"], b["step_us"])
+PY
+run "$B" predict --preset h100 --cells "$DMUON_ROOT/tools/bench/paper/tables.json" --replay-jobs 10
+check_rc 2 "--replay-jobs without --plan"
+check_err "give --plan PLAN" "says so"
+
 # only --nodes: the plan's GPUs per node stay
 run "$B" predict --params "$PARAMS" --plan "$T_TMP/p2x8.plan" --nodes 4
 check_rc 0 "--nodes alone"

@@ -284,7 +284,8 @@ dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *
                                 const dmuon_sched_opts *sched_opts, dmuon_net_plan_pred *out);
 /* The same with each replay of ours bounded to max_jobs chunk-node jobs
  * (0: DMUON_NET_REPLAY_JOBS / 4; INT64_MAX: chunk by chunk, cost and
- * memory O(chunks · nodes) per call). */
+ * memory O(chunks · nodes) per call).  Errors: those of
+ * dmuon_net_plan_predict. */
 dmuon_rc dmuon_net_plan_predict_jobs(const dmuon_plan *plan, const dmuon_net_params *p,
                                      const dmuon_sched_opts *sched_opts, int64_t max_jobs,
                                      dmuon_net_plan_pred *out);
