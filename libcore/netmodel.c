@@ -138,7 +138,9 @@ typedef struct {
     const dmuon_pub_sched *ps;  /* or the publish schedule */
     int *rin, *rout;            /* scratch: one route (R entries each) */
     int *need;                  /* per job: inputs still to arrive */
-    double *ready;              /* per job: latest input arrival */
+    double *ready;              /* per job: latest input arrival (of its first part, when
+                                   chunks are merged) */
+    double *full;               /* per job: latest arrival of its last part */
     int64_t *fifo_next;         /* per job: next job in its rank's FIFO */
     int64_t *head, *tail;       /* per rank FIFO of ready jobs */
     double *worker;             /* per rank: time its worker is free */
@@ -172,8 +174,14 @@ static int route_at(replay *r, int st, int node, int *nout)
  * returns its arrival time.  The sender's ports and the receiver's ports
  * are separate pipes: it leaves once the sender's rail and node ports are
  * free, and is taken in once the receiver's are (a port serves one message
- * at a time, at its bandwidth). */
-static double message(replay *r, int a, int z, int s, double b, double t)
+ * at a time, at its bandwidth).  A message of m > 1 merged chunks stands
+ * for m chunks sent back to back: it may start once the first is at hand
+ * (t), its last byte leaves no earlier than the last chunk is at hand
+ * (t_full) plus one chunk's time on the port; *full gets the arrival of
+ * the last chunk, the return value that of the first.  With m = 1 (t_full
+ * <= t) both are the arrival of the message. */
+static double message(replay *r, int a, int z, int s, double b, double t, double m,
+                      double t_full, double *full)
 {
     const double *v = r->p->v;
     int ra = a * r->K + s, rz = z * r->K + s;
@@ -186,11 +194,13 @@ static double message(replay *r, int a, int z, int s, double b, double t)
     double st = dmax(t, dmax(r->rail_tx[ra], r->node_tx[a]));
     r->rail_tx[ra] = st + tr;
     r->node_tx[a] = st + tn;
-    double sent = st + dmax(tr, tn);
+    double hold = dmax(tr, tn);
+    double sent = dmax(st + hold, t_full + hold / m);
     double in = dmax(sent, dmax(r->rail_rx[rz] + tr, r->node_rx[z] + tn));
-    r->rail_rx[rz] = in - dmax(tr, tn) + tr;
-    r->node_rx[z] = in - dmax(tr, tn) + tn;
-    return in + v[DMUON_NP_HOP_LAT];
+    r->rail_rx[rz] = in - hold + tr;
+    r->node_rx[z] = in - hold + tn;
+    *full = in + v[DMUON_NP_HOP_LAT];
+    return *full - hold * (m - 1) / m;
 }
 
 /* The node's stores or loads of b bytes to or from `copies` ranks, starting
@@ -206,6 +216,9 @@ static double intra(replay *r, int node, double t, double b, int copies)
     return st + b / bw;
 }
 
+/* When the last part of job j's inputs arrived (0: it has none). */
+static double j_full(const replay *r, int64_t j) { return r->full[j]; }
+
 /* Runs job j on its rank, starting at t; stores when the worker is free. */
 static int run_job(replay *r, int64_t j, double t, double *free_at)
 {
@@ -216,32 +229,44 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
     double b = r->bytes[c];
     int nout = 0, nin = route_at(r, st, node, &nout);
     int *out = r->rout;
-    double x = t + v[DMUON_NP_CHUNK_OH] * r->mult[c];
+    double m = r->mult[c], x = t + v[DMUON_NP_CHUNK_OH] * m;
     if (r->kind == 0) {
         if (nin == 0)
             x += b / v[DMUON_NP_INTRA_BW];     /* read the owner's window */
     } else if (r->kind == 1) {
-        x += v[DMUON_NP_INTRA_LAT];
+        x += v[DMUON_NP_INTRA_LAT] * m;         /* every chunk of a merged job pays it */
         x = intra(r, node, x, b, K);
         /* the adds: the node's K inputs (in the switch with multicast) and
          * the upstream partials */
         if (v[DMUON_NP_RED_BW] > 0)
             x += b * ((r->p->mcast ? 0 : K - 1) + nin) / v[DMUON_NP_RED_BW];
     }
+    /* A merged job (m chunks): its first chunk is handled after 1/m of
+     * the work, its last no earlier than its last input arrived plus 1/m
+     * of the work (m = 1: both are x). */
+    double work = x - t, x_full = dmax(x, j_full(r, j) + work / m);
+    x = t + work / m;
     for (int o = 0; o < nout; o++) {
-        if (o > 0)
-            x += v[DMUON_NP_CHUNK_OH] * r->mult[c];   /* issuing one more send */
-        double arr = message(r, node, out[o], s, b, x);
+        if (o > 0) {
+            x += v[DMUON_NP_CHUNK_OH] * m;   /* issuing one more send */
+            x_full += v[DMUON_NP_CHUNK_OH] * m;
+        }
+        double full = 0, arr = message(r, node, out[o], s, b, x, m, x_full, &full);
         int64_t jj = (int64_t)out[o] * r->nc + c;
         if (arr > r->ready[jj])
             r->ready[jj] = arr;
+        if (full > r->full[jj])
+            r->full[jj] = full;
         if (--r->need[jj] == 0 && heap_push(&r->h, r->ready[jj], EV_READY, out[o] * K + s, jj))
             return -1;
-        if (arr > r->end)
-            r->end = arr;
+        if (full > r->end)
+            r->end = full;
     }
     if (r->kind == 0 && K > 1)
-        x = intra(r, node, x + v[DMUON_NP_INTRA_LAT], b, K - 1);
+        x = dmax(intra(r, node, x + v[DMUON_NP_INTRA_LAT] * m, b, K - 1),
+                 x_full + v[DMUON_NP_INTRA_LAT] + b / m / v[DMUON_NP_INTRA_BW]);
+    else
+        x = dmax(x, x_full);
     if (r->kind == 1 && nout == 0)
         x += b / v[DMUON_NP_INTRA_BW];         /* the owner's window */
     *free_at = x;
@@ -261,6 +286,7 @@ static void replay_free(replay *r)
     free(r->rout);
     free(r->need);
     free(r->ready);
+    free(r->full);
     free(r->fifo_next);
     free(r->head);
     free(r->tail);
@@ -294,6 +320,7 @@ static dmuon_rc replay_alloc(replay *r, const dmuon_net_params *p, int R, int K,
     r->rout = malloc((size_t)R * sizeof *r->rout);
     r->need = malloc(nj * sizeof *r->need);
     r->ready = calloc(nj, sizeof *r->ready);
+    r->full = calloc(nj, sizeof *r->full);
     r->fifo_next = malloc(nj * sizeof *r->fifo_next);
     r->head = malloc(N * sizeof *r->head);
     r->tail = malloc(N * sizeof *r->tail);
@@ -305,7 +332,7 @@ static dmuon_rc replay_alloc(replay *r, const dmuon_net_params *p, int R, int K,
     r->node_in = calloc((size_t)R, sizeof *r->node_in);
     if (!r->bytes || !r->mult || !r->stream_of || !r->sfirst || !r->srail || !r->rin ||
         !r->rout || !r->need ||
-        !r->ready || !r->fifo_next || !r->head || !r->tail || !r->worker || !r->rail_tx ||
+        !r->ready || !r->full || !r->fifo_next || !r->head || !r->tail || !r->worker || !r->rail_tx ||
         !r->rail_rx || !r->node_tx || !r->node_rx || !r->node_in) {
         replay_free(r);
         return DMUON_FAIL(DMUON_ENOMEM, "network model: out of memory replaying %lld chunks",
@@ -612,14 +639,16 @@ static dmuon_rc max_block(const dmuon_net_case *c, int lo, int hi, int units, in
  * costs a base latency, a latency per ring step and its bytes over the
  * bus bandwidth; the fastest predicted protocol runs).  Payload fraction of
  * a line: LL sends 4 data bytes with each 4-byte flag, LL128 8 flag bytes
- * in each 128-byte line, Simple none.  Step bytes per channel (the
- * pipeline slice): LL and LL128 their fixed buffer slots (NCCL_STEPS = 8
- * slots per connection: 256 KiB of LL lines hold 128 KiB of payload, 16
- * KiB a step; LL128's slots hold 600 KiB, 75 KiB a step), Simple
- * ring_chunk. */
+ * in each 128-byte line, Simple none.  What a rank must hold before it
+ * passes data on (the pipeline's store-and-forward unit): LL and LL128
+ * carry a flag in every line, so a line goes on as soon as it arrived (8
+ * and 120 payload bytes: cut-through, whatever the buffer slot, which is
+ * 32 KiB of LL payload and 562.5 KiB of LL128 payload per step); Simple
+ * flags a whole step, ring_chunk bytes (4 MiB buffer in NCCL_STEPS = 8
+ * slots). */
 enum { PR_LL = 0, PR_LL128, PR_SIMPLE, PR_COUNT };
 static const double proto_payload[PR_COUNT] = {0.5, 120.0 / 128.0, 1.0};
-static const double proto_step[PR_COUNT] = {16384.0, 76800.0, 0.0};
+static const double proto_step[PR_COUNT] = {8.0, 120.0, 0.0};
 
 typedef struct {
     double fixed;   /* s: call_oh + base_lat */

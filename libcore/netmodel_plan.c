@@ -41,6 +41,14 @@ static dmuon_rc all_lines(const dmuon_net_params *p, const dmuon_net_case *c, do
 dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *p,
                                 const dmuon_sched_opts *sched_opts, dmuon_net_plan_pred *out)
 {
+    return dmuon_net_plan_predict_jobs(plan, p, sched_opts, 0, out);
+}
+
+dmuon_rc dmuon_net_plan_predict_jobs(const dmuon_plan *plan, const dmuon_net_params *p,
+                                     const dmuon_sched_opts *sched_opts, int64_t max_jobs,
+                                     dmuon_net_plan_pred *out)
+{
+    int64_t jobs = max_jobs > 0 ? max_jobs : PLAN_CALL_JOBS;
     memset(out, 0, sizeof *out);
     int R = dmuon_plan_nodes(plan), K = dmuon_plan_gpus_per_node(plan);
     int hsdp = dmuon_plan_sharding(plan) == DMUON_SHARD_HSDP && R > 1;
@@ -71,7 +79,7 @@ dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *
         L->name = dmuon_plan_layer_name(plan, i);
         L->bytes = dmuon_plan_layer_bytes(plan, i);
         dmuon_net_case g = {DMUON_NET_AGV, R, K, segs, (int)n, NULL, sched_opts, NULL,
-                            PLAN_CALL_JOBS};
+                            jobs};
         if (hsdp) {
             /* the node's gather from each owner's row leader on it */
             for (size_t j = 0; j < n; j++) {
@@ -83,7 +91,7 @@ dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *
         }
         rc = all_lines(p, &g, L->gather);
         dmuon_net_case r = {DMUON_NET_RSV, R, K, segs, (int)n, NULL, sched_opts, NULL,
-                            PLAN_CALL_JOBS};
+                            jobs};
         if (rc == DMUON_OK)
             rc = all_lines(p, &r, L->reduce);
         if (rc != DMUON_OK)
@@ -114,7 +122,7 @@ dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *
                 DMUON_OK)
                 continue;   /* a rail without units publishes nothing */
             dmuon_net_case c = {DMUON_NET_PUBLISH, R, K, ps, np, layer_of, sched_opts, NULL,
-                                PLAN_CALL_JOBS};
+                                jobs};
             double t[DMUON_NET_LINE_COUNT];
             rc = all_lines(p, &c, t);
             if (rc == DMUON_OK) {

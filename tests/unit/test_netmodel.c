@@ -122,7 +122,8 @@ static void test_baselines(void **state)
     p.v[DMUON_NP_NCCL_RED_BW] = 0;
     /* the protocol by predicted time: with a 1 us LL step LL wins small
      * messages (4 + 1 + 2 = 7 us), Simple large ones: 10^6 bytes, Simple
-     * 4 + (5 + 1) + 999 = 1009 us against LL 4 + (1 + 32.768) + 1967.232 */
+     * 4 + (5 + 1) + 999 = 1009 us against LL 4 + (1 + 0.016) + 1999.984
+     * (an LL line goes on once it arrived: an 8-byte slice) */
     p.v[DMUON_NP_LAT_LL] = 1e-6;
     t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
     assert_true(fabs(t - 7e-6) < 1e-12);
@@ -130,13 +131,16 @@ static void test_baselines(void **state)
     t = predict(&p, DMUON_NET_AGV, 2, 1, &big, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
     assert_true(fabs(t - 1009e-6) < 1e-10);
     p.v[DMUON_NP_LAT_LL] = 5e-6;
-    /* per-owner calls trail: on 3 × 1, roots 0 then 1, each 1000 bytes
-     * (a call alone: 4 + 2·6 = 16 us).  Call 1 ends on ranks 0, 1, 2 at
-     * 10, 10, 16; call 2 starts on rank 1 at 10 + 4, reaches rank 2 at 20
-     * and rank 0 at 26: 26 us, less than 2·16. */
+    /* per-owner calls trail: on 3 × 1, roots 0 then 1, each 1000 bytes.
+     * A call alone: LL128 (120-byte slices at 1/0.9375 ns per byte) runs,
+     * base 4 + 2 steps of st = 5 + 0.128 + the tail 880/0.9375 ns = 0.939:
+     * 15.195 us (Simple 16, LL 16.016).  Call 1 ends on ranks 0, 1, 2 at
+     * 10.067, 10.067, 15.195; call 2 starts on rank 1 at 14.067, reaches
+     * rank 2 at 19.195 and rank 0 at 24.323, done there after its tail:
+     * 2·4 + 3·st + 2·0.939 = 25.261 us, less than 2·15.195. */
     dmuon_segment two[2] = {{0, DMUON_BF16, 0, 500, 0}, {1, DMUON_BF16, 1000, 500, 0}};
     double po = predict(&p, DMUON_NET_AGV, 3, 1, two, 2, 0, DMUON_PATH_AUTO, DMUON_NET_PER_OWNER);
-    assert_true(fabs(po - 26e-6) < 1e-12);
+    assert_true(fabs(po - (8e-6 + 3 * 5.128e-6 + 2 * 880 / 0.9375 * 1e-9)) < 1e-12);
     /* with a tree (Open MPI) the old forms: on 4 × 1 a fill over log2 4 = 2
      * hops of 5 + 10 us: call 3 + 30 + 10 = 43 us */
     p.tree = 1;
@@ -239,15 +243,18 @@ static void test_replay_counts(void **state)
         for (int i = 0; i < R; i++)
             assert_true(nodeb[i] == want_node[i]);
         /* a replay bounded to fewer jobs merges chunks: the same bytes on
-         * every port in fewer messages, and no faster than chunk by chunk
-         * (a merged chunk fills each hop with more bytes) */
+         * every port in fewer messages; a merged chunk flows through each
+         * hop as the chunks it stands for would, back to back, so on this
+         * schedule the time stays within 2% of chunk by chunk (it was 1.3%
+         * and 3.8% slower when a merged chunk was stored and forwarded
+         * whole) */
         c.max_jobs = 64;
         double tm = 0;
         assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &tm), DMUON_OK);
         assert_true(cnt.messages < want_msgs);
         for (int i = 0; i < R * K; i++)
             assert_true(rail[i] == want_rail[i]);
-        assert_true(tm >= t * (1 - 1e-12));
+        assert_true(fabs(tm / t - 1) < 0.02);
     }
     free(sg);
 }

@@ -15,7 +15,14 @@
  * PLANS/MODEL-RxK.plan in layer order, as --replay-publish posts them).
  * Groups with nodes in --fit-nodes fit the free parameters of the preset;
  * every group gets predicted times and the ratios baseline ÷ ours, with
- * their error against the measured or published ones.
+ * their error against the measured or published ones.  Table 7's rows
+ * carrying load_params / load_bytes / load_largest replay that load instead.
+ *
+ *   dmuon-bench predict --params tools/bench/params/h100.json --plan p.yaml  *       [--nodes R] [-g K] [--replay-jobs N]
+ *
+ * predicts a plan's step from the plan alone; with --nodes / -g the plan's
+ * model is planned again for R x K first (dmuon_plan_build with the plan's
+ * options, as dmuon-plan plans it).
  */
 #include <getopt.h>
 #include <math.h>
@@ -602,10 +609,43 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
     return gnuplot_render(gp, tmp, svg, prog);
 }
 
-/* --plan: the plan's step under p, no measured rows. */
+/* --nodes / -g: the plan's model planned again, as dmuon-plan plans it, for
+ * nodes x gpus (0: the plan's value), with the plan's own options and cost
+ * source; the model file the plan names must still be the one it was made
+ * from.  *plan is replaced by the new plan. */
+static dmuon_rc replan(dmuon_plan **plan, const char *path, int nodes, int gpus)
+{
+    dmuon_plan_opts o = *dmuon_plan_options(*plan);
+    if (nodes > 0)
+        o.nodes = nodes;
+    if (gpus > 0)
+        o.gpus_per_node = gpus;
+    dmuon_model *m = NULL;
+    dmuon_plan *np = NULL;
+    char why[1024];
+    dmuon_rc rc = dmuon_model_load(o.model_path, NULL, &m);
+    if (rc == DMUON_OK)
+        rc = dmuon_plan_match_model(*plan, m);
+    if (rc == DMUON_OK)
+        rc = dmuon_plan_build(m, &o, &np);
+    if (rc != DMUON_OK) {
+        snprintf(why, sizeof why, "%s", dmuon_errmsg());
+        rc = DMUON_FAIL(rc, "%s: planning its model %s again for %d x %d: %s", path,
+                        o.model_path ? o.model_path : "(none)", (int)o.nodes,
+                        (int)o.gpus_per_node, why);
+    } else {
+        dmuon_plan_free(*plan);
+        *plan = np;
+    }
+    dmuon_model_free(m);
+    return rc;
+}
+
+/* --plan: the plan's step under p, no measured rows (with nodes or gpus
+ * > 0 the plan's model planned again for that cluster first). */
 static int plan_run(const char *prog, const char *path, const dmuon_net_params *p,
-                    const char *preset, const dmuon_sched_opts *so, int json_stdout,
-                    const char *json, const char *svg)
+                    const char *preset, const dmuon_sched_opts *so, int nodes, int gpus,
+                    int64_t jobs, int json_stdout, const char *json, const char *svg)
 {
     dmuon_plan *plan = NULL;
     if (access(path, F_OK) != 0) {
@@ -613,12 +653,15 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
         return 2;
     }
     dmuon_rc rc = dmuon_plan_load(path, &plan);
+    if (rc == DMUON_OK && (nodes > 0 || gpus > 0))
+        rc = replan(&plan, path, nodes, gpus);
     if (rc != DMUON_OK) {
         fprintf(stderr, "%s: error: %s\n", prog, dmuon_errmsg());
+        dmuon_plan_free(plan);
         return dmuon_rc_exit_code(rc);
     }
     dmuon_net_plan_pred r;
-    rc = dmuon_net_plan_predict(plan, p, so, &r);
+    rc = dmuon_net_plan_predict_jobs(plan, p, so, jobs, &r);
     int code = 0;
     if (rc != DMUON_OK) {
         fprintf(stderr, "%s: error: %s: %s\n", prog, path, dmuon_errmsg());
@@ -629,7 +672,8 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
     if (json_stdout) {
         rc = write_plan_json(stdout, &pr);
     } else {
-        printf("# dmuon-bench predict: plan %s, parameters %s\n", path, preset);
+        printf("# dmuon-bench predict: plan %s%s, %d x %d, parameters %s\n", path,
+               nodes > 0 || gpus > 0 ? " planned again" : "", r.nodes, r.per_node, preset);
         dmuon_net_plan_print(&r, stdout);
     }
     if (rc == DMUON_OK && json)
@@ -649,7 +693,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: dmuon-bench predict --preset namespace|h100 --cells FILE... [options]\n"
-"       dmuon-bench predict --params FILE --plan PLAN [--json | --json-file F] [--svg F]\n"
+"       dmuon-bench predict --params FILE --plan PLAN [--nodes R] [-g K]\n"
+"                           [--json | --json-file F] [--svg F]\n"
 "Fits the network model (dmuon/netmodel.h) to the cells of the fitting\n"
 "nodes and predicts every cell: ours replayed chunk by chunk from the\n"
 "operators' schedules, the baselines as NCCL runs them.  Prints per cell\n"
@@ -663,6 +708,12 @@ static void usage(FILE *f)
 "      --plan PLAN        predict the plan's step: per layer gather and reduction\n"
 "                         of ours and the baselines, the publish per rail, the\n"
 "                         communication of lines A, C, D (no measured rows)\n"
+"      --nodes R          with --plan: plan the plan's model again (its options,\n"
+"                         its cost source) for R nodes before predicting\n"
+"  -g, --gpus-per-node K  with --plan: the same, for K GPUs per node\n"
+"      --replay-jobs N    with --plan: replay each call of ours in at most N\n"
+"                         chunk-node jobs, merging consecutive chunks past it\n"
+"                         (default 2^20; 0: chunk by chunk, slow at scale)\n"
 "      --cells FILE       rows as dmuon-bench --json writes them (repeatable);\n"
 "                         tools/bench/paper/tables.json holds Tables 5-7\n"
 "      --fit-nodes LIST   node counts whose cells fit the model (e.g. 2,4);\n"
@@ -694,9 +745,12 @@ int bench_predict_main(int argc, char **argv)
         {"json", no_argument, 0, 'J'}, {"json-file", required_argument, 0, 'j'},
         {"svg", required_argument, 0, 's'}, {"params", required_argument, 0, 'q'},
         {"save-params", required_argument, 0, 'S'}, {"plan", required_argument, 0, 'L'},
+        {"nodes", required_argument, 0, 'n'}, {"gpus-per-node", required_argument, 0, 'g'},
+        {"replay-jobs", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int opt;
-    while (!bad[0] && (opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int opt, rnodes = 0, rgpus = 0;
+    int64_t jobs = 0;
+    while (!bad[0] && (opt = getopt_long(argc, argv, "hg:", opts, NULL)) != -1) {
         char *end = NULL;
         switch (opt) {
         case 'p': preset = optarg; break;
@@ -738,6 +792,19 @@ int bench_predict_main(int argc, char **argv)
             max_evals = (int)v;
             break;
         }
+        case 'n':
+        case 'g': {
+            int64_t v = 0;
+            tool_parse_int(opt == 'n' ? "--nodes" : "--gpus-per-node", optarg, 1,
+                           DMUON_PLAN_MAX_RANKS, &v, bad, sizeof bad);
+            *(opt == 'n' ? &rnodes : &rgpus) = (int)v;
+            break;
+        }
+        case 'R':
+            if (tool_parse_int("--replay-jobs", optarg, 0, INT64_MAX, &jobs, bad, sizeof bad) == 0 &&
+                jobs == 0)
+                jobs = INT64_MAX;
+            break;
         case 'J': json_stdout = 1; break;
         case 'j': json = optarg; break;
         case 's': svg = optarg; break;
@@ -751,6 +818,10 @@ int bench_predict_main(int argc, char **argv)
     }
     if (!bad[0] && optind < argc)
         snprintf(bad, sizeof bad, "unexpected argument '%s' (see --help)", argv[optind]);
+    if (!bad[0] && jobs && !plan_path)
+        snprintf(bad, sizeof bad, "--replay-jobs bounds a plan's replay: give --plan PLAN");
+    if (!bad[0] && (rnodes || rgpus) && !plan_path)
+        snprintf(bad, sizeof bad, "--nodes and --gpus-per-node re-plan a plan: give --plan PLAN");
     if (!bad[0] && !preset && !params_in)
         snprintf(bad, sizeof bad, "--preset is required (namespace or h100), or --params FILE");
     if (!bad[0] && preset && params_in)
@@ -785,7 +856,8 @@ int bench_predict_main(int argc, char **argv)
             return 3;
         }
         if (plan_path)
-            code = plan_run(prog, plan_path, &p, preset, &so, json_stdout, json, svg);
+            code = plan_run(prog, plan_path, &p, preset, &so, rnodes, rgpus, jobs, json_stdout,
+                            json, svg);
         return code;
     }
 
@@ -928,7 +1000,8 @@ int bench_predict_main(int argc, char **argv)
            acc_bias(&all), all.worst);
 files:
     if (plan_path) {
-        code = plan_run(prog, plan_path, &p, preset, &so, json_stdout, json, svg);
+        code = plan_run(prog, plan_path, &p, preset, &so, rnodes, rgpus, jobs, json_stdout,
+                            json, svg);
         goto out;
     }
     if (json) {

@@ -41,8 +41,9 @@
  * enqueue.cc): a ring of n ranks, every step of it gated by the network
  * once the ring crosses nodes (R > 1: each step pays the protocol's step
  * latency lat_P; R = 1: intra_lat).  Three protocols P, each run with the
- * fastest predicted time: LL (payload 1/2 of each line, 16 KiB slices),
- * LL128 (120/128, 75 KiB slices), Simple (all, ring_chunk slices).  A call
+ * fastest predicted time: LL (payload 1/2 of each line, a flag in every
+ * line: an 8-byte slice), LL128 (120/128, a 120-byte slice), Simple (all,
+ * ring_chunk slices: one flag per step).  A call
  * spreads its bytes over nch = clamp(floor(bytes / ch_bytes), 1, chmax)
  * channels; one channel moves k = chmax / (link·ring_eff·payload_P) s per
  * byte, + chmax / nccl_red_bw for a reduction (the SM adds).  With cb the
@@ -176,7 +177,13 @@ typedef struct {
     int64_t max_jobs;           /* ours: at most this many chunk-node jobs (0:
                                    DMUON_NET_REPLAY_JOBS); a larger call is replayed
                                    with g consecutive chunks of a stream merged
-                                   into one (its bytes and g chunk overheads) */
+                                   into one (its bytes and g chunk overheads),
+                                   which flows through each hop as its g chunks
+                                   would back to back: it leaves once its first
+                                   chunk is at hand, its last byte no earlier
+                                   than its last chunk plus one chunk's time on
+                                   the port, and the receiver goes on once the
+                                   first chunk arrived (cut-through) */
 } dmuon_net_case;
 
 /* Default bound on a replay's jobs (chunks × nodes): every cell of the
@@ -275,6 +282,13 @@ typedef struct {
  * dmuon_plan_rail_publish, DMUON_ENOMEM. */
 dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *p,
                                 const dmuon_sched_opts *sched_opts, dmuon_net_plan_pred *out);
+/* The same with each replay of ours bounded to max_jobs chunk-node jobs
+ * (0: DMUON_NET_REPLAY_JOBS / 4; INT64_MAX: chunk by chunk, cost and
+ * memory O(chunks · nodes) per call).  Errors: those of
+ * dmuon_net_plan_predict. */
+dmuon_rc dmuon_net_plan_predict_jobs(const dmuon_plan *plan, const dmuon_net_params *p,
+                                     const dmuon_sched_opts *sched_opts, int64_t max_jobs,
+                                     dmuon_net_plan_pred *out);
 void dmuon_net_plan_pred_free(dmuon_net_plan_pred *r);
 
 /* The prediction as a table (per layer, per rail, the step totals) on f,
