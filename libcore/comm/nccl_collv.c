@@ -187,23 +187,20 @@ static void group_free(dmuon_group *g)
 /* One create for every algorithm: the enqueue of g's algorithm. */
 static dmuon_rc group_create(dmuon_group *g)
 {
-    nccl_symm *m = g->mem->impl;
     nccl_group *x = calloc(1, sizeof *x);
-    dmuon_rc rc = x ? dmuon_nccl_usable(m->cs, "group")
+    g->impl = x;
+    nccl_symm *m = g->mem->impl;
+    dmuon_rc rc = x ? dmuon_nccl_event_new(m, &x->ev, "group")
                     : DMUON_FAIL(DMUON_ENOMEM, "group: out of memory");
-    if (rc == DMUON_OK) {
+    if (g->opts.scope == DMUON_SCOPE_NODE)   /* the same on every rank */
+        rc = dmuon_nccl_comms_split(g->topo, m->cs, rc);
+    if (x) {
         const dmuon_algo a = g->opts.algorithm;
         x->enqueue = a == DMUON_ALGO_EQUAL       ? equal_enqueue
                    : a == DMUON_ALGO_COALESCED   ? coalesced_enqueue
                                                  : per_owner_enqueue;
         x->inflight = -1;
-        cudaError_t e = cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming);
-        if (e != cudaSuccess) {
-            x->ev = NULL;
-            rc = DMUON_FAIL(DMUON_EDEVICE, "group: cudaEventCreate: %s", cudaGetErrorString(e));
-        }
     }
-    g->impl = x;
     rc = dmuon_ctl_topo_agree(g->topo, rc, 0);
     if (rc != DMUON_OK)
         group_free(g);
@@ -221,12 +218,7 @@ static dmuon_rc group_start(dmuon_group *g, int kind, int64_t buffer_offset,
                           "first)", what, op_name(x->inflight));
     DMUON_TRY(dmuon_nccl_usable(m->cs, what));
     DMUON_TRY(x->enqueue(g, kind, buffer_offset, window_offset));
-    cudaError_t e = cudaEventRecord(x->ev, m->stream);
-    if (e != cudaSuccess) {
-        dmuon_nccl_comms_abort(m->cs);
-        return DMUON_FAIL(DMUON_EDEVICE, "%s: cudaEventRecord: %s (NCCL communicators aborted)",
-                          what, cudaGetErrorString(e));
-    }
+    DMUON_TRY(dmuon_nccl_event_record(x->ev, m, what));
     x->inflight = kind;
     return DMUON_OK;
 }
