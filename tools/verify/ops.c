@@ -234,8 +234,6 @@ int verify_ops_main(int argc, char **argv)
     int code = opdrv_init(OPDRV_VERIFY, &argc, &argv, &o, usage, flags_check, &c);
     if (code >= 0)
         return code;
-    int wrank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     c.steps = o.steps;
     c.verbose = o.verbose;
     c.gopts.chunk_bytes = o.chunk_bytes;
