@@ -74,4 +74,10 @@ check_err "dmuon-bench runs one layout" "says the table has one layout"
 run "${MPIRUN[@]}" -np 2 "$B" --line fastest
 check_rc 2 "bench --line with an unknown line"
 check_err "--line 'fastest': expected ours, per-owner, coalesced, equal or all" "names the lines"
+for t in "$V" "$B"; do
+    run "${MPIRUN[@]}" -np 2 "$t" --op
+    check_rc 2 "$(basename "$t") --op without a value"
+    check_err "error: option '--op' needs a value" "$(basename "$t"): names the option that needs a value"
+    if grep -q "did you mean" "$T_TMP/err"; then bad "$(basename "$t") --op: suggests itself"; else ok; fi
+done
 finish

@@ -279,6 +279,18 @@ static int one(int opt, const char *arg, opdrv_opts *o, int64_t range[3], char *
     }
 }
 
+/* 1 when a (an argument getopt_long refused) is exactly an option of the
+ * table that takes a value: it came last, without one. */
+static int needs_value(const char *a)
+{
+    if (a[0] == '-' && a[1] && a[1] != '-' && !a[2])
+        return strchr("befwn", a[1]) != NULL;
+    for (const struct option *op = options; a[0] == '-' && a[1] == '-' && op->name; op++)
+        if (op->has_arg == required_argument && !strcmp(a + 2, op->name))
+            return 1;
+    return 0;
+}
+
 int opdrv_parse(int tool, int argc, char **argv, opdrv_opts *o, char *bad, size_t cap)
 {
     defaults(tool, o);
@@ -293,10 +305,14 @@ int opdrv_parse(int tool, int argc, char **argv, opdrv_opts *o, char *bad, size_
             return 0;
         }
         if (opt == '?' || opt == ':') {
-            char hint[128];
-            snprintf(bad, cap, "unknown option or missing value '%s'%s (see --help)",
-                     argv[optind - 1],
-                     tool_suggest_option(argv[optind - 1], options, hint, sizeof hint));
+            const char *a = argv[optind - 1];
+            if (needs_value(a)) {
+                snprintf(bad, cap, "option '%s' needs a value (see --help)", a);
+            } else {
+                char hint[128];
+                snprintf(bad, cap, "unknown option or missing value '%s'%s (see --help)", a,
+                         tool_suggest_option(a, options, hint, sizeof hint));
+            }
             return -1;
         }
         for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
