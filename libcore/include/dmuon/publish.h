@@ -50,11 +50,20 @@ typedef struct {
                                 posted, per-parameter flags, the node half;
                                 PER_OWNER: nothing moves until end, which runs one
                                 broadcast per parameter on its rail from the owner's
-                                node, in table order (wait is not offered:
-                                DMUON_EUNSUPPORTED; node_load is not offered on mpi
-                                and, on nccl, follows end of its step, see
-                                dmuon_publish_node_load).  The nccl backend offers
-                                PER_OWNER only (SCHEDULED: DMUON_EUNSUPPORTED) */
+                                node, in table order; COALESCED: nothing moves until
+                                end, which runs one variable-length allgather per run
+                                of the rail (a longest stretch of its parameters in
+                                table order with owner nodes not decreasing and copy
+                                offsets increasing; a table ordered by owner node and
+                                laid out by dmuon_publish_layout is one run), in
+                                place in the copy, padding between one node's
+                                parameters included.  For both, wait is not offered
+                                (DMUON_EUNSUPPORTED) and a flag changes at end;
+                                node_load is not offered on mpi and, on nccl, follows
+                                end of its step (see dmuon_publish_node_load).  EQUAL
+                                has no publish form (DMUON_EUNSUPPORTED at create); a
+                                backend without an algorithm refuses it the same way
+                                (mpi has all three; nccl offers PER_OWNER only) */
 } dmuon_publish_opts;
 
 /* The publish copy layout: the parameters of each rail back to back in
