@@ -13,8 +13,11 @@
  *     layer has its own range; the acquire/release sequence of that
  *     micro-batch is recorded, and at the first step the spaces are packed
  *     from it (dmuon_pool_pack) and the pool is laid out again.  Later
- *     micro-batches must repeat the recorded sequence: a different one is an
- *     error naming the event, never silent overlap.
+ *     micro-batches must acquire in the recorded order, and every
+ *     acquisition is checked against the blocks still live in its space: a
+ *     different order, or a release later than recorded that leaves the
+ *     recorded range in use, is an error naming the layers, never silent
+ *     overlap (an earlier release is harmless).
  * Hooks check their order locally before any communication, so a wrong
  * call fails on the rank that made it with DMUON_EINVAL; the other ranks
  * then fail at their next collective's deadline.
@@ -758,10 +761,55 @@ static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
     return DMUON_OK;
 }
 
+/* Bytes of layer l's block in `space` (as packed by repack). */
+static int64_t block_bytes(const dmuon_rt *rt, int space, size_t l)
+{
+    const rt_layer *L = &rt->layers[l];
+    return space == RT_PARAM ? L->pbytes : space == RT_GRAD ? L->gbytes
+                                                            : (L->own_elems + L->even_elems) * 4;
+}
+
+/* Whether layer l holds a block in `space` now, and where (packed spaces
+ * only): the parameter block from acquisition to release, the gradient
+ * block inside the backward bracket, the view while it is open. */
+static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
+{
+    const rt_layer *L = &rt->layers[l];
+    if (space == RT_PARAM) {
+        *off = L->poff;
+        return L->pblock != RT_BLOCK_NONE;
+    }
+    if (space == RT_GRAD) {
+        *off = L->goff;
+        return L->phase == RT_BWD || L->phase == RT_BWD_FWD;
+    }
+    *off = L->w ? (int64_t)((const unsigned char *)L->w - (const unsigned char *)rt->views) : 0;
+    return L->w != NULL;
+}
+
+/* The layer whose live block in `space` overlaps the range that the next
+ * acquisition (recorded as layer l's) would hand out, or -1.  The packing
+ * keeps the recorded micro-batch's live ranges apart; a micro-batch that
+ * releases in another order (a block held past the release the recording
+ * saw) would otherwise get a range still in use. */
+static long acq_conflict(const dmuon_rt *rt, int space, size_t l)
+{
+    const rt_space_rec *r = &rt->rec[space];
+    size_t k = rt->in_micro ? rt->acq_index[space] : 0;
+    int64_t lo = r->offsets[k], hi = lo + block_bytes(rt, space, l);
+    for (size_t j = 0; j < rt->nlayers; j++) {
+        int64_t o = 0;
+        if (j != l && block_live(rt, space, j, &o) && o < hi && lo < o + block_bytes(rt, space, j))
+            return (long)j;
+    }
+    return -1;
+}
+
 /* Whether the next acquisition in `space` (the first of a micro-batch not
- * begun yet) may be layer l's, as recorded: DMUON_EINVAL naming both
- * layers when not.  Changes nothing, so a hook checks its acquisitions
- * before it makes any and a refused call has no effect. */
+ * begun yet) may be layer l's, as recorded, and whether its recorded range
+ * is free: DMUON_EINVAL naming the layers when not.  Changes nothing, so a
+ * hook checks its acquisitions before it makes any and a refused call has
+ * no effect. */
 static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
 {
     if (!rt->packed)
@@ -777,6 +825,16 @@ static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
                           k < r->nacq ? "layer '" : "nothing",
                           k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
                           k < r->nacq ? "'" : "");
+    long j = acq_conflict(rt, space, l);
+    if (j >= 0)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch (layer "
+                          "'%s') would take memory that layer '%s' still holds: the recorded "
+                          "micro-batch had released '%s' by then (the hooks must release in the "
+                          "recorded order too: end '%s' first)",
+                          what[space], k, dmuon_plan_layer_name(rt->plan, l),
+                          dmuon_plan_layer_name(rt->plan, (size_t)j),
+                          dmuon_plan_layer_name(rt->plan, (size_t)j),
+                          dmuon_plan_layer_name(rt->plan, (size_t)j));
     return DMUON_OK;
 }
 
@@ -916,7 +974,8 @@ static dmuon_rc use_check(const dmuon_rt *rt, size_t l)
 }
 
 /* A prefetch of layer l is only a hint: skipped, not an error, when the
- * recorded order has another layer next (the hook that uses l reports). */
+ * recorded order has another layer next or l's recorded range is still
+ * held (the hook that uses l reports, or finds it free by then). */
 static bool prefetch_ok(const dmuon_rt *rt, size_t l)
 {
     const rt_layer *L = &rt->layers[l];
@@ -924,7 +983,8 @@ static bool prefetch_ok(const dmuon_rt *rt, size_t l)
         return false;
     const rt_space_rec *r = &rt->rec[RT_PARAM];
     size_t k = rt->acq_index[RT_PARAM];
-    return !rt->packed || (k < r->nacq && (size_t)r->acq_block[k] == l);
+    return !rt->packed ||
+           (k < r->nacq && (size_t)r->acq_block[k] == l && acq_conflict(rt, RT_PARAM, l) < 0);
 }
 
 /* The invariants between a layer's phase and its blocks, after each hook
