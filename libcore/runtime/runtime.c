@@ -612,6 +612,7 @@ dmuon_rc rt_pool_build(dmuon_rt *rt)
     sz.win[DMUON_WIN_EVEN] = rt->even_total * (int64_t)rt->dsize;
     sz.win[DMUON_WIN_EVEN_GRAD] = rt->even_total * 4;
     sz.win[DMUON_WIN_COPY] = rt->copy_bytes;
+    sz.win[DMUON_WIN_DIR] = rt_dir_bytes(rt);
     dmuon_pool_map map;
     dmuon_pool_lay_out(&sz, &map);
     for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
@@ -623,6 +624,7 @@ dmuon_rc rt_pool_build(dmuon_rt *rt)
     rt->ewin_off = map.win_off[DMUON_WIN_EVEN];
     rt->egwin_off = map.win_off[DMUON_WIN_EVEN_GRAD];
     rt->copy_off = map.win_off[DMUON_WIN_COPY];
+    rt->dir_off = map.win_off[DMUON_WIN_DIR];
     int64_t off = map.total;
     const int64_t *b = map.space_bytes;
     DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, &rt->symm)));
@@ -771,7 +773,8 @@ static int64_t block_bytes(const dmuon_rt *rt, int space, size_t l)
 
 /* Whether layer l holds a block in `space` now, and where (packed spaces
  * only): the parameter block from acquisition to release, the gradient
- * block inside the backward bracket, the view while it is open. */
+ * block inside the backward bracket and while its reduction runs, the view
+ * while it is open. */
 static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
 {
     const rt_layer *L = &rt->layers[l];
@@ -781,7 +784,7 @@ static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
     }
     if (space == RT_GRAD) {
         *off = L->goff;
-        return L->phase == RT_BWD || L->phase == RT_BWD_FWD;
+        return L->phase == RT_BWD || L->phase == RT_BWD_FWD || L->reducing;
     }
     *off = L->w ? (int64_t)((const unsigned char *)L->w - (const unsigned char *)rt->views) : 0;
     return L->w != NULL;
@@ -908,8 +911,7 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
 }
 
 /* Acquires layer l's parameter block and gathers into it unless the data
- * is there.  A prefetch only starts the gather (split phase where the line
- * has one); the use that follows waits for it and widens the block into
+ * is there.  A prefetch only starts the gather (split phase); the use that follows waits for it and widens the block into
  * the FP32 view (ZeRO-2 keeps the block through the micro-batch but not
  * the view: it is widened again at pre_backward).  Time blocked here is
  * exposed communication. */
@@ -947,9 +949,26 @@ dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
 {
     if (!rt->opened || rt->failed)
         return DMUON_OK;
-    for (size_t l = 0; l < rt->nlayers; l++)
-        DMUON_TRY(rt_fail_comm(rt, rt_gather_test(rt, l)));
+    for (size_t l = 0; l < rt->nlayers; l++) {
+        DMUON_TRY(in_layer(rt, rt_gather_test(rt, l), "gather", l));
+        DMUON_TRY(in_layer(rt, rt_reduce_test(rt, l), "gradient reduction", l));
+    }
     return DMUON_OK;
+}
+
+/* Finishes layer l's gradient reduction (started by its post_backward) and
+ * gives its gradient block back.  Time blocked here is exposed
+ * communication. */
+static dmuon_rc reduce_finish(dmuon_rt *rt, size_t l)
+{
+    double t0 = dmuon_now_ms();
+    dmuon_rc rc = rt_reduce_finish(rt, l);
+    double dt = (dmuon_now_ms() - t0) / 1e3;
+    rt->stats.reduce_s += dt;
+    rt->stats.comm_wait_s += dt;
+    rt->layers[l].reducing = false;
+    DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l)));
+    return release(rt, RT_GRAD, l);
 }
 
 static bool in_fwd(const rt_layer *L) { return L->phase == RT_FWD || L->phase == RT_BWD_FWD; }
@@ -997,6 +1016,7 @@ static void layer_assert(const dmuon_rt *rt, const rt_layer *L)
     assert(!open || (L->pblock == RT_BLOCK_GATHERED && L->w));
     assert(open || !L->w);
     assert(!L->inflight || L->pblock == RT_BLOCK_LIVE);
+    assert(!L->reducing || L->phase == RT_DONE);
     (void)rt;
 }
 
@@ -1076,18 +1096,22 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
     if (L->phase == RT_BWD_FWD)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') inside its recomputed "
                           "forward", dmuon_plan_layer_name(rt->plan, l));
+    /* the reduction runs while the backward of the layer before goes on:
+     * the next post_backward (or the end of the micro-batch) finishes it */
     double t0 = dmuon_now_ms();
-    dmuon_rc rc = rt_reduce(rt, l);
-    double dt = (dmuon_now_ms() - t0) / 1e3;
-    rt->stats.reduce_s += dt;
-    rt->stats.comm_wait_s += dt;
+    dmuon_rc rc = rt_reduce_start(rt, l);
+    rt->stats.reduce_s += (dmuon_now_ms() - t0) / 1e3;
     DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l)));
+    L->reducing = true;
     L->phase = RT_DONE;
-    DMUON_TRY(release(rt, RT_GRAD, l));
     DMUON_TRY(view_close(rt, l));
     if (rt->zero == 3)
         DMUON_TRY(release(rt, RT_PARAM, l));
     layer_assert(rt, L);
+    bool last = rt->bwd_count + 1 == rt->nlayers;
+    for (size_t j = 0; j < rt->nlayers; j++)
+        if (rt->layers[j].reducing && (j != l || last))
+            DMUON_TRY(reduce_finish(rt, j));
     if (++rt->bwd_count == rt->nlayers) {
         rt->in_micro = false;
         rt->micro++;
