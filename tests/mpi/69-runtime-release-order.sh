@@ -8,7 +8,8 @@
 # retries.  The held layers' weights must stay intact and every gathered
 # value of the run must equal the reference (no gradient was overwritten):
 # never silent overlap.  Holding every block must be refused at least once
-# (the packed spaces are smaller than the blocks together).
+# (the packed spaces are smaller than the blocks together).  Last, every
+# line with dmuon_rt_progress called between the hooks.
 source "$(dirname "$0")/../cli/lib.sh"
 R="$DMUON_BUILD/tests/mpi/rt_check"
 MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
@@ -35,4 +36,14 @@ case_hold 4 1 "D, FSDP ZeRO-3, one block held" --line D --zero 3
 case_hold 4 99 "B, FSDP ZeRO-3, every block held" --line B --zero 3
 case_hold 4 99 "C, HSDP ZeRO-3, every block held" --line C --sharding hsdp --zero 3
 case_hold 4 99 "D, HSDP ZeRO-2, every block held" --line D --sharding hsdp --zero 2
+
+# the split-phase calls moved by dmuon_rt_progress between the hooks (the
+# reduction the last post_backward started is in flight while the next
+# layer's gradients are written): still equal to the reference
+for args in "--line D --zero 3" "--line C --sharding hsdp" "--line B --sharding hsdp --zero 2" \
+            "--line A --zero 3"; do
+    run "${MPIRUN[@]}" -x RT_CHECK_VERBOSE -np 4 "$R" --progress $args
+    check_rc 0 "progress between hooks, $args"
+    check_out '^ok   line .* 0 of [0-9]+ gathered values differ' "progress, $args: equal to the reference"
+done
 finish

@@ -445,7 +445,7 @@ int main(int argc, char **argv)
     const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL;
     const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
     double momentum = -1;
-    int load_only = 0, hold = 0;
+    int load_only = 0, hold = 0, progress = 0;
     int64_t small_unit = 0;
     static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
                                  {"zero", 1, 0, 'z'},       {"ranks-per-node", 1, 0, 'k'},
@@ -456,7 +456,8 @@ int main(int argc, char **argv)
                                  {"fault", 1, 0, 'K'},              {"momentum", 1, 0, 'M'},
                                  {"ns-variant", 1, 0, 'N'},         {"resume-override", 1, 0, 'W'},
                                  {"load-only", 0, 0, 'Y'},          {"fault-rank", 1, 0, 'j'},
-                                 {"hold", 1, 0, 'H'},               {0, 0, 0, 0}};
+                                 {"hold", 1, 0, 'H'},               {"progress", 0, 0, 'P'},
+                                 {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -492,6 +493,7 @@ int main(int argc, char **argv)
         case 'W': resume_override = optarg; break;
         case 'Y': load_only = 1; break;
         case 'H': hold = atoi(optarg); break;
+        case 'P': progress = 1; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -796,6 +798,13 @@ int main(int argc, char **argv)
                             v = 2.5e38f;
                         g[i] += v;
                     }
+                }
+                /* --progress: the reduction the last post_backward started
+                 * (and any prefetch) moved while this layer's gradients are
+                 * written */
+                if (progress && dmuon_rt_progress(rt) != DMUON_OK) {
+                    check(0, "progress before post_backward(%zu): %s", l, dmuon_errmsg());
+                    goto out;
                 }
                 if (holding && l != 0) {
                     if (!hold_end(rt, &hs, l, true))
