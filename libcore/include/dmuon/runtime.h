@@ -79,12 +79,14 @@ typedef struct {
                                  resolved once at create; < 0 or a bad
                                  $DMUON_DEADLINE_MS is DMUON_EINVAL there */
     int prefetch;             /* 1 (default): pre_forward(l) starts layer l+1's
-                                 gather (ZeRO-3 pre_backward(l): layer l−1's);
-                                 line D on FSDP starts it split-phase
-                                 (AllGatherV start, MPI_Iallgather) and the
-                                 layer's own hook waits for it, so it overlaps
-                                 the compute between; other paths gather at
-                                 once.  0: none.  Use dmuon_rt_opts_init. */
+                                 gather (ZeRO-3 pre_backward(l): layer l−1's)
+                                 split-phase, every line and sharding alike
+                                 (the groups' start: AllGatherV, equal or
+                                 per-owner), and the layer's own hook waits
+                                 for it, so it overlaps the compute between.
+                                 HSDP line D: the publish's node load (no
+                                 split phase) runs at the prefetch, the rest
+                                 split.  0: none.  Use dmuon_rt_opts_init. */
     dmuon_backend backend;    /* DMUON_BACKEND_MPI (default); the NCCL
                                  backends are DMUON_EUNSUPPORTED at create
                                  in this build (the lines move data with MPI) */
@@ -145,8 +147,10 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt);
  * then gathers inside the node) — or waited for if a prefetch started them —
  * and, with prefetch, layer l+1's gather starts.  Inside a recomputation
  * (between dmuon_rt_recompute_begin/end) nothing is prefetched, recorded or
- * released.  Collective.  Errors: DMUON_EINVAL (out of order), DMUON_ETIMEOUT,
- * DMUON_ECOMM. */
+ * released.  Collective.  Errors: DMUON_EINVAL (out of order; or, after the
+ * first step, the range recorded for this acquisition is still held by a
+ * layer the recorded micro-batch had ended by then: the message names both
+ * layers; nothing changed), DMUON_ETIMEOUT, DMUON_ECOMM. */
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t layer);
 
 /* Forward of layer l ended: under ZeRO-3 its parameter range is released
@@ -158,15 +162,19 @@ dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t layer);
  * under ZeRO-3.  Errors: as pre_forward. */
 dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t layer);
 
-/* Backward of layer l ended: its gradients go to their owners
- * (ReduceScatterV; even shards: equal-length reduce-scatter) and are added
- * to the owners' accumulated gradients (gradient accumulation over
- * micro-batches); the parameter range is released under ZeRO-3.
- * Collective.  Errors: DMUON_EINVAL, DMUON_ETIMEOUT, DMUON_ECOMM. */
+/* Backward of layer l ended: the reduction of its gradients to their
+ * owners starts split phase (ReduceScatterV; even shards: equal-length
+ * reduce-scatter) and runs while the trainer computes the backward of the
+ * layer before; the next post_backward (or the last of the micro-batch)
+ * waits for it and adds the result to the owners' accumulated gradients
+ * (gradient accumulation over micro-batches).  dmuon_rt_grad(l) is NULL
+ * from here on.  The parameter range is released under ZeRO-3.
+ * Collective.  Errors: DMUON_EINVAL, DMUON_ETIMEOUT, DMUON_ECOMM (naming
+ * the layer whose reduction failed). */
 dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t layer);
 
-/* Moves prefetches in flight (line D, FSDP: the next layer's AllGatherV
- * started by the last hook) without blocking.  Optional: a trainer may call
+/* Moves the split-phase calls in flight (the next layer's gather started
+ * by a prefetch, the last layer's gradient reduction) without blocking.  Optional: a trainer may call
  * it inside long computations so that peers waiting for this rank's
  * forwarding are served earlier; communication otherwise progresses only
  * inside the hooks.  Local.  Errors: DMUON_ECOMM. */
