@@ -6,7 +6,8 @@
 # losses of ZeRO-3 without bit for bit; --resume continues bit-identically;
 # --export writes weights that Python's safetensors loads (skipped with a
 # note when it is not importable); the config.json it writes is planned by
-# dmuon-plan and that plan trains; usage errors exit 2, printed once.
+# dmuon-plan and that plan trains; --rank-log has every rank's figures, whose
+# maxima are the log's; usage errors exit 2, printed once.
 source "$(dirname "$0")/../cli/lib.sh"
 bin=$DMUON_BIN
 source "$DMUON_ROOT/tools/train-lib.sh"
@@ -53,9 +54,29 @@ check_out '"muon_matrices":14' "the YAML inventory has 2 x 7 Muon matrices"
 for run_ in "D 1" "B 1" "B 2"; do
     set -- $run_
     run train_mpirun 8 --ranks-per-node 2 "${TINY[@]}" --line "$1" --seed "$2" \
-        --log "$T_TMP/$1-$2.csv"
+        --log "$T_TMP/$1-$2.csv" --rank-log "$T_TMP/$1-$2.ranks.csv"
     check_rc 0 "line $1 seed $2: 20 steps on 8 ranks"
 done
+# --rank-log: a row per rank and step; the log's busiest figures are its maxima;
+# exposed communication is the sum of its three parts on every rank
+R="$T_TMP/D-1.ranks.csv"
+check_eq "$(awk -F, 'NR > 1' "$R" | wc -l | tr -d ' ')" 160 "rank log: 20 steps x 8 ranks"
+check_eq "$(awk -F, 'NR > 1 { r[$2] = 1 } END { n = 0; for (k in r) n++; print n }' "$R")" 8 \
+    "rank log: ranks 0..7"
+for col in step_s exposed_comm_s gather_wait_s; do
+    bad_steps=$(awk -F, -v name="$col" '
+        FNR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c[FILENAME] = i; next }
+        FNR == NR { if (!($1 in m) || $(c[FILENAME]) + 0 > m[$1]) m[$1] = $(c[FILENAME]) + 0; next }
+        $2 != "" && ($1 in m) && m[$1] != $(c[FILENAME]) + 0 { printf "%s ", $1 }' "$R" "$T_TMP/D-1.csv")
+    check_eq "$bad_steps" "" "log's $col is the maximum of the rank log's"
+done
+sum_off=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { d = $(c["exposed_comm_s"]) - $(c["gather_wait_s"]) - $(c["reduce_wait_s"]) - $(c["publish_wait_step_s"])
+      if (d > 3e-6 || d < -3e-6) n++ } END { print n + 0 }' "$R")
+check_eq "$sum_off" 0 "exposed = gather + reduce + step publish waits on every row"
+run train_mpirun 2 "${TINY[@]}" --steps 1 --log "$T_TMP/same.csv" --rank-log "$T_TMP/same.csv"
+check_rc 2 "--rank-log the same file as --log"
+check_err "--rank-log '.*same.csv': the same file as --log" "names both flags"
 db=$(loss_compare "$T_TMP/D-1.csv" "$T_TMP/B-1.csv")
 bb=$(loss_compare "$T_TMP/B-2.csv" "$T_TMP/B-1.csv")
 echo "D vs B          : step-0 identical, median, max rel diff, steps, loss0: $db"

@@ -90,6 +90,8 @@ static const char usage[] =
     "      --export FILE         write the weights as one safetensors file at the end\n"
     "      --log CSV             per-step log (rank 0): step, loss, val_loss, rates, tokens/s,\n"
     "                            per-phase wall and CPU times (max and mean over ranks)\n"
+    "      --rank-log CSV        per-step figures of every rank (rank 0 writes): step, rank,\n"
+    "                            step_s and the --log figures (which rank waited where)\n"
     "      --min-val-drop F      exit 1 unless the validation loss falls by at least the\n"
     "                            fraction F from the first evaluation to the last\n"
     "  -q, --quiet               no progress lines\n"
@@ -109,7 +111,7 @@ enum {
     O_LAYERS = 256, O_DIM, O_HEADS, O_KV, O_FFN, O_TIE, O_SEQ, O_INIT_STD, O_WCONF, O_WYAML,
     O_BATCH, O_MICRO, O_STEPS, O_LR, O_ALR, O_SCHED, O_WARMUP, O_MINLR, O_CLIP, O_WD, O_SEED,
     O_DSEED, O_RECOMP, O_DATA, O_VAL_EVERY, O_VAL_WIN, O_EVAL, O_LINE, O_SHARD, O_ZERO, O_RPN,
-    O_PLAN, O_SUB, O_PDT, O_STOP, O_SAVE, O_SAVE_EVERY, O_RESUME, O_EXPORT, O_LOG, O_MINDROP, O_PROG, O_VERSION
+    O_PLAN, O_SUB, O_PDT, O_STOP, O_SAVE, O_SAVE_EVERY, O_RESUME, O_EXPORT, O_LOG, O_RANK_LOG, O_MINDROP, O_PROG, O_VERSION
 };
 
 static const struct option longopts[] = {
@@ -153,6 +155,7 @@ static const struct option longopts[] = {
     {"resume", required_argument, 0, O_RESUME},
     {"export", required_argument, 0, O_EXPORT},
     {"log", required_argument, 0, O_LOG},
+    {"rank-log", required_argument, 0, O_RANK_LOG},
     {"min-val-drop", required_argument, 0, O_MINDROP},
     {"quiet", no_argument, 0, 'q'},
     {"progress-every", required_argument, 0, O_PROG},
@@ -265,6 +268,7 @@ static int parse(cli *c, int argc, char **argv)
         case O_RESUME: c->t.resume_dir = a; break;
         case O_EXPORT: c->t.export_path = a; break;
         case O_LOG: c->t.log_path = a; break;
+        case O_RANK_LOG: c->t.rank_log_path = a; break;
         case O_SCHED:
             if (!strcasecmp(a, "cosine"))
                 c->t.schedule = TT_SCHED_COSINE;
@@ -351,7 +355,13 @@ static int check_outputs(const cli *c, bool mpi)
               (c->t.export_path && tool_check_output_path("--export", c->t.export_path, false,
                                                           err, sizeof err)) ||
               (c->t.log_path &&
-               tool_check_output_path("--log", c->t.log_path, false, err, sizeof err));
+               tool_check_output_path("--log", c->t.log_path, false, err, sizeof err)) ||
+              (c->t.rank_log_path &&
+               tool_check_output_path("--rank-log", c->t.rank_log_path, false, err, sizeof err));
+    if (!bad && c->t.log_path && c->t.rank_log_path && !strcmp(c->t.log_path, c->t.rank_log_path)) {
+        snprintf(err, sizeof err, "--rank-log '%s': the same file as --log", c->t.rank_log_path);
+        bad = 1;
+    }
     if (mpi)
         MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return bad ? usage_error(c, "%s", err) : -1;

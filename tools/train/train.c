@@ -213,12 +213,14 @@ static dmuon_rc validate(trainer *t, double *mean)
 /* Per-step figures of this rank, reduced over ranks for the log. */
 enum {
     F_FWD, F_BWD, F_OPT, F_WAIT, F_PUB, F_FWD_CPU, F_BWD_CPU, F_OPT_CPU, F_NS, F_RT_OPT,
-    F_WAIT_FWD, F_WAIT_BWD, F_WAIT_OPT, F_STATE, F_COUNT
+    F_WAIT_FWD, F_WAIT_BWD, F_WAIT_OPT, F_STATE, F_GATHER_WAIT, F_REDUCE_WAIT, F_PUB_STEP,
+    F_EXPOSED, F_COUNT
 };
 static const char *const f_names[F_COUNT] = {
     "fwd_s", "bwd_s", "optim_s", "comm_wait_s", "publish_wait_s", "fwd_cpu_s", "bwd_cpu_s",
     "optim_cpu_s", "ns_s", "rt_optim_s", "comm_wait_fwd_s", "comm_wait_bwd_s",
-    "comm_wait_optim_s", "state_bytes"};
+    "comm_wait_optim_s", "state_bytes", "gather_wait_s", "reduce_wait_s",
+    "publish_wait_step_s", "exposed_comm_s"};
 
 static void write_header(FILE *f)
 {
@@ -228,6 +230,30 @@ static void write_header(FILE *f)
     for (int k = 0; k < F_COUNT; k++)
         fprintf(f, ",mean_%s", f_names[k]);
     fprintf(f, "\n");
+}
+
+static void write_rank_header(FILE *f)
+{
+    fprintf(f, "step,rank,step_s");
+    for (int k = 0; k < F_COUNT; k++)
+        fprintf(f, ",%s", f_names[k]);
+    fprintf(f, "\n");
+}
+
+/* Rank 0 opens `path` for writing (NULL: no file); every rank learns
+ * whether it could. */
+static dmuon_rc open_log(const trainer *t, const char *what, const char *path, FILE **f)
+{
+    *f = NULL;
+    int bad = 0;
+    if (t->rank == 0 && path) {
+        *f = fopen(path, "w");
+        bad = !*f;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, t->comm);
+    if (bad)
+        return DMUON_FAIL(DMUON_EIO, "%s '%s': rank 0 cannot open it for writing", what, path);
+    return DMUON_OK;
 }
 
 static void free_trainer(trainer *t)
@@ -314,7 +340,8 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
                   MPI_Comm comm, const td_data *data, tt_result *res)
 {
     trainer t = {0};
-    FILE *log = NULL;
+    FILE *log = NULL, *rlog = NULL;
+    double *ranks = NULL;        /* rank 0, with --rank-log: [size][1 + F_COUNT] */
     char err[4400];
     dmuon_rc rc = DMUON_OK;
     memset(res, 0, sizeof *res);
@@ -340,22 +367,25 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
                         o->resume_dir, (long long)start, (long long)o->steps);
         goto out;
     }
-    if (t.rank == 0 && o->log_path) {
-        log = fopen(o->log_path, "w");
-        if (!log) {
-            rc = DMUON_FAIL(DMUON_EIO, "log '%s': cannot open for writing", o->log_path);
+    DMUON_TRY_GOTO(rc, open_log(&t, "log", o->log_path, &log), out);
+    DMUON_TRY_GOTO(rc, open_log(&t, "rank log", o->rank_log_path, &rlog), out);
+    if (log)
+        write_header(log);
+    if (rlog)
+        write_rank_header(rlog);
+    if (o->rank_log_path && t.rank == 0) {
+        ranks = malloc((size_t)t.size * (1 + F_COUNT) * sizeof *ranks);
+        if (!ranks) {
+            rc = DMUON_FAIL(DMUON_ENOMEM, "rank log: out of memory");
         }
     }
-    /* every rank learns whether rank 0 could open the log */
     int bad = rc != DMUON_OK;
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm);
     if (bad) {
         if (!rc)
-            rc = DMUON_FAIL(DMUON_EIO, "log '%s': rank 0 cannot open it", o->log_path);
+            rc = DMUON_FAIL(DMUON_ENOMEM, "rank log: rank 0 is out of memory");
         goto out;
     }
-    if (log)
-        write_header(log);
 
     const double tokens_step = (double)o->batch * t.T * o->micro;
     const float scale = (float)(1.0 / tokens_step);
@@ -408,6 +438,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
             f[F_WAIT_BWD] += st.comm_wait_s - wait_prev;
             wait_prev = st.comm_wait_s;
         }
+        double pub_prev = st.publish_wait_s;
         w0 = dmuon_now_ms();
         c0 = cpu_s();
         DMUON_TRY_GOTO(rc, dmuon_rt_step(t.rt, &lrs), out);
@@ -418,6 +449,16 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
         f[F_WAIT] = st.comm_wait_s;
         f[F_WAIT_OPT] = st.comm_wait_s - wait_prev;
         f[F_PUB] = st.publish_wait_s;
+        /* Exposed communication: the time inside gather calls (waits, split
+         * starts, and gathers a prefetch hint runs whole where the line has
+         * no split phase, which comm_wait_s leaves out; the HSDP publish's
+         * node loads are inside them), inside reductions, and the publish
+         * waits inside the step (not in comm_wait_s either).  A rank has one
+         * thread: no compute runs while it is inside these calls. */
+        f[F_REDUCE_WAIT] = st.reduce_s;
+        f[F_GATHER_WAIT] = st.gather_s;
+        f[F_PUB_STEP] = st.publish_wait_s - pub_prev;
+        f[F_EXPOSED] = st.gather_s + st.reduce_s + f[F_PUB_STEP];
         f[F_NS] = st.ns_s;
         f[F_RT_OPT] = st.optim_s;
         f[F_STATE] = (double)st.state_bytes;
@@ -436,6 +477,24 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
             rc = DMUON_FAIL(DMUON_ECOMM, "step %lld: MPI_Allreduce of the figures failed",
                             (long long)s);
             goto out;
+        }
+        if (o->rank_log_path) {
+            double mine[1 + F_COUNT];
+            mine[0] = step_s;
+            memcpy(mine + 1, f, sizeof f);
+            if (MPI_Gather(mine, 1 + F_COUNT, MPI_DOUBLE, ranks, 1 + F_COUNT, MPI_DOUBLE, 0,
+                           comm) != MPI_SUCCESS) {
+                rc = DMUON_FAIL(DMUON_ECOMM, "step %lld: MPI_Gather of the rank log failed",
+                                (long long)s);
+                goto out;
+            }
+            for (int r = 0; rlog && r < t.size; r++) {
+                const double *v = ranks + (size_t)r * (1 + F_COUNT);
+                fprintf(rlog, "%lld,%d,%.6f", (long long)s, r, v[0]);
+                for (int k = 0; k < F_COUNT; k++)
+                    fprintf(rlog, k == F_STATE ? ",%.0f" : ",%.6f", v[1 + k]);
+                fputc('\n', rlog);
+            }
         }
         double mean_loss = loss / tokens_step;
         if (!isfinite(mean_loss)) {
@@ -491,6 +550,9 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
 out:
     if (tool_close_file(log, o->log_path, err, sizeof err) && !rc)
         rc = DMUON_FAIL(DMUON_EIO, "--log: %s", err);
+    if (tool_close_file(rlog, o->rank_log_path, err, sizeof err) && !rc)
+        rc = DMUON_FAIL(DMUON_EIO, "--rank-log: %s", err);
+    free(ranks);
     free_trainer(&t);
     return rc;
 }

@@ -61,6 +61,7 @@ typedef struct {
     int64_t eval_every;       /* validation every N steps (and first/last); 0: first/last only */
     int val_windows;          /* validation sequences per evaluation */
     const char *log_path;     /* CSV (rank 0), NULL: none */
+    const char *rank_log_path; /* CSV (rank 0): every rank's figures of every step, NULL: none */
     const char *save_dir, *resume_dir, *export_path;
     int64_t save_every;       /* > 0: also save to save_dir after every N-th step */
     volatile sig_atomic_t *stop; /* non-NULL: a signal number set here (on any rank) ends

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# make cluster-train in small (tests/cluster/train.sh): dmuon-train on 2
+# namespace hosts x 2 ranks, HSDP, lines C and D, 2 steps, one round and the
+# control run; the table has a row per line with the split of exposed
+# communication, the JSON says every check passed (step-0 loss bit-identical,
+# C the same model as D), the plot is drawn, and no namespace or process of
+# the run is left; a SIGINT during a run ends it with 130, leaving nothing
+# and writing no report.  Then the report alone on doctored logs: a step-0 loss
+# changed in one run, and one line's losses moved above the control, each
+# make it fail naming the check.  Without root or namespaces it skips.
+source "$(dirname "$0")/../cli/lib.sh"
+S="$DMUON_ROOT/tests/cluster/train.sh"
+if ! why=$("$DMUON_ROOT/tests/cluster/cluster.sh" --check 2>&1); then
+    skip "the cluster tests need root and network namespaces: $why"
+    finish
+    exit
+fi
+if ! command -v python3 > /dev/null; then
+    skip "tests/cluster/train.sh needs python3 for its report"
+    finish
+    exit
+fi
+O="$T_TMP/ct"
+run timeout 300 bash "$S" --bin "$DMUON_BIN" --out "$O" --hosts 2 --ranks 2 --rounds 1 --steps 2 \
+    --warm 1 --lines "C D" --configs hsdp --model "--layers 2 --dim 64"
+check_rc 0 "2 hosts x 2, lines C and D: every check passes"
+md="$O/cluster-train.md"
+check_out '^# dmuon-train across 2 hosts x 2 ranks' "the table's title names the shape"
+for l in C D; do
+    row=$(grep -E "^\| $l \| " "$md" | head -n1)
+    # step wall, exposed comm, gather, reduce: numbers; the most exposed rank's split
+    if awk -F'|' '{ for (i = 3; i <= 19; i++) if (i != 4 && i != 19 && $i !~ /^ *[0-9]+(\.[0-9]+)? *$/) exit 1 }' <<< "$row" &&
+       grep -qE '\| rank [0-3]: [0-9.]+ = [0-9.]+ \+ [0-9.]+ \+ [0-9.]+ \|$' <<< "$row"; then ok; else
+        bad "line $l: the HSDP table row is not all figures: '$row'"; fi
+done
+check_eq "$(grep -c '^| D step <= 0.95 x C step | ' "$md")" 1 "the D-vs-C step target is reported"
+s0=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["passed"], sum(1 for c in d["checks"] if c["ok"]), len(d["checks"]))' "$O/cluster-train.json")
+check_eq "$s0" "True 2 2" "JSON: both checks (step-0 loss, C vs D) passed"
+# the step-0 loss of both runs, read from the logs, not from the report
+l0=$(for l in C D; do awk -F, 'NR == 2 { print $2 }' "$O/logs/hsdp-$l-r1.csv"; done | sort -u | wc -l)
+check_eq "$l0" 1 "the step-0 loss of C and D is one value"
+check_eq "$(head -c 5 "$O/cluster-train.svg")" "<?xml" "the plot is an SVG"
+id=$(sed -nE 's/^cluster\.sh: (dmc-[0-9]+-[0-9a-f]{4}): .*/\1/p' "$T_TMP/err" | head -n1)
+if [ -n "$id" ]; then
+    check_eq "$(ip netns list | awk '{print $1}' | grep -cE "^$id-")" 0 "no namespace of $id left"
+    check_eq "$(pgrep -f -- "$id" | wc -l)" 0 "no process of $id left"
+else
+    bad "no run ID in train.sh's stderr"
+fi
+
+# --- SIGINT during a run: exit 130, nothing left ---------------------------
+set -m
+bash "$S" --bin "$DMUON_BIN" --out "$T_TMP/int" --hosts 2 --ranks 2 --rounds 2 --steps 50 \
+    --lines D --configs hsdp --model "--layers 2 --dim 64" > "$T_TMP/out" 2> "$T_TMP/err" &
+pid=$!
+set +m
+for i in $(seq 1 150); do
+    id=$(sed -nE 's/^cluster\.sh: (dmc-[0-9]+-[0-9a-f]{4}): .*/\1/p' "$T_TMP/err" | head -n1)
+    [ -n "$id" ] && [ "$(pgrep -f -- "$id-n1" | wc -l)" -gt 0 ] && break
+    sleep 0.1
+done
+sleep 1
+kill -INT "$pid"
+wait "$pid"
+RC=$?
+check_rc 130 "SIGINT: train.sh exits 130"
+if [ -n "$id" ]; then
+    check_eq "$(ip netns list | awk '{print $1}' | grep -cE "^$id-")" 0 "SIGINT: no namespace of $id left"
+    check_eq "$(pgrep -f -- "$id" | wc -l)" 0 "SIGINT: no process of $id left"
+else
+    bad "SIGINT: no run ID in train.sh's stderr"
+fi
+check_no_file "$T_TMP/int/cluster-train.md" "SIGINT: no report written"
+
+# --- the report refuses what is wrong --------------------------------------
+report() {
+    python3 "$DMUON_ROOT/tests/cluster/train-report.py" --logs "$1" --out "$1" --hosts 2 --ranks 2 \
+        --rounds 1 --steps 2 --warm 1 --lines "C D" --configs hsdp
+}
+cp -r "$O/logs" "$T_TMP/l1"
+awk -F, -v OFS=, 'NR == 2 { $2 = $2 + 1e-12 } { print }' "$O/logs/hsdp-C-r1.csv" > "$T_TMP/l1/hsdp-C-r1.csv"
+run report "$T_TMP/l1"
+check_rc 1 "a step-0 loss changed in one run fails"
+check_out '^\| step-0 loss bit-identical in every run \(seed 1\) \| FAIL \|' "names the step-0 check"
+cp -r "$O/logs" "$T_TMP/l2"
+awk -F, -v OFS=, 'NR > 1 && $2 != "" { $2 = $2 * 1.5 } { print }' "$O/logs/hsdp-C-r1.csv" > "$T_TMP/l2/hsdp-C-r1.csv"
+run report "$T_TMP/l2"
+check_rc 1 "line C's losses far from D's fail"
+check_out '^\| hsdp C vs D: the same model .* \| FAIL \|' "names the equivalence check"
+rm "$T_TMP/l2/hsdp-D-r1.ranks.csv"
+run report "$T_TMP/l2"
+check_rc 2 "a missing rank log is an input error"
+check_err "hsdp-D-r1.ranks.csv" "names the file"
+finish
