@@ -229,9 +229,9 @@ $(SHARED): $(LIB_OBJ) $(CONFIG_STAMP)
 # keeps libraries a tool does not call out of it; dmuon-plan's link does not
 # name the CUDA NS engine (NS_CUDA_PULL), so cuBLAS stays out of it.
 $(BUILD)/tools/%.o: CPPFLAGS += -Itools
-# tools/common/opdrv.c (the operator drivers' shared part) only into the two
-# tools with operator drivers.
-OPDRV_OBJ   := $(BUILD)/tools/common/opdrv.o
+# tools/common/opdrv*.c (the operator driver and its lines) only into the two
+# tools with operator checks and timings.
+OPDRV_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/common/opdrv*.c))
 TOOL_COMMON := $(filter-out $(OPDRV_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/common/*.c)))
 tool_objs    = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c)) $(if $(filter bench verify,$(1)),$(OPDRV_OBJ))
 define tool_rule

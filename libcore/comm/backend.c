@@ -24,7 +24,8 @@ const dmuon_comm_ops dmuon_mpi_ops = {
     },
     .publish = {
         [DMUON_ALGO_SCHEDULED] = &dmuon_mpi_publish_scheduled_ops,
-        [DMUON_ALGO_PER_OWNER] = &dmuon_mpi_publish_per_owner_ops,
+        [DMUON_ALGO_PER_OWNER] = &dmuon_mpi_publish_end_ops,
+        [DMUON_ALGO_COALESCED] = &dmuon_mpi_publish_end_ops,
     },
 };
 

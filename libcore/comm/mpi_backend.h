@@ -55,8 +55,9 @@ dmuon_rc dmuon_mpi_call_admit(int broken, int in_flight, int kind);
 MPI_Op dmuon_mpi_bf16_sum(void);
 
 /* The publish (mpi_publish.c): scheduled (chunks along the rail, flags per
- * parameter, the node half) and per-owner (one MPI_Ibcast per parameter on
- * its rail at end). */
-extern const dmuon_publish_ops dmuon_mpi_publish_scheduled_ops, dmuon_mpi_publish_per_owner_ops;
+ * parameter, the node half); per-owner (one MPI_Ibcast per parameter on its
+ * rail at end) and coalesced (one MPI_Iallgatherv per owner-ordered run of
+ * the rail at end), one table read by pub->algorithm. */
+extern const dmuon_publish_ops dmuon_mpi_publish_scheduled_ops, dmuon_mpi_publish_end_ops;
 
 #endif

@@ -546,67 +546,151 @@ const dmuon_publish_ops dmuon_mpi_publish_scheduled_ops = {
     .node_load = mpi_publish_node_load,
 };
 
-/* ------------------------------------------------ the per-owner publish --
- * One MPI_Ibcast per parameter of this rank's rail, rooted at the owner's
- * node, from and into the copy at the parameter's offset, all posted by end
- * in table order and completed within the deadline; begin and post only
- * keep the step (nothing streams while the caller computes). */
+/* ----------------------------- the per-owner and coalesced publishes --
+ * Nothing streams while the caller computes: begin and post only keep the
+ * step; end posts the calls on a duplicate of this rank's rail, from and
+ * into the copy, and completes them within the deadline.
+ *
+ *   per-owner  one MPI_Ibcast per parameter of this rank's rail, rooted at
+ *              the owner's node, in table order;
+ *   coalesced  one MPI_Iallgatherv (bytes, MPI_IN_PLACE) per run of this
+ *              rank's rail: a run is a longest stretch of the rail's
+ *              parameters, in table order, whose owner nodes do not
+ *              decrease and whose copy offsets increase (each starts at or
+ *              after the end of the one before).  Node q's block of a run
+ *              is [its first parameter's offset, its last one's end) of
+ *              the copy, so the blocks are disjoint and in node order; the
+ *              padding between one node's parameters travels with them.
+ *              A table laid out by dmuon_publish_layout with its parameters
+ *              ordered by owner node is one run, one call per rail.
+ *
+ * Counts, displacements and requests are made at create (nothing is
+ * allocated per step); a parameter of this rank's rail has flag = the step
+ * of the last end that delivered it. */
 
 typedef struct {
     MPI_Comm rail;           /* duplicate of t->rail */
-    MPI_Request *req;        /* one per parameter */
-    int64_t *flag;           /* per parameter: the step of its last broadcast */
+    int ncalls;              /* calls end posts on this rail */
+    MPI_Request *req;        /* ncalls */
+    int64_t *flag;           /* per parameter: the step of its last delivery */
+    /* coalesced: per run r, its base offset in the copy and, per node q,
+     * counts[r * R + q] / displs[r * R + q] bytes from that base */
+    int64_t *base;
+    int *counts, *displs;
     int64_t step;
     int open, broken;
-} po_pub;
+} end_pub;
 
-static void po_free(dmuon_publish *pub)
+static void end_free(dmuon_publish *pub)
 {
-    po_pub *q = pub->impl;
+    end_pub *q = pub->impl;
     if (q) {
         if (q->rail != MPI_COMM_NULL)
             MPI_Comm_free(&q->rail);
         free(q->req);
         free(q->flag);
+        free(q->base);
+        free(q->counts);
         free(q);
     }
     pub->impl = NULL;
 }
 
-static dmuon_rc po_create(dmuon_publish *pub)
+static int64_t param_bytes(const dmuon_segment *s)
+{
+    return s->count * (int64_t)dmuon_dtype_size(s->dtype);
+}
+
+/* The runs of this rank's rail (see above): counts calls into *nruns, and
+ * with base non-NULL fills base, counts and displs.  Returns 3 when a run
+ * is larger than MPI's counts (2^31 - 1 bytes), else 0. */
+static int coalesced_runs(const dmuon_publish *pub, int *nruns, int64_t *base, int *counts,
+                          int *displs)
 {
     const dmuon_topo *t = pub->topo;
-    po_pub *q = calloc(1, sizeof *q);
+    const int K = t->per_node, R = t->nodes;
+    int r = -1, last_node = 0;
+    int64_t end = 0;
+    for (int i = 0; i < pub->n; i++) {
+        const dmuon_segment *s = &pub->params[i];
+        if (s->owner % K != t->local)
+            continue;
+        const int node = s->owner / K;
+        if (r < 0 || node < last_node || s->offset < end) {   /* a new run */
+            r++;
+            if (base) {
+                base[r] = s->offset;
+                memset(counts + (size_t)r * R, 0, (size_t)R * sizeof *counts);
+                memset(displs + (size_t)r * R, 0, (size_t)R * sizeof *displs);
+            }
+        }
+        if (base) {
+            const int64_t lo = s->offset - base[r], hi = lo + param_bytes(s);
+            if (hi > INT_MAX)
+                return 3;
+            int *c = counts + (size_t)r * R + node, *d = displs + (size_t)r * R + node;
+            if (!*c)
+                *d = (int)lo;
+            *c = (int)(hi - *d);
+        }
+        last_node = node;
+        end = s->offset + param_bytes(s);
+    }
+    *nruns = r + 1;
+    return 0;
+}
+
+static dmuon_rc end_create(dmuon_publish *pub)
+{
+    const dmuon_topo *t = pub->topo;
+    const int co = pub->algorithm == DMUON_ALGO_COALESCED;
+    end_pub *q = calloc(1, sizeof *q);
     int fail = !q;
     if (q) {
         q->rail = MPI_COMM_NULL;
-        q->req = malloc((size_t)(pub->n > 0 ? pub->n : 1) * sizeof *q->req);
+        if (co)
+            coalesced_runs(pub, &q->ncalls, NULL, NULL, NULL);
+        else
+            q->ncalls = pub->n;
+        const size_t nc = q->ncalls > 0 ? (size_t)q->ncalls : 1;
+        q->req = malloc(nc * sizeof *q->req);
         q->flag = calloc((size_t)(pub->n > 0 ? pub->n : 1), sizeof *q->flag);
         fail = !q->req || !q->flag;
+        if (co && !fail) {
+            q->base = malloc(nc * sizeof *q->base);
+            q->counts = malloc(2 * nc * (size_t)t->nodes * sizeof *q->counts);   /* + displs */
+            fail = !q->base || !q->counts;
+            if (!fail) {
+                q->displs = q->counts + nc * (size_t)t->nodes;
+                fail = coalesced_runs(pub, &q->ncalls, q->base, q->counts, q->displs);
+            }
+        }
     }
-    for (int i = 0; !fail && i < pub->n; i++)
-        if (pub->params[i].count * (int64_t)dmuon_dtype_size(pub->params[i].dtype) > INT_MAX)
+    for (int i = 0; !fail && !co && i < pub->n; i++)
+        if (param_bytes(&pub->params[i]) > INT_MAX)
             fail = 3;
     if (!fail)
         fail = MPI_Comm_dup(t->rail, &q->rail) != MPI_SUCCESS ? 2 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
     pub->impl = q;
     if (fail) {
-        po_free(pub);
-        return fail == 3 ? DMUON_FAIL(DMUON_EINVAL, "publish (per-owner): a parameter of more "
-                                      "than 2^31 - 1 bytes does not fit one MPI broadcast")
-             : fail == 2 ? DMUON_FAIL(DMUON_ECOMM, "publish (per-owner): MPI_Comm_dup of the "
-                                      "rail failed")
+        const char *an = dmuon_algo_name(pub->algorithm);
+        end_free(pub);
+        return fail == 3 ? DMUON_FAIL(DMUON_EINVAL, "publish (%s): %s of more than 2^31 - 1 "
+                                      "bytes does not fit one MPI call", an,
+                                      co ? "a run of parameters" : "a parameter")
+             : fail == 2 ? DMUON_FAIL(DMUON_ECOMM, "publish (%s): MPI_Comm_dup of the rail "
+                                      "failed", an)
                          : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
     }
-    for (int i = 0; i < pub->n; i++)
+    for (int i = 0; i < q->ncalls; i++)
         q->req[i] = MPI_REQUEST_NULL;
     return DMUON_OK;
 }
 
-static dmuon_rc po_begin(dmuon_publish *pub, int64_t step)
+static dmuon_rc end_begin(dmuon_publish *pub, int64_t step)
 {
-    po_pub *q = pub->impl;
+    end_pub *q = pub->impl;
     if (q->broken)
         return DMUON_FAIL(DMUON_ECOMM, "publish: failed in an earlier step");
     if (q->open || step <= q->step)
@@ -617,9 +701,9 @@ static dmuon_rc po_begin(dmuon_publish *pub, int64_t step)
     return DMUON_OK;
 }
 
-static dmuon_rc po_post(dmuon_publish *pub, int param, int64_t step)
+static dmuon_rc end_post(dmuon_publish *pub, int param, int64_t step)
 {
-    po_pub *q = pub->impl;
+    end_pub *q = pub->impl;
     if (param < 0 || param >= pub->n || pub->params[param].owner != pub->topo->rank)
         return DMUON_FAIL(DMUON_EINVAL, "publish: this rank does not own parameter %d", param);
     if (!q->open || step != q->step)
@@ -628,29 +712,53 @@ static dmuon_rc po_post(dmuon_publish *pub, int param, int64_t step)
     return DMUON_OK;
 }
 
-static dmuon_rc po_progress(dmuon_publish *pub) { return DMUON_OK; }
+static dmuon_rc end_progress(dmuon_publish *pub) { return DMUON_OK; }
 
-static dmuon_rc po_end(dmuon_publish *pub, int64_t step)
+/* Posts this step's calls of the algorithm; returns how many in *k. */
+static dmuon_rc end_calls(dmuon_publish *pub, end_pub *q, int *k)
 {
-    po_pub *q = pub->impl;
     const dmuon_topo *t = pub->topo;
     const int K = t->per_node;
+    *k = 0;
+    if (t->nodes < 2)
+        return DMUON_OK;
+    if (pub->algorithm == DMUON_ALGO_COALESCED) {
+        for (int r = 0; r < q->ncalls; r++, (*k)++)
+            if (MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, pub->copy + q->base[r],
+                                q->counts + (size_t)r * t->nodes,
+                                q->displs + (size_t)r * t->nodes, MPI_BYTE, q->rail,
+                                &q->req[r]) != MPI_SUCCESS)
+                return DMUON_FAIL(DMUON_ECOMM, "publish (coalesced): MPI_Iallgatherv of run %d "
+                                  "failed", r);
+        return DMUON_OK;
+    }
+    for (int i = 0; i < pub->n; i++) {
+        const dmuon_segment *s = &pub->params[i];
+        if (s->owner % K != t->local)
+            continue;
+        if (MPI_Ibcast(pub->copy + s->offset, (int)param_bytes(s), MPI_BYTE, s->owner / K,
+                       q->rail, &q->req[(*k)++]) != MPI_SUCCESS)
+            return DMUON_FAIL(DMUON_ECOMM, "publish (per-owner): MPI_Ibcast of parameter %d "
+                              "failed", i);
+    }
+    return DMUON_OK;
+}
+
+static dmuon_rc end_end(dmuon_publish *pub, int64_t step)
+{
+    end_pub *q = pub->impl;
+    const dmuon_topo *t = pub->topo;
+    const int K = t->per_node;
+    const char *an = dmuon_algo_name(pub->algorithm);
     if (!q->open || step != q->step)
         return DMUON_FAIL(DMUON_EINVAL, "publish: end of step %lld, but step %lld is open",
                           (long long)step, (long long)q->step);
     q->open = 0;
     int k = 0;
-    for (int i = 0; i < pub->n && t->nodes > 1; i++) {
-        const dmuon_segment *s = &pub->params[i];
-        if (s->owner % K != t->local)
-            continue;
-        if (MPI_Ibcast(pub->copy + s->offset,
-                       (int)(s->count * (int64_t)dmuon_dtype_size(s->dtype)), MPI_BYTE,
-                       s->owner / K, q->rail, &q->req[k++]) != MPI_SUCCESS) {
-            q->broken = 1;
-            return DMUON_FAIL(DMUON_ECOMM, "publish (per-owner): MPI_Ibcast of parameter %d "
-                              "failed", i);
-        }
+    dmuon_rc rc = end_calls(pub, q, &k);
+    if (rc != DMUON_OK) {
+        q->broken = 1;   /* some calls may be posted: the publish cannot be reused */
+        return dmuon_err_trace_add(rc, __FILE__, __LINE__);
     }
     dmuon_waiter w;
     dmuon_waiter_start(&w, pub->deadline_ms);
@@ -658,14 +766,14 @@ static dmuon_rc po_end(dmuon_publish *pub, int64_t step)
         int done = 0;
         if (MPI_Testall(k, q->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
             q->broken = 1;
-            return DMUON_FAIL(DMUON_ECOMM, "publish (per-owner): MPI_Testall failed");
+            return DMUON_FAIL(DMUON_ECOMM, "publish (%s): MPI_Testall failed", an);
         }
         if (done)
             break;
         if (dmuon_waiter_expired(&w)) {
             q->broken = 1;
-            return DMUON_FAIL(DMUON_ETIMEOUT, "publish (per-owner): rank %d: the broadcasts of "
-                              "step %lld on rail %d were not complete within the %d ms deadline",
+            return DMUON_FAIL(DMUON_ETIMEOUT, "publish (%s): rank %d: the calls of step %lld "
+                              "on rail %d were not complete within the %d ms deadline", an,
                               t->rank, (long long)step, t->local, pub->deadline_ms);
         }
         dmuon_waiter_idle(&w);
@@ -676,20 +784,20 @@ static dmuon_rc po_end(dmuon_publish *pub, int64_t step)
     return DMUON_OK;
 }
 
-static int64_t po_flag(const dmuon_publish *pub, int param)
+static int64_t end_flag(const dmuon_publish *pub, int param)
 {
-    const po_pub *q = pub->impl;
+    const end_pub *q = pub->impl;
     return param >= 0 && param < pub->n ? q->flag[param] : 0;
 }
 
 /* wait and node_load are not offered: nothing is known to have arrived
- * before end. */
-const dmuon_publish_ops dmuon_mpi_publish_per_owner_ops = {
-    .create = po_create,
-    .free = po_free,
-    .begin = po_begin,
-    .post = po_post,
-    .progress = po_progress,
-    .end = po_end,
-    .flag = po_flag,
+ * before end.  One table serves both algorithms (pub->algorithm). */
+const dmuon_publish_ops dmuon_mpi_publish_end_ops = {
+    .create = end_create,
+    .free = end_free,
+    .begin = end_begin,
+    .post = end_post,
+    .progress = end_progress,
+    .end = end_end,
+    .flag = end_flag,
 };

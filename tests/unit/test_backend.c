@@ -5,7 +5,8 @@
  * backends refusing clearly where no GPU (or no GPU build) exists, and an
  * ops-table entry left NULL refused with DMUON_EUNSUPPORTED and a message
  * naming the backend and the operation (a table with no split phase and no
- * publish, and the nccl backend's own table where it is built).  Prints "N passed,
+ * publish, and the nccl backend's own table where it is built), and the
+ * publish algorithms of mpi (coalesced offered, equal refused).  Prints "N passed,
  * N failed"; exit 1 on a failure.  (On a machine with a GPU the GPU
  * backends' refusal is not expected: those cases are skipped here and run by
  * tests/gpu/run.sh.)
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "dmuon/collv.h"
+#include "dmuon/publish.h"
 #include "dmuon/symm.h"
 #include "dmuon/topo.h"
 #include "comm/backend.h"
@@ -175,6 +177,45 @@ static void test_null_entries(void)
 #endif
 }
 
+/* The publish algorithms on mpi (one rank, so nothing crosses nodes):
+ * coalesced is offered, begin/post/end run and the flag moves at end, wait
+ * is refused by name; equal has no publish form: refused at create with a
+ * message naming the algorithm and the backend. */
+static void test_publish_algos(const dmuon_topo *t)
+{
+    dmuon_segment par[2] = {{.owner = 0, .dtype = DMUON_BF16, .count = 4},
+                            {.owner = 0, .dtype = DMUON_BF16, .count = 8}};
+    int64_t bytes = 0;
+    check(dmuon_publish_layout(t->per_node, par, 2, par, &bytes) == DMUON_OK && bytes == 24,
+          "publish layout of two parameters");
+    dmuon_symm *mem = NULL;
+    if (dmuon_symm_alloc(t, bytes, &mem) != DMUON_OK) {
+        check(0, "symmetric memory for the publish");
+        return;
+    }
+    dmuon_publish *p = NULL;
+    dmuon_publish_opts o = {.algorithm = DMUON_ALGO_EQUAL};
+    check(dmuon_publish_create(t, par, 2, &o, mem, 0, &p) == DMUON_EUNSUPPORTED && !p &&
+              strstr(dmuon_errmsg(), "the equal algorithm is not offered by the mpi backend"),
+          "the equal publish is refused, naming the algorithm and the backend");
+    o.algorithm = DMUON_ALGO_COALESCED;
+    check(dmuon_publish_create(t, par, 2, &o, mem, 0, &p) == DMUON_OK && p &&
+              dmuon_publish_algo(p) == DMUON_ALGO_COALESCED, "the coalesced publish on mpi");
+    if (p) {
+        check(dmuon_publish_begin(p, 1) == DMUON_OK && dmuon_publish_post(p, 0, 1) == DMUON_OK &&
+                  dmuon_publish_post(p, 1, 1) == DMUON_OK, "coalesced: begin and posts");
+        check(dmuon_publish_flag(p, 1) == 0, "coalesced: the flag before end");
+        check(dmuon_publish_wait(p, 0, 1) == DMUON_EUNSUPPORTED &&
+                  strstr(dmuon_errmsg(), "publish_wait: not offered by the mpi backend with "
+                         "the coalesced algorithm"), "coalesced: wait is refused by name");
+        check(dmuon_publish_end(p, 1) == DMUON_OK && dmuon_publish_flag(p, 1) == 1,
+              "coalesced: end moves the flag to the step");
+        check(dmuon_publish_begin(p, 1) == DMUON_EINVAL, "coalesced: a step that does not grow");
+        dmuon_publish_free(p);
+    }
+    dmuon_symm_free(mem);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -188,6 +229,7 @@ int main(int argc, char **argv)
     test_gpu_refused(&t);
     test_copies(&t);
     test_null_entries();
+    test_publish_algos(&t);
     dmuon_topo_release(&t);
     printf("%d passed, %d failed\n", passed, failed);
     MPI_Finalize();

@@ -5,12 +5,13 @@
  *
  *   mpirun -np 8 dmuon-bench --ranks-per-node 2 -b 16K -e 64M -f 2
  *
- * The shared driver: flags, topology, the size loop, timing (barrier, then
- * the slowest rank's time of each iteration; median over iterations, then
- * median over launches; lines interleaved launch by launch so ratios come
- * from the same run), the check after every launch (#wrong, summed over
- * ranks), the table (with nccl-tests' algbw and busbw of ours) and --json /
- * --json-file.  Lines live in ops_<line>.c; plan replay in ops_replay.c.
+ * On the operator driver (common/opdrv.h: the flags, the cases, the lines,
+ * the check), this file adds the timing (barrier, then the slowest rank's
+ * time of each iteration; median over iterations, then median over
+ * launches; lines interleaved launch by launch so ratios come from the same
+ * run), the check after every launch (#wrong, summed over ranks), the table
+ * (with nccl-tests' algbw and busbw of ours) and --json / --json-file.
+ * One line on one case is ops_group.c; plan replay ops_replay.c.
  *
  * Bandwidths (nccl-tests, doc/PERFORMANCE.md): algbw = bytes / time of ours;
  * busbw = algbw * (N - 1) / N for AllGatherV and ReduceScatterV on N ranks
@@ -33,22 +34,6 @@
 #include "dmuon/plan.h"
 #include "dmuon/sched.h"
 #include "ops.h"
-#include "ops_driver.h"
-
-/* ----------------------------------------------------- shared inputs ---- */
-
-float bench_rsv_val(int rank, int seg, int64_t k)
-{
-    return (float)((int)(((uint64_t)rank * 7 + (uint64_t)seg * 5 + (uint64_t)k * 3) % 9) - 4);
-}
-
-float bench_rsv_sum(int nranks, int seg, int64_t k)
-{
-    int s = 0;
-    for (int r = 0; r < nranks; r++)
-        s += (int)(((uint64_t)r * 7 + (uint64_t)seg * 5 + (uint64_t)k * 3) % 9) - 4;
-    return (float)s;
-}
 
 /* ---------------------------------------------------------- timing ---- */
 
@@ -64,16 +49,15 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-const bench_line *const bench_lines[BENCH_NLINES] = {&bench_line_ours, &bench_line_per_owner,
-                                                     &bench_line_coalesced, &bench_line_equal};
-static const char *const op_names[OP_COUNT] = {"agv", "rsv", "publish"};
+#define op_names opdrv_op_names
 
-dmuon_rc bench_measure(bench_opts *o, const bench_case *c, bench_result *res)
+dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
 {
     const dmuon_topo *t = c->topo;
-    int L = o->launches;
-    double *per_launch = calloc((size_t)BENCH_NLINES * L, sizeof(double));
-    double *iters = calloc((size_t)(o->iters > 0 ? o->iters : 1), sizeof(double));
+    const opdrv_opts *f = &o->opt;
+    int L = f->launches;
+    double *per_launch = calloc((size_t)OPDRV_NLINES * L, sizeof(double));
+    double *iters = calloc((size_t)(f->iters > 0 ? f->iters : 1), sizeof(double));
     if (!per_launch || !iters) {
         free(per_launch);
         free(iters);
@@ -81,20 +65,20 @@ dmuon_rc bench_measure(bench_opts *o, const bench_case *c, bench_result *res)
     }
     dmuon_rc rc = DMUON_OK;
     memset(res, 0, sizeof *res);
-    for (int l = 0; l < BENCH_NLINES; l++)
-        res->ran[l] = (o->lines & (1 << l)) && bench_line_supports(bench_lines[l], c);
+    for (int l = 0; l < OPDRV_NLINES; l++)
+        res->ran[l] = (f->lines & (1 << l)) && opdrv_line_supports(opdrv_lines[l], c);
     for (int launch = 0; launch < L && rc == DMUON_OK; launch++)
-        for (int l = 0; l < BENCH_NLINES && rc == DMUON_OK; l++) {
+        for (int l = 0; l < OPDRV_NLINES && rc == DMUON_OK; l++) {
             if (!res->ran[l])
                 continue;
             void *st = NULL;
-            DMUON_TRY_GOTO(rc, bench_line_setup(bench_lines[l], c, &st), out);
-            for (int w = 0; w < o->warmup && rc == DMUON_OK; w++)
-                rc = bench_line_run(bench_lines[l], c, st);
-            for (int i = 0; i < o->iters && rc == DMUON_OK; i++) {
+            DMUON_TRY_GOTO(rc, bench_line_setup(opdrv_lines[l], c, &st), out);
+            for (int w = 0; w < f->warmup && rc == DMUON_OK; w++)
+                rc = bench_line_run(st);
+            for (int i = 0; i < f->iters && rc == DMUON_OK; i++) {
                 MPI_Barrier(t->world);
                 double t0 = MPI_Wtime();
-                rc = bench_line_run(bench_lines[l], c, st);
+                rc = bench_line_run(st);
                 double dt = MPI_Wtime() - t0;
                 MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, t->world);
                 iters[i] = dt;
@@ -103,13 +87,13 @@ dmuon_rc bench_measure(bench_opts *o, const bench_case *c, bench_result *res)
                 dmuon_err_trace_add(rc, __FILE__, __LINE__);
                 goto out;   /* no teardown: freeing may be collective */
             }
-            long long wrong = (long long)bench_line_check(bench_lines[l], c, st);
+            long long wrong = (long long)bench_line_check(st);
             MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, t->world);
             res->wrong[l] += wrong;
-            bench_line_teardown(bench_lines[l], c, st);
-            per_launch[l * L + launch] = median(iters, o->iters);
+            bench_line_teardown(st);
+            per_launch[l * L + launch] = median(iters, f->iters);
         }
-    for (int l = 0; l < BENCH_NLINES; l++)
+    for (int l = 0; l < OPDRV_NLINES; l++)
         if (res->ran[l])
             res->time_us[l] = 1e6 * median(per_launch + l * L, L);
 out:
@@ -122,11 +106,12 @@ out:
 
 void bench_print_header(const bench_opts *o, const dmuon_topo *t, const char *what)
 {
-    if (t->rank || o->json_stdout)
+    if (t->rank || o->opt.json)
         return;
     printf("# dmuon-bench: %d rank%s as %d node%s x %d%s, %s, -w %d -n %d --launches %d%s\n",
            t->size, t->size == 1 ? "" : "s", t->nodes, t->nodes == 1 ? "" : "s", t->per_node,
-           t->virtual_nodes ? " (virtual)" : "", what, o->warmup, o->iters, o->launches,
+           t->virtual_nodes ? " (virtual)" : "", what, o->opt.warmup, o->opt.iters,
+           o->opt.launches,
            o->replay_defaults ? " (replay defaults)" : "");
     printf("# time: median over launches of the median over iterations of the slowest rank "
            "(us); xN = baseline time / ours\n");
@@ -143,7 +128,7 @@ static void bandwidths(const dmuon_topo *t, int op, int64_t bytes, double time_u
                        double *bus)
 {
     *alg = time_us > 0 ? (double)bytes / (time_us * 1e3) : 0;
-    int n = op == OP_PUB ? t->nodes : t->size;
+    int n = op == OPDRV_PUB ? t->nodes : t->size;
     *bus = n > 0 ? *alg * (double)(n - 1) / n : 0;
 }
 
@@ -151,11 +136,11 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
                  dmuon_dtype dt, const bench_result *r)
 {
     long long wrong = 0;
-    for (int l = 0; l < BENCH_NLINES; l++)
+    for (int l = 0; l < OPDRV_NLINES; l++)
         wrong += r->wrong[l];
     if (t->rank == 0) {
-        char cell[BENCH_NLINES][16], ratio[BENCH_NLINES][16];
-        for (int l = 0; l < BENCH_NLINES; l++) {
+        char cell[OPDRV_NLINES][16], ratio[OPDRV_NLINES][16];
+        for (int l = 0; l < OPDRV_NLINES; l++) {
             if (r->ran[l])
                 snprintf(cell[l], 16, "%.1f", r->time_us[l]);
             else
@@ -170,7 +155,7 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
         bandwidths(t, op, bytes, r->ran[0] ? r->time_us[0] : 0, &alg, &bus);
         snprintf(bw[0], 16, r->ran[0] ? "%.3f" : "n/a", alg);
         snprintf(bw[1], 16, r->ran[0] ? "%.3f" : "n/a", bus);
-        if (o->json_stdout)
+        if (o->opt.json)
             ;   /* rows only, as JSON at the end */
         else if (o->layer_col)
             printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7lld  %s\n",
@@ -182,7 +167,7 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
                    label ? label : op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0],
                    cell[1], cell[2], cell[3], ratio[1], ratio[2], ratio[3], bw[0], bw[1], wrong);
         fflush(stdout);
-        for (int l = 0; l < BENCH_NLINES; l++) {
+        for (int l = 0; l < OPDRV_NLINES; l++) {
             if (!r->ran[l])
                 continue;
             bench_row *row = realloc(o->rows, (size_t)(o->nrows + 1) * sizeof *row);
@@ -217,7 +202,7 @@ static dmuon_rc write_rows(FILE *f, void *ctx)
         dmuon_json_kstr(&w, "op", op_names[r->op]);
         dmuon_json_kint(&w, "bytes", r->bytes);
         dmuon_json_kstr(&w, "dtype", dmuon_dtype_name(r->dtype));
-        dmuon_json_kstr(&w, "line", bench_lines[r->line]->name);
+        dmuon_json_kstr(&w, "line", opdrv_lines[r->line]->column);
         dmuon_json_kint(&w, "ranks", r->ranks);
         dmuon_json_kint(&w, "nodes", r->nodes);
         dmuon_json_kdouble(&w, "time_us", r->time_us);
@@ -267,15 +252,15 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: mpirun -np N dmuon-bench [options]\n"
 "Times AllGatherV, ReduceScatterV and the HSDP publish (ours) against\n"
-"per-owner calls (one Bcast / Reduce per segment), coalesced variable-length\n"
-"calls (MPI_Allgatherv / MPI_Reduce_scatter) and equal-length primitives of\n"
+"per-owner calls (one Bcast / Reduce per segment or parameter), coalesced\n"
+"variable-length calls (MPI_Allgatherv / MPI_Reduce_scatter) and equal-length primitives of\n"
 "the same total (MPI_Allgather / MPI_Reduce_scatter_block), in one table.\n"
 "Every launch checks its result (#wrong, summed over ranks; exit 1 if any).\n"
 "\n"
 "  -b, --minbytes B       smallest layer (default 16K; sizes: 16K = 16KB = 16KiB,\n"
 "                         1G = 1GiB; 1 B to 1 TiB)\n"
 "  -e, --maxbytes B       largest layer (default 64M)\n"
-"  -f, --stepfactor F     size factor between rows (2 to 1024, default 2)\n"
+"  -f, --stepfactor F     size factor between rows (2 to 1024, default 2)\n""      --sizes LIST       the sizes as a list instead (2K,96K,1M+6; not with -b/-e/-f)\n"
 "  -w, --warmup N         warm-up iterations per launch (0 to 1000000, default 20)\n"
 "  -n, --iters N          timed iterations per launch (1 to 1000000, default 30;\n"
 "                         as in nccl-tests: -n is not the rank count)\n"
@@ -292,9 +277,13 @@ static void usage(FILE *f)
 "      --layout L         node (one owner per node, lengths 1:2:3; default),\n"
 "                         rank, sparse or tiny\n"
 "      --lines LIST       lines to run: ours,per_owner,coalesced,equal_length\n"
+"                         (or all; --line, per-owner and equal are the same);\n"
+"                         the publish runs on ours, per_owner and coalesced\n"
+"                         (the library's; equal_length has no publish form)\n"
 "      --path P           auto, chain or star for ours (default auto)\n"
 "      --chunk-bytes B    chunk size of ours (default: the backend's, MPI 64K-128, NCCL 64K; a multiple of 8,\n"
 "                         at least 256)\n"
+"      --slots S          ring slots per incoming reduce stream of ours (default 4)\n"
 "      --fp32-accum       ours: BF16 reduction with binary32 partials\n"
 "      --deadline-ms MS   deadline of one operator call (default\n"
 "                         $DMUON_DEADLINE_MS or 600000 (10 min))\n"
@@ -314,311 +303,110 @@ static void usage(FILE *f)
 "time / ours; algbw = bytes / time of ours and busbw = algbw x (N-1)/N for agv and\n"
 "rsv on N ranks, x (R-1)/R for publish on R nodes (nccl-tests' definitions), in GB/s.\n"
 "Sizes the host cannot hold (2 x the largest size per rank, more than MemAvailable)\n"
-"are refused before any timing.\n");
+"are refused before any timing.  dmuon-verify's flags (--fault, --steps, -v) are\n"
+"refused.\n");
+}
+
+/* The checks of flags that go together (the option table has parsed each
+ * flag on its own); bad filled on the first error. */
+static void flags_check(opdrv_opts *f, void *ctx, char *bad, size_t cap)
+{
+    bench_opts *o = ctx;
+    const int op_publish = f->op_mask == 1 << OPDRV_PUB;
+    if (f->plan && f->replay_publish)
+        snprintf(bad, cap, "--plan and --replay-publish exclude each other (run one, then the "
+                 "other)");
+    else if (f->plan && (op_publish || f->size_flag || f->dtype_flag || f->layout_flag))
+        snprintf(bad, cap, "%s does not apply to --plan (the plan fixes the layers, their "
+                 "sizes, types and layout%s)", op_publish ? "--op publish" : f->size_flag
+                 ? f->size_flag : f->dtype_flag ? f->dtype_flag : f->layout_flag,
+                 op_publish ? "; use --replay-publish PLAN --rail S" : "");
+    else if (f->replay_publish && (f->size_flag || f->dtype_flag || f->layout_flag))
+        snprintf(bad, cap, "%s does not apply to --replay-publish", f->size_flag ? f->size_flag
+                 : f->dtype_flag ? f->dtype_flag : f->layout_flag);
+    else if (f->layer_hi >= 0 && !f->plan)
+        snprintf(bad, cap, "--layers goes with --plan");
+    else if (f->nlayouts > 1)
+        snprintf(bad, cap, "%s: dmuon-bench runs one layout (its table has no layout column)",
+                 f->layout_flag);
+    else if (f->json_file)
+        json_path_check(f->json_file, bad, cap);
+    if (bad[0])
+        return;
+    if ((f->plan || f->replay_publish) && f->timing_given != 7) {
+        /* the replay defaults for whichever of -w, -n, --launches is not given */
+        if (!(f->timing_given & 1))
+            f->warmup = 2;
+        if (!(f->timing_given & 2))
+            f->iters = 5;
+        if (!(f->timing_given & 4))
+            f->launches = 1;
+        o->replay_defaults = 1;
+    }
+    if (f->replay_publish && f->rail < 0)
+        snprintf(bad, cap, "--replay-publish needs --rail S");
+    else if (f->rail >= 0 && !f->replay_publish)
+        snprintf(bad, cap, "--rail goes with --replay-publish");
 }
 
 int bench_ops_main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    int wrank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     bench_opts o;
     memset(&o, 0, sizeof o);
-    o.minb = 16 * 1024;
-    o.maxb = 64 * 1024 * 1024;
-    o.factor = 2;
-    o.warmup = 20;
-    o.iters = 30;
-    o.launches = 5;
-    o.dtype = DMUON_BF16;
-    o.lines = (1 << BENCH_NLINES) - 1;
-    o.rail = -1;
-    int op_mask = 7;
-    dmuon_layout layout = DMUON_LAYOUT_NODE;
-    char bad[640] = "";
-    enum { O_LAUNCH = 256, O_RPN, O_DTYPE, O_OP, O_LAYOUT, O_LINES, O_PATH, O_CHUNK, O_DEAD,
-           O_JSON, O_PLAN, O_REPLAY, O_RAIL, O_FP32, O_LAYERS, O_JSONF, O_BACKEND };
-    opdrv_flags df = {.backend = DMUON_BACKEND_MPI};   /* the flags common/opdrv.h parses */
-    int lines_given = 0;
-    static const struct option opts[] = {
-        {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
-        {"stepfactor", required_argument, 0, 'f'}, {"warmup", required_argument, 0, 'w'},
-        {"iters", required_argument, 0, 'n'}, {"launches", required_argument, 0, O_LAUNCH},
-        {"ranks-per-node", required_argument, 0, O_RPN}, {"dtype", required_argument, 0, O_DTYPE},
-        {"op", required_argument, 0, O_OP}, {"layout", required_argument, 0, O_LAYOUT},
-        {"lines", required_argument, 0, O_LINES}, {"path", required_argument, 0, O_PATH},
-        {"chunk-bytes", required_argument, 0, O_CHUNK}, {"deadline-ms", required_argument, 0, O_DEAD},
-        {"json", no_argument, 0, O_JSON}, {"json-file", required_argument, 0, O_JSONF},
-        {"plan", required_argument, 0, O_PLAN},
-        {"replay-publish", required_argument, 0, O_REPLAY}, {"rail", required_argument, 0, O_RAIL},
-        {"fp32-accum", no_argument, 0, O_FP32}, {"layers", required_argument, 0, O_LAYERS},
-        {"backend", required_argument, 0, O_BACKEND},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int opt;
-    /* flags given, for the --plan conflicts and the replay defaults */
-    const char *size_flag = NULL, *dtype_flag = NULL, *layout_flag = NULL;
-    int timing_given = 0, op_publish = 0;
-    opterr = 0;   /* our message (with a suggestion), once */
-    o.layer_lo = 0;
-    o.layer_hi = -1;
-    while ((opt = getopt_long(argc, argv, "b:e:f:w:n:h", opts, NULL)) != -1 && !bad[0]) {
-        if ((opt == 'b' || opt == 'e' || opt == 'f') && !size_flag)
-            size_flag = opt == 'b' ? "-b" : opt == 'e' ? "-e" : "-f";
-        if (opt == 'w' || opt == 'n' || opt == O_LAUNCH)
-            timing_given |= opt == 'w' ? 1 : opt == 'n' ? 2 : 4;
-        if (opt == O_DTYPE)
-            dtype_flag = "--dtype";
-        if (opt == O_LAYOUT)
-            layout_flag = "--layout";
-        int64_t v = 0;
-        switch (opt) {
-        case 'b':
-        case 'e':
-            if (tool_parse_size(opt == 'b' ? "-b" : "-e", optarg, 1, (int64_t)1 << 40, &v, bad,
-                                sizeof bad))
-                ;
-            else if (opt == 'b')
-                o.minb = v;
-            else
-                o.maxb = v;
-            break;
-        case 'f':
-        case 'w':
-        case 'n':
-        case O_LAUNCH:
-        case O_DEAD:
-        case O_RAIL: {
-            int64_t x = 0;
-            int64_t lo = opt == 'w' || opt == O_RAIL ? 0 : opt == 'f' ? 2 : 1;
-            int64_t hi = opt == 'f' ? 1024 : opt == O_LAUNCH ? 10000 : opt == O_DEAD ? 86400000
-                       : opt == O_RAIL ? (1 << 20) - 1 : 1000000;
-            if (tool_parse_int(opt == 'f' ? "-f" : opt == 'w' ? "-w" : opt == 'n' ? "-n"
-                               : opt == O_LAUNCH ? "--launches" : opt == O_DEAD ? "--deadline-ms"
-                               : "--rail", optarg, lo, hi, &x, bad, sizeof bad))
-                break;
-            if (opt == 'f')
-                o.factor = (int)x;
-            else if (opt == 'w')
-                o.warmup = (int)x;
-            else if (opt == 'n')
-                o.iters = (int)x;
-            else if (opt == O_LAUNCH)
-                o.launches = (int)x;
-            else if (opt == O_DEAD)
-                o.deadline_ms = (int)x;
-            else
-                o.rail = (int)x;
-            break;
-        }
-        case O_RPN:
-        case O_BACKEND:
-        case O_CHUNK:
-            opdrv_flag(opt == O_RPN ? OPDRV_RPN : opt == O_BACKEND ? OPDRV_BACKEND : OPDRV_CHUNK,
-                       optarg, (int64_t)1 << 40, &df, bad, sizeof bad);
-            if (opt == O_CHUNK && df.chunk_bytes)
-                o.chunk_bytes = df.chunk_bytes;
-            break;
-        case O_DTYPE:
-            if (dmuon_dtype_parse(optarg, &o.dtype) != DMUON_OK ||
-                (o.dtype != DMUON_BF16 && o.dtype != DMUON_F32))
-                snprintf(bad, sizeof bad, "--dtype '%s': expected bf16 or f32", optarg);
-            break;
-        case O_OP:
-            op_mask = !strcasecmp(optarg, "agv") ? 1 : !strcasecmp(optarg, "rsv") ? 2
-                    : !strcasecmp(optarg, "publish") ? 4 : !strcasecmp(optarg, "all") ? 7 : 0;
-            if (!op_mask)
-                snprintf(bad, sizeof bad, "--op '%s': expected agv, rsv, publish or all", optarg);
-            op_publish = op_mask == 4;
-            break;
-        case O_LAYOUT:
-            if (dmuon_layout_parse(optarg, &layout) != DMUON_OK)
-                snprintf(bad, sizeof bad, "--layout: %s", dmuon_errmsg());
-            break;
-        case O_LINES: {
-            o.lines = 0;
-            lines_given = 1;
-            char buf[128];
-            snprintf(buf, sizeof buf, "%s", optarg);
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int found = 0;
-                for (int l = 0; l < BENCH_NLINES; l++)
-                    if (!strcasecmp(tok, bench_lines[l]->name)) {
-                        o.lines |= 1 << l;
-                        found = 1;
-                    }
-                if (!found)
-                    snprintf(bad, sizeof bad, "--lines: '%s': expected ours, per_owner, "
-                             "coalesced or equal_length", tok);
-            }
-            break;
-        }
-        case O_PATH:
-            if (!strcasecmp(optarg, "auto"))
-                o.path = DMUON_PATH_AUTO;
-            else if (!strcasecmp(optarg, "chain"))
-                o.path = DMUON_PATH_CHAIN;
-            else if (!strcasecmp(optarg, "star"))
-                o.path = DMUON_PATH_STAR;
-            else
-                snprintf(bad, sizeof bad, "--path '%s': expected auto, chain or star", optarg);
-            break;
-        case O_JSON: o.json_stdout = 1; break;
-        case O_JSONF: o.json = optarg; break;
-        case O_FP32: o.fp32_accum = 1; break;
-        case O_PLAN: o.plan = optarg; break;
-        case O_REPLAY: o.replay_publish = optarg; break;
-        case O_LAYERS: {
-            char a[32] = "", *colon = strchr(optarg, ':');
-            int64_t x = 0, y = -1;
-            snprintf(a, sizeof a, "%.*s", colon ? (int)(colon - optarg) : 0, optarg);
-            if (!colon || tool_parse_int("--layers A", a, 0, 999999999, &x, bad, sizeof bad) ||
-                tool_parse_int("--layers B", colon + 1, 1, 1000000000, &y, bad, sizeof bad) ||
-                y <= x)
-                snprintf(bad, sizeof bad, "--layers '%s': expected A:B with 0 <= A < B <= "
-                         "1000000000", optarg);
-            o.layer_lo = (int)x;
-            o.layer_hi = (int)y;
-            break;
-        }
-        case 'h':
-            if (wrank == 0)
-                usage(stdout);
-            MPI_Finalize();
-            return 0;
-        default: {
-            char hint[128];
-            snprintf(bad, sizeof bad, "unknown option or missing value '%s'%s (see --help)",
-                     argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint));
-        }
-        }
-    }
-    if (!bad[0] && optind < argc)
-        snprintf(bad, sizeof bad, "unexpected argument '%s' (see --help)", argv[optind]);
-    if (!bad[0] && o.minb > o.maxb)
-        snprintf(bad, sizeof bad, "-b %lld is larger than -e %lld", (long long)o.minb,
-                 (long long)o.maxb);
-    if (!bad[0] && o.plan && o.replay_publish)
-        snprintf(bad, sizeof bad, "--plan and --replay-publish exclude each other (run one, "
-                 "then the other)");
-    if (!bad[0] && o.plan) {
-        const char *f = op_publish ? "--op publish" : size_flag ? size_flag : dtype_flag
-                      ? dtype_flag : layout_flag;
-        if (f)
-            snprintf(bad, sizeof bad, "%s does not apply to --plan (the plan fixes the layers, "
-                     "their sizes, types and layout%s)", f,
-                     op_publish ? "; use --replay-publish PLAN --rail S" : "");
-    }
-    if (!bad[0] && o.replay_publish) {
-        const char *f = size_flag ? size_flag : dtype_flag ? dtype_flag : layout_flag;
-        if (f)
-            snprintf(bad, sizeof bad, "%s does not apply to --replay-publish", f);
-    }
-    if (!bad[0] && o.layer_hi >= 0 && !o.plan)
-        snprintf(bad, sizeof bad, "--layers goes with --plan");
-    if (!bad[0] && o.deadline_ms == 0) {
-        int d = 0;
-        if (dmuon_deadline_ms(0, &d) != DMUON_OK)
-            snprintf(bad, sizeof bad, "%s", dmuon_errmsg());
-    }
-    if (!bad[0] && o.json)
-        json_path_check(o.json, bad, sizeof bad);
-    if (!bad[0] && (o.plan || o.replay_publish) && timing_given != 7) {
-        /* the replay defaults for whichever of -w, -n, --launches is not given */
-        if (!(timing_given & 1))
-            o.warmup = 2;
-        if (!(timing_given & 2))
-            o.iters = 5;
-        if (!(timing_given & 4))
-            o.launches = 1;
-        o.replay_defaults = 1;
-    }
-    if (!bad[0] && o.replay_publish && o.rail < 0)
-        snprintf(bad, sizeof bad, "--replay-publish needs --rail S");
-    if (!bad[0] && o.rail >= 0 && !o.replay_publish)
-        snprintf(bad, sizeof bad, "--rail goes with --replay-publish");
-    if (bad[0]) {
-        if (wrank == 0)
-            fprintf(stderr, "dmuon-bench: error: %s\n", bad);
-        MPI_Finalize();
-        return 2;
-    }
+    opdrv_opts *f = &o.opt;
+    int code = opdrv_init(OPDRV_BENCH, &argc, &argv, f, usage, flags_check, &o);
+    if (code >= 0)
+        return code;
+    int wrank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
 
     /* a replayed plan knows its ranks per node */
     const char *env_rpn = getenv("DMUON_RANKS_PER_NODE");
-    if (o.plan && df.per_node == 0 && !(env_rpn && *env_rpn)) {
+    if (f->plan && f->per_node == 0 && !(env_rpn && *env_rpn)) {
         dmuon_plan *pl = NULL;
         int wsize = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &wsize);
-        if (dmuon_plan_load(o.plan, &pl) == DMUON_OK && dmuon_plan_ranks(pl) == wsize &&
+        if (dmuon_plan_load(f->plan, &pl) == DMUON_OK && dmuon_plan_ranks(pl) == wsize &&
             dmuon_plan_nodes(pl) > 1) {
-            df.per_node = dmuon_plan_gpus_per_node(pl);
+            f->per_node = dmuon_plan_gpus_per_node(pl);
             if (wrank == 0)
                 fprintf(stderr, "dmuon-bench: %d ranks per node, from the plan (give "
-                        "--ranks-per-node to override)\n", df.per_node);
+                        "--ranks-per-node to override)\n", f->per_node);
         }
         dmuon_plan_free(pl);
         dmuon_err_clear();   /* a plan that does not load fails in the replay, with its message */
     }
+    if (f->backend != DMUON_BACKEND_MPI && !f->lines_given)
+        f->lines = 1 | 8;   /* ours and equal_length (NCCL's primitives on the GPU) */
     dmuon_topo t;
-    dmuon_rc rc = dmuon_topo_init(&t, MPI_COMM_WORLD, df.per_node);
-    if (rc != DMUON_OK) {
-        if (wrank == 0)
-            fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
-        MPI_Finalize();
-        return dmuon_rc_exit_code(rc);
-    }
-    dmuon_err_set_rank(t.rank);
-    t.backend = df.backend;
-    if ((rc = dmuon_backend_check(df.backend)) != DMUON_OK) {   /* the same on every rank */
-        if (wrank == 0)
-            fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
-        dmuon_topo_release(&t);
-        MPI_Finalize();
-        return dmuon_rc_exit_code(rc);
-    }
-    if (df.backend != DMUON_BACKEND_MPI && !lines_given)
-        o.lines = 1 | 8;   /* ours and equal_length (NCCL's primitives on the GPU) */
-    if (!o.plan && !o.replay_publish) {
-        char what[160];
-        if (tool_check_host_memory(t.world, o.maxb, 2, "-e", what, sizeof what)) {
-            if (t.rank == 0)
-                fprintf(stderr, "dmuon-bench: error: %s\n", what);
-            dmuon_topo_release(&t);
-            MPI_Finalize();
-            return 2;
-        }
-    }
+    if ((code = opdrv_topo_init(f, &t, !f->plan && !f->replay_publish)) >= 0)
+        return code;
+    dmuon_rc rc = DMUON_OK;
     int wrong = 0;
 
-    if (o.plan || o.replay_publish) {
-        rc = bench_replay(&o, &t, op_mask, &wrong);
+    if (f->plan || f->replay_publish) {
+        rc = bench_replay(&o, &t, &wrong);
     } else {
         char what[128];
+        const dmuon_layout layout = f->layouts[0];
         snprintf(what, sizeof what, "layout %s%s", dmuon_layout_name(layout),
                  layout == DMUON_LAYOUT_NODE ? " (one owner per node, lengths 1:2:3)" : "");
         bench_print_header(&o, &t, what);
-        for (int op = 0; op < OP_COUNT && rc == DMUON_OK; op++) {
-            if (!(op_mask & (1 << op)))
-                continue;
-            for (int64_t b = o.minb; b <= o.maxb && rc == DMUON_OK; b *= o.factor) {
-                dmuon_segment *segs = NULL;
-                int n = 0;
-                rc = dmuon_layout_make(layout, b, o.dtype, t.nodes, t.per_node, &segs, &n);
-                if (rc != DMUON_OK)
-                    break;
-                bench_case c = {&t, op, segs, n, NULL, NULL, {0}};
-                c.gopts.path = o.path;
-                c.gopts.chunk_bytes = o.chunk_bytes;
-                c.gopts.deadline_ms = o.deadline_ms;
-                c.gopts.fp32_accum = o.fp32_accum;
-                if (t.rank == 0)
-                    fprintf(stderr, "dmuon-bench: %s %lld bytes\n", op_names[op], (long long)b);
-                bench_result r;
-                rc = bench_measure(&o, &c, &r);
-                if (rc == DMUON_OK)
-                    wrong |= bench_record(&o, &t, op, NULL, b, o.dtype, &r);
-                free(segs);
-            }
+        opdrv_cursor k = {.first = 1};
+        while (rc == DMUON_OK && opdrv_case_next(f, &k)) {
+            dmuon_segment *segs = NULL;
+            opdrv_case c;
+            rc = opdrv_case_make(f, &t, &k, &c, &segs);
+            if (rc != DMUON_OK)
+                break;
+            if (t.rank == 0)
+                fprintf(stderr, "dmuon-bench: %s %lld bytes\n", op_names[c.op],
+                        (long long)f->sizes[k.size]);
+            bench_result r;
+            rc = bench_measure(&o, &c, &r);
+            if (rc == DMUON_OK)
+                wrong |= bench_record(&o, &t, c.op, NULL, f->sizes[k.size], f->dtypes[k.dtype], &r);
+            free(segs);
         }
     }
     if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM) {
@@ -635,15 +423,15 @@ int bench_ops_main(int argc, char **argv)
             fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
         fflush(stderr);
     } else if (t.rank == 0) {
-        if (o.json_stdout)
+        if (f->json)
             write_rows(stdout, &o);
-        dmuon_rc jr = o.json ? dmuon_write_atomic(o.json, write_rows, &o) : DMUON_OK;
+        dmuon_rc jr = f->json_file ? dmuon_write_atomic(f->json_file, write_rows, &o) : DMUON_OK;
         if (jr != DMUON_OK) {
             fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
             rc = jr;
         }
     }
-    int code = rc != DMUON_OK ? dmuon_rc_exit_code(rc) : wrong ? 1 : 0;
+    code = rc != DMUON_OK ? dmuon_rc_exit_code(rc) : wrong ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &code, 1, MPI_INT, MPI_MAX, t.world);
     free(o.rows);
     dmuon_topo_release(&t);

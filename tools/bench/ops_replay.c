@@ -9,7 +9,9 @@
  *                               the plan's layer order (owners post as they
  *                               finish, paper Table 7); per-owner = one
  *                               broadcast per unit on the rail, coalesced =
- *                               one variable-length call per layer
+ *                               one variable-length call per run of units
+ *                               ordered by (layer, owner node): at most one
+ *                               per layer
  *
  * The run's topology must be the plan's (ranks, nodes × GPUs per node).
  *
@@ -22,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ops_driver.h"
+#include "ops.h"
 
 #include "dmuon/plan.h"
 
@@ -54,20 +56,21 @@ static dmuon_rc load_matching(const char *path, const dmuon_topo *t, dmuon_plan 
     return DMUON_OK;
 }
 
-static void case_init(bench_case *c, const bench_opts *o, const dmuon_topo *t)
+static void case_init(opdrv_case *c, const bench_opts *o, const dmuon_topo *t)
 {
     memset(c, 0, sizeof *c);
     c->topo = t;
-    c->gopts.path = o->path;
-    c->gopts.chunk_bytes = o->chunk_bytes;
-    c->gopts.deadline_ms = o->deadline_ms;
-    c->gopts.fp32_accum = o->fp32_accum;
+    c->gopts.path = o->opt.paths[0];
+    c->gopts.chunk_bytes = o->opt.chunk_bytes;
+    c->gopts.deadline_ms = o->opt.deadline_ms;
+    c->gopts.slots = o->opt.slots;
+    c->gopts.fp32_accum = o->opt.fp32_accum;
 }
 
-static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int op_mask, int *wrong)
+static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int *wrong)
 {
     dmuon_plan *p = NULL;
-    DMUON_TRY(load_matching(o->plan, t, &p));
+    DMUON_TRY(load_matching(o->opt.plan, t, &p));
     dmuon_rc rc = DMUON_OK;
     /* Layers with segments (an empty "(root)" layer moves nothing), and the
      * --layers window over them. */
@@ -77,27 +80,28 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int op_mask, i
         dmuon_plan_layer_segments(p, i, &n);
         nonempty += n > 0;
     }
-    int lo = o->layer_lo, hi = o->layer_hi < 0 ? nonempty : o->layer_hi;
+    int lo = o->opt.layer_lo, hi = o->opt.layer_hi < 0 ? nonempty : o->opt.layer_hi;
     if (lo >= nonempty || hi > nonempty) {
         dmuon_plan_free(p);
         return DMUON_FAIL(DMUON_EINVAL, "--layers %d:%d: %s has %d layers with segments "
-                          "(0..%d)", o->layer_lo, o->layer_hi, o->plan, nonempty, nonempty - 1);
+                          "(0..%d)", o->opt.layer_lo, o->opt.layer_hi, o->opt.plan, nonempty,
+                          nonempty - 1);
     }
     char what[600];
     if (lo > 0 || hi < nonempty)
-        snprintf(what, sizeof what, "plan %s (layers %d..%d of %d)", o->plan, lo, hi - 1,
+        snprintf(what, sizeof what, "plan %s (layers %d..%d of %d)", o->opt.plan, lo, hi - 1,
                  nonempty);
     else
-        snprintf(what, sizeof what, "plan %s (%d layer%s)", o->plan, nonempty,
+        snprintf(what, sizeof what, "plan %s (%d layer%s)", o->opt.plan, nonempty,
                  nonempty == 1 ? "" : "s");
     o->layer_col = 1;
     bench_print_header(o, t, what);
-    for (int op = OP_AGV; op <= OP_RSV && rc == DMUON_OK; op++) {
-        if (!(op_mask & (1 << op)))
+    for (int op = OPDRV_AGV; op <= OPDRV_RSV && rc == DMUON_OK; op++) {
+        if (!(o->opt.op_mask & (1 << op)))
             continue;
         bench_result total;
         memset(&total, 0, sizeof total);
-        for (int l = 0; l < BENCH_NLINES; l++)
+        for (int l = 0; l < OPDRV_NLINES; l++)
             total.ran[l] = 1;
         int64_t total_bytes = 0;
         dmuon_dtype dt = dmuon_plan_param_dtype(p);
@@ -110,14 +114,14 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int op_mask, i
             k++;
             if (k < lo || k >= hi)
                 continue;
-            bench_case c;
+            opdrv_case c;
             case_init(&c, o, t);
             c.op = op;
             c.segs = segs;
             c.n = (int)n;
             if (t->rank == 0)
                 fprintf(stderr, "dmuon-bench: %s layer %d/%d (%s)\n",
-                        op == OP_AGV ? "agv" : "rsv", k - lo + 1, hi - lo,
+                        opdrv_op_names[op], k - lo + 1, hi - lo,
                         dmuon_plan_layer_name(p, i));
             bench_result r;
             rc = bench_measure(o, &c, &r);
@@ -128,7 +132,7 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int op_mask, i
             *wrong |= bench_record(o, t, op, label, dmuon_plan_layer_bytes(p, i), segs[0].dtype, &r);
             total_bytes += dmuon_plan_layer_bytes(p, i);
             dt = segs[0].dtype;
-            for (int l = 0; l < BENCH_NLINES; l++) {
+            for (int l = 0; l < OPDRV_NLINES; l++) {
                 total.ran[l] &= r.ran[l];
                 total.time_us[l] += r.time_us[l];
                 total.wrong[l] += r.wrong[l];
@@ -144,36 +148,36 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int op_mask, i
 static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, int *wrong)
 {
     dmuon_plan *p = NULL;
-    DMUON_TRY(load_matching(o->replay_publish, t, &p));
+    DMUON_TRY(load_matching(o->opt.replay_publish, t, &p));
     dmuon_rc rc = DMUON_OK;
     dmuon_segment *params = NULL;
     int *layer_of = NULL;
     int n = 0;
     int64_t off = 0;
-    if (o->rail >= t->per_node) {
+    if (o->opt.rail >= t->per_node) {
         rc = DMUON_FAIL(DMUON_EINVAL, "--rail %d: out of range, the plan has rails 0..%d",
-                        o->rail, t->per_node - 1);
+                        o->opt.rail, t->per_node - 1);
         goto done;
     }
     /* Owners update (and post) in the layer order of the forward pass. */
-    rc = dmuon_plan_rail_publish(p, o->rail, &params, &layer_of, &n, &off);
+    rc = dmuon_plan_rail_publish(p, o->opt.rail, &params, &layer_of, &n, &off);
     if (rc != DMUON_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", dmuon_errmsg());
-        rc = DMUON_FAIL(rc, "%s: %s", o->replay_publish, why);
+        rc = DMUON_FAIL(rc, "%s: %s", o->opt.replay_publish, why);
         goto done;
     }
     dmuon_dtype dt = params[0].dtype;
     int layer = layer_of[n - 1];
     char what[512];
     snprintf(what, sizeof what, "publish replay of %s, rail %d (%d units, %d layers)",
-             o->replay_publish, o->rail, n, layer + 1);
+             o->opt.replay_publish, o->opt.rail, n, layer + 1);
     bench_print_header(o, t, what);
     if (t->rank == 0)
-        fprintf(stderr, "dmuon-bench: publish replay of rail %d: %d units\n", o->rail, n);
-    bench_case c;
+        fprintf(stderr, "dmuon-bench: publish replay of rail %d: %d units\n", o->opt.rail, n);
+    opdrv_case c;
     case_init(&c, o, t);
-    c.op = OP_PUB;
+    c.op = OPDRV_PUB;
     c.segs = params;
     c.n = n;
     c.layer_of = layer_of;
@@ -181,8 +185,8 @@ static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, int *wrong)
     rc = bench_measure(o, &c, &r);
     if (rc == DMUON_OK) {
         char label[32];
-        snprintf(label, sizeof label, "rail%d", o->rail);
-        *wrong |= bench_record(o, t, OP_PUB, label, off, dt, &r);
+        snprintf(label, sizeof label, "rail%d", o->opt.rail);
+        *wrong |= bench_record(o, t, OPDRV_PUB, label, off, dt, &r);
     }
 done:
     free(params);
@@ -191,11 +195,11 @@ done:
     return rc;
 }
 
-dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, int op_mask, int *wrong)
+dmuon_rc bench_replay(bench_opts *o, const dmuon_topo *t, int *wrong)
 {
-    if (o->plan)
-        DMUON_TRY(replay_layers(o, t, op_mask, wrong));
-    if (o->replay_publish)
+    if (o->opt.plan)
+        DMUON_TRY(replay_layers(o, t, wrong));
+    if (o->opt.replay_publish)
         DMUON_TRY(replay_publish(o, t, wrong));
     return DMUON_OK;
 }

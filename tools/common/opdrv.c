@@ -1,5 +1,8 @@
 /*
- * opdrv.c — the operator drivers' shared part (opdrv.h).
+ * opdrv.c — the operator driver (opdrv.h): inputs, the group and the
+ * publish in memory of their own, the counts of wrong bytes, the lines'
+ * common table.  The option table and the case grid are opdrv_opt.c's; the
+ * lines are opdrv_<line>.c.
  */
 #include "common/opdrv.h"
 
@@ -55,11 +58,27 @@ int64_t opdrv_seg_bytes(const dmuon_segment *s)
     return s->count * (int64_t)dmuon_dtype_size(s->dtype);
 }
 
+float opdrv_rsv_int(int r, int64_t e)
+{
+    return (float)((int)(((uint64_t)r * 7 + (uint64_t)e * 3) % 9) - 4);
+}
+
+float opdrv_rsv_sum(int nranks, int64_t e)
+{
+    float s = 0;
+    for (int r = 0; r < nranks; r++)
+        s += opdrv_rsv_int(r, e);
+    return s;
+}
+
+/* ------------------------------------------------------------- group -- */
+
 dmuon_rc opdrv_group_open(const dmuon_topo *t, const dmuon_segment *segs, int n,
                           const dmuon_group_opts *o, opdrv_group *v)
 {
     dmuon_rc rc = DMUON_OK;
     memset(v, 0, sizeof *v);
+    DMUON_TRY(dmuon_table_agree(t->world, segs, n));
     DMUON_TRY(dmuon_group_span_of(t, segs, n, o, &v->sp));
     DMUON_TRY(dmuon_symm_alloc(t, v->sp.bytes, &v->mem));
     DMUON_TRY_GOTO(rc, dmuon_group_create(t, segs, n, o, v->mem, v->sp.ctrl_offset, &v->g),
@@ -115,6 +134,13 @@ dmuon_rc opdrv_group_call(opdrv_group *v, int agv, int split)
     return done ? DMUON_OK : dmuon_reduce_scatterv_wait(v->g);
 }
 
+dmuon_rc opdrv_group_staged(opdrv_group *v, int agv, int split)
+{
+    DMUON_TRY(opdrv_group_stage(v, 1));
+    DMUON_TRY(opdrv_group_call(v, agv, split));
+    return opdrv_group_stage(v, 0);
+}
+
 void opdrv_agv_fill(const dmuon_segment *segs, int n, int rank, unsigned char *win,
                     uint64_t seed)
 {
@@ -138,28 +164,101 @@ int64_t opdrv_agv_wrong(const dmuon_segment *segs, int n, int rank, const unsign
     return bad;
 }
 
-int opdrv_flag(opdrv_opt opt, const char *arg, int64_t chunk_max, opdrv_flags *f, char *bad,
-               size_t cap)
+/* ----------------------------------------------------------- publish -- */
+
+dmuon_rc opdrv_pub_open(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                        const dmuon_publish_opts *o, opdrv_pub *v)
 {
-    int64_t v = 0;
-    switch (opt) {
-    case OPDRV_RPN:
-        if (dmuon_topo_parse_per_node(arg, &f->per_node) != DMUON_OK)
-            snprintf(bad, cap, "--ranks-per-node: %s", dmuon_errmsg());
-        return 1;
-    case OPDRV_BACKEND:
-        if (dmuon_backend_parse(arg, &f->backend) != DMUON_OK)
-            snprintf(bad, cap, "--backend: %s", dmuon_errmsg());
-        return 1;
-    case OPDRV_CHUNK:
-        if (tool_parse_size("--chunk-bytes", arg, 1, chunk_max, &v, bad, cap))
-            return 1;
-        if (dmuon_chunk_bytes_check(v) != DMUON_OK)
-            snprintf(bad, cap, "--chunk-bytes '%s': expected a multiple of %d bytes, at least %d",
-                     arg, DMUON_CHUNK_ALIGN_BYTES, DMUON_CHUNK_MIN_BYTES);
-        else
-            f->chunk_bytes = v;
-        return 1;
+    memset(v, 0, sizeof *v);
+    v->params = malloc((n > 0 ? (size_t)n : 1) * sizeof *v->params);
+    if (!v->params)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    v->n = n;
+    int64_t copy_bytes = 0;
+    dmuon_rc rc = dmuon_publish_layout(t->per_node, segs, n, v->params, &copy_bytes);
+    if (rc == DMUON_OK)
+        rc = dmuon_table_agree(t->world, v->params, n);
+    if (rc == DMUON_OK)
+        rc = dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, &v->mem);
+    if (rc == DMUON_OK)
+        rc = dmuon_publish_create(t, v->params, n, o, v->mem, 0, &v->p);
+    if (rc != DMUON_OK) {
+        opdrv_pub_close(v);
+        return rc;
     }
-    return 0;
+    v->copy = dmuon_publish_copy(v->p);
+    return DMUON_OK;
+}
+
+void opdrv_pub_close(opdrv_pub *v)
+{
+    dmuon_publish_free(v->p);
+    dmuon_symm_free(v->mem);
+    free(v->params);
+    memset(v, 0, sizeof *v);
+}
+
+void opdrv_pub_fill(opdrv_pub *v, int rank, uint64_t seed)
+{
+    for (int i = 0; i < v->n; i++)
+        if (v->params[i].owner == rank)
+            for (int64_t k = 0; k < opdrv_seg_bytes(&v->params[i]); k++)
+                v->copy[v->params[i].offset + k] = opdrv_byte(seed, i, k);
+}
+
+int64_t opdrv_pub_wrong(const opdrv_pub *v, const dmuon_topo *t, int i, uint64_t seed)
+{
+    int64_t bad = 0;
+    for (int j = i < 0 ? 0 : i; j < (i < 0 ? v->n : i + 1); j++) {
+        if (i < 0 && !(t->nodes > 1 && dmuon_topo_leads(t, v->params[j].owner)))
+            continue;
+        for (int64_t k = 0; k < opdrv_seg_bytes(&v->params[j]); k++)
+            bad += v->copy[v->params[j].offset + k] != opdrv_byte(seed, j, k);
+    }
+    return bad;
+}
+
+dmuon_rc opdrv_pub_step(opdrv_pub *v, const dmuon_topo *t, int64_t step)
+{
+    DMUON_TRY(dmuon_publish_begin(v->p, step));
+    for (int i = 0; i < v->n; i++)
+        if (v->params[i].owner == t->rank)
+            DMUON_TRY(dmuon_publish_post(v->p, i, step));
+    if (t->nodes > 1 && dmuon_publish_algo(v->p) == DMUON_ALGO_SCHEDULED)
+        for (int i = 0; i < v->n; i++)
+            if (dmuon_topo_leads(t, v->params[i].owner))
+                DMUON_TRY(dmuon_publish_wait(v->p, i, step));
+    return dmuon_publish_end(v->p, step);
+}
+
+/* ------------------------------------------------------------- lines -- */
+
+const char *const opdrv_op_names[OPDRV_NOPS] = {"agv", "rsv", "publish"};
+
+const opdrv_line *const opdrv_lines[OPDRV_NLINES] = {&opdrv_line_ours, &opdrv_line_per_owner,
+                                                     &opdrv_line_coalesced, &opdrv_line_equal};
+
+int opdrv_table_same(const opdrv_case *c, dmuon_segment **out, int *n)
+{
+    *out = malloc((size_t)(c->n > 0 ? c->n : 1) * sizeof **out);
+    if (!*out)
+        return 0;
+    memcpy(*out, c->segs, (size_t)c->n * sizeof **out);
+    *n = c->n;
+    return 1;
+}
+
+int opdrv_line_supports(const opdrv_line *l, const opdrv_case *c)
+{
+    const dmuon_backend b = c->topo->backend;
+    if (c->op == OPDRV_PUB) {   /* the publish runs on the MPI backend */
+        if (b != DMUON_BACKEND_MPI || l->pub_algo == DMUON_ALGO_DEFAULT)
+            return 0;
+    } else if (!dmuon_group_algo_offered(b, l->algo)) {
+        return 0;
+    }
+    dmuon_segment *segs = NULL;
+    int n = 0, ok = l->table(c, &segs, &n);
+    free(segs);
+    return ok;
 }

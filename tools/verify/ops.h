@@ -1,7 +1,9 @@
 /*
- * ops.h — the shared driver of dmuon-verify's operator checks (ops.c) and
- * the operator cases that plug into it (ops_agv.c, ops_rsv.c,
- * ops_publish.c), in the style of nccl-tests: each case fills a verify_op.
+ * ops.h — dmuon-verify's operator checks on the operator driver
+ * (common/opdrv.h, which owns the flags, the cases, the lines, staging,
+ * patterns and the counts of wrong bytes): ops.c runs every case on every
+ * line and reports; each operator's checks fill a verify_op (ops_agv.c,
+ * ops_rsv.c, ops_publish.c), in the style of nccl-tests.
  */
 #ifndef DMUON_TOOLS_VERIFY_OPS_H
 #define DMUON_TOOLS_VERIFY_OPS_H
@@ -9,17 +11,15 @@
 #include <stdint.h>
 
 #include "common/opdrv.h"
-#include "dmuon/collv.h"
-#include "dmuon/publish.h"
-#include "dmuon/topo.h"
 
 enum { FAULT_NONE = 0, FAULT_TABLE, FAULT_STALL, FAULT_KILL, FAULT_STALE, FAULT_WRONG };
 
 typedef struct {
     dmuon_topo topo;
     dmuon_group_opts gopts;   /* deadline, chunk, slots; path and algorithm set per run */
+    const opdrv_line *line;   /* the line of the run */
     int fault, fault_rank;
-    dmuon_algo fault_algo;    /* FAULT_WRONG: the line whose result gets one wrong byte */
+    const opdrv_line *fault_line;   /* FAULT_WRONG: the line whose result gets one wrong byte */
     int faulted;              /* the fault has been injected */
     int verbose;
     int passed, failed;       /* checks, agreed over all ranks */
@@ -30,9 +30,9 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    /* Runs every check of this operator on one table; records each with
-     * vctx_check.  Returns DMUON_OK, or an rc that ends the run (not
-     * DMUON_ECHECK: failed checks are counted, not returned). */
+    /* Runs every check of this operator on one table (the line's); records
+     * each with vctx_check.  Returns DMUON_OK, or an rc that ends the run
+     * (not DMUON_ECHECK: failed checks are counted, not returned). */
     dmuon_rc (*run)(vctx *c, const dmuon_segment *segs, int n, const char *label);
 } verify_op;
 
@@ -50,22 +50,5 @@ void vctx_fault_point(vctx *c);
  * bit of the result at p (its layer buffer, or a window it owns), once, as
  * a line writing one wrong element would.  p NULL: nothing here. */
 void vctx_fault_result(vctx *c, unsigned char *p);
-
-/* A group in memory of its own (common/opdrv.h): the table is agreed
- * first, so a rank with another table gets the table's mismatch message
- * rather than a size mismatch.  Collective.  vgroup_close frees it
- * (collective; only when every rank is still alive). */
-typedef opdrv_group vgroup;
-dmuon_rc vgroup_open(vctx *c, const dmuon_segment *segs, int n, const dmuon_group_opts *o,
-                     vgroup *v);
-#define vgroup_close opdrv_group_close
-/* The operators on a vgroup (split: start, test, wait where the backend has
- * a split phase; else the blocking call): on device memory the layer buffer and the
- * owner window are copied from buf/win to the GPU before the call and back
- * after it, so cases read and write buf/win alike on every backend. */
-dmuon_rc vgroup_allgatherv(vgroup *v, int split);
-dmuon_rc vgroup_reduce_scatterv(vgroup *v, int split);
-
-#define vhash opdrv_hash
 
 #endif

@@ -16,15 +16,15 @@ static uint64_t seed(int rep) { return 0xa9u + (uint64_t)rep; }
 
 static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *label)
 {
-    vgroup v;
-    DMUON_TRY(vgroup_open(c, segs, n, &c->gopts, &v));
+    opdrv_group v;
+    DMUON_TRY(opdrv_group_open(&c->topo, segs, n, &c->gopts, &v));
     dmuon_rc rc = DMUON_OK;
     unsigned char *buf = v.buf, *win = v.win;
     for (int rep = 0; rep < 2; rep++) {
         memset(buf, 0xee, (size_t)dmuon_group_buffer_bytes(v.g));
         opdrv_agv_fill(segs, n, c->topo.rank, win, seed(rep));
         vctx_fault_point(c);
-        DMUON_TRY_GOTO(rc, vgroup_allgatherv(&v, rep == 1), done);
+        DMUON_TRY_GOTO(rc, opdrv_group_staged(&v, 1, rep == 1), done);
         vctx_fault_result(c, n > 0 ? buf + segs[0].offset : NULL);
         int64_t bad = opdrv_agv_wrong(segs, n, c->topo.rank, buf, seed(rep), 0);
         int64_t bad_win = opdrv_agv_wrong(segs, n, c->topo.rank, win, seed(rep), 1);
@@ -37,7 +37,7 @@ static dmuon_rc agv_run(vctx *c, const dmuon_segment *segs, int n, const char *l
     }
 done:
     if (rc == DMUON_OK)       /* freeing is collective: not after a failure */
-        vgroup_close(&v);
+        opdrv_group_close(&v);
     return rc;
 }
 

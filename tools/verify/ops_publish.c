@@ -13,7 +13,10 @@
  * to check that each one streams through on its own.  The per-owner
  * algorithm (--line per-owner) moves everything at end: leaders check the
  * bytes and flags after end, and the stale and one-at-a-time cases (which
- * need streaming) are not run for it.
+ * need streaming) are not run for it; the coalesced algorithm likewise
+ * (its table is the case's own, so a layout whose owners are not in node
+ * order, sparse, makes several runs of one rail).  The publish, its memory
+ * and the patterns are the operator driver's (opdrv_pub).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,76 +24,50 @@
 
 #include "ops.h"
 
-static unsigned char pattern(int64_t step, int p, int64_t i)
-{
-    return opdrv_byte(0x9bu + (uint64_t)step, p, i);
-}
+static uint64_t seed(int64_t step) { return 0x9bu + (uint64_t)step; }
 
 static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const char *label)
 {
     const dmuon_topo *t = &c->topo;
-    int K = t->per_node;
-    dmuon_segment *ps = malloc((n ? (size_t)n : 1) * sizeof *ps);
-    if (!ps)
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-    int64_t copy_bytes = 0;
-    dmuon_rc rc = dmuon_publish_layout(K, segs, n, ps, &copy_bytes);
-    if (rc != DMUON_OK) {
-        free(ps);
-        return rc;
-    }
     dmuon_publish_opts o = {.deadline_ms = c->gopts.deadline_ms,
                             .chunk_bytes = c->gopts.chunk_bytes,
-                            .algorithm = c->gopts.algorithm};
-    dmuon_publish *p = NULL;
-    dmuon_symm *mem = NULL;
-    rc = dmuon_table_agree(t->world, ps, n);
-    if (rc == DMUON_OK)
-        rc = dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, &mem);
-    if (rc == DMUON_OK) {
-        rc = dmuon_publish_create(t, ps, n, &o, mem, 0, &p);
-        if (rc != DMUON_OK)
-            dmuon_symm_free(mem);
-    }
-    if (rc != DMUON_OK) {
-        free(ps);
-        return rc;
-    }
-    unsigned char *copy = dmuon_publish_copy(p);
+                            .algorithm = c->line->pub_algo};
+    opdrv_pub v;
+    DMUON_TRY(opdrv_pub_open(t, segs, n, &o, &v));
+    dmuon_rc rc = DMUON_OK;
+    const dmuon_segment *ps = v.params;
     int leads = t->nodes > 1;
     /* scheduled: parameters stream as posted, leaders wait for each;
-     * per-owner: everything moves at end */
-    const int streams = dmuon_publish_algo(p) == DMUON_ALGO_SCHEDULED;
+     * per-owner, coalesced: everything moves at end */
+    const int streams = dmuon_publish_algo(v.p) == DMUON_ALGO_SCHEDULED;
     for (int64_t step = 1; step <= c->steps; step++) {
-        DMUON_TRY_GOTO(rc, dmuon_publish_begin(p, step), done);
+        DMUON_TRY_GOTO(rc, dmuon_publish_begin(v.p, step), done);
         int old_ok = 1;
         for (int i = 0; i < n; i++)
             if (leads && dmuon_topo_leads(t, ps[i].owner))
-                old_ok &= dmuon_publish_flag(p, i) == step - 1;
+                old_ok &= dmuon_publish_flag(v.p, i) == step - 1;
         char what[200];
         snprintf(what, sizeof what, "step %lld: arrival flags hold step %lld before the posts",
                  (long long)step, (long long)step - 1);
         vctx_check(c, old_ok, label, what);
         vctx_fault_point(c);
+        opdrv_pub_fill(&v, t->rank, seed(step));
         for (int i = 0; i < n; i++) {
             if (ps[i].owner != t->rank)
                 continue;
-            int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
-            for (int64_t k = 0; k < b; k++)
-                copy[ps[i].offset + k] = pattern(step, i, k);
             int64_t label_step = step;
             if (c->fault == FAULT_STALE && streams && i == 0 && step == 2)
                 label_step = 1;
-            DMUON_TRY_GOTO(rc, dmuon_publish_post(p, i, label_step), done);
+            DMUON_TRY_GOTO(rc, dmuon_publish_post(v.p, i, label_step), done);
         }
         int64_t bad = 0;
         int stale_seen = 0, ok_wait = 1;
         if (!streams)
-            DMUON_TRY_GOTO(rc, dmuon_publish_end(p, step), done);
+            DMUON_TRY_GOTO(rc, dmuon_publish_end(v.p, step), done);
         for (int i = 0; i < n; i++) {
             if (!leads || !dmuon_topo_leads(t, ps[i].owner))
                 continue;
-            dmuon_rc w = streams ? dmuon_publish_wait(p, i, step) : DMUON_OK;
+            dmuon_rc w = streams ? dmuon_publish_wait(v.p, i, step) : DMUON_OK;
             if (w == DMUON_ECHECK) {
                 fprintf(stderr, "dmuon-verify: %s\n", dmuon_errmsg());
                 stale_seen = 1;
@@ -101,13 +78,11 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
                 rc = w;
                 goto done;
             }
-            vctx_fault_result(c, copy + ps[i].offset);
-            int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
-            for (int64_t k = 0; k < b; k++)
-                bad += copy[ps[i].offset + k] != pattern(step, i, k);
-            ok_wait &= dmuon_publish_flag(p, i) == step;
+            vctx_fault_result(c, v.copy + ps[i].offset);
+            bad += opdrv_pub_wrong(&v, t, i, seed(step));
+            ok_wait &= dmuon_publish_flag(v.p, i) == step;
         }
-        dmuon_rc e = streams ? dmuon_publish_end(p, step) : DMUON_OK;
+        dmuon_rc e = streams ? dmuon_publish_end(v.p, step) : DMUON_OK;
         if (e != DMUON_OK && !(e == DMUON_ECHECK && stale_seen)) {
             rc = e;
             goto done;
@@ -127,26 +102,21 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
         int64_t step = c->steps + 1;
         int64_t bad = 0;
         int order_ok = 1;
-        DMUON_TRY_GOTO(rc, dmuon_publish_begin(p, step), done);
+        DMUON_TRY_GOTO(rc, dmuon_publish_begin(v.p, step), done);
+        opdrv_pub_fill(&v, t->rank, seed(step));
         for (int i = 0; i < n; i++) {
-            if (ps[i].owner == t->rank) {
-                int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
-                for (int64_t k = 0; k < b; k++)
-                    copy[ps[i].offset + k] = pattern(step, i, k);
-                DMUON_TRY_GOTO(rc, dmuon_publish_post(p, i, step), done);
-            }
+            if (ps[i].owner == t->rank)
+                DMUON_TRY_GOTO(rc, dmuon_publish_post(v.p, i, step), done);
             if (leads && dmuon_topo_leads(t, ps[i].owner)) {
-                DMUON_TRY_GOTO(rc, dmuon_publish_wait(p, i, step), done);
-                int64_t b = ps[i].count * (int64_t)dmuon_dtype_size(ps[i].dtype);
-                for (int64_t k = 0; k < b; k++)
-                    bad += copy[ps[i].offset + k] != pattern(step, i, k);
+                DMUON_TRY_GOTO(rc, dmuon_publish_wait(v.p, i, step), done);
+                bad += opdrv_pub_wrong(&v, t, i, seed(step));
             }
             for (int j = i + 1; j < n; j++)
                 if (leads && dmuon_topo_leads(t, ps[j].owner))
-                    order_ok &= dmuon_publish_flag(p, j) == step - 1;
+                    order_ok &= dmuon_publish_flag(v.p, j) == step - 1;
             MPI_Barrier(t->world);
         }
-        DMUON_TRY_GOTO(rc, dmuon_publish_end(p, step), done);
+        DMUON_TRY_GOTO(rc, dmuon_publish_end(v.p, step), done);
         char what[200];
         snprintf(what, sizeof what, "posted one at a time: each parameter arrives whole before "
                  "the next is posted (%lld wrong here)", (long long)bad);
@@ -155,11 +125,8 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
                    "the previous step's flag");
     }
 done:
-    if (rc == DMUON_OK) {
-        dmuon_publish_free(p);
-        dmuon_symm_free(mem);
-    }
-    free(ps);
+    if (rc == DMUON_OK)
+        opdrv_pub_close(&v);
     return rc;
 }
 

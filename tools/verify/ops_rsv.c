@@ -33,11 +33,11 @@ static const char *const in_names[IN_COUNT] = {"int", "ones", "twos", "random"};
 static float input(int kind, dmuon_dtype dt, int r, int64_t e)
 {
     switch (kind) {
-    case IN_INT: return (float)((int)(((uint64_t)r * 7 + (uint64_t)e * 3) % 9) - 4);
+    case IN_INT: return opdrv_rsv_int(r, e);
     case IN_ONES: return 1.0f;
     case IN_TWOS: return 2.0f;
     default: {
-        float u = 0.5f + (float)(vhash(0x5eedu, (uint64_t)r, (uint64_t)e) >> 40) / 16777216.0f;
+        float u = 0.5f + (float)(opdrv_hash(0x5eedu, (uint64_t)r, (uint64_t)e) >> 40) / 16777216.0f;
         return dt == DMUON_BF16 ? dmuon_bf16_to_f32(dmuon_f32_to_bf16(u)) : u;
     }
     }
@@ -79,8 +79,8 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
     const dmuon_topo *t = &c->topo;
     dmuon_group_opts o = c->gopts;
     o.fp32_accum = fp32acc;
-    vgroup v;
-    DMUON_TRY(vgroup_open(c, segs, n, &o, &v));
+    opdrv_group v;
+    DMUON_TRY(opdrv_group_open(t, segs, n, &o, &v));
     dmuon_rc rc = DMUON_OK;
     unsigned char *buf = v.buf, *win = v.win;
     for (int i = 0; i < n; i++) {
@@ -91,7 +91,7 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
     }
     memset(win, 0xcd, (size_t)dmuon_group_window_bytes(v.g));
     vctx_fault_point(c);
-    DMUON_TRY_GOTO(rc, vgroup_reduce_scatterv(&v, kind == IN_ONES || kind == IN_TWOS), done);
+    DMUON_TRY_GOTO(rc, opdrv_group_staged(&v, 0, kind == IN_ONES || kind == IN_TWOS), done);
     vctx_fault_result(c, n > 0 && segs[0].owner == t->rank ? win + segs[0].window_offset : NULL);
     /* the baselines (and the nccl backend) sum in the transport's order:
      * only order-free inputs compare */
@@ -180,7 +180,7 @@ static dmuon_rc one(vctx *c, const dmuon_segment *segs, int n, const char *label
     }
 done:
     if (rc == DMUON_OK)
-        vgroup_close(&v);
+        opdrv_group_close(&v);
     return rc;
 }
 

@@ -50,8 +50,19 @@ typedef struct {
                                 posted, per-parameter flags, the node half;
                                 PER_OWNER: nothing moves until end, which runs one
                                 broadcast per parameter on its rail from the owner's
-                                node, in table order (wait and node_load are not
-                                offered: DMUON_EUNSUPPORTED) */
+                                node, in table order; COALESCED: nothing moves until
+                                end, which runs one variable-length allgather per run
+                                of the rail (a longest stretch of its parameters in
+                                table order with owner nodes not decreasing and copy
+                                offsets increasing; a table ordered by owner node and
+                                laid out by dmuon_publish_layout is one run), in
+                                place in the copy, padding between one node's
+                                parameters included.  For both, wait and node_load
+                                are not offered (DMUON_EUNSUPPORTED) and a flag
+                                changes at end.  EQUAL has no publish form
+                                (DMUON_EUNSUPPORTED at create); a backend without
+                                an algorithm refuses it the same way (mpi has all
+                                three) */
 } dmuon_publish_opts;
 
 /* The publish copy layout: the parameters of each rail back to back in
