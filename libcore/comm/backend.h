@@ -93,6 +93,10 @@ struct dmuon_comm_ops {
      * synchronous copies host → part / part → host of a checked range. */
     dmuon_rc (*symm_put)(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
     dmuon_rc (*symm_get)(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
+    /* Device memory only: the stream operators enqueue on, and setting it
+     * (dmuon_symm_stream / dmuon_symm_set_stream). */
+    void *(*symm_stream)(const dmuon_symm *s);
+    dmuon_rc (*symm_set_stream)(dmuon_symm *s, void *stream);
 
     /* Groups, one table per algorithm (dmuon/collv.h); NULL where the
      * backend does not offer it.  default_algo is what DMUON_ALGO_DEFAULT
@@ -141,6 +145,16 @@ struct dmuon_publish_ops {
     dmuon_rc (*node_load)(dmuon_publish *p, const dmuon_segment *segs, const int *params, int n,
                           int64_t dst_offset, int64_t step);
 };
+
+/* The step rules of a publish whose data moves only at end (the per-owner
+ * algorithm on every backend; publish.c): begin(step) needs step > *cur and
+ * no open step, then opens it; post needs this rank to own param and step
+ * to be the open one; end needs the open step and closes it.  DMUON_EINVAL
+ * with the same messages on every backend otherwise. */
+dmuon_rc dmuon_pub_step_begin(int64_t *cur, int *open, int64_t step);
+dmuon_rc dmuon_pub_step_post(const dmuon_publish *p, int64_t cur, int open, int param,
+                             int64_t step);
+dmuon_rc dmuon_pub_step_end(int64_t cur, int *open, int64_t step);
 
 /* Records DMUON_EUNSUPPORTED "<what>: not offered by the <backend>
  * backend" at file:line and returns it.  Use DMUON_COMM_NEED. */

@@ -693,23 +693,13 @@ static dmuon_rc end_begin(dmuon_publish *pub, int64_t step)
     end_pub *q = pub->impl;
     if (q->broken)
         return DMUON_FAIL(DMUON_ECOMM, "publish: failed in an earlier step");
-    if (q->open || step <= q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: begin of step %lld after step %lld%s",
-                          (long long)step, (long long)q->step, q->open ? " (not ended)" : "");
-    q->step = step;
-    q->open = 1;
-    return DMUON_OK;
+    return dmuon_pub_step_begin(&q->step, &q->open, step);
 }
 
 static dmuon_rc end_post(dmuon_publish *pub, int param, int64_t step)
 {
-    end_pub *q = pub->impl;
-    if (param < 0 || param >= pub->n || pub->params[param].owner != pub->topo->rank)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: this rank does not own parameter %d", param);
-    if (!q->open || step != q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: post of step %lld, but step %lld is open",
-                          (long long)step, (long long)q->step);
-    return DMUON_OK;
+    const end_pub *q = pub->impl;
+    return dmuon_pub_step_post(pub, q->step, q->open, param, step);
 }
 
 static dmuon_rc end_progress(dmuon_publish *pub) { return DMUON_OK; }
@@ -750,10 +740,7 @@ static dmuon_rc end_end(dmuon_publish *pub, int64_t step)
     const dmuon_topo *t = pub->topo;
     const int K = t->per_node;
     const char *an = dmuon_algo_name(pub->algorithm);
-    if (!q->open || step != q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: end of step %lld, but step %lld is open",
-                          (long long)step, (long long)q->step);
-    q->open = 0;
+    DMUON_TRY(dmuon_pub_step_end(q->step, &q->open, step));
     int k = 0;
     dmuon_rc rc = end_calls(pub, q, &k);
     if (rc != DMUON_OK) {

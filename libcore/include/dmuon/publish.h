@@ -57,12 +57,13 @@ typedef struct {
                                 offsets increasing; a table ordered by owner node and
                                 laid out by dmuon_publish_layout is one run), in
                                 place in the copy, padding between one node's
-                                parameters included.  For both, wait and node_load
-                                are not offered (DMUON_EUNSUPPORTED) and a flag
-                                changes at end.  EQUAL has no publish form
-                                (DMUON_EUNSUPPORTED at create); a backend without
-                                an algorithm refuses it the same way (mpi has all
-                                three) */
+                                parameters included.  For both, wait is not offered
+                                (DMUON_EUNSUPPORTED) and a flag changes at end;
+                                node_load is not offered on mpi and, on nccl, follows
+                                end of its step (see dmuon_publish_node_load).  EQUAL
+                                has no publish form (DMUON_EUNSUPPORTED at create); a
+                                backend without an algorithm refuses it the same way
+                                (mpi has all three; nccl offers PER_OWNER only) */
 } dmuon_publish_opts;
 
 /* The publish copy layout: the parameters of each rail back to back in
@@ -95,7 +96,9 @@ dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segmen
  * rail overlapping in the copy, more parameters than MPI tags, mem over
  * another topology or backend, copy_offset negative, not a multiple of 8, or
  * the copy not inside mem), DMUON_EUNSUPPORTED (t->backend not built),
- * DMUON_ENOMEM, DMUON_ECOMM.  On failure *out is NULL. */
+ * DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach create's
+ * agreements, dmuon/ctl.h, within the default deadline).  On failure *out
+ * is NULL. */
 dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, int n,
                               const dmuon_publish_opts *opts, dmuon_symm *mem,
                               int64_t copy_offset, dmuon_publish **out);
@@ -154,12 +157,20 @@ dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step);
  * dmuon_publish_wait), then the node's ranks meet, load and meet again, so
  * no rank changes its copy before every rank of the node has read it.
  * Collective over the node (every rank of it, the same list and step); the
- * publish's step must be open (between begin and end).  Errors: DMUON_EINVAL
+ * publish's step must be open (between begin and end).  On the nccl backend
+ * (PER_OWNER) it follows end(step) instead, before the next begin: the
+ * copies are complete then, and it is one ncclBroadcast per listed
+ * parameter on the node communicator, root the column that leads it, from
+ * that rank's copy to every rank's destination (its own included), enqueued
+ * on the memory's stream and waited for within the deadline (past it the
+ * memory's NCCL communicators are aborted: DMUON_ETIMEOUT).  Errors: DMUON_EINVAL
  * (an index outside the table, a destination range outside the memory or
  * overlapping the copy; before any communication), those of
  * dmuon_publish_wait, DMUON_ETIMEOUT (a rank of the node did not arrive
  * within the deadline; names the node), DMUON_ECOMM, DMUON_EUNSUPPORTED (a
- * backend without node-shared memory). */
+ * backend without node-shared memory; the MPI per-owner publish), and on
+ * nccl DMUON_EINVAL when step is not the last ended one, DMUON_ECOMM (an NCCL
+ * call failed, or the communicators were aborted before), DMUON_EDEVICE. */
 dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
                                  int n, int64_t dst_offset, int64_t step);
 
