@@ -259,7 +259,7 @@ static int64_t pub_flag(const mpi_pub *p, int param)
     return p->mine[p->slot_of[param]].flag;
 }
 
-static dmuon_rc pub_progress(mpi_pub *p, int *moved);
+static dmuon_rc pub_progress(mpi_pub *p);
 
 static void chunk_span(const mpi_pub *p, const param_state *ps, int k, unsigned char **ptr,
                        int *bytes)
@@ -354,7 +354,7 @@ static dmuon_rc pub_post(mpi_pub *p, int param, int64_t step)
     }
     ps->round_done = 1;
     ps->flag = step;
-    return pub_progress(p, NULL);
+    return pub_progress(p);
 }
 
 /* Advances one led parameter as far as its arrivals allow; *moved is set
@@ -385,28 +385,20 @@ static dmuon_rc advance(mpi_pub *p, param_state *ps, int *moved)
     return DMUON_OK;
 }
 
-/* Advances every led parameter; *moved (may be NULL) is set when a chunk
- * arrived.  The waits below restart their idle run then: a step that keeps
- * moving only yields between polls and never sleeps (wait.h), however long
- * the wait lasts. */
-static dmuon_rc pub_progress(mpi_pub *p, int *moved)
+static dmuon_rc pub_progress(mpi_pub *p)
 {
-    int any = 0;
-    if (moved)
-        *moved = 0;
     if (!p->open)
         return DMUON_OK;
     for (int i = 0; i < p->nmine; i++) {
+        int moved = 0;
         if (p->mine[i].lead) {
-            dmuon_rc rc = advance(p, &p->mine[i], &any);
+            dmuon_rc rc = advance(p, &p->mine[i], &moved);
             if (rc != DMUON_OK) {
                 p->broken = 1;
                 return rc;
             }
         }
     }
-    if (moved)
-        *moved = any;
     return DMUON_OK;
 }
 
@@ -445,16 +437,13 @@ static dmuon_rc pub_wait(mpi_pub *p, int param, int64_t step)
             return DMUON_OK;
         if (ps->round_done && p->open && step == p->step)
             return stale(p, ps, step);
-        int moved = 0;
-        DMUON_TRY(pub_progress(p, &moved));
+        DMUON_TRY(pub_progress(p));
         if (ps->flag == step)
             return DMUON_OK;
         if (dmuon_waiter_expired(&w)) {
             p->broken = 1;
             return late(p, ps, step);
         }
-        if (moved)
-            w.idle = 0;
         dmuon_waiter_idle(&w);
     }
 }
@@ -469,8 +458,7 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
     for (int i = 0; i < p->nmine; i++) {
         param_state *ps = &p->mine[i];
         for (;;) {
-            int moved = 0;
-            DMUON_TRY(pub_progress(p, &moved));
+            DMUON_TRY(pub_progress(p));
             int done = ps->lead ? ps->round_done : 1;
             if (done && ps->nout > 0 && (ps->lead || ps->round_done)) {
                 int all = 0;
@@ -486,10 +474,8 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
                 return DMUON_FAIL(DMUON_EINVAL, "publish: step %lld ended before this rank "
                                   "posted its parameter %d", (long long)step, ps->idx);
             }
-            if (done) {
-                w.idle = 0;   /* the next parameter's wait starts a new idle run */
+            if (done)
                 break;
-            }
             if (dmuon_waiter_expired(&w)) {
                 p->broken = 1;
                 if (ps->lead && !ps->round_done)
@@ -506,8 +492,6 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
                                   dmuon_topo_rank_of(t->per_node, ps->next, t->local), ps->next,
                                   p->deadline_ms);
             }
-            if (moved)
-                w.idle = 0;
             dmuon_waiter_idle(&w);
         }
     }
@@ -537,17 +521,14 @@ static dmuon_rc node_meet(mpi_pub *p)
         }
         if (done)
             return DMUON_OK;
-        int moved = 0;
         if (p->open)
-            DMUON_TRY(pub_progress(p, &moved));
+            DMUON_TRY(pub_progress(p));
         if (dmuon_waiter_expired(&w)) {
             p->broken = 1;
             return DMUON_FAIL(DMUON_ETIMEOUT, "publish node load: rank %d: the ranks of node %d "
                               "did not all arrive within the %d ms deadline", p->topo->rank,
                               p->topo->node_id, p->deadline_ms);
         }
-        if (moved)
-            w.idle = 0;
         dmuon_waiter_idle(&w);
     }
 }
@@ -596,7 +577,7 @@ static dmuon_rc mpi_publish_post(dmuon_publish *pub, int param, int64_t step)
 
 static dmuon_rc mpi_publish_progress(dmuon_publish *pub)
 {
-    return pub_progress(pub->impl, NULL);
+    return pub_progress(pub->impl);
 }
 
 static dmuon_rc mpi_publish_wait(dmuon_publish *pub, int param, int64_t step)

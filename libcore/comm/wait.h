@@ -30,7 +30,6 @@ static inline void dmuon_waiter_start(dmuon_waiter *w, int deadline_ms)
 {
     w->deadline = dmuon_now_ns() + (uint64_t)deadline_ms * 1000000u;
     w->idle = 0;
-    w->idle_since = 0;
 }
 
 /* One idle poll: yield while the wait is young (data is usually about to
