@@ -3,8 +3,17 @@
  * (dmuon/publish.h, comm/backend.h), over the copy range of symmetric memory
  * the public layer (publish.c) checked.
  *
- * The route and the chunks come from the publish schedule (sched.c,
- * dmuon_pub_sched); this file only moves them.
+ * The chunks come from the publish schedule (sched.c, dmuon_pub_sched).
+ * The route is chosen here, per parameter, by size:
+ *   chain    (the schedule's route) route[0] → route[1] → … → route[R−1]:
+ *            every link carries the parameter once; R − 1 hops in a row,
+ *            each forwarding a chunk the moment it has arrived;
+ *   fan-out  the owner's rank sends every chunk to the R − 1 leaders
+ *            itself: one hop, the owner's link carries it R − 1 times.
+ * A parameter of at most fanout_bytes takes the fan-out (a step of small
+ * parameters pays per-hop latency, not link time); larger ones the chain.
+ * The limit is DMUON_PUBLISH_FANOUT_BYTES (bytes; 0: never) or
+ * FANOUT_BYTES_DEFAULT, the same on every rank (create checks it).
  *
  * Wire format, per parameter p of rail s, on the publish's own duplicate of
  * the rail communicator with tag p: the chunks of p in increasing offset;
@@ -35,11 +44,18 @@
 #include "mpi_backend.h"
 #include "wait.h"
 
+/* The largest parameter that takes the fan-out route by default (see
+ * above); measured on namespace hosts over TCP (docs/operators.md). */
+#define FANOUT_BYTES_DEFAULT (512 * 1024)
+
 typedef struct {
     int idx;                 /* parameter index in the table */
     int owner_node;
     int lead;                /* 1: this rank receives it; 0: this rank owns it */
-    int prev, next;          /* rail ranks (= node ids); next −1 when last */
+    int prev, next;          /* rail ranks (= node ids) on the schedule's chain;
+                                next −1 when last */
+    int fan;                 /* 1: the fan-out route (prev = the owner's node) */
+    int nout;                /* sends per chunk: R − 1 (fan-out owner), 1 or 0 */
     int nchunks;
     const dmuon_pub_chunk *chunks;   /* its chunks in the schedule */
     /* per-step state */
@@ -49,8 +65,8 @@ typedef struct {
     int64_t in_step;
     unsigned char *tail;     /* last chunk + 8-byte step */
     int tail_bytes;          /* data bytes of the last chunk */
-    MPI_Request *rreq;       /* nchunks + 1 (lead) */
-    MPI_Request *sreq;       /* nchunks + 1 (if next ≥ 0) */
+    MPI_Request *rreq;       /* nchunks (lead) */
+    MPI_Request *sreq;       /* nchunks × nout: chunk k to destination j at k·nout + j */
 } param_state;
 
 typedef struct {
@@ -67,6 +83,7 @@ typedef struct {
     int *slot_of;            /* param index → index in mine, or −1 */
     unsigned char *copy;
     int64_t copy_bytes, chunk_bytes;
+    int64_t fanout_bytes;    /* parameters of at most this many bytes fan out */
     int deadline_ms;
     int64_t step;            /* current step (0 before the first) */
     int open;                /* between begin and end */
@@ -75,6 +92,27 @@ typedef struct {
 } mpi_pub;
 
 static void mpi_publish_free(dmuon_publish *pub);
+
+static int64_t param_bytes(const dmuon_segment *s)
+{
+    return s->count * (int64_t)dmuon_dtype_size(s->dtype);
+}
+
+/* The fan-out limit: $DMUON_PUBLISH_FANOUT_BYTES (decimal bytes, ≥ 0) or
+ * FANOUT_BYTES_DEFAULT.  Returns 0, or −1 for a value that is not one. */
+static int fanout_limit(int64_t *bytes)
+{
+    const char *env = getenv("DMUON_PUBLISH_FANOUT_BYTES");
+    *bytes = FANOUT_BYTES_DEFAULT;
+    if (!env || !*env)
+        return 0;
+    char *end = NULL;
+    long long v = strtoll(env, &end, 10);
+    if (*end || v < 0)
+        return -1;
+    *bytes = v;
+    return 0;
+}
 
 static dmuon_rc mpi_publish_create(dmuon_publish *pub)
 {
@@ -112,6 +150,19 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
     }
 
     int R = t->nodes, K = t->per_node, s = t->local, r = t->node_id;
+    if (fanout_limit(&p->fanout_bytes) != 0) {
+        fail = 1;
+    }
+    int64_t lim[2] = {p->fanout_bytes, -p->fanout_bytes};
+    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
+    MPI_Allreduce(MPI_IN_PLACE, lim, 2, MPI_INT64_T, MPI_MAX, t->world);
+    if (fail || lim[0] != -lim[1]) {
+        rc = DMUON_FAIL(DMUON_EINVAL, "DMUON_PUBLISH_FANOUT_BYTES: expected the same "
+                        "non-negative number of bytes on every rank (this rank: '%s')",
+                        getenv("DMUON_PUBLISH_FANOUT_BYTES") ? getenv("DMUON_PUBLISH_FANOUT_BYTES")
+                                                            : "unset");
+        goto fail;
+    }
     p->slot_of = malloc((n ? (size_t)n : 1) * sizeof *p->slot_of);
     p->mine = calloc(n ? (size_t)n : 1, sizeof *p->mine);
     fail = !p->slot_of || !p->mine;
@@ -126,9 +177,15 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             ps->owner_node = params[i].owner / K;
             ps->lead = ps->owner_node != r;
             dmuon_pub_sched_hop(p->sched, i, r, &ps->prev, &ps->next);
+            ps->fan = R > 2 && param_bytes(&params[i]) <= p->fanout_bytes;
+            if (ps->fan) {
+                ps->prev = ps->lead ? ps->owner_node : -1;
+                ps->next = -1;
+            }
+            ps->nout = ps->fan && !ps->lead ? R - 1 : ps->next >= 0;
             ps->nchunks = p->sched->params[i].nchunks;
             ps->chunks = p->sched->chunks + p->sched->params[i].first;
-            nreq += (size_t)(ps->nchunks + 1) * 2;
+            nreq += (size_t)ps->nchunks * (size_t)(ps->lead + ps->nout);
             p->slot_of[i] = p->nmine++;
         }
         p->req_mem = malloc((nreq ? nreq : 1) * sizeof(MPI_Request));
@@ -149,10 +206,11 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
     for (size_t i = 0; i < nreq; i++)
         rq[i] = MPI_REQUEST_NULL;
     for (int i = 0; i < p->nmine; i++) {
-        p->mine[i].rreq = rq;
-        rq += p->mine[i].nchunks + 1;
-        p->mine[i].sreq = rq;
-        rq += p->mine[i].nchunks + 1;
+        param_state *ps = &p->mine[i];
+        ps->rreq = rq;
+        rq += ps->lead ? ps->nchunks : 0;
+        ps->sreq = rq;
+        rq += (size_t)ps->nchunks * (size_t)ps->nout;
     }
     fail = MPI_Comm_dup(t->rail, &p->rail) != MPI_SUCCESS ||
            MPI_Comm_dup(t->node, &p->node) != MPI_SUCCESS;
@@ -173,14 +231,14 @@ static void pub_free(mpi_pub *p)
         return;
     for (int i = 0; i < p->nmine; i++) {
         param_state *ps = &p->mine[i];
-        for (int k = 0; k <= ps->nchunks; k++) {
-            if (ps->rreq && ps->rreq[k] != MPI_REQUEST_NULL) {
+        for (int k = 0; ps->rreq && ps->lead && k < ps->nchunks; k++)
+            if (ps->rreq[k] != MPI_REQUEST_NULL) {
                 MPI_Cancel(&ps->rreq[k]);
                 MPI_Request_free(&ps->rreq[k]);
             }
-            if (ps->sreq && ps->sreq[k] != MPI_REQUEST_NULL)
+        for (int k = 0; ps->sreq && k < ps->nchunks * ps->nout; k++)
+            if (ps->sreq[k] != MPI_REQUEST_NULL)
                 MPI_Request_free(&ps->sreq[k]);
-        }
     }
     if (p->rail != MPI_COMM_NULL)
         MPI_Comm_free(&p->rail);
@@ -208,6 +266,20 @@ static void chunk_span(const mpi_pub *p, const param_state *ps, int k, unsigned 
 {
     *ptr = p->copy + ps->chunks[k].offset;
     *bytes = (int)ps->chunks[k].bytes;
+}
+
+/* Sends chunk k of ps (bytes at ptr) to every destination of its route. */
+static dmuon_rc send_chunk(mpi_pub *p, param_state *ps, int k, unsigned char *ptr, int bytes)
+{
+    const int R = p->topo->nodes;
+    for (int j = 0; j < ps->nout; j++) {
+        const int to = ps->fan ? (ps->owner_node + 1 + j) % R : ps->next;
+        if (MPI_Isend(ptr, bytes, MPI_BYTE, to, ps->idx, p->rail,
+                      &ps->sreq[(size_t)k * ps->nout + j]) != MPI_SUCCESS)
+            return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend of parameter %d to node %d "
+                              "failed", ps->idx, to);
+    }
+    return DMUON_OK;
 }
 
 static dmuon_rc pub_begin(mpi_pub *p, int64_t step)
@@ -265,24 +337,24 @@ static dmuon_rc pub_post(mpi_pub *p, int param, int64_t step)
                           (long long)p->step);
     unsigned char *ptr;
     int bytes;
-    for (int k = 0; k < ps->nchunks - 1; k++) {
+    dmuon_rc rc = DMUON_OK;
+    for (int k = 0; k < ps->nchunks - 1 && rc == DMUON_OK; k++) {
         chunk_span(p, ps, k, &ptr, &bytes);
-        if (MPI_Isend(ptr, bytes, MPI_BYTE, ps->next, ps->idx, p->rail, &ps->sreq[k]) !=
-            MPI_SUCCESS)
-            goto comm;
+        rc = send_chunk(p, ps, k, ptr, bytes);
     }
-    chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
-    memcpy(ps->tail, ptr, (size_t)bytes);
-    memcpy(ps->tail + bytes, &step, 8);
-    if (MPI_Isend(ps->tail, bytes + 8, MPI_BYTE, ps->next, ps->idx, p->rail,
-                  &ps->sreq[ps->nchunks - 1]) != MPI_SUCCESS)
-        goto comm;
+    if (rc == DMUON_OK) {
+        chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
+        memcpy(ps->tail, ptr, (size_t)bytes);
+        memcpy(ps->tail + bytes, &step, 8);
+        rc = send_chunk(p, ps, ps->nchunks - 1, ps->tail, bytes + 8);
+    }
+    if (rc != DMUON_OK) {
+        p->broken = 1;
+        return rc;
+    }
     ps->round_done = 1;
     ps->flag = step;
     return pub_progress(p);
-comm:
-    p->broken = 1;
-    return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend failed");
 }
 
 /* Advances one led parameter as far as its arrivals allow; *moved is set
@@ -296,25 +368,15 @@ static dmuon_rc advance(mpi_pub *p, param_state *ps, int *moved)
         if (!done)
             return DMUON_OK;
         *moved = 1;
+        unsigned char *ptr;
+        int bytes;
+        chunk_span(p, ps, ps->got, &ptr, &bytes);
         if (ps->got < ps->nchunks - 1) {
-            if (ps->next >= 0) {
-                unsigned char *ptr;
-                int bytes;
-                chunk_span(p, ps, ps->got, &ptr, &bytes);
-                if (MPI_Isend(ptr, bytes, MPI_BYTE, ps->next, ps->idx, p->rail,
-                              &ps->sreq[ps->got]) != MPI_SUCCESS)
-                    return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend failed");
-            }
+            DMUON_TRY(send_chunk(p, ps, ps->got, ptr, bytes));
         } else {
-            unsigned char *ptr;
-            int bytes;
-            chunk_span(p, ps, ps->got, &ptr, &bytes);
             memcpy(ptr, ps->tail, (size_t)bytes);
             memcpy(&ps->in_step, ps->tail + bytes, 8);
-            if (ps->next >= 0 &&
-                MPI_Isend(ps->tail, bytes + 8, MPI_BYTE, ps->next, ps->idx, p->rail,
-                          &ps->sreq[ps->got]) != MPI_SUCCESS)
-                return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend failed");
+            DMUON_TRY(send_chunk(p, ps, ps->got, ps->tail, bytes + 8));
             ps->flag = ps->in_step;
             ps->round_done = 1;
         }
@@ -398,9 +460,9 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
         for (;;) {
             DMUON_TRY(pub_progress(p));
             int done = ps->lead ? ps->round_done : 1;
-            if (done && ps->next >= 0 && (ps->lead || ps->round_done)) {
+            if (done && ps->nout > 0 && (ps->lead || ps->round_done)) {
                 int all = 0;
-                if (MPI_Testall(ps->nchunks + 1, ps->sreq, &all, MPI_STATUSES_IGNORE) !=
+                if (MPI_Testall(ps->nchunks * ps->nout, ps->sreq, &all, MPI_STATUSES_IGNORE) !=
                     MPI_SUCCESS) {
                     p->broken = 1;
                     return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Testall failed");
@@ -419,6 +481,11 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
                 if (ps->lead && !ps->round_done)
                     return late(p, ps, step);
                 const dmuon_topo *t = p->topo;
+                if (ps->fan)
+                    return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d) could "
+                                      "not be sent to the leaders of the other %d nodes within "
+                                      "the %d ms deadline", ps->idx, t->local, t->nodes - 1,
+                                      p->deadline_ms);
                 return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d) could not be "
                                   "forwarded to rank %d (node %d) within the %d ms deadline",
                                   ps->idx, t->local,
@@ -594,11 +661,6 @@ static void end_free(dmuon_publish *pub)
         free(q);
     }
     pub->impl = NULL;
-}
-
-static int64_t param_bytes(const dmuon_segment *s)
-{
-    return s->count * (int64_t)dmuon_dtype_size(s->dtype);
 }
 
 /* The runs of this rank's rail (see above): counts calls into *nruns, and

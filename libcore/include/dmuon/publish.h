@@ -94,8 +94,10 @@ dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segmen
  * differ; names the first differing parameter), DMUON_EINVAL (owner out of
  * range, count ≤ 0, unknown dtype, misaligned offset, two parameters of one
  * rail overlapping in the copy, more parameters than MPI tags, mem over
- * another topology or backend, copy_offset negative, not a multiple of 8, or
- * the copy not inside mem), DMUON_EUNSUPPORTED (t->backend not built),
+ * another topology or backend, copy_offset negative, not a multiple of 8,
+ * the copy not inside mem, or, for the scheduled publish on mpi,
+ * $DMUON_PUBLISH_FANOUT_BYTES not the same non-negative decimal on every
+ * rank), DMUON_EUNSUPPORTED (t->backend not built),
  * DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach create's
  * agreements, dmuon/ctl.h, within the default deadline).  On failure *out
  * is NULL. */
@@ -115,8 +117,11 @@ int64_t dmuon_publish_copy_bytes(const dmuon_publish *p);
 /* The algorithm the publish runs (DEFAULT resolved). */
 dmuon_algo dmuon_publish_algo(const dmuon_publish *p);
 
-/* The schedule the publish runs (chunks and routes, dmuon/sched.h), valid
- * until dmuon_publish_free. */
+/* The schedule the publish runs (chunks and chain routes, dmuon/sched.h),
+ * valid until dmuon_publish_free.  The scheduled publish on mpi sends a
+ * parameter of at most $DMUON_PUBLISH_FANOUT_BYTES (default 512 KiB) from
+ * its owner to every leader directly instead of along the chain, in the
+ * same chunks (docs/operators.md, "Publish routes"). */
 const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p);
 
 /* Arms the receives of step `step` (> the previous step).  Errors:

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The scheduled publish's two routes across namespace hosts (4 hosts x 2,
+# TCP): a parameter of at most $DMUON_PUBLISH_FANOUT_BYTES fans out from its
+# owner, a larger one travels the chain.  dmuon-verify checks the publish bit
+# for bit with each route forced; the PMPI shim of tests/cluster/prof counts
+# the messages of one step: with the fan-out only owners send and each of
+# their chunks goes to the R - 1 = 3 other nodes, on the chain every node but
+# the last of a route forwards, and both routes post the same number of
+# messages (every chunk reaches R - 1 nodes once).  Ranks that disagree on
+# the limit are refused at create.
+source "$(dirname "$0")/../cli/lib.sh"
+C="$DMUON_ROOT/tests/cluster/cluster.sh"
+P="$DMUON_ROOT/tests/cluster/prof/run.sh"
+V="$DMUON_BIN/dmuon-verify"
+MPIRUN='mpirun --bind-to none --mca mpi_yield_when_idle 1 -np $DMUON_CLUSTER_NP --host $DMUON_CLUSTER_HOSTS'
+export DMUON_DEADLINE_MS=60000
+unset DMUON_RANKS_PER_NODE
+
+if ! why=$("$C" --check 2>&1); then
+    skip "the cluster tests need root and network namespaces: $why"
+    finish
+    exit
+fi
+
+# --- bit for bit with each route ---------------------------------------
+for lim in 0 1073741824; do
+    run timeout 300 "$C" -q --hosts 4 --ranks 2 -- \
+        sh -c "$MPIRUN -x DMUON_PUBLISH_FANOUT_BYTES=$lim $V --op publish --line ours"
+    check_rc 0 "fan-out limit $lim: dmuon-verify --op publish passes on 4 hosts x 2"
+    check_out '^dmuon-verify: [0-9]+ passed, 0 failed \(8 ranks as 4 nodes x 2' \
+        "fan-out limit $lim: summary line"
+done
+
+# --- message structure of one step -------------------------------------
+# isends OUT: "rank isends" per rank, whole run (2 steps; create and the
+# checks post no point-to-point message)
+isends() { sed -nE 's/^n[0-9]+ rank ([0-9]+): isend ([0-9]+) .*/\1 \2/p' "$1"; }
+# The layout "node" of 4 x 2 has owners 0, 3, 4 and 7 (one per node,
+# alternating rails); ranks 1, 2, 5 and 6 own nothing.
+for route in fan chain; do
+    lim=$([ $route = fan ] && echo 1073741824 || echo 0)
+    MPIRUN_EXTRA="-x DMUON_PUBLISH_FANOUT_BYTES=$lim" run timeout 300 "$P" 4 2 \
+        -b 1M -e 1M --op publish --lines ours -w 0 -n 2 --launches 1
+    check_rc 0 "$route: the publish under the shim"
+    isends "$T_TMP/out" > "$T_TMP/$route"
+    check_eq "$(wc -l < "$T_TMP/$route")" 8 "$route: every rank reports its calls"
+    lead=$(awk '$1 == 1 || $1 == 2 || $1 == 5 || $1 == 6 {print $2}' "$T_TMP/$route" | sort -u | tr '\n' ' ')
+    if [ $route = fan ]; then
+        check_eq "$lead" "0 " "fan-out: ranks that own nothing send nothing"
+        own=$(awk '$1 == 0 || $1 == 3 || $1 == 4 || $1 == 7 {print ($2 > 0 && $2 % 6 == 0) ? "ok" : $2}' \
+              "$T_TMP/$route" | sort -u | tr '\n' ' ')
+        check_eq "$own" "ok " "fan-out: each owner sends every chunk to 3 nodes in each of 2 steps"
+    else
+        zero=$(awk '$1 == 1 || $1 == 2 || $1 == 5 || $1 == 6 {print ($2 > 0) ? "sends" : "idle"}' \
+               "$T_TMP/$route" | sort -u | tr '\n' ' ')
+        check_eq "$zero" "sends " "chain: every leader forwards"
+    fi
+done
+sum() { awk '{s += $2} END {print s}' "$1"; }
+check_eq "$(sum "$T_TMP/fan")" "$(sum "$T_TMP/chain")" "both routes post the same messages"
+
+# --- the limit must agree -----------------------------------------------
+run timeout 120 "$C" -q --hosts 2 --ranks 2 -- \
+    sh -c "$MPIRUN sh -c 'DMUON_PUBLISH_FANOUT_BYTES=\$OMPI_COMM_WORLD_RANK exec $V --op publish --line ours'"
+check_rc 2 "ranks with different fan-out limits fail"
+check_err 'DMUON_PUBLISH_FANOUT_BYTES: expected the same non-negative number of bytes on every rank' \
+    "the disagreement is named"
+run timeout 120 "$C" -q --hosts 2 --ranks 2 -- \
+    sh -c "$MPIRUN -x DMUON_PUBLISH_FANOUT_BYTES=64k $V --op publish --line ours"
+check_rc 2 "a limit that is not a decimal number fails"
+check_err "this rank: '64k'" "the bad value is named"
+finish
