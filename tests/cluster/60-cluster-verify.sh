@@ -58,7 +58,12 @@ check_rc 7 "the command's exit status is the driver's"
 check_gone "$(run_id)" "a failing command"
 
 # A command that leaves a daemon in every host namespace, interrupted.
-for sig in INT TERM; do
+sigs="INT TERM"
+if [ -n "$(trap -p INT)" ]; then   # inherited: cannot be undone in this shell
+    skip "SIGINT is ignored in this test's environment (inherited); only SIGTERM is sent"
+    sigs=TERM
+fi
+for sig in $sigs; do
     set -m
     "$C" --hosts 2 --ranks 1 -- sh -c "$MPIRUN sleep 60" > "$T_TMP/out" 2> "$T_TMP/err" &
     pid=$!

@@ -49,6 +49,14 @@ else
 fi
 
 # --- SIGINT during a run: exit 130, nothing left ---------------------------
+# (a shell started with SIGINT ignored, e.g. a background job of a script,
+# passes that on and cannot undo it: then SIGTERM stands in, and the SIGINT
+# case is reported as skipped)
+sig=INT
+if [ -n "$(trap -p INT)" ]; then
+    skip "SIGINT is ignored in this test's environment (inherited); SIGTERM is sent instead"
+    sig=TERM
+fi
 set -m
 bash "$S" --bin "$DMUON_BIN" --out "$T_TMP/int" --hosts 2 --ranks 2 --rounds 2 --steps 50 \
     --lines D --configs hsdp --model "--layers 2 --dim 64" > "$T_TMP/out" 2> "$T_TMP/err" &
@@ -60,10 +68,10 @@ for i in $(seq 1 150); do
     sleep 0.1
 done
 sleep 1
-kill -INT "$pid"
+kill -"$sig" "$pid"
 wait "$pid"
 RC=$?
-check_rc 130 "SIGINT: train.sh exits 130"
+check_rc $((128 + $(kill -l "$sig"))) "SIG$sig: train.sh exits 128 + the signal"
 if [ -n "$id" ]; then
     check_eq "$(ip netns list | awk '{print $1}' | grep -cE "^$id-")" 0 "SIGINT: no namespace of $id left"
     check_eq "$(pgrep -f -- "$id" | wc -l)" 0 "SIGINT: no process of $id left"
