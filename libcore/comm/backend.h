@@ -144,6 +144,12 @@ struct dmuon_publish_ops {
     /* dmuon_publish_node_load, ranges checked. */
     dmuon_rc (*node_load)(dmuon_publish *p, const dmuon_segment *segs, const int *params, int n,
                           int64_t dst_offset, int64_t step);
+    /* dmuon_publish_node_load_start/_test/_wait, ranges checked (start) and
+     * done non-NULL (test). */
+    dmuon_rc (*node_load_start)(dmuon_publish *p, const dmuon_segment *segs, const int *params,
+                                int n, int64_t dst_offset, int64_t step);
+    dmuon_rc (*node_load_test)(dmuon_publish *p, int *done);
+    dmuon_rc (*node_load_wait)(dmuon_publish *p);
 };
 
 /* The step rules of a publish whose data moves only at end (the per-owner

@@ -89,6 +89,13 @@ typedef struct {
     int open;                /* between begin and end */
     int broken;
     MPI_Request *req_mem;
+    /* the node load in flight (see "node half" below) */
+    int nl_phase;
+    int nl_n, nl_next, nl_cap;     /* listed, the next to test for arrival, allocated */
+    int *nl_params;                /* copies of the caller's list and offsets */
+    int64_t *nl_offs;
+    int64_t nl_dst, nl_step;
+    MPI_Request nl_req;            /* the node meeting in progress */
 } mpi_pub;
 
 static void mpi_publish_free(dmuon_publish *pub);
@@ -249,6 +256,8 @@ static void pub_free(mpi_pub *p)
     free(p->slot_of);
     free(p->mine);
     free(p->req_mem);
+    free(p->nl_params);
+    free(p->nl_offs);
     free(p);
 }
 
@@ -502,29 +511,169 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
     return DMUON_OK;
 }
 
-/* The node's ranks meet (a barrier within the deadline), moving the
- * publish meanwhile so that no peer waits on this rank's forwarding. */
-static dmuon_rc node_meet(mpi_pub *p)
+/* ------------------------------------------------------- node half ---- *
+ * The node load as a state machine (one in flight per publish):
+ *   NL_ARRIVE  the listed parameters this rank leads have arrived (their
+ *              flags equal the step, tested without blocking);
+ *   NL_MEET1   an MPI_Ibarrier on the node communicator: every rank of the
+ *              node has its leads' copies complete;
+ *   NL_MEET2   the copies are done; a second MPI_Ibarrier: nobody changes
+ *              its copy before every rank of the node has read it;
+ *   NL_NONE    none in flight (done, or failed).
+ * Start copies the list (params and the segments' offsets), so the caller's
+ * arrays need not outlive it.  The wait's deadline starts over whenever a
+ * stage moves on (an arrival, a meeting), as each stage of the blocking
+ * form had its own. */
+
+enum { NL_NONE = 0, NL_ARRIVE, NL_MEET1, NL_MEET2 };
+
+static dmuon_rc nl_ibarrier(mpi_pub *p)
 {
-    MPI_Request q;
-    if (MPI_Ibarrier(p->node, &q) != MPI_SUCCESS) {
+    if (MPI_Ibarrier(p->node, &p->nl_req) != MPI_SUCCESS) {
         p->broken = 1;
+        p->nl_phase = NL_NONE;
         return DMUON_FAIL(DMUON_ECOMM, "publish node load: MPI_Ibarrier failed");
     }
+    return DMUON_OK;
+}
+
+static dmuon_rc nl_start(mpi_pub *p, const dmuon_segment *segs, const int *params, int n,
+                         int64_t dst_offset, int64_t step)
+{
+    if (p->nl_phase != NL_NONE)
+        return DMUON_FAIL(DMUON_EINVAL, "publish node load: a node load of step %lld is in "
+                          "flight: wait for it before starting another", (long long)p->nl_step);
+    if (!p->mem->peer)
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "publish node load: the node's memory is not "
+                          "mapped here");
+    if (n > p->nl_cap) {
+        int *ip = realloc(p->nl_params, (size_t)n * sizeof *ip);
+        if (ip)
+            p->nl_params = ip;
+        int64_t *op = ip ? realloc(p->nl_offs, (size_t)n * sizeof *op) : NULL;
+        if (op)
+            p->nl_offs = op;
+        if (!ip || !op)
+            return DMUON_FAIL(DMUON_ENOMEM, "publish node load: out of memory for a list of %d "
+                              "parameters", n);
+        p->nl_cap = n;
+    }
+    for (int j = 0; j < n; j++) {
+        p->nl_params[j] = params[j];
+        p->nl_offs[j] = segs[j].offset;
+    }
+    p->nl_n = n;
+    p->nl_next = 0;
+    p->nl_dst = dst_offset;
+    p->nl_step = step;
+    p->nl_phase = NL_ARRIVE;
+    return DMUON_OK;
+}
+
+/* Moves the node load on as far as it goes without blocking; *moved is set
+ * when a stage (or an arrival) advanced.  On error nothing is in flight. */
+static dmuon_rc nl_advance(mpi_pub *p, int *moved)
+{
+    const int K = p->topo->per_node;
+    dmuon_rc rc = DMUON_OK;
+    if (p->nl_phase == NL_ARRIVE) {
+        if (p->open) {
+            rc = pub_progress(p);
+            if (rc != DMUON_OK)
+                goto fail;
+        }
+        for (; p->nl_next < p->nl_n; p->nl_next++) {
+            const int idx = p->nl_params[p->nl_next];
+            if (p->slot_of[idx] < 0 || !p->mine[p->slot_of[idx]].lead)
+                continue;
+            const param_state *ps = &p->mine[p->slot_of[idx]];
+            if (ps->flag == p->nl_step)
+                continue;
+            if (ps->round_done && p->open && p->nl_step == p->step) {
+                rc = stale(p, ps, p->nl_step);
+                goto fail;
+            }
+            return DMUON_OK;
+        }
+        *moved = 1;
+        rc = nl_ibarrier(p);
+        if (rc != DMUON_OK)
+            return rc;
+        p->nl_phase = NL_MEET1;
+    }
+    while (p->nl_phase == NL_MEET1 || p->nl_phase == NL_MEET2) {
+        int done = 0;
+        if (MPI_Test(&p->nl_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            p->broken = 1;
+            rc = DMUON_FAIL(DMUON_ECOMM, "publish node load: MPI_Test failed");
+            goto fail;
+        }
+        if (!done) {
+            if (p->open) {
+                rc = pub_progress(p);   /* no peer waits on this rank's forwarding */
+                if (rc != DMUON_OK)
+                    goto fail;
+            }
+            return DMUON_OK;
+        }
+        *moved = 1;
+        if (p->nl_phase == NL_MEET2) {
+            p->nl_phase = NL_NONE;
+            return DMUON_OK;
+        }
+        for (int j = 0; j < p->nl_n; j++) {
+            const dmuon_segment *q = &p->params[p->nl_params[j]];
+            const unsigned char *src = p->mem->peer[q->owner % K] + p->copy_offset + q->offset;
+            memcpy(p->mem->base + p->nl_dst + p->nl_offs[j], src, (size_t)param_bytes(q));
+        }
+        rc = nl_ibarrier(p);
+        if (rc != DMUON_OK)
+            return rc;
+        p->nl_phase = NL_MEET2;
+    }
+    return DMUON_OK;
+fail:
+    p->nl_phase = NL_NONE;
+    return rc;
+}
+
+static dmuon_rc nl_none(void)
+{
+    return DMUON_FAIL(DMUON_EINVAL, "publish node load: none started");
+}
+
+static dmuon_rc nl_test(mpi_pub *p, int *done)
+{
+    *done = 0;
+    if (p->nl_phase == NL_NONE)
+        return nl_none();
+    int moved = 0;
+    DMUON_TRY(nl_advance(p, &moved));
+    *done = p->nl_phase == NL_NONE;
+    return DMUON_OK;
+}
+
+static dmuon_rc nl_wait(mpi_pub *p)
+{
+    if (p->nl_phase == NL_NONE)
+        return nl_none();
     dmuon_waiter w;
     dmuon_waiter_start(&w, p->deadline_ms);
     for (;;) {
-        int done = 0;
-        if (MPI_Test(&q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-            p->broken = 1;
-            return DMUON_FAIL(DMUON_ECOMM, "publish node load: MPI_Test failed");
-        }
-        if (done)
+        int moved = 0;
+        DMUON_TRY(nl_advance(p, &moved));
+        if (p->nl_phase == NL_NONE)
             return DMUON_OK;
-        if (p->open)
-            DMUON_TRY(pub_progress(p));
+        if (moved) {
+            dmuon_waiter_start(&w, p->deadline_ms);
+            continue;
+        }
         if (dmuon_waiter_expired(&w)) {
             p->broken = 1;
+            const int phase = p->nl_phase;
+            p->nl_phase = NL_NONE;   /* the barrier request is abandoned, never freed */
+            if (phase == NL_ARRIVE)
+                return late(p, &p->mine[p->slot_of[p->nl_params[p->nl_next]]], p->nl_step);
             return DMUON_FAIL(DMUON_ETIMEOUT, "publish node load: rank %d: the ranks of node %d "
                               "did not all arrive within the %d ms deadline", p->topo->rank,
                               p->topo->node_id, p->deadline_ms);
@@ -536,24 +685,8 @@ static dmuon_rc node_meet(mpi_pub *p)
 static dmuon_rc pub_node_load(mpi_pub *p, const dmuon_segment *segs, const int *params, int n,
                               int64_t dst_offset, int64_t step)
 {
-    const int K = p->topo->per_node;
-    if (!p->mem->peer)
-        return DMUON_FAIL(DMUON_EUNSUPPORTED, "publish node load: the node's memory is not "
-                          "mapped here");
-    for (int j = 0; j < n; j++) {
-        const int idx = params[j];
-        if (p->slot_of[idx] >= 0 && p->mine[p->slot_of[idx]].lead)
-            DMUON_TRY(pub_wait(p, idx, step));
-    }
-    DMUON_TRY(node_meet(p));
-    for (int j = 0; j < n; j++) {
-        const dmuon_segment *q = &p->params[params[j]];
-        const unsigned char *src = p->mem->peer[q->owner % K] + p->copy_offset + q->offset;
-        memcpy(p->mem->base + dst_offset + segs[j].offset, src,
-               (size_t)(q->count * (int64_t)dmuon_dtype_size(q->dtype)));
-    }
-    /* nobody changes its copy before every rank of the node has read it */
-    return node_meet(p);
+    DMUON_TRY(nl_start(p, segs, params, n, dst_offset, step));
+    return nl_wait(p);
 }
 
 /* ------------------------------------------------- backend entries ---- */
@@ -601,6 +734,23 @@ static dmuon_rc mpi_publish_node_load(dmuon_publish *pub, const dmuon_segment *s
     return pub_node_load(pub->impl, segs, params, n, dst_offset, step);
 }
 
+static dmuon_rc mpi_publish_node_load_start(dmuon_publish *pub, const dmuon_segment *segs,
+                                            const int *params, int n, int64_t dst_offset,
+                                            int64_t step)
+{
+    return nl_start(pub->impl, segs, params, n, dst_offset, step);
+}
+
+static dmuon_rc mpi_publish_node_load_test(dmuon_publish *pub, int *done)
+{
+    return nl_test(pub->impl, done);
+}
+
+static dmuon_rc mpi_publish_node_load_wait(dmuon_publish *pub)
+{
+    return nl_wait(pub->impl);
+}
+
 const dmuon_publish_ops dmuon_mpi_publish_scheduled_ops = {
     .create = mpi_publish_create,
     .free = mpi_publish_free,
@@ -611,6 +761,9 @@ const dmuon_publish_ops dmuon_mpi_publish_scheduled_ops = {
     .end = mpi_publish_end,
     .flag = mpi_publish_flag,
     .node_load = mpi_publish_node_load,
+    .node_load_start = mpi_publish_node_load_start,
+    .node_load_test = mpi_publish_node_load_test,
+    .node_load_wait = mpi_publish_node_load_wait,
 };
 
 /* ----------------------------- the per-owner and coalesced publishes --

@@ -185,10 +185,11 @@ dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step)
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
-                                 int n, int64_t dst_offset, int64_t step)
+/* The public layer's checks of a node load's list (dmuon_publish_node_load):
+ * DMUON_EINVAL naming the entry, before any communication. */
+static dmuon_rc node_load_check(const dmuon_publish *p, const dmuon_segment *segs,
+                                const int *params, int n, int64_t dst_offset)
 {
-    PUB_NEED(p, node_load, "publish_node_load");
     if (n < 0 || (n > 0 && (!segs || !params)))
         return DMUON_FAIL(DMUON_EINVAL, "publish node load: %d parameters: expected a list", n);
     for (int j = 0; j < n; j++) {
@@ -205,7 +206,41 @@ dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, co
                               "memory or overlaps the copy", j, params[j], (long long)at,
                               (long long)bytes, (long long)p->mem->bytes);
     }
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
+                                 int n, int64_t dst_offset, int64_t step)
+{
+    PUB_NEED(p, node_load, "publish_node_load");
+    DMUON_TRY(node_load_check(p, segs, params, n, dst_offset));
     DMUON_TRY(p->pops->node_load(p, segs, params, n, dst_offset, step));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_publish_node_load_start(dmuon_publish *p, const dmuon_segment *segs,
+                                       const int *params, int n, int64_t dst_offset,
+                                       int64_t step)
+{
+    PUB_NEED(p, node_load_start, "publish_node_load_start");
+    DMUON_TRY(node_load_check(p, segs, params, n, dst_offset));
+    DMUON_TRY(p->pops->node_load_start(p, segs, params, n, dst_offset, step));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_publish_node_load_test(dmuon_publish *p, int *done)
+{
+    PUB_NEED(p, node_load_test, "publish_node_load_test");
+    if (!done)
+        return DMUON_FAIL(DMUON_EINVAL, "publish node load test: no place for the result");
+    DMUON_TRY(p->pops->node_load_test(p, done));
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_publish_node_load_wait(dmuon_publish *p)
+{
+    PUB_NEED(p, node_load_wait, "publish_node_load_wait");
+    DMUON_TRY(p->pops->node_load_wait(p));
     return DMUON_OK;
 }
 

@@ -89,6 +89,10 @@ static const rt_line_ops *line_of(const dmuon_rt *rt) { return &line_ops[rt->opt
 /* A layer's groups, in the order of their control areas. */
 enum { G_OWN_GATHER = 0, G_OWN_REDUCE, G_EVEN_GATHER, G_EVEN_REDUCE, G_DIR_GATHER, G_COUNT };
 
+/* The pending bit of the layer's HSDP node load (line D: the publish's
+ * node half, split phase; no group of its own). */
+enum { G_NODE_LOAD = G_COUNT };
+
 static dmuon_group **group_slot(rt_layer *L, int k)
 {
     return k == G_OWN_GATHER ? &L->pgrp : k == G_OWN_REDUCE ? &L->ggrp
@@ -233,10 +237,13 @@ void rt_groups_free(dmuon_rt *rt)
 
 /* ------------------------------------------------------------- publish -- */
 
+static dmuon_rc node_load_settle(dmuon_rt *rt);
+
 dmuon_rc rt_pub_begin(dmuon_rt *rt)
 {
     if (!rt->hsdp || !rt->owners)
         return DMUON_OK;
+    DMUON_TRY(node_load_settle(rt));   /* a node load of the last round is done first */
     rt->pub_round++;
     if (rt->pub) {
         DMUON_TRY(rt_fail_comm(rt, dmuon_publish_begin(rt->pub, rt->pub_round)));
@@ -269,6 +276,7 @@ dmuon_rc rt_pub_end(dmuon_rt *rt)
 {
     if (!rt->pub || !rt->pub_open)
         return DMUON_OK;
+    DMUON_TRY(node_load_settle(rt));
     double t0 = MPI_Wtime();
     dmuon_rc rc = dmuon_publish_end(rt->pub, rt->pub_round);
     rt->stats.publish_wait_s += MPI_Wtime() - t0;
@@ -331,14 +339,33 @@ static dmuon_rc grp_start(dmuon_rt *rt, rt_layer *L, int k, int64_t buf, int64_t
     return DMUON_OK;
 }
 
+/* Pending bit k's test (G_NODE_LOAD: the publish's node load). */
+static dmuon_rc call_test(rt_layer *L, int k, dmuon_rt *rt, int *done)
+{
+    if (k == G_NODE_LOAD)
+        return dmuon_publish_node_load_test(rt->pub, done);
+    dmuon_group *g = *group_slot(L, k);
+    return reduce_group(k) ? dmuon_reduce_scatterv_test(g, done) : dmuon_allgatherv_test(g, done);
+}
+
+static dmuon_rc call_wait(rt_layer *L, int k, dmuon_rt *rt)
+{
+    if (k == G_NODE_LOAD) {
+        double t0 = MPI_Wtime();
+        dmuon_rc rc = dmuon_publish_node_load_wait(rt->pub);
+        rt->stats.publish_wait_s += MPI_Wtime() - t0;
+        return rc;
+    }
+    dmuon_group *g = *group_slot(L, k);
+    return reduce_group(k) ? dmuon_reduce_scatterv_wait(g) : dmuon_allgatherv_wait(g);
+}
+
 static dmuon_rc grp_test(dmuon_rt *rt, rt_layer *L, int k)
 {
     if (!(L->pending & (1u << k)))
         return DMUON_OK;
-    dmuon_group *g = *group_slot(L, k);
     int done = 0;
-    dmuon_rc rc = reduce_group(k) ? dmuon_reduce_scatterv_test(g, &done)
-                                  : dmuon_allgatherv_test(g, &done);
+    dmuon_rc rc = call_test(L, k, rt, &done);
     if (rc != DMUON_OK || done)
         L->pending &= ~(1u << k);
     return rt_fail_comm(rt, rc);
@@ -349,25 +376,37 @@ static dmuon_rc grp_wait(dmuon_rt *rt, rt_layer *L, int k)
     if (!(L->pending & (1u << k)))
         return DMUON_OK;
     L->pending &= ~(1u << k);
-    dmuon_group *g = *group_slot(L, k);
-    return rt_fail_comm(rt, reduce_group(k) ? dmuon_reduce_scatterv_wait(g)
-                                            : dmuon_allgatherv_wait(g));
+    return rt_fail_comm(rt, call_wait(L, k, rt));
+}
+
+/* The publish runs one node load at a time: waits for the one in flight,
+ * whichever layer started it (a prefetch of several layers; the publish's
+ * end or next begin). */
+static dmuon_rc node_load_settle(dmuon_rt *rt)
+{
+    for (size_t m = 0; m < rt->nlayers; m++)
+        DMUON_TRY(grp_wait(rt, &rt->layers[m], G_NODE_LOAD));
+    return DMUON_OK;
 }
 
 /* -------------------------------------------------------------- gather -- */
 
-/* Starts layer l's gathers: the HSDP node load of the publish (line D; it
- * has no split phase: it waits for what this rank leads and copies inside
- * the node now), then the owned and even groups split phase. */
+/* Starts layer l's gathers split phase: the HSDP node load of the publish
+ * (line D: waits in the layer's own finish, as the groups do; a node load
+ * of another layer still in flight is waited for first), then the owned and
+ * even groups.  A failed start fails the runtime, as grp_start. */
 dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
     if (L->nseg && rt->hsdp && rt->pub && line_of(rt)->node_load) {
-        double t0 = MPI_Wtime();
-        dmuon_rc rc = dmuon_publish_node_load(rt->pub, L->segs, L->seg_pub, (int)L->nseg,
-                                              pblock_off(rt, L), rt->pub_round);
-        rt->stats.publish_wait_s += MPI_Wtime() - t0;
-        DMUON_TRY(rt_fail_comm(rt, rc));
+        DMUON_TRY(node_load_settle(rt));
+        dmuon_rc rc = dmuon_publish_node_load_start(rt->pub, L->segs, L->seg_pub, (int)L->nseg,
+                                                    pblock_off(rt, L), rt->pub_round);
+        if (rc != DMUON_OK) {
+            rt->failed = true;
+            return rc;
+        }
+        L->pending |= 1u << G_NODE_LOAD;
     }
     if (L->pgrp)
         DMUON_TRY(grp_start(rt, L, G_OWN_GATHER, pblock_off(rt, L), pgrp_window(rt)));
@@ -383,6 +422,7 @@ dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l)
     if (!L->inflight)
         return DMUON_OK;
     L->inflight = false;
+    DMUON_TRY(grp_wait(rt, L, G_NODE_LOAD));
     DMUON_TRY(grp_wait(rt, L, G_OWN_GATHER));
     return grp_wait(rt, L, G_EVEN_GATHER);
 }
@@ -390,6 +430,7 @@ dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l)
 dmuon_rc rt_gather_test(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
+    DMUON_TRY(grp_test(rt, L, G_NODE_LOAD));
     DMUON_TRY(grp_test(rt, L, G_OWN_GATHER));
     return grp_test(rt, L, G_EVEN_GATHER);
 }
@@ -409,7 +450,7 @@ dmuon_rc rt_drain(dmuon_rt *rt)
     for (size_t l = 0; l < rt->nlayers && rc == DMUON_OK; l++) {
         rt_layer *L = &rt->layers[l];
         L->inflight = false;
-        for (int k = 0; k < G_COUNT && rc == DMUON_OK; k++)
+        for (int k = 0; k <= G_NODE_LOAD && rc == DMUON_OK; k++)
             rc = grp_wait(rt, L, k);
     }
     if (rc != DMUON_OK)

@@ -223,6 +223,15 @@ static void check_nccl_table(const dmuon_comm_ops *nccl)
               strstr(dmuon_errmsg(), "publish_wait: not offered by the nccl backend with the "
                      "per-owner algorithm"),
           "publish_wait on nccl per-owner: refused, naming backend and algorithm");
+    int done = 1;
+    check(!po->node_load_start && !po->node_load_test && !po->node_load_wait,
+          "nccl per-owner publish: no split-phase node load");
+    check(dmuon_publish_node_load_start(&p, NULL, NULL, 0, 0, 1) == DMUON_EUNSUPPORTED &&
+              strstr(dmuon_errmsg(), "publish_node_load_start: not offered by the nccl"),
+          "publish_node_load_start on nccl: refused, naming it");
+    check(dmuon_publish_node_load_test(&p, &done) == DMUON_EUNSUPPORTED &&
+              dmuon_publish_node_load_wait(&p) == DMUON_EUNSUPPORTED,
+          "publish_node_load_test and _wait on nccl: refused");
 }
 
 static void test_null_entries(void)
@@ -247,6 +256,12 @@ static void test_null_entries(void)
 #else
     printf("skipped: the nccl backend's table (built without NCCL)\n");
 #endif
+    const dmuon_comm_ops *mpi = dmuon_comm_backend(DMUON_BACKEND_MPI);
+    const dmuon_publish_ops *ms = mpi ? mpi->publish[DMUON_ALGO_SCHEDULED] : NULL;
+    const dmuon_publish_ops *mo = mpi ? mpi->publish[DMUON_ALGO_PER_OWNER] : NULL;
+    check(ms && ms->node_load && ms->node_load_start && ms->node_load_test &&
+              ms->node_load_wait && mo && !mo->node_load && !mo->node_load_start,
+          "mpi: the scheduled publish has the split-phase node load, per-owner none");
 }
 
 /* The publish algorithms on mpi (one rank, so nothing crosses nodes):

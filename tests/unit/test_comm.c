@@ -550,6 +550,95 @@ static void test_publish(const dmuon_topo *t)
     free(a.segs);
 }
 
+/* The node half split phase on the scheduled publish: one f32 parameter
+ * per rank (5 + p elements); every rank loads all of them from the node's
+ * leaders' copies into a destination after the copy.  Step 1 tests until
+ * done, step 2 waits; the list handed to start is clobbered and freed right
+ * after it (start copies it).  A second start, the blocking form while one
+ * is in flight, and a test or wait with none started are DMUON_EINVAL. */
+static void test_node_half(const dmuon_topo *t)
+{
+    const int N = t->size, K = t->per_node;
+    dmuon_segment *par = calloc((size_t)N, sizeof *par), *dst = calloc((size_t)N, sizeof *dst);
+    int *list = calloc((size_t)N, sizeof *list);
+    int64_t copy_bytes = 0, dst_bytes = 0;
+    for (int p = 0; p < N; p++) {
+        par[p] = (dmuon_segment){.owner = p, .dtype = DMUON_F32, .count = 5 + p};
+        dst[p] = par[p];
+        dst[p].offset = dst_bytes;
+        dst_bytes += 4 * (5 + p);
+        list[p] = p;
+    }
+    dmuon_publish_layout(K, par, N, par, &copy_bytes);
+    const int64_t dst_off = (copy_bytes + 7) / 8 * 8;
+    dmuon_publish_opts o = {.algorithm = DMUON_ALGO_SCHEDULED, .deadline_ms = 30000};
+    dmuon_symm *mem = NULL;
+    dmuon_publish *pub = NULL;
+    int ok = dmuon_symm_alloc(t, dst_off + dst_bytes + 8, &mem) == DMUON_OK &&
+             dmuon_publish_create(t, par, N, &o, mem, 0, &pub) == DMUON_OK;
+    check(ok, "node half: scheduled publish created");
+    int done = 0;
+    if (ok) {
+        check(dmuon_publish_node_load_wait(pub) == DMUON_EINVAL &&
+                  strstr(dmuon_errmsg(), "none started"),
+              "node half: a wait with none started is DMUON_EINVAL");
+        check(dmuon_publish_node_load_test(pub, &done) == DMUON_EINVAL && !done,
+              "node half: a test with none started is DMUON_EINVAL");
+    }
+    unsigned char *base = ok ? dmuon_symm_base(mem) : NULL;
+    for (int64_t step = 1; ok && step <= 2; step++) {
+        float *mine = (float *)(base + par[t->rank].offset);
+        for (int64_t k = 0; k < par[t->rank].count; k++)
+            mine[k] = (float)(100 * t->rank + k + 1000 * step);
+        memset(base + dst_off, 0, (size_t)dst_bytes);
+        int all = dmuon_publish_begin(pub, step) == DMUON_OK &&
+                  dmuon_publish_post(pub, t->rank, step) == DMUON_OK;
+        check(all, "node half: begin and post");
+        dmuon_segment *segs2 = malloc((size_t)N * sizeof *segs2);
+        int *list2 = malloc((size_t)N * sizeof *list2);
+        memcpy(segs2, dst, (size_t)N * sizeof *segs2);
+        memcpy(list2, list, (size_t)N * sizeof *list2);
+        dmuon_rc rc = dmuon_publish_node_load_start(pub, segs2, list2, N, dst_off, step);
+        memset(segs2, 0xff, (size_t)N * sizeof *segs2);
+        memset(list2, 0xff, (size_t)N * sizeof *list2);
+        free(segs2);
+        free(list2);
+        check(rc == DMUON_OK, "node half: start");
+        if (rc != DMUON_OK)
+            break;
+        check(dmuon_publish_node_load_start(pub, dst, list, N, dst_off, step) == DMUON_EINVAL &&
+                  strstr(dmuon_errmsg(), "in flight"),
+              "node half: a second start while one is in flight is DMUON_EINVAL");
+        check(dmuon_publish_node_load(pub, dst, list, N, dst_off, step) == DMUON_EINVAL,
+              "node half: the blocking form while one is in flight is DMUON_EINVAL");
+        if (step == 1) {
+            double t0 = MPI_Wtime();
+            done = 0;
+            while (rc == DMUON_OK && !done && MPI_Wtime() - t0 < 30.0)
+                rc = dmuon_publish_node_load_test(pub, &done);
+            check(rc == DMUON_OK && done, "node half: tests until done");
+        } else {
+            rc = dmuon_publish_node_load_wait(pub);
+            check(rc == DMUON_OK, "node half: wait");
+        }
+        int64_t bad = rc != DMUON_OK;
+        for (int p = 0; p < N && !bad; p++) {
+            const float *got = (const float *)(base + dst_off + dst[p].offset);
+            for (int64_t k = 0; k < par[p].count; k++)
+                bad += got[k] != (float)(100 * p + k + 1000 * step);
+        }
+        check(!bad, "node half: every parameter of the step at its destination on every rank");
+        check(dmuon_publish_node_load_wait(pub) == DMUON_EINVAL,
+              "node half: a wait after completion is DMUON_EINVAL");
+        check(dmuon_publish_end(pub, step) == DMUON_OK, "node half: end");
+    }
+    dmuon_publish_free(pub);
+    dmuon_symm_free(mem);
+    free(par);
+    free(dst);
+    free(list);
+}
+
 static void test_ctl(const dmuon_topo *t)
 {
     const int N = t->size, last = N - 1;
@@ -677,6 +766,7 @@ int main(int argc, char **argv)
     test_groups(&t);
     test_split(&t);
     test_publish(&t);
+    test_node_half(&t);
     test_ctl(&t);
     test_ctl_topo(&t);
     dmuon_topo_release(&t);

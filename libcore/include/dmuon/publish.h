@@ -175,9 +175,60 @@ dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step);
  * within the deadline; names the node), DMUON_ECOMM, DMUON_EUNSUPPORTED (a
  * backend without node-shared memory; the MPI per-owner publish), and on
  * nccl DMUON_EINVAL when step is not the last ended one, DMUON_ECOMM (an NCCL
- * call failed, or the communicators were aborted before), DMUON_EDEVICE. */
+ * call failed, or the communicators were aborted before), DMUON_EDEVICE;
+ * DMUON_EINVAL while a split-phase node load is in flight on this publish
+ * (dmuon_publish_node_load_start).  On the MPI scheduled publish it is
+ * dmuon_publish_node_load_start followed by dmuon_publish_node_load_wait. */
 dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
                                  int n, int64_t dst_offset, int64_t step);
+
+/* The node half split phase: dmuon_publish_node_load as start, test and
+ * wait, so the load overlaps the caller's compute.  At most one node load in
+ * flight per publish (the blocking dmuon_publish_node_load counts as one
+ * while it runs).  Collective over the node as dmuon_publish_node_load: every
+ * rank of the node starts the same list and step, and every rank must go on
+ * to its test-until-done or its wait.
+ *
+ * start: the arguments, shapes and units as dmuon_publish_node_load (n
+ * parameters; params[j] an index into the publish's table; parameter
+ * params[j] lands at byte dst_offset + segs[j].offset of this rank's part of
+ * the publish's symmetric memory).  Start checks them and copies the list
+ * (params and the segments' offsets), so segs and params are the caller's
+ * again when start returns; the destination bytes must not be read or
+ * written until the node load completes.  Start communicates nothing and
+ * never blocks.  On the MPI scheduled publish the load then runs as: the
+ * listed parameters this rank leads have arrived (their flags, tested
+ * without blocking) → MPI_Ibarrier on the node → the copies from the
+ * leaders' node-shared copies → MPI_Ibarrier → done.  Errors: DMUON_EINVAL
+ * (as dmuon_publish_node_load's, before any communication; or a node load
+ * already in flight on this publish, which is left as it was),
+ * DMUON_EUNSUPPORTED (the backend or algorithm does not offer it: the MPI
+ * per-owner and coalesced publishes, nccl; or the node's memory is not
+ * mapped), DMUON_ENOMEM (the copy of the list).
+ *
+ * test: moves the node load on without blocking (it also moves the publish,
+ * as dmuon_publish_progress) and sets *done to 1 once it has completed (the
+ * destinations hold the step's parameters; no node load is in flight any
+ * more: a later test or wait is DMUON_EINVAL), else 0.  Errors: DMUON_EINVAL
+ * (done NULL, or none started), DMUON_ECHECK (a parameter this rank leads
+ * arrived with another step: a stale flag), DMUON_ECOMM (an MPI call failed,
+ * or the publish failed before).  After an error nothing is in flight.
+ *
+ * wait: completes the node load within the publish's deadline
+ * (dmuon_publish_opts, milliseconds), which starts over whenever the load moves on (an arrival, a meeting), as each
+ * stage of the blocking form has its own.  Errors: DMUON_EINVAL (none
+ * started, or the one started was already seen complete by a test), those
+ * of test, DMUON_ETIMEOUT (a parameter this rank leads did not arrive: names
+ * the parameter, the rail and the rank it waits on; or a rank of the node
+ * did not meet: names the node).  After any error nothing is in flight, and
+ * after DMUON_ETIMEOUT or DMUON_ECOMM the node's ranks are out of step: the
+ * caller stops communicating on this publish and frees it (an abandoned
+ * node meeting is left to MPI, not freed). */
+dmuon_rc dmuon_publish_node_load_start(dmuon_publish *p, const dmuon_segment *segs,
+                                       const int *params, int n, int64_t dst_offset,
+                                       int64_t step);
+dmuon_rc dmuon_publish_node_load_test(dmuon_publish *p, int *done);
+dmuon_rc dmuon_publish_node_load_wait(dmuon_publish *p);
 
 /* Step number in this rank's arrival flag of param (0 before any). */
 int64_t dmuon_publish_flag(const dmuon_publish *p, int param);
