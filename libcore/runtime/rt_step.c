@@ -174,10 +174,12 @@ static dmuon_rc check_and_clip(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     dmuon_rc rc = DMUON_OK;
     /* the arguments are checked inside the agreed part: a learning rate
      * refused on one rank fails the step on every rank alike */
-    if (!lrs || !isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
+    if (!lrs)
+        rc = DMUON_FAIL(DMUON_EINVAL, "runtime: step needs learning rates (rank %d: lrs is NULL)",
+                        rt->topo.rank);
+    else if (!isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
         rc = DMUON_FAIL(DMUON_EINVAL, "runtime: step needs finite learning rates (rank %d: muon "
-                        "%g, adamw %g)", rt->topo.rank, lrs ? lrs->muon_lr : NAN,
-                        lrs ? lrs->adamw_lr : NAN);
+                        "%g, adamw %g)", rt->topo.rank, lrs->muon_lr, lrs->adamw_lr);
     for (size_t i = 0; i < rt->npieces; i++) {
         const rt_piece *pc = &rt->pieces[i];
         bool count = pc->owned || !rt->hsdp || rt->topo.node_id == 0;
@@ -192,6 +194,17 @@ static dmuon_rc check_and_clip(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     }
     double gsum = sumsq;
     DMUON_TRY(agree_outcome(rt, rc, bad, "the gradient of"));
+    /* the same learning rates on every rank: their minima and the minima
+     * of their negations (maxima) in one reduction; a difference fails the
+     * step on every rank alike, before anything is changed */
+    double lr[4] = {lrs->muon_lr, lrs->adamw_lr, -lrs->muon_lr, -lrs->adamw_lr};
+    DMUON_TRY(rt_ctl_f64(rt, lr, 4, DMUON_CTL_MIN, "step: learning rates"));
+    for (int i = 0; i < 2; i++)
+        if (lr[i] != -lr[2 + i])
+            return DMUON_FAIL(DMUON_EINVAL, "runtime: step %lld: %s differs between the ranks "
+                              "(%.17g to %.17g); no parameter or optimizer state was changed",
+                              (long long)rt->steps + 1, i ? "adamw_lr" : "muon_lr", lr[i],
+                              -lr[2 + i]);
     DMUON_TRY(rt_ctl_f64(rt, &gsum, 1, DMUON_CTL_SUM, "step: gradient norm"));
     rt->grad_norm = sqrt(gsum);
     double clip = rt->opts.optim.clip_norm;

@@ -81,6 +81,73 @@ dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc)
 
 /* ------------------------------------------------------------- create -- */
 
+/* The fields of dmuon_rt_opts that must be the same on every rank, as
+ * 64-bit keys (doubles by their bits, strings by an FNV-1a hash); the
+ * ranks per node are agreed by the topology, backend and device are
+ * checked locally against their only accepted value. */
+static uint64_t opts_hash(const char *s, size_t cap)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < cap && s[i]; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static int64_t opts_bits(double d)
+{
+    int64_t v;
+    memcpy(&v, &d, sizeof v);
+    return v;
+}
+
+#define RT_OPTS_KEYS 14
+
+static dmuon_rc agree_opts(dmuon_rt *rt)
+{
+    static const char *const name[RT_OPTS_KEYS] = {
+        "line", "zero_stage", "prefetch", "deadline_ms", "optim.momentum", "optim.nesterov",
+        "optim.muon_weight_decay", "optim.scale", "optim.beta1", "optim.beta2", "optim.eps",
+        "optim.adamw_weight_decay", "optim.clip_norm", "optim.ns_variant"};
+    const dmuon_rt_opts *o = &rt->opts;
+    int64_t k[RT_OPTS_KEYS] = {
+        o->line, rt->zero, o->prefetch != 0, o->deadline_ms, opts_bits(o->optim.momentum),
+        o->optim.nesterov, opts_bits(o->optim.muon_weight_decay), o->optim.scale,
+        opts_bits(o->optim.beta1), opts_bits(o->optim.beta2), opts_bits(o->optim.eps),
+        opts_bits(o->optim.adamw_weight_decay), opts_bits(o->optim.clip_norm),
+        (int64_t)opts_hash(o->optim.ns_variant, sizeof o->optim.ns_variant)};
+    int64_t v[2 * RT_OPTS_KEYS];   /* min of k and min of ~k (= ~max) in one reduction */
+    for (int i = 0; i < RT_OPTS_KEYS; i++) {
+        v[i] = k[i];
+        v[RT_OPTS_KEYS + i] = ~k[i];
+    }
+    DMUON_TRY(rt_ctl_i64(rt, v, 2 * RT_OPTS_KEYS, DMUON_CTL_MIN, "create: options digest"));
+    for (int i = 0; i < RT_OPTS_KEYS; i++) {
+        int64_t lo = v[i], hi = ~v[RT_OPTS_KEYS + i];
+        if (lo == hi)
+            continue;
+        bool dbl = i >= 4 && i != 5 && i != 7 && i != 13;
+        double dlo = 0, dhi = 0;
+        memcpy(&dlo, &lo, sizeof dlo);
+        memcpy(&dhi, &hi, sizeof dhi);
+        if (i == 13)
+            return DMUON_FAIL(DMUON_EMISMATCH, "runtime: create: option %s differs between the "
+                              "ranks (this rank: '%.63s'): give every rank the same options",
+                              name[i], o->optim.ns_variant);
+        if (dbl)
+            return DMUON_FAIL(DMUON_EMISMATCH, "runtime: create: option %s differs between the "
+                              "ranks (%.17g and %.17g): give every rank the same options",
+                              name[i], dlo, dhi);
+        if (i == 0)
+            return DMUON_FAIL(DMUON_EMISMATCH, "runtime: create: option line differs between "
+                              "the ranks (%s and %s): give every rank the same options",
+                              dmuon_line_name((dmuon_line)lo), dmuon_line_name((dmuon_line)hi));
+        return DMUON_FAIL(DMUON_EMISMATCH, "runtime: create: option %s differs between the "
+                          "ranks (%lld to %lld): give every rank the same options", name[i],
+                          (long long)lo, (long long)hi);
+    }
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
                          dmuon_rt **out)
 {
@@ -123,7 +190,18 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     if (rc == DMUON_OK)
         rc = dmuon_deadline_ms(rt->opts.deadline_ms, &rt->opts.deadline_ms);
     rt->zero = zero;
-    /* option errors are local but identical on every rank (same options) */
+    /* every rank has reached create, within the deadline, before the
+     * blocking MPI_Comm_dup / _split of the topology; an option refused on
+     * one rank fails create on every rank */
+    {
+        dmuon_rc arrived = dmuon_agree(comm, rc, rc == DMUON_OK ? rt->opts.deadline_ms
+                                                                : DMUON_DEADLINE_MS_DEFAULT);
+        if (arrived == DMUON_ETIMEOUT)
+            rc = DMUON_FAIL(DMUON_ETIMEOUT, "runtime: create: not every rank reached "
+                            "dmuon_rt_create within the deadline (%d ms)", rt->opts.deadline_ms);
+        else
+            rc = arrived;
+    }
     if (rc != DMUON_OK)
         goto fail;
     int size = 0, wrank = 0;
@@ -173,6 +251,7 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
             goto fail;
         }
     }
+    DMUON_TRY_GOTO(rc, agree_opts(rt), fail);
     rt->hsdp = dmuon_plan_sharding(plan) == DMUON_SHARD_HSDP;
     rt->owners = rt->opts.line == DMUON_LINE_C || rt->opts.line == DMUON_LINE_D;
     rt->pdt = dmuon_plan_param_dtype(plan);
@@ -1295,6 +1374,11 @@ void dmuon_rt_free(dmuon_rt *rt)
      * runtime freed inside a micro-batch) are waited for first */
     if (rt->opened && !rt->failed)
         (void)rt_drain(rt);
+    /* every rank reached free within the deadline before the blocking
+     * collective pool free; a rank missing at the deadline marks the
+     * runtime failed and the pool is kept, as above */
+    if (rt->opened && !rt->failed)
+        (void)rt_agree(rt, DMUON_OK);
     bool keep = rt->failed;
     if (!keep) {
         rt_pool_drop(rt);

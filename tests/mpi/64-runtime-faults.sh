@@ -33,6 +33,22 @@ for args in "--line D --zero 3" "--line D --zero 2" "--line D --sharding hsdp" "
 done
 case_ok 8 "overflowing direction, 8 ranks, HSDP line B" --fault overflow --line B --sharding hsdp
 case_ok 4 "NaN gradient on one rank, line D" --fault nan --line D
+# options or learning rates that differ on one rank: refused on every rank
+case_ok 4 "rank-differing options and learning rate, line D" --fault args --line D
+check_out '^ok   args: another optim.momentum on rank 3 is refused at create' "args: momentum"
+check_out '^ok   args: another prefetch on rank 3 is refused at create' "args: prefetch"
+check_out '^ok   args: another adamw_lr on rank 3 fails the step' "args: learning rate"
+check_out '^ok   args: the refused step changed nothing' "args: nothing changed"
+# a rank that reaches create late: every rank DMUON_ETIMEOUT, no wait past the deadline
+case_ok 3 "a rank reaches create two deadlines late" --fault late-create --fault-rank 1 \
+    --line D --deadline-ms 1000 --ranks-per-node 1
+check_out '^ok   late create: create returns DMUON_ETIMEOUT on every rank' "late create: timeout"
+check_out '^ok   late create: the waiting ranks returned within two deadlines' "late create: bounded"
+# a rank that reaches free late: the others return within the deadline
+# (one node of 3, so that the pool's free is a collective over all of them)
+case_ok 3 "a rank reaches free two deadlines late" --fault late-free --fault-rank 1 \
+    --line D --deadline-ms 1000 --ranks-per-node 3
+check_out '^ok   late free: the waiting ranks returned from free within two deadlines' "late free: bounded"
 case_ok 4 "NaN gradient on one rank, line B" --fault nan --line B
 
 # a stall: every rank returns DMUON_ETIMEOUT, state unchanged; the runtime

@@ -594,6 +594,43 @@ int main(int argc, char **argv)
         check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "backend nccl"),
               "backend nccl is refused: %s", dmuon_errmsg());
     }
+    if (fault_is("late-create")) {   /* --fault-rank reaches create two deadlines late */
+        MPI_Comm cw;   /* the abandoned agreement stays on this copy, not on the world */
+        MPI_Comm_dup(MPI_COMM_WORLD, &cw);
+        if (g_rank == g_fault_rank) {
+            struct timespec ts = {deadline * 2 / 1000, (long)(deadline * 2 % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        double t0 = now_s();
+        rc = dmuon_rt_create(plan, cw, &ro, &rt);
+        double took = now_s() - t0;
+        check(rc == DMUON_ETIMEOUT && !rt, "late create: create returns DMUON_ETIMEOUT on every "
+              "rank (rank %d: %s)", g_rank, dmuon_errmsg());
+        check(g_rank == g_fault_rank || took < 2.0 * deadline / 1e3,
+              "late create: the waiting ranks returned within two deadlines (rank %d: %.2f s)",
+              g_rank, took);
+        goto out;
+    }
+    if (fault_is("args")) {   /* one rank (--fault-rank) with another option: refused */
+        static const char *const field[] = {"optim.momentum", "optim.clip_norm", "zero_stage",
+                                            "prefetch", "line", "optim.ns_variant"};
+        for (int f = 0; f < 6; f++) {
+            dmuon_rt_opts bad = ro;
+            if (g_rank == g_fault_rank) {
+                if (f == 0) bad.optim.momentum = 0.5;
+                if (f == 1) bad.optim.clip_norm = 0.1;
+                if (f == 2) bad.zero_stage = zero == 3 ? 2 : 3;
+                if (f == 3) bad.prefetch = !bad.prefetch;
+                if (f == 4) bad.line = bad.line == DMUON_LINE_D ? DMUON_LINE_C : DMUON_LINE_D;
+                if (f == 5) snprintf(bad.optim.ns_variant, sizeof bad.optim.ns_variant, "direct-pe5");
+            }
+            rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+            check(same_everywhere((int)rc) && rc == DMUON_EMISMATCH && !rt &&
+                      strstr(dmuon_errmsg(), field[f]),
+                  "args: another %s on rank %d is refused at create on every rank (%s)", field[f],
+                  g_fault_rank, dmuon_errmsg());
+        }
+    }
     rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
     check(rc == DMUON_OK, "create (%s)", rc ? dmuon_errmsg() : "");
     if (rc != DMUON_OK)
@@ -678,7 +715,8 @@ int main(int argc, char **argv)
     int nan_step = errors || fault_is("nan") ? 1 : -1;
     /* --fault overflow: a finite gradient whose Nesterov direction (or, for
      * AdamW, whose square) overflows binary32, on one rank, in one matrix */
-    int fault_step = g_fault && !fault_is("slow-save") ? 1 : -1, over_p = -1;
+    int fault_step = g_fault && !fault_is("slow-save") && !fault_is("late-free") ? 1 : -1,
+        over_p = -1;
     for (size_t p = 0; p < np && fault_is("overflow"); p++)
         if (strcmp(dmuon_model_param(model, p)->name, "model.layers.0.self_attn.q_proj.weight") == 0)
             over_p = (int)p;
@@ -823,6 +861,22 @@ int main(int argc, char **argv)
         if (t == start + steps)
             break;
         dmuon_rt_lrs lrs = {0.02, 0.003};
+        if (t == fault_step && fault_is("args")) {
+            /* another finite learning rate on one rank: the step fails on
+             * every rank alike naming it, nothing changed */
+            uint64_t before = dmuon_rt_state_digest(rt);
+            dmuon_rt_lrs other = lrs;
+            if (g_rank == g_fault_rank)
+                other.adamw_lr *= 2;
+            rc = dmuon_rt_step(rt, &other);
+            check(same_everywhere((int)rc) && rc == DMUON_EINVAL &&
+                      strstr(dmuon_errmsg(), "adamw_lr differs between the ranks"),
+                  "args: another adamw_lr on rank %d fails the step on every rank (%s)",
+                  g_fault_rank, dmuon_errmsg());
+            check(dmuon_rt_state_digest(rt) == before && dmuon_rt_steps(rt) == t - start,
+                  "args: the refused step changed nothing");
+            continue;   /* nothing changed: the reference does not step either */
+        }
         if (t == fault_step) {
             if (fault_failed_step(rt, &lrs, size, deadline, over_p >= 0 ? dmuon_model_param(model, over_p)->name
                                                                : dmuon_model_param(model, np / 2)->name))
@@ -876,6 +930,20 @@ int main(int argc, char **argv)
               "post_backward"), "step inside a micro-batch names the layer: %s", dmuon_errmsg());
         check(dmuon_rt_load(rt, "/nonexistent") == DMUON_EINVAL && strstr(dmuon_errmsg(), "load after"),
               "load after steps is refused: %s", dmuon_errmsg());
+    }
+    if (fault_is("late-free")) {   /* --fault-rank reaches free two deadlines late */
+        if (g_rank == g_fault_rank) {
+            struct timespec ts = {deadline * 2 / 1000, (long)(deadline * 2 % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        double t0 = now_s();
+        dmuon_rt_free(rt);
+        rt = NULL;
+        double took = now_s() - t0;
+        check(g_rank == g_fault_rank || took < 2.0 * deadline / 1e3,
+              "late free: the waiting ranks returned from free within two deadlines (rank %d: "
+              "%.2f s)", g_rank, took);
+        goto out;
     }
     if (save_dir && fault_is("slow-save")) {
         /* the last rank's fsync takes 4 deadlines: every rank fails with

@@ -22,7 +22,12 @@
  * adds (never written means zero).  Layer indices are the plan's layers
  * (dmuon_plan_layer_name; "(root)" holds the tensors outside numbered blocks,
  * e.g. embeddings, final norm, head: the trainer brackets their use like any
- * other layer).
+ * other layer).  An evaluation pass is a micro-batch too: every layer's
+ * forward, then every layer's pre_backward/post_backward writing no
+ * gradient (zero, added harmlessly to the next step's sum; do not step
+ * after evaluation micro-batches alone).  A forward without its backward
+ * leaves the micro-batch open for good: every later hook and step is
+ * DMUON_EINVAL and there is no call to end it (free the runtime).
  *
  * Lines (paper §7.1): the same runtime runs the paper's four systems, so a
  * trainer compares them by one option.
@@ -108,12 +113,23 @@ typedef struct {
 void dmuon_rt_opts_init(dmuon_rt_opts *o);
 
 /* Creates a runtime for plan on comm (collective over comm).  The plan is
- * borrowed and must outlive the runtime; comm is duplicated.  Errors, on
- * every rank: DMUON_EMISMATCH (world size or ranks per node differ from the
- * plan: the message gives both; different plans on the ranks), DMUON_EINVAL
- * (bad opts), DMUON_EUNSUPPORTED (a backend other than mpi, a device other
- * than cpu: named in the message), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not
- * reach create within the deadline).  On failure *out is NULL. */
+ * borrowed and must outlive the runtime; comm is duplicated.  First an
+ * agreement over comm (dmuon_agree, within opts' deadline) that every rank
+ * reached create and accepted its options; only then the blocking
+ * MPI_Comm_dup / _split of the topology.  Then the plan digest and the
+ * options that must match are agreed over the world: line, zero_stage
+ * (resolved), prefetch, deadline_ms (resolved) and every field of optim
+ * (ns_variant by a hash); ranks_per_node is agreed by the topology;
+ * resume_override is not compared.  Errors, on every rank: DMUON_EMISMATCH
+ * (world size or ranks per node differ from the plan: the message gives
+ * both; different plans on the ranks; an option that differs between the
+ * ranks: the first such field in the order above, with the lowest and
+ * highest value), DMUON_EINVAL (bad opts on any rank: that rank's message),
+ * DMUON_EUNSUPPORTED (a backend other than mpi, a device other than cpu:
+ * named in the message), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank
+ * did not reach create within the deadline; the abandoned agreement stays
+ * posted on comm, which the caller should then treat as failed).  On
+ * failure *out is NULL. */
 dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
                          dmuon_rt **out);
 
@@ -154,7 +170,13 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt);
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t layer);
 
 /* Forward of layer l ended: under ZeRO-3 its parameter range is released
- * (may be reused by a later layer); under ZeRO-2 it stays.  Local. */
+ * (may be reused by a later layer); under ZeRO-2 the gathered parameter
+ * range (parameter dtype, inside the pool, not a pointer the trainer holds)
+ * stays for the layer's pre_backward, which widens it again without
+ * communication.  In both stages the FP32 views dmuon_rt_weights returned
+ * for l are released here: those pointers are invalid from this call on
+ * (later layers' views reuse the memory); call dmuon_rt_weights again
+ * after pre_backward(l).  Local. */
 dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t layer);
 
 /* Backward of layer l begins: ZeRO-3 gathers the parameters again (with
@@ -232,8 +254,10 @@ typedef struct {
  * before the agreement, but the runtime is then unusable (free it).
  * Collective.  Errors: DMUON_EINVAL (a micro-batch not ended, no
  * micro-batch since the last step: local, before any communication;
- * non-finite learning rates, or lrs NULL, on any rank: agreed, a failed
- * step on every rank like the others, the runtime stays usable),
+ * non-finite learning rates, or lrs NULL, on any rank; learning rates
+ * that differ between the ranks (their minimum and maximum over the world
+ * are compared: the message names muon_lr or adamw_lr with both): agreed,
+ * a failed step on every rank like the others, the runtime stays usable),
  * DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM, and a failing rank's code. */
 dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 
@@ -290,8 +314,11 @@ void dmuon_rt_reset_stats(dmuon_rt *rt);
 /* Saves the optimizer state this rank owns into dir (dmuon/ckpt.h), with
  * the hyperparameters and NS variant, collective; every wait has the
  * runtime's deadline (a rank slow in its file I/O makes every rank return
- * DMUON_ETIMEOUT; the runtime is then unusable).  Errors: DMUON_ECOMM after
- * an earlier communication failure, those of dmuon_ckpt_save. */
+ * DMUON_ETIMEOUT; the runtime is then unusable).  dir is rank 0's: the
+ * directory and its checks are rank 0's (every rank writes its files under
+ * rank 0's dir, on a file system every rank sees); the dir other ranks pass
+ * is not read or compared.  Errors: DMUON_ECOMM after an earlier
+ * communication failure, those of dmuon_ckpt_save. */
 dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir);
 
 /* Loads the state this rank owns under this runtime's plan from dir (saved
@@ -307,11 +334,17 @@ dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir);
 dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir);
 
 /* Writes the full FP32 master weights as one safetensors file with the
- * model's names (dmuon_ckpt_export).  Collective. */
+ * model's names (dmuon_ckpt_export).  path is rank 0's (as for save: the
+ * path other ranks pass is not read or compared).  Collective. */
 dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path);
 
 /* Frees the runtime (collective over the node: frees the pool).  Accepts
- * NULL.  After a communication failure (DMUON_ETIMEOUT or DMUON_ECOMM from
+ * NULL.  After open, it first waits for the calls still in flight and
+ * agrees over the world (dmuon_agree), both within the deadline, that
+ * every rank reached free; a rank missing at the deadline counts as a
+ * communication failure (below; this rank's error message is then that
+ * timeout), so free returns within about two deadlines and never blocks
+ * in the pool's collective free waiting for a dead rank.  After a communication failure (DMUON_ETIMEOUT or DMUON_ECOMM from
  * any call) the pool, the optimizer state, the scratch, the groups and the
  * communicators are kept allocated for good, not freed: a call abandoned
  * at its deadline may still write them when the late peers arrive, and
