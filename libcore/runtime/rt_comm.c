@@ -370,8 +370,7 @@ dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
             if (g->owner != rt->topo.rank)
                 continue;
             int64_t w0 = g->window_offset / 4;
-            for (int64_t i = 0; i < g->count; i++)
-                rt->own_g[w0 + i] += gwin[w0 + i];
+            DMUON_TRY(rt->elem->accum(rt->own_g + w0, gwin + w0, g->count, rt->stream));
         }
     }
     if (L->eggrp) {
@@ -379,9 +378,7 @@ dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
         DMUON_TRY(rt_fail_comm(rt, dmuon_reduce_scatterv(L->eggrp, gblock_off(rt, L),
                                                          rt->egwin_off)));
         const float *dst = (const float *)(rt->base + rt->egwin_off) + L->even_pos;
-        float *acc = rt->even_g + L->even_pos;
-        for (int64_t i = 0; i < L->shard; i++)
-            acc[i] += dst[i];
+        DMUON_TRY(rt->elem->accum(rt->even_g + L->even_pos, dst, L->shard, rt->stream));
     }
     return DMUON_OK;
 }

@@ -19,6 +19,15 @@
  * own index arithmetic (dmuon/model.h, "Muon matrices"), updates it, and
  * puts it back.
  *
+ * Where the runtime's memory is: --backend/--device pick the runtime's
+ * (mpi/cpu by default; nccl or nccl-dev with cuda on a GPU machine), and
+ * --check-table runs device cpu with the checking table of the runtime's
+ * device operations (libcore/runtime/elem.h), whose disguised addresses
+ * fault on any load or store the runtime makes past the table.  This
+ * trainer reads the weights and writes the gradients through host copies
+ * in either case (mem_in / mem_out below), as a trainer with device memory
+ * would on its stream.
+ *
  * Prints per-check lines, a digest of every gathered weight (for the
  * two-runs-identical check of the driver script) and "N passed, M failed".
  * Exit 1 on any failure, 2 on usage errors.
@@ -40,8 +49,53 @@
 #include "dmuon/optim.h"
 #include "dmuon/plan.h"
 #include "dmuon/runtime.h"
+#include "runtime/elem.h"   /* the checking table (tests only) */
+
+#if DMUON_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 static int g_rank, g_pass, g_fail;
+
+/* The runtime's memory as this trainer reaches it: 0 host, 1 the checking
+ * table's disguised host addresses, 2 CUDA device memory. */
+static int g_mem;
+static float *g_host;        /* the host copy of one parameter */
+static int64_t g_host_cap;
+
+/* A host copy of n floats at the runtime's pointer p (host: p itself). */
+static float *mem_in(const float *p, int64_t n)
+{
+    if (g_mem == 0)
+        return (float *)p;
+    if (n > g_host_cap) {
+        free(g_host);
+        g_host = malloc((size_t)n * sizeof *g_host);
+        g_host_cap = g_host ? n : 0;
+        if (!g_host) {
+            fprintf(stderr, "rt_check: out of memory\n");
+            exit(2);
+        }
+    }
+    if (g_mem == 1)
+        memcpy(g_host, rt_elem_check_reveal(p), (size_t)n * sizeof *g_host);
+#if DMUON_HAVE_CUDA
+    else if (cudaMemcpy(g_host, p, (size_t)n * sizeof *g_host, cudaMemcpyDeviceToHost) != cudaSuccess)
+        fprintf(stderr, "rt_check: rank %d: cudaMemcpy from the device failed\n", g_rank);
+#endif
+    return g_host;
+}
+
+/* Writes the host copy h of n floats back to the runtime's pointer p. */
+static void mem_out(float *p, const float *h, int64_t n)
+{
+    if (g_mem == 1)
+        memcpy(rt_elem_check_reveal(p), h, (size_t)n * sizeof *h);
+#if DMUON_HAVE_CUDA
+    else if (g_mem == 2 && cudaMemcpy(p, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess)
+        fprintf(stderr, "rt_check: rank %d: cudaMemcpy to the device failed\n", g_rank);
+#endif
+}
 
 static int g_stall_mode;
 
@@ -371,6 +425,8 @@ int main(int argc, char **argv)
     const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
     double momentum = -1;
     int load_only = 0;
+    const char *backend = "mpi", *device = "cpu";
+    int check_table = 0;
     int64_t small_unit = 0;
     static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
                                  {"zero", 1, 0, 'z'},       {"ranks-per-node", 1, 0, 'k'},
@@ -381,6 +437,8 @@ int main(int argc, char **argv)
                                  {"fault", 1, 0, 'K'},              {"momentum", 1, 0, 'M'},
                                  {"ns-variant", 1, 0, 'N'},         {"resume-override", 1, 0, 'W'},
                                  {"load-only", 0, 0, 'Y'},          {"fault-rank", 1, 0, 'j'},
+                                 {"backend", 1, 0, 'b'},            {"device", 1, 0, 'v'},
+                                 {"check-table", 0, 0, 'c'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -416,6 +474,9 @@ int main(int argc, char **argv)
         case 'N': ns_variant = optarg; break;
         case 'W': resume_override = optarg; break;
         case 'Y': load_only = 1; break;
+        case 'b': backend = optarg; break;
+        case 'v': device = optarg; break;
+        case 'c': check_table = 1; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -453,6 +514,15 @@ int main(int argc, char **argv)
     }
     dmuon_rt_opts ro;
     dmuon_rt_opts_init(&ro);
+    if (dmuon_backend_parse(backend, &ro.backend) != DMUON_OK ||
+        dmuon_device_parse(device, &ro.device) != DMUON_OK) {
+        if (g_rank == 0)
+            fprintf(stderr, "rt_check: %s\n", dmuon_errmsg());
+        MPI_Finalize();
+        return 2;
+    }
+    g_mem = check_table ? 1 : ro.device == DMUON_DEVICE_CUDA ? 2 : 0;
+    rt_elem_check_enable(check_table);
     ro.ranks_per_node = per_node;
     ro.zero_stage = zero;
     ro.deadline_ms = deadline;
@@ -504,17 +574,37 @@ int main(int argc, char **argv)
               ro.ranks_per_node, dmuon_errmsg());
         goto out;
     }
-    if (errors) {   /* what this build cannot run is refused by name, on every rank */
+    if (errors) {   /* pairs that cannot work, and what this machine cannot run, are
+                     * refused by name, on every rank */
         dmuon_rt_opts bad = ro;
         bad.device = DMUON_DEVICE_CUDA;
         rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
-        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "device cuda"),
-              "device cuda is refused: %s", dmuon_errmsg());
+        check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "device cuda with backend mpi"),
+              "device cuda on the MPI backend's host pool is refused: %s", dmuon_errmsg());
         bad = ro;
         bad.backend = DMUON_BACKEND_NCCL;
         rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
-        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "backend nccl"),
-              "backend nccl is refused: %s", dmuon_errmsg());
+        check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "backend nccl with device cpu"),
+              "backend nccl with device cpu is refused: %s", dmuon_errmsg());
+        bad.device = DMUON_DEVICE_CUDA;
+        bad.line = DMUON_LINE_B;
+        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "line B with device cuda"),
+              "line B with device cuda is refused: %s", dmuon_errmsg());
+        bad.line = ro.line;
+        bad.nccl_comm = &bad;   /* neither is read: refused before */
+        bad.nccl_id = &bad;
+        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+        check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "both nccl_comm and nccl_id"),
+              "a NCCL communicator and a unique id together are refused: %s", dmuon_errmsg());
+        bad.nccl_comm = NULL;
+        bad.nccl_id = NULL;
+        if (dmuon_backend_check(DMUON_BACKEND_NCCL) != DMUON_OK) {   /* no GPU here */
+            rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+            check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "backend nccl"),
+                  "backend nccl with device cuda where it cannot run is refused naming it: %s",
+                  dmuon_errmsg());
+        }
     }
     rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
     check(rc == DMUON_OK, "create (%s)", rc ? dmuon_errmsg() : "");
@@ -624,6 +714,7 @@ int main(int argc, char **argv)
                             mismatches++;
                             continue;
                         }
+                        w = mem_in(w, pp->numel);
                         for (int64_t i = 0; i < pp->numel; i++) {
                             float want = po.param_dtype == DMUON_BF16
                                              ? dmuon_bf16_to_f32(dmuon_f32_to_bf16(ref_w[p][i]))
@@ -691,11 +782,12 @@ int main(int argc, char **argv)
                     const dmuon_param *pp = dmuon_model_param(model, p);
                     if ((size_t)pp->layer != l)
                         continue;
-                    float *g = dmuon_rt_grad(rt, dmuon_rt_param_index(rt, pp->name));
-                    if (!g) {
+                    float *gd = dmuon_rt_grad(rt, dmuon_rt_param_index(rt, pp->name));
+                    if (!gd) {
                         check(0, "no gradient buffer for %s", pp->name);
                         goto out;
                     }
+                    float *g = mem_in(gd, pp->numel);
                     /* a rank with nothing to add leaves the buffer: zero */
                     if (!g_global && g_rank == 1 && strstr(pp->name, "layers.0.input_layernorm"))
                         continue;
@@ -707,6 +799,7 @@ int main(int argc, char **argv)
                             v = 2.5e38f;
                         g[i] += v;
                     }
+                    mem_out(gd, g, pp->numel);
                 }
                 if (dmuon_rt_post_backward(rt, l) != DMUON_OK) {
                     check(0, "post_backward(%zu): %s", l, dmuon_errmsg());
@@ -824,6 +917,9 @@ out:
         free((char *)specs[i].name);
     dmuon_plan_free(plan);
     dmuon_model_free(model);
+    if (g_rank == 0 && check_table)
+        printf("checking table: %lld calls on rank 0\n", (long long)rt_elem_check_calls());
+    free(g_host);
     if (g_rank == 0)
         printf("%d passed, %d failed\n", g_pass, g_fail);
     MPI_Finalize();

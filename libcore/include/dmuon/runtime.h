@@ -85,12 +85,59 @@ typedef struct {
                                  layer's own hook waits for it, so it overlaps
                                  the compute between; other paths gather at
                                  once.  0: none.  Use dmuon_rt_opts_init. */
-    dmuon_backend backend;    /* DMUON_BACKEND_MPI (default); the NCCL
-                                 backends are DMUON_EUNSUPPORTED at create
-                                 in this build (the lines move data with MPI) */
-    dmuon_device_kind device; /* DMUON_DEVICE_CPU (default); cuda is
-                                 DMUON_EUNSUPPORTED at create: pool and state
-                                 are host memory in this build */
+    dmuon_backend backend;    /* where the pool lives and how the lines move
+                                 it (docs/runtime.md "Backend and device"):
+                                 DMUON_BACKEND_MPI (default): host memory,
+                                 node-shared MPI windows; DMUON_BACKEND_NCCL
+                                 / _NCCL_DEV: GPU memory (ncclMemAlloc,
+                                 registered as a symmetric window), needs
+                                 device cuda.  An operator a backend does not
+                                 offer for the chosen line (e.g. the
+                                 scheduled gather on nccl, split-phase
+                                 prefetch, the HSDP publish) is
+                                 DMUON_EUNSUPPORTED naming it, at open or at
+                                 the hook that needs it, on every rank. */
+    dmuon_device_kind device; /* DMUON_DEVICE_CPU (default): pool, optimizer
+                                 state, views and scratch in host memory;
+                                 DMUON_DEVICE_CUDA: all of them in the memory
+                                 of GPU (node-local rank modulo the visible
+                                 GPUs, the NCCL pool's GPU; made current at
+                                 create), Newton–Schulz on the CUDA engine
+                                 (each shape's kernels chosen at its first
+                                 use, dmuon_ns_kernels) and the element
+                                 updates, non-finite check and norms as CUDA
+                                 kernels; needs a NCCL backend.  Then
+                                 dmuon_rt_weights / dmuon_rt_grad return
+                                 device pointers.  Line B with cuda is
+                                 DMUON_EUNSUPPORTED (its direction gather is
+                                 an MPI call on host memory). */
+    void *stream;             /* device cuda: the cudaStream_t (as void *, so
+                                 this header needs no CUDA include) on which
+                                 the trainer orders its work on the pointers
+                                 of dmuon_rt_weights / dmuon_rt_grad; NULL:
+                                 the legacy default stream.  Every hook and
+                                 dmuon_rt_step first waits for this stream
+                                 (cudaStreamSynchronize), so the trainer's
+                                 kernels that read a layer's weights or
+                                 write its gradients must be enqueued on it
+                                 before the hook that ends the bracket; and
+                                 every hook returns with the runtime's own
+                                 device work complete, so work enqueued on
+                                 any stream after it sees its results.
+                                 Ignored with device cpu. */
+    void *nccl_comm;          /* NCCL backends: the trainer's ncclComm_t (as
+                                 void *) to run over instead of comm (give
+                                 MPI_COMM_NULL); borrowed, must outlive the
+                                 runtime.  NULL (default): the backend makes
+                                 its own NCCL communicator, bootstrapped
+                                 over comm. */
+    const void *nccl_id;      /* NCCL backends: an ncclUniqueId (128 bytes)
+                                 the trainer distributed itself, with
+                                 nccl_rank / nccl_size, to bootstrap without
+                                 MPI (comm MPI_COMM_NULL); NULL: none.  At
+                                 most one of nccl_comm and nccl_id. */
+    int nccl_rank, nccl_size; /* this rank and the ranks, with nccl_comm or
+                                 nccl_id */
     char resume_override[256];/* dmuon_rt_load compares the checkpoint's
                                  hyperparameters and NS variant with optim
                                  and refuses a difference; this lists those
@@ -105,13 +152,19 @@ typedef struct {
 
 void dmuon_rt_opts_init(dmuon_rt_opts *o);
 
-/* Creates a runtime for plan on comm (collective over comm).  The plan is
- * borrowed and must outlive the runtime; comm is duplicated.  Errors, on
- * every rank: DMUON_EMISMATCH (world size or ranks per node differ from the
- * plan: the message gives both; different plans on the ranks), DMUON_EINVAL
- * (bad opts), DMUON_EUNSUPPORTED (a backend other than mpi, a device other
- * than cpu: named in the message), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not
- * reach create within the deadline).  On failure *out is NULL. */
+/* Creates a runtime for plan on comm (collective over comm; with
+ * opts.nccl_comm or opts.nccl_id, over those ranks, comm MPI_COMM_NULL).
+ * The plan is borrowed and must outlive the runtime; comm is duplicated.
+ * Errors, on every rank: DMUON_EMISMATCH (world size or ranks per node
+ * differ from the plan: the message gives both; different plans on the
+ * ranks), DMUON_EINVAL (bad opts: a NCCL backend with device cpu or the
+ * MPI backend with device cuda, both nccl_comm and nccl_id, a NCCL handle
+ * with the MPI backend), DMUON_EUNSUPPORTED (a backend or device this
+ * build or machine cannot run, line B with device cuda, a communicator
+ * handoff this build does not offer: named in the message), DMUON_EDEVICE
+ * (the GPU or its Newton–Schulz context could not be set up), DMUON_ENOMEM,
+ * DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach create within the
+ * deadline).  On failure *out is NULL. */
 dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
                          dmuon_rt **out);
 
@@ -185,11 +238,13 @@ int dmuon_rt_param_index(const dmuon_rt *rt, const char *name);
 
 /* Full FP32 values of parameter p (row-major, numel elements), valid while
  * its layer is gathered (see the life above); NULL otherwise.  Values are
- * the plan's param_dtype (BF16 by default) widened to FP32. */
+ * the plan's param_dtype (BF16 by default) widened to FP32.  Device cuda:
+ * a device pointer (read it on opts.stream, see there). */
 const float *dmuon_rt_weights(dmuon_rt *rt, int p);
 
 /* Gradient buffer of parameter p (numel FP32, zeroed at pre_backward), valid
- * between pre_backward and post_backward of its layer; NULL otherwise. */
+ * between pre_backward and post_backward of its layer; NULL otherwise.
+ * Device cuda: a device pointer (write it on opts.stream). */
 float *dmuon_rt_grad(dmuon_rt *rt, int p);
 
 /* ------------------------------------------------------------------ step -- */
