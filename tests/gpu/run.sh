@@ -23,7 +23,16 @@
 #      integer/one/two reductions exact, random BF16/F32 reductions bit for
 #      bit in sched.h's documented order), --backend nccl with 2 and 4 ranks
 #      (line C; NCCL's own order for random inputs), and a short dmuon-bench
-#      of both backends.
+#      of both backends;
+#   7. the training runtime on this GPU (tests/mpi/rt_check: every gathered
+#      weight of every step against the CPU reference, with a stated
+#      tolerance since cuBLAS's Newton-Schulz is not OpenBLAS's bit for bit):
+#      the same run on the CPU first, then --backend nccl --device cuda on
+#      one rank (lines C and A, F32 and BF16, save/load/export), on 2 and 4
+#      ranks of this GPU where backend nccl runs several ranks per GPU
+#      (step 5's probe: NCCL >= 2.30.3, NCCL_MULTI_RANK_GPU_ENABLE=1), and
+#      what the NCCL backends do not offer yet (line D's operators) refused
+#      by name rather than run.
 #
 # Usage: bash tests/gpu/run.sh      (log: $OUT/gpu.log, or ./gpu.log)
 # DMUON_GPU_PREBUILT=1 uses binaries already in bin/ instead of building
@@ -224,6 +233,52 @@ done
 #    (make deps installs torch into build/pyenv).
 say ""
 say "== note: torch-cuda not run: dmuon.torch takes CPU modules only (prepared command in this script)"
+
+# 7. the runtime on this GPU: pool from the NCCL backend (ncclMemAlloc +
+#    symmetric window), state/views/scratch in device memory, Newton-Schulz
+#    on the CUDA engine, the element updates as CUDA kernels
+RT=build/tests/mpi/rt_check
+if [ "${DMUON_GPU_PREBUILT:-0}" != 1 ]; then
+    step build-rt-check 180 make -j16 "$RT"
+fi
+if [ -x "$RT" ]; then
+    rt_f32=(--dtype f32 --tolerance 1e-4 --steps 3 --micro 2 --layers 3)
+    rt_bf16=(--dtype bf16 --tolerance 1e-2 --steps 3 --micro 2 --layers 3)
+    rt1=("${MPIRUN[@]}" -np 1 "$RT" --ranks-per-node 1)
+    step rt-cpu-C-1 60 "${rt1[@]}" --line C "${rt_f32[@]}"
+    step rt-cuda-nccl-C-1 120 "${rt1[@]}" --backend nccl --device cuda --line C "${rt_f32[@]}"
+    step rt-cuda-nccl-A-1 120 "${rt1[@]}" --backend nccl --device cuda --line A "${rt_f32[@]}"
+    step rt-cuda-nccl-C-bf16-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_bf16[@]}" --zero 2 --clip 0.05
+    step rt-cuda-nccl-save-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_f32[@]}" --global-grads --steps 2 --save "$tmp/rt_ck" --export "$tmp/rt_e.st"
+    step rt-cuda-nccl-load-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_f32[@]}" --global-grads --load "$tmp/rt_ck" --start 2 --steps 1
+    # line D needs the scheduled gather (nccl-dev only) and split-phase
+    # prefetch: until the NCCL backends offer both with the equal
+    # algorithm, it must be refused by name (no crash, no hang)
+    for b in nccl nccl-dev; do
+        "${rt1[@]}" --backend $b --device cuda --line D "${rt_f32[@]}" > "$tmp/rt_d.$b" 2>&1
+        rc=$?
+        cat "$tmp/rt_d.$b" >> "$log"
+        if [ "$rc" -eq 0 ]; then
+            say "== rt-cuda-$b-D-1: ok (line D runs on $b)"
+        else
+            check "rt-cuda-$b-D-1" "line D on $b is refused naming what is missing (exit $rc)" \
+                grep -qE 'eunsupported|not offered|EUNSUPPORTED' "$tmp/rt_d.$b"
+        fi
+    done
+    for np in 2 4; do
+        if [ "$have_nccl" = 1 ]; then
+            step "rt-cuda-nccl-C-$np" 180 "${MPIRUN[@]}" -np $np "$RT" --ranks-per-node $np \
+                --backend nccl --device cuda --line C "${rt_f32[@]}"
+        else
+            skip "rt-cuda-nccl-C-$np" "several ranks per GPU: $why_nccl"
+        fi
+    done
+else
+    skip rt-cuda "no $RT (build it with make tests, or without DMUON_GPU_PREBUILT=1)"
+fi
 
 say ""
 say "== GPU checks: $failed step(s) failed${failed_names:+ (${failed_names# })}, $skipped skipped${skipped_names:+ (${skipped_names# })}; log: $log"
