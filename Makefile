@@ -138,10 +138,6 @@ $(CONFIG_STAMP):
 	@mkdir -p $(dir $@)
 	@echo "$(CONFIG_TEXT)" > $@
 
-# a plain `make` builds `all` (the configuration record's rule below comes
-# first in the file)
-.DEFAULT_GOAL := all
-
 # ---- sources --------------------------------------------------------------
 LIB_SRC   := $(sort $(wildcard libcore/*.c libcore/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
