@@ -128,6 +128,8 @@ CONFIG_TEXT  := cuda=$(or $(HAVE_CUDA),0) arch=sm_$(CUDA_ARCH) nccl=$(or $(NCCL_
                 cppflags=$(CPPFLAGS) cflags=$(filter-out $(WARN),$(CFLAGS)) \
                 nvflags=$(filter-out $(NVWARN),$(NVFLAGS)) ldlibs=$(LDLIBS)
 CONFIG_STAMP := $(BUILD)/config.txt
+# the rule below is the first in the file: plain `make` builds `all`
+.DEFAULT_GOAL := all
 # (refreshed at parse time whenever a goal builds something: no goal, or one
 # besides clean, deps and nccl-wheel, as in "make deps demo")
 ifneq ($(if $(MAKECMDGOALS),$(filter-out clean deps nccl-wheel,$(MAKECMDGOALS)),all),)
