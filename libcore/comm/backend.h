@@ -93,6 +93,10 @@ struct dmuon_comm_ops {
      * synchronous copies host → part / part → host of a checked range. */
     dmuon_rc (*symm_put)(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
     dmuon_rc (*symm_get)(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
+    /* Device memory only: the stream operators enqueue on, and setting it
+     * (dmuon_symm_stream / dmuon_symm_set_stream). */
+    void *(*symm_stream)(const dmuon_symm *s);
+    dmuon_rc (*symm_set_stream)(dmuon_symm *s, void *stream);
 
     /* Groups, one table per algorithm (dmuon/collv.h); NULL where the
      * backend does not offer it.  default_algo is what DMUON_ALGO_DEFAULT

@@ -6,8 +6,8 @@
  * dispatches to the backend of the memory (comm/backend.h).
  *
  * Invariant: every decision that can fail at create is taken from inputs all
- * ranks agree on (the table after dmuon_table_agree, sizes after an
- * MPI_Allreduce), so all ranks return the same rc.
+ * ranks agree on (the table after dmuon_table_agree_topo, allocations
+ * after an agreement of dmuon/ctl.h), so all ranks return the same rc.
  */
 #include "dmuon/collv.h"
 
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "dmuon/ctl.h"
 
 dmuon_rc dmuon_deadline_ms(int opt_ms, int *out)
 {
@@ -206,18 +207,18 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
     dmuon_group *g = calloc(1, sizeof *g);
     if (g)
         g->segs = malloc((n > 0 ? (size_t)n : 1) * sizeof *g->segs);
-    int fail = !g || !g->segs;
-    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
-    if (fail) {
+    rc = g && g->segs ? DMUON_OK : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a group");
+    rc = dmuon_ctl_topo_agree(t, rc, 0);
+    if (rc != DMUON_OK) {
         if (g)
             free(g->segs);
         free(g);
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a group");
+        return rc;
     }
     g->topo = t;
     g->mem = mem;
     g->ctrl_offset = ctrl_offset;
-    DMUON_TRY_GOTO(rc, dmuon_table_agree(t->world, segs, n), fail);
+    DMUON_TRY_GOTO(rc, dmuon_table_agree_topo(t, segs, n), fail);
     /* From here on every rank holds the same table, so table-driven
      * decisions agree without another exchange. */
     DMUON_TRY_GOTO(rc, dmuon_table_check(segs, n, t->size, &g->buffer_bytes, &g->window_bytes),

@@ -1,7 +1,9 @@
 /*
  * ctl.c — the control plane (dmuon/ctl.h): non-blocking MPI calls polled
  * until done or the deadline (comm/wait.h), the agreement of a return code
- * with the failing rank's message broadcast to the others.
+ * with the failing rank's message broadcast to the others, written once over
+ * either an MPI communicator or a topology (whose NCCL form is
+ * nccl_topo.c's).
  */
 #include "dmuon/ctl.h"
 
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "dmuon/collv.h"
+#include "nccl_backend.h"
 #include "wait.h"
 
 /* Posts nothing itself: completes req (from a call that returned err)
@@ -61,12 +64,27 @@ static dmuon_rc kept_done(dmuon_rc rc, int err, void *buf, void *dst, size_t byt
     return rc;
 }
 
-static dmuon_rc allreduce(MPI_Comm comm, void *v, int n, MPI_Datatype type, size_t size,
-                          dmuon_ctl_op op, int deadline_ms, const char *what)
+static dmuon_rc reduce_args(int n, dmuon_ctl_op op, const char *what)
 {
     if (n < 1 || n > DMUON_CTL_MAX_COUNT || op < DMUON_CTL_SUM || op > DMUON_CTL_MAX)
         return DMUON_FAIL(DMUON_EINVAL, "%s: %d values, operation %d: expected 1 to %d values "
                           "and sum, min or max", what, n, (int)op, DMUON_CTL_MAX_COUNT);
+    return DMUON_OK;
+}
+
+static dmuon_rc bcast_args(int bytes, int root, int size, const char *what)
+{
+    if (bytes < 0 || bytes > DMUON_CTL_MAX_BYTES || root < 0 || root >= size)
+        return DMUON_FAIL(DMUON_EINVAL, "%s: %d bytes from rank %d: expected 0 to %d bytes "
+                          "from a rank of 0..%d", what, bytes, root, DMUON_CTL_MAX_BYTES,
+                          size - 1);
+    return DMUON_OK;
+}
+
+static dmuon_rc allreduce(MPI_Comm comm, void *v, int n, MPI_Datatype type, size_t size,
+                          dmuon_ctl_op op, int deadline_ms, const char *what)
+{
+    DMUON_TRY(reduce_args(n, op, what));
     if (comm == MPI_COMM_NULL)
         return DMUON_OK;
     size_t bytes = (size_t)n * size;
@@ -98,10 +116,7 @@ dmuon_rc dmuon_ctl_bcast(MPI_Comm comm, void *data, int bytes, int root, int dea
         return DMUON_OK;
     int size = 0;
     MPI_Comm_size(comm, &size);
-    if (bytes < 0 || bytes > DMUON_CTL_MAX_BYTES || root < 0 || root >= size)
-        return DMUON_FAIL(DMUON_EINVAL, "%s: %d bytes from rank %d: expected 0 to %d bytes "
-                          "from a rank of 0..%d", what, bytes, root, DMUON_CTL_MAX_BYTES,
-                          size - 1);
+    DMUON_TRY(bcast_args(bytes, root, size, what));
     void *buf = malloc(bytes ? (size_t)bytes : 1);
     if (!buf)
         return DMUON_FAIL(DMUON_ENOMEM, "%s: out of memory for %d bytes", what, bytes);
@@ -111,20 +126,35 @@ dmuon_rc dmuon_ctl_bcast(MPI_Comm comm, void *data, int bytes, int root, int dea
     return kept_done(finish(comm, err, &q, deadline_ms, what), err, buf, data, (size_t)bytes);
 }
 
-dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
+/* The two calls an agreement is made of, over an MPI communicator
+ * (t NULL) or a topology. */
+typedef struct {
+    MPI_Comm comm;
+    const dmuon_topo *t;
+    int rank, size;
+} ctl_link;
+
+static dmuon_rc link_min(const ctl_link *l, int64_t *v, int deadline_ms, const char *what)
 {
-    if (comm == MPI_COMM_NULL)
-        return mine;
-    int rank = 0;
-    MPI_Comm_rank(comm, &rank);
+    return l->t ? dmuon_ctl_topo_allreduce_i64(l->t, v, 1, DMUON_CTL_MIN, deadline_ms, what)
+                : dmuon_ctl_allreduce_i64(l->comm, v, 1, DMUON_CTL_MIN, deadline_ms, what);
+}
+
+static dmuon_rc link_bcast(const ctl_link *l, void *data, int bytes, int root, int deadline_ms)
+{
+    return l->t ? dmuon_ctl_topo_bcast(l->t, data, bytes, root, deadline_ms, "agree")
+                : dmuon_ctl_bcast(l->comm, data, bytes, root, deadline_ms, "agree");
+}
+
+static dmuon_rc agree_over(const ctl_link *l, dmuon_rc mine, int deadline_ms)
+{
+    const int rank = l->rank, size = l->size;
     /* keep this rank's message: the calls below may record their own */
     char own[1024] = "";
     if (mine != DMUON_OK)
         snprintf(own, sizeof own, "%s", dmuon_errmsg());
     int64_t first = mine == DMUON_OK ? INT_MAX : rank;
-    DMUON_TRY(dmuon_ctl_allreduce_i64(comm, &first, 1, DMUON_CTL_MIN, deadline_ms, "agree"));
-    int size = 0;
-    MPI_Comm_size(comm, &size);
+    DMUON_TRY(link_min(l, &first, deadline_ms, "agree"));
     /* a late rank's round can complete against another round of the others
      * (they gave up at the deadline and went on): a value that cannot be
      * this round's is never used as a root */
@@ -139,8 +169,7 @@ dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
          * completed against calls the others abandoned at their deadline
          * times out here instead of going on alone */
         int64_t one = 1;
-        return dmuon_ctl_allreduce_i64(comm, &one, 1, DMUON_CTL_MIN, deadline_ms,
-                                       "agree (confirmation)");
+        return link_min(l, &one, deadline_ms, "agree (confirmation)");
     }
     struct {
         int rc;
@@ -151,7 +180,7 @@ dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
         m.rc = (int)mine;
         snprintf(m.msg, sizeof m.msg, "%s", own);
     }
-    DMUON_TRY(dmuon_ctl_bcast(comm, &m, (int)sizeof m, (int)first, deadline_ms, "agree"));
+    DMUON_TRY(link_bcast(l, &m, (int)sizeof m, (int)first, deadline_ms));
     char pre[32];
     int plen = snprintf(pre, sizeof pre, "rank %d: ", mine != DMUON_OK ? rank : (int)first);
     if (mine != DMUON_OK) {
@@ -163,4 +192,60 @@ dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
     if (!strncmp(body, pre, (size_t)plen))
         body += plen;
     return dmuon_err_set((dmuon_rc)m.rc, __FILE__, __LINE__, "%s%s", pre, body);
+}
+
+dmuon_rc dmuon_agree(MPI_Comm comm, dmuon_rc mine, int deadline_ms)
+{
+    if (comm == MPI_COMM_NULL)
+        return mine;
+    ctl_link l = {comm, NULL, 0, 0};
+    MPI_Comm_rank(comm, &l.rank);
+    MPI_Comm_size(comm, &l.size);
+    return agree_over(&l, mine, deadline_ms);
+}
+
+/* ------------------------------------------------------ over a topology -- */
+
+dmuon_rc dmuon_ctl_topo_agree(const dmuon_topo *t, dmuon_rc mine, int deadline_ms)
+{
+    if (!t->nccl)
+        return dmuon_agree(t->world, mine, deadline_ms);
+    ctl_link l = {MPI_COMM_NULL, t, t->rank, t->size};
+    return agree_over(&l, mine, deadline_ms);
+}
+
+dmuon_rc dmuon_ctl_topo_allreduce_f64(const dmuon_topo *t, double *v, int n, dmuon_ctl_op op,
+                                      int deadline_ms, const char *what)
+{
+#ifdef DMUON_HAVE_NCCL
+    if (t->nccl) {
+        DMUON_TRY(reduce_args(n, op, what));
+        return dmuon_nccl_ctl_allreduce(t, v, n, 1, op, deadline_ms, what);
+    }
+#endif
+    return dmuon_ctl_allreduce_f64(t->world, v, n, op, deadline_ms, what);
+}
+
+dmuon_rc dmuon_ctl_topo_allreduce_i64(const dmuon_topo *t, int64_t *v, int n, dmuon_ctl_op op,
+                                      int deadline_ms, const char *what)
+{
+#ifdef DMUON_HAVE_NCCL
+    if (t->nccl) {
+        DMUON_TRY(reduce_args(n, op, what));
+        return dmuon_nccl_ctl_allreduce(t, v, n, 0, op, deadline_ms, what);
+    }
+#endif
+    return dmuon_ctl_allreduce_i64(t->world, v, n, op, deadline_ms, what);
+}
+
+dmuon_rc dmuon_ctl_topo_bcast(const dmuon_topo *t, void *data, int bytes, int root,
+                              int deadline_ms, const char *what)
+{
+#ifdef DMUON_HAVE_NCCL
+    if (t->nccl) {
+        DMUON_TRY(bcast_args(bytes, root, t->size, what));
+        return dmuon_nccl_ctl_bcast(t, data, bytes, root, deadline_ms, what);
+    }
+#endif
+    return dmuon_ctl_bcast(t->world, data, bytes, root, deadline_ms, what);
 }

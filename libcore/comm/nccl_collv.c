@@ -1,77 +1,169 @@
 /*
- * nccl_collv.c — the NCCL host-API backend (nccl_backend.h): groups,
- * AllGatherV and ReduceScatterV as the paper's line C (the per-owner
- * algorithm, this backend's default), and the equal algorithm.
+ * nccl_collv.c — the NCCL host-API backend (nccl_backend.h): groups of the
+ * per-owner algorithm (the paper's line C, this backend's default), the
+ * coalesced one (world scope) and the equal one, at world and node scope,
+ * blocking and split phase; and the backend's ops table.
  *
- * AllGatherV: one ncclBroadcast per segment, root = its owner, from the
- * owner's window (window_offset + segment.window_offset) to every rank's
- * layer buffer (buffer_offset + segment.offset), as bytes.  ReduceScatterV:
- * one ncclReduce per segment (ncclSum, BF16 or F32), root = its owner, from
- * every rank's layer buffer to the owner's window.  All segments of a call go
- * into one ncclGroupStart/ncclGroupEnd on the memory's stream, then the call
- * waits for the stream (deadline: the group's deadline_ms, polling
- * ncclCommGetAsyncError; past it the communicator is aborted and the group
- * is unusable).  NCCL chooses its own reduction order, so ReduceScatterV here
- * equals sched.h's documented order only where every order gives the same
- * bits (integer-valued inputs); FP32 accumulation of BF16 is not offered
- * (DMUON_EUNSUPPORTED at create).
+ * Per-owner AllGatherV: one ncclBroadcast per segment, root = its owner,
+ * from the owner's window (window_offset + segment.window_offset) to every
+ * rank's layer buffer (buffer_offset + segment.offset), as bytes.
+ * ReduceScatterV: one ncclReduce per segment (ncclSum, BF16 or F32), root =
+ * its owner, from every rank's layer buffer to the owner's window.  Equal:
+ * ncclAllGather of segment 0's bytes per rank from this rank's window into
+ * the layer buffer, ncclReduceScatter of its elements from the layer buffer
+ * into this rank's window.  Coalesced: per-owner over each owner's run of
+ * back-to-back segments (one call per owner).  World scope runs over the data communicator;
+ * node scope over the node communicator (owners are local ranks), and its
+ * ReduceScatterV then sums each owned segment along the rail (ncclAllReduce
+ * in place on the rail communicator, a second NCCL group on the same stream)
+ * so every node's owner holds the world sum (dmuon/collv.h "Scope").
+ *
+ * Every call: the segments of one step go into one ncclGroupStart/End on the
+ * memory's stream (dmuon_symm_stream), then a CUDA event is recorded after
+ * them.  start returns there; test queries the event (cudaEventQuery and
+ * ncclCommGetAsyncError); wait polls it until the group's deadline_ms, past
+ * which every communicator of the memory is aborted (ncclCommAbort) and the
+ * call returns DMUON_ETIMEOUT.  The blocking calls are start + wait.  NCCL
+ * chooses its own reduction order, so ReduceScatterV equals sched.h's
+ * documented order only where every order gives the same bits
+ * (integer-valued inputs).  Compiled only: no GPU has run this file.
  *
  * Invariants: the schedule of dmuon/sched.h is not used (NCCL routes);
- * nothing is allocated per call; the group keeps no state of its own.
+ * nothing is allocated per call; at most one call per group is in flight
+ * (inflight is its kind, −1 when none).
  */
 #include "nccl_backend.h"
 
 #include "dmuon/collv.h"
+#include "dmuon/ctl.h"
 
 #ifdef DMUON_HAVE_NCCL
 
-#include <stdio.h>
-#include <time.h>
-#include <unistd.h>
+#include <stdlib.h>
 
-static double now_ms(void)
+typedef struct nccl_group nccl_group;
+/* Enqueues one call of kind (DMUON_SCHED_GATHER / _REDUCE) on the stream. */
+typedef dmuon_rc (*enqueue_fn)(dmuon_group *g, int kind, int64_t buffer_offset,
+                               int64_t window_offset);
+
+struct nccl_group {
+    enqueue_fn enqueue;
+    cudaEvent_t ev;           /* recorded after each call's work */
+    int inflight;             /* kind of the call in flight, −1 none */
+};
+
+static ncclDataType_t nccl_type(dmuon_dtype t)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return t == DMUON_BF16 ? ncclBfloat16 : ncclFloat32;
 }
 
-dmuon_rc dmuon_nccl_wait(nccl_symm *m, int deadline_ms, const char *what)
+static const char *op_name(int kind)
 {
-    const double end = now_ms() + deadline_ms;
-    for (;;) {
-        cudaError_t e = cudaStreamQuery(m->stream);
-        if (e == cudaSuccess)
-            return DMUON_OK;
-        if (e != cudaErrorNotReady)
-            return DMUON_FAIL(DMUON_EDEVICE, "%s: %s", what, cudaGetErrorString(e));
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(m->comm, &async);
-        if (async != ncclSuccess && async != ncclInProgress) {
-            dmuon_nccl_comm_forget(m->comm);
-            ncclCommAbort(m->comm);
-            m->comm = NULL;
-            return DMUON_FAIL(DMUON_ECOMM, "%s: NCCL: %s", what, ncclGetErrorString(async));
-        }
-        if (now_ms() > end) {
-            dmuon_nccl_comm_forget(m->comm);
-            ncclCommAbort(m->comm);
-            m->comm = NULL;
-            return DMUON_FAIL(DMUON_ETIMEOUT, "%s: not done after the deadline of %d ms (NCCL "
-                              "communicator aborted)", what, deadline_ms);
-        }
-        usleep(50);
+    return kind == DMUON_SCHED_GATHER ? "allgatherv" : "reducescatterv";
+}
+
+/* The result of an NCCL group (r: the first failing call inside, e: the
+ * group end); a failure aborts the memory's communicators (part of the call
+ * may be enqueued: the peers then fail at their deadline). */
+static dmuon_rc group_done(nccl_symm *m, ncclResult_t r, ncclResult_t e, const char *what,
+                           const char *calls)
+{
+    if (r == ncclSuccess && e == ncclSuccess)
+        return DMUON_OK;
+    dmuon_nccl_comms_abort(m->cs);
+    return DMUON_FAIL(DMUON_ECOMM, "%s: %s: %s (NCCL communicators aborted)", what, calls,
+                      ncclGetErrorString(r != ncclSuccess ? r : e));
+}
+
+/* Node scope, ReduceScatterV: the segments this rank's column owns, summed
+ * along the rail in place in the window. */
+static dmuon_rc rail_sum(dmuon_group *g, int64_t window_offset)
+{
+    nccl_symm *m = g->mem->impl;
+    const dmuon_topo *t = g->topo;
+    if (g->opts.scope != DMUON_SCOPE_NODE || t->nodes == 1)
+        return DMUON_OK;
+    unsigned char *base = g->mem->base;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g->nseg && r == ncclSuccess; i++) {
+        const dmuon_segment *sg = &g->segs[i];
+        if (sg->owner != t->local)
+            continue;
+        void *w = base + window_offset + sg->window_offset;
+        r = ncclAllReduce(w, w, (size_t)sg->count, nccl_type(sg->dtype), ncclSum, m->cs->rail,
+                          m->stream);
     }
+    return group_done(m, r, ncclGroupEnd(), "reducescatterv", "ncclAllReduce along the rail");
 }
 
-static dmuon_rc usable(const nccl_symm *m, const char *what)
+static dmuon_rc per_owner_enqueue(dmuon_group *g, int kind, int64_t buffer_offset,
+                                  int64_t window_offset)
 {
-    if (!m->comm)
-        return DMUON_FAIL(DMUON_ECOMM, "%s: the NCCL communicator was aborted by an earlier "
-                          "failure", what);
-    if (cudaSetDevice(m->device) != cudaSuccess)
-        return DMUON_FAIL(DMUON_EDEVICE, "%s: cannot select GPU %d", what, m->device);
-    return DMUON_OK;
+    nccl_symm *m = g->mem->impl;
+    ncclComm_t c = g->opts.scope == DMUON_SCOPE_NODE ? m->cs->node : m->cs->world;
+    unsigned char *base = g->mem->base;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < g->nseg && r == ncclSuccess; i++) {
+        const dmuon_segment *sg = &g->segs[i];
+        unsigned char *buf = base + buffer_offset + sg->offset;
+        unsigned char *win = base + window_offset + sg->window_offset;
+        r = kind == DMUON_SCHED_GATHER
+          ? ncclBroadcast(win, buf, (size_t)sg->count * dmuon_dtype_size(sg->dtype), ncclUint8,
+                          sg->owner, c, m->stream)
+          : ncclReduce(buf, win, (size_t)sg->count, nccl_type(sg->dtype), ncclSum, sg->owner, c,
+                       m->stream);
+    }
+    DMUON_TRY(group_done(m, r, ncclGroupEnd(), op_name(kind),
+                         kind == DMUON_SCHED_GATHER ? "ncclBroadcast per segment"
+                                                    : "ncclReduce per segment"));
+    return kind == DMUON_SCHED_REDUCE ? rail_sum(g, window_offset) : DMUON_OK;
+}
+
+/* Coalesced (an owner-ordered table, one element type, world scope): one
+ * ncclBroadcast / ncclReduce per owner over its run of back-to-back
+ * segments, all in one NCCL group: the variable-length call as NCCL has
+ * it (NCCL has no allgatherv of its own). */
+static dmuon_rc coalesced_enqueue(dmuon_group *g, int kind, int64_t buffer_offset,
+                                  int64_t window_offset)
+{
+    nccl_symm *m = g->mem->impl;
+    unsigned char *base = g->mem->base;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0, j; i < g->nseg && r == ncclSuccess; i = j) {
+        const dmuon_segment *sg = &g->segs[i];
+        int64_t count = 0;
+        for (j = i; j < g->nseg && g->segs[j].owner == sg->owner; j++)
+            count += g->segs[j].count;
+        unsigned char *buf = base + buffer_offset + sg->offset;
+        unsigned char *win = base + window_offset + sg->window_offset;
+        r = kind == DMUON_SCHED_GATHER
+          ? ncclBroadcast(win, buf, (size_t)count * dmuon_dtype_size(sg->dtype), ncclUint8,
+                          sg->owner, m->cs->world, m->stream)
+          : ncclReduce(buf, win, (size_t)count, nccl_type(sg->dtype), ncclSum, sg->owner,
+                       m->cs->world, m->stream);
+    }
+    return group_done(m, r, ncclGroupEnd(), op_name(kind),
+                      kind == DMUON_SCHED_GATHER ? "ncclBroadcast per owner"
+                                                 : "ncclReduce per owner");
+}
+
+static dmuon_rc equal_enqueue(dmuon_group *g, int kind, int64_t buffer_offset,
+                              int64_t window_offset)
+{
+    nccl_symm *m = g->mem->impl;
+    const int node = g->opts.scope == DMUON_SCOPE_NODE;
+    ncclComm_t c = node ? m->cs->node : m->cs->world;
+    const dmuon_segment *s0 = &g->segs[0], *mine = &g->segs[node ? g->topo->local : g->topo->rank];
+    unsigned char *buf = g->mem->base + buffer_offset + s0->offset;
+    unsigned char *win = g->mem->base + window_offset + mine->window_offset;
+    ncclResult_t r = kind == DMUON_SCHED_GATHER
+        ? ncclAllGather(win, buf, (size_t)s0->count * dmuon_dtype_size(s0->dtype), ncclUint8, c,
+                        m->stream)
+        : ncclReduceScatter(buf, win, (size_t)s0->count, nccl_type(s0->dtype), ncclSum, c,
+                            m->stream);
+    DMUON_TRY(group_done(m, r, ncclSuccess, op_name(kind),
+                         kind == DMUON_SCHED_GATHER ? "ncclAllGather" : "ncclReduceScatter"));
+    return kind == DMUON_SCHED_REDUCE ? rail_sum(g, window_offset) : DMUON_OK;
 }
 
 /* -------------------------------------------------------------- groups -- */
@@ -83,126 +175,141 @@ dmuon_rc dmuon_nccl_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *s
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_nccl_group_create(dmuon_group *g)
+static void group_free(dmuon_group *g)
 {
-    if (g->opts.fp32_accum)   /* the nccl-dev kernel's scheduled algorithm comes here too */
-        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: the %s backend reduces in NCCL's "
-                          "order and precision; FP32 accumulation of BF16 is not offered",
-                          g->ops->name);
-    g->impl = g->mem->impl;   /* no state of its own (group_free does nothing) */
+    nccl_group *x = g->impl;
+    if (x && x->ev)
+        cudaEventDestroy(x->ev);   /* released once pending work completes */
+    free(x);
+    g->impl = NULL;
+}
+
+static dmuon_rc group_create(dmuon_group *g, enqueue_fn fn)
+{
+    nccl_symm *m = g->mem->impl;
+    nccl_group *x = calloc(1, sizeof *x);
+    dmuon_rc rc = x ? dmuon_nccl_usable(m->cs, "group")
+                    : DMUON_FAIL(DMUON_ENOMEM, "group: out of memory");
+    if (rc == DMUON_OK) {
+        x->enqueue = fn;
+        x->inflight = -1;
+        cudaError_t e = cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            x->ev = NULL;
+            rc = DMUON_FAIL(DMUON_EDEVICE, "group: cudaEventCreate: %s", cudaGetErrorString(e));
+        }
+    }
+    g->impl = x;
+    rc = dmuon_ctl_topo_agree(g->topo, rc, 0);
+    if (rc != DMUON_OK)
+        group_free(g);
+    return rc;
+}
+
+static dmuon_rc per_owner_create(dmuon_group *g) { return group_create(g, per_owner_enqueue); }
+static dmuon_rc equal_create(dmuon_group *g) { return group_create(g, equal_enqueue); }
+static dmuon_rc coalesced_create(dmuon_group *g) { return group_create(g, coalesced_enqueue); }
+
+static dmuon_rc group_start(dmuon_group *g, int kind, int64_t buffer_offset,
+                            int64_t window_offset)
+{
+    nccl_group *x = g->impl;
+    nccl_symm *m = g->mem->impl;
+    const char *what = op_name(kind);
+    if (x->inflight >= 0)
+        return DMUON_FAIL(DMUON_EINVAL, "%s: a %s of this group is still in flight (wait for it "
+                          "first)", what, op_name(x->inflight));
+    DMUON_TRY(dmuon_nccl_usable(m->cs, what));
+    DMUON_TRY(x->enqueue(g, kind, buffer_offset, window_offset));
+    cudaError_t e = cudaEventRecord(x->ev, m->stream);
+    if (e != cudaSuccess) {
+        dmuon_nccl_comms_abort(m->cs);
+        return DMUON_FAIL(DMUON_EDEVICE, "%s: cudaEventRecord: %s (NCCL communicators aborted)",
+                          what, cudaGetErrorString(e));
+    }
+    x->inflight = kind;
     return DMUON_OK;
 }
 
-void dmuon_nccl_group_free(dmuon_group *g) { g->impl = NULL; }
-
-static ncclDataType_t nccl_type(dmuon_dtype t)
+static dmuon_rc in_flight(const nccl_group *x, int kind, const char *call)
 {
-    return t == DMUON_BF16 ? ncclBfloat16 : ncclFloat32;
+    if (x->inflight != kind)
+        return DMUON_FAIL(DMUON_EINVAL, "%s_%s: nothing started on this group", op_name(kind),
+                          call);
+    return DMUON_OK;
 }
 
-dmuon_rc dmuon_nccl_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
+static dmuon_rc group_test(dmuon_group *g, int kind, int *done)
 {
+    nccl_group *x = g->impl;
     nccl_symm *m = g->mem->impl;
-    unsigned char *base = g->mem->base;
-    DMUON_TRY(usable(m, "allgatherv"));
-    ncclResult_t r = ncclGroupStart();
-    for (int i = 0; i < g->nseg && r == ncclSuccess; i++) {
-        const dmuon_segment *sg = &g->segs[i];
-        const size_t bytes = (size_t)sg->count * dmuon_dtype_size(sg->dtype);
-        r = ncclBroadcast(base + window_offset + sg->window_offset, base + buffer_offset + sg->offset,
-                          bytes, ncclUint8, sg->owner, m->comm, m->stream);
-    }
-    ncclResult_t e = ncclGroupEnd();
-    if (r != ncclSuccess || e != ncclSuccess)
-        return DMUON_FAIL(DMUON_ECOMM, "allgatherv: ncclBroadcast group of %d segments: %s",
-                          g->nseg, ncclGetErrorString(r != ncclSuccess ? r : e));
-    return dmuon_nccl_wait(m, g->opts.deadline_ms, "allgatherv");
+    DMUON_TRY(in_flight(x, kind, "test"));
+    int d = 0;
+    dmuon_rc rc = dmuon_nccl_event_test(x->ev, m->cs, &d, op_name(kind));
+    if (rc != DMUON_OK || d)
+        x->inflight = -1;
+    *done = rc == DMUON_OK && d;
+    return rc;
 }
 
-dmuon_rc dmuon_nccl_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
-                                    int64_t window_offset)
+static dmuon_rc group_wait(dmuon_group *g, int kind)
 {
+    nccl_group *x = g->impl;
     nccl_symm *m = g->mem->impl;
-    unsigned char *base = g->mem->base;
-    DMUON_TRY(usable(m, "reducescatterv"));
-    ncclResult_t r = ncclGroupStart();
-    for (int i = 0; i < g->nseg && r == ncclSuccess; i++) {
-        const dmuon_segment *sg = &g->segs[i];
-        r = ncclReduce(base + buffer_offset + sg->offset, base + window_offset + sg->window_offset,
-                       (size_t)sg->count, nccl_type(sg->dtype), ncclSum, sg->owner, m->comm,
-                       m->stream);
-    }
-    ncclResult_t e = ncclGroupEnd();
-    if (r != ncclSuccess || e != ncclSuccess)
-        return DMUON_FAIL(DMUON_ECOMM, "reducescatterv: ncclReduce group of %d segments: %s",
-                          g->nseg, ncclGetErrorString(r != ncclSuccess ? r : e));
-    return dmuon_nccl_wait(m, g->opts.deadline_ms, "reducescatterv");
+    DMUON_TRY(in_flight(x, kind, "wait"));
+    x->inflight = -1;
+    return dmuon_nccl_event_wait(x->ev, m->cs, g->opts.deadline_ms, op_name(kind));
 }
 
-/* The equal algorithm (collv.h; world scope): ncclAllGather of segment
- * 0's bytes per rank from this rank's window into the layer buffer, and
- * ncclReduceScatter of its elements from the layer buffer into this rank's
- * window, on the memory's stream, waited for within the deadline. */
-static dmuon_rc equal_create(dmuon_group *g)
+static dmuon_rc group_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
 {
-    if (g->opts.scope != DMUON_SCOPE_WORLD)
-        return DMUON_FAIL(DMUON_EUNSUPPORTED, "group: the equal algorithm over one node is not "
-                          "offered by the %s backend (world scope only)", g->ops->name);
-    return dmuon_nccl_group_create(g);
+    DMUON_TRY(group_start(g, DMUON_SCHED_GATHER, buffer_offset, window_offset));
+    return group_wait(g, DMUON_SCHED_GATHER);
 }
 
-static dmuon_rc equal_allgatherv(dmuon_group *g, int64_t buffer_offset, int64_t window_offset)
-{
-    nccl_symm *m = g->mem->impl;
-    const dmuon_segment *s0 = &g->segs[0], *mine = &g->segs[g->topo->rank];
-    unsigned char *base = g->mem->base;
-    DMUON_TRY(usable(m, "allgatherv"));
-    ncclResult_t r = ncclAllGather(base + window_offset + mine->window_offset,
-                                   base + buffer_offset + s0->offset,
-                                   (size_t)s0->count * dmuon_dtype_size(s0->dtype), ncclUint8,
-                                   m->comm, m->stream);
-    if (r != ncclSuccess)
-        return DMUON_FAIL(DMUON_ECOMM, "allgatherv (equal): ncclAllGather: %s",
-                          ncclGetErrorString(r));
-    return dmuon_nccl_wait(m, g->opts.deadline_ms, "allgatherv (equal)");
-}
-
-static dmuon_rc equal_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
+static dmuon_rc group_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
                                       int64_t window_offset)
 {
-    nccl_symm *m = g->mem->impl;
-    const dmuon_segment *s0 = &g->segs[0], *mine = &g->segs[g->topo->rank];
-    unsigned char *base = g->mem->base;
-    DMUON_TRY(usable(m, "reducescatterv"));
-    ncclResult_t r = ncclReduceScatter(base + buffer_offset + s0->offset,
-                                       base + window_offset + mine->window_offset,
-                                       (size_t)s0->count, nccl_type(s0->dtype), ncclSum, m->comm,
-                                       m->stream);
-    if (r != ncclSuccess)
-        return DMUON_FAIL(DMUON_ECOMM, "reducescatterv (equal): ncclReduceScatter: %s",
-                          ncclGetErrorString(r));
-    return dmuon_nccl_wait(m, g->opts.deadline_ms, "reducescatterv (equal)");
+    DMUON_TRY(group_start(g, DMUON_SCHED_REDUCE, buffer_offset, window_offset));
+    return group_wait(g, DMUON_SCHED_REDUCE);
 }
 
 /* Per-owner: one ncclBroadcast / ncclReduce per segment, grouped (the
- * backend's default).  Blocking only: the split-phase entries are NULL. */
+ * backend's default). */
 static const dmuon_group_ops per_owner_ops = {
     .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
-    .create = dmuon_nccl_group_create,
-    .free = dmuon_nccl_group_free,
-    .allgatherv = dmuon_nccl_allgatherv,
-    .reduce_scatterv = dmuon_nccl_reduce_scatterv,
+    .create = per_owner_create,
+    .free = group_free,
+    .allgatherv = group_allgatherv,
+    .reduce_scatterv = group_reduce_scatterv,
+    .start = group_start,
+    .test = group_test,
+    .wait = group_wait,
 };
 
 static const dmuon_group_ops equal_ops = {
     .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
     .create = equal_create,
-    .free = dmuon_nccl_group_free,
-    .allgatherv = equal_allgatherv,
-    .reduce_scatterv = equal_reduce_scatterv,
+    .free = group_free,
+    .allgatherv = group_allgatherv,
+    .reduce_scatterv = group_reduce_scatterv,
+    .start = group_start,
+    .test = group_test,
+    .wait = group_wait,
 };
 
-/* Entries left NULL (the scheduled and coalesced algorithms, split phase,
+static const dmuon_group_ops coalesced_ops = {
+    .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
+    .create = coalesced_create,
+    .free = group_free,
+    .allgatherv = group_allgatherv,
+    .reduce_scatterv = group_reduce_scatterv,
+    .start = group_start,
+    .test = group_test,
+    .wait = group_wait,
+};
+
+/* Entries left NULL (the scheduled algorithm, the scheduled
  * publish) are not offered: the public layer says so (backend.h). */
 const dmuon_comm_ops dmuon_nccl_ops = {
     .name = "nccl",
@@ -211,10 +318,16 @@ const dmuon_comm_ops dmuon_nccl_ops = {
     .symm_free = dmuon_nccl_symm_free,
     .symm_put = dmuon_nccl_symm_put,
     .symm_get = dmuon_nccl_symm_get,
+    .symm_stream = dmuon_nccl_symm_stream,
+    .symm_set_stream = dmuon_nccl_symm_set_stream,
     .default_algo = DMUON_ALGO_PER_OWNER,
     .group = {
         [DMUON_ALGO_PER_OWNER] = &per_owner_ops,
+        [DMUON_ALGO_COALESCED] = &coalesced_ops,
         [DMUON_ALGO_EQUAL] = &equal_ops,
+    },
+    .publish = {
+        [DMUON_ALGO_PER_OWNER] = &dmuon_nccl_publish_per_owner_ops,
     },
 };
 

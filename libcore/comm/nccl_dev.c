@@ -34,10 +34,10 @@ static dmuon_rc ncclx_symm_alloc(dmuon_symm *s)
     nccl_symm *m = s->impl;
     dmuon_ncclx_comm *d = NULL;
     const dmuon_topo *t = s->topo;
-    dmuon_rc rc = dmuon_ncclx_comm_create(m->comm, t->nodes, t->node_id, t->per_node, t->local, &d);
-    dmuon_rc agreed = dmuon_agree(t->world, rc, 0);
+    dmuon_rc rc = dmuon_ncclx_comm_create(m->cs->world, t->nodes, t->node_id, t->per_node, t->local, &d);
+    dmuon_rc agreed = dmuon_ctl_topo_agree(t, rc, 0);
     if (agreed != DMUON_OK) {
-        dmuon_ncclx_comm_free(m->comm, d);
+        dmuon_ncclx_comm_free(m->cs->world, d);
         dmuon_nccl_symm_free(s);
         return agreed;
     }
@@ -49,7 +49,7 @@ static void ncclx_symm_free(dmuon_symm *s)
 {
     nccl_symm *m = s->impl;
     if (m) {
-        dmuon_ncclx_comm_free(m->comm, m->dev);
+        dmuon_ncclx_comm_free(m->cs->aborted ? NULL : m->cs->world, m->dev);
         m->dev = NULL;
     }
     dmuon_nccl_symm_free(s);
@@ -70,7 +70,7 @@ static dmuon_rc ncclx_group_create(dmuon_group *g)
         rc = dmuon_ncclx_queues_upload(&g->sched[k], t->node_id, &x->q[k]);
         bad = rc != DMUON_OK;
     }
-    rc = dmuon_agree(t->world, bad ? rc : DMUON_OK, 0);
+    rc = dmuon_ctl_topo_agree(t, bad ? rc : DMUON_OK, 0);
     if (rc != DMUON_OK) {
         if (x) {
             dmuon_ncclx_queues_free(&x->q[0]);
@@ -136,6 +136,8 @@ const dmuon_comm_ops dmuon_nccl_dev_ops = {
     .symm_free = ncclx_symm_free,
     .symm_put = dmuon_nccl_symm_put,
     .symm_get = dmuon_nccl_symm_get,
+    .symm_stream = dmuon_nccl_symm_stream,
+    .symm_set_stream = dmuon_nccl_symm_set_stream,
     .default_algo = DMUON_ALGO_SCHEDULED,
     .group = {[DMUON_ALGO_SCHEDULED] = &scheduled_ops},
 };

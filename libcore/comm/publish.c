@@ -16,6 +16,7 @@
 
 #include "dmuon/collv.h"
 #include "backend.h"
+#include "dmuon/ctl.h"
 
 /* Returns DMUON_EUNSUPPORTED from the calling function when the publish's
  * algorithm has no entry fn on its backend. */
@@ -76,18 +77,18 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     dmuon_publish *p = calloc(1, sizeof *p);
     if (p)
         p->params = malloc((n > 0 ? (size_t)n : 1) * sizeof *p->params);
-    int fail = !p || !p->params;
-    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
-    if (fail) {
+    rc = p && p->params ? DMUON_OK : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
+    rc = dmuon_ctl_topo_agree(t, rc, 0);
+    if (rc != DMUON_OK) {
         if (p)
             free(p->params);
         free(p);
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
+        return rc;
     }
     p->topo = t;
     p->mem = mem;
     p->copy_offset = copy_offset;
-    DMUON_TRY_GOTO(rc, dmuon_table_agree(t->world, params, n), fail);
+    DMUON_TRY_GOTO(rc, dmuon_table_agree_topo(t, params, n), fail);
     DMUON_TRY_GOTO(rc, dmuon_table_check_publish(params, n, t->size, t->per_node,
                                                  &p->copy_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);

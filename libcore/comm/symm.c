@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "dmuon/ctl.h"
 
 #define SYMM_MAX_BYTES (INT64_C(1) << 46)
 
@@ -19,7 +20,7 @@ dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out)
     dmuon_rc rc = DMUON_OK;
     *out = NULL;
     int64_t mm[2] = {-bytes, bytes};
-    MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT64_T, MPI_MAX, t->world);
+    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, mm, 2, DMUON_CTL_MAX, 0, "symmetric memory"));
     if (-mm[0] != mm[1])
         return DMUON_FAIL(DMUON_EMISMATCH, "symmetric memory: ranks asked for different sizes "
                           "(%lld to %lld bytes; this rank %lld)", (long long)-mm[0],
@@ -30,9 +31,16 @@ dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out)
     const dmuon_comm_ops *ops;
     DMUON_TRY(dmuon_comm_backend_get(t->backend, "symmetric memory", &ops));
     DMUON_COMM_NEED(ops, symm_alloc, "symmetric memory");
+    if (t->nccl && !ops->on_device)   /* the same on every rank: the topology's kind */
+        return DMUON_FAIL(DMUON_EUNSUPPORTED, "symmetric memory: the %s backend needs a "
+                          "topology over MPI (this one was handed over from NCCL)", ops->name);
     dmuon_symm *s = calloc(1, sizeof *s);
-    int fail = !s;
-    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
+    int64_t fail = !s;
+    rc = dmuon_ctl_topo_allreduce_i64(t, &fail, 1, DMUON_CTL_MAX, 0, "symmetric memory");
+    if (rc != DMUON_OK) {
+        free(s);
+        return rc;
+    }
     if (fail) {
         free(s);
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory creating symmetric memory");
@@ -73,6 +81,17 @@ int64_t dmuon_symm_bytes(const dmuon_symm *s) { return s->bytes; }
 dmuon_backend dmuon_symm_backend(const dmuon_symm *s) { return s->backend; }
 
 int dmuon_symm_on_device(const dmuon_symm *s) { return s->ops->on_device; }
+
+void *dmuon_symm_stream(const dmuon_symm *s)
+{
+    return s->ops->symm_stream ? s->ops->symm_stream(s) : NULL;
+}
+
+dmuon_rc dmuon_symm_set_stream(dmuon_symm *s, void *stream)
+{
+    DMUON_COMM_NEED(s->ops, symm_set_stream, "symmetric memory stream");
+    return s->ops->symm_set_stream(s, stream);
+}
 
 static dmuon_rc check_copy(const dmuon_symm *s, int64_t offset, int64_t bytes)
 {

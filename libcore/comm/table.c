@@ -10,6 +10,8 @@
  */
 #include "dmuon/table.h"
 
+#include "dmuon/ctl.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,42 +251,40 @@ static void seg_encode(const dmuon_segment *s, int64_t v[5])
 }
 
 /* Exchanges table digests; on disagreement finds the first segment that
- * differs from rank 0's table and fails on every rank. */
-dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
+ * differs from rank 0's table and fails on every rank.  Every exchange is a
+ * control call (dmuon/ctl.h) over the topology, so it has a deadline and
+ * runs on whatever carries t. */
+dmuon_rc dmuon_table_agree_topo(const dmuon_topo *t, const dmuon_segment *segs, int n)
 {
-    int rank, size;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
+    static const char *const w = "segment table agreement";
+    const int rank = t->rank, size = t->size;
     uint64_t mine = dmuon_table_digest(segs, n);
-    uint64_t *all = malloc((size_t)size * sizeof *all);
-    int bad_alloc = !all, any = 0;
-    MPI_Allreduce(MPI_IN_PLACE, &bad_alloc, 1, MPI_INT, MPI_MAX, comm);
-    if (bad_alloc) {
-        free(all);
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory exchanging table digests");
-    }
-    MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, comm);
-    for (int i = 1; i < size; i++)
-        any |= all[i] != all[0];
-    free(all);
+    uint64_t ref_digest = mine;
+    DMUON_TRY(dmuon_ctl_topo_bcast(t, &ref_digest, (int)sizeof ref_digest, 0, 0, w));
+    int64_t any = ref_digest != mine;
+    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, &any, 1, DMUON_CTL_MAX, 0, w));
     if (!any)
         return DMUON_OK;
 
-    int n0 = n;
-    MPI_Bcast(&n0, 1, MPI_INT, 0, comm);
+    int64_t n0 = n;
+    DMUON_TRY(dmuon_ctl_topo_bcast(t, &n0, (int)sizeof n0, 0, 0, w));
     int64_t *ref = malloc(((size_t)n0 * 5 + 1) * sizeof *ref);
-    bad_alloc = !ref;
-    MPI_Allreduce(MPI_IN_PLACE, &bad_alloc, 1, MPI_INT, MPI_MAX, comm);
-    if (bad_alloc) {
-        free(ref);
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory comparing segment tables");
-    }
+    DMUON_TRY(dmuon_ctl_topo_agree(t, ref ? DMUON_OK : DMUON_FAIL(DMUON_ENOMEM, "out of memory "
+                                   "comparing segment tables"), 0));
     if (rank == 0)
-        for (int i = 0; i < n0; i++)
+        for (int64_t i = 0; i < n0; i++)
             seg_encode(&segs[i], ref + 5 * i);
-    MPI_Bcast(ref, n0 * 5, MPI_INT64_T, 0, comm);
+    const int64_t total = n0 * 5 * (int64_t)sizeof *ref;
+    for (int64_t off = 0; off < total; off += DMUON_CTL_MAX_BYTES) {
+        const int64_t len = total - off < DMUON_CTL_MAX_BYTES ? total - off : DMUON_CTL_MAX_BYTES;
+        dmuon_rc rc = dmuon_ctl_topo_bcast(t, (char *)ref + off, (int)len, 0, 0, w);
+        if (rc != DMUON_OK) {
+            free(ref);
+            return rc;
+        }
+    }
     int first = INT_MAX;
-    int lim = n < n0 ? n : n0;
+    int lim = n < n0 ? n : (int)n0;
     for (int i = 0; i < lim && first == INT_MAX; i++) {
         int64_t v[5];
         seg_encode(&segs[i], v);
@@ -293,19 +293,29 @@ dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
     }
     if (first == INT_MAX && n != n0)
         first = lim;
-    struct { int idx, rank; } loc = {first, rank}, glob;
-    MPI_Allreduce(&loc, &glob, 1, MPI_2INT, MPI_MINLOC, comm);
+    /* the lowest (index, rank) pair: one minimum over index · size + rank */
+    int64_t key = (int64_t)first * size + rank;
+    dmuon_rc rc = dmuon_ctl_topo_allreduce_i64(t, &key, 1, DMUON_CTL_MIN, 0, w);
+    if (rc != DMUON_OK) {
+        free(ref);
+        return rc;
+    }
+    struct { int idx, rank; } glob = {(int)(key / size), (int)(key % size)};
     /* Every rank reports the differing rank's segment (sent by that rank)
      * next to rank 0's, so the message is the same everywhere and shows the
      * two segments that actually differ. */
-    int64_t theirs[6] = {0};   /* has-segment flag, then the encoded segment */
-    int theirs_n = n;
+    int64_t theirs[7] = {0};   /* has-segment flag, the encoded segment, its count */
+    theirs[6] = n;
     if (rank == glob.rank && glob.idx < n) {
         theirs[0] = 1;
         seg_encode(&segs[glob.idx], theirs + 1);
     }
-    MPI_Bcast(theirs, 6, MPI_INT64_T, glob.rank, comm);
-    MPI_Bcast(&theirs_n, 1, MPI_INT, glob.rank, comm);
+    rc = dmuon_ctl_topo_bcast(t, theirs, (int)sizeof theirs, glob.rank, 0, w);
+    if (rc != DMUON_OK) {
+        free(ref);
+        return rc;
+    }
+    const int theirs_n = (int)theirs[6];
     char what[320] = "";
     if (theirs[0]) {
         const int64_t *v = theirs + 1;
@@ -326,11 +336,26 @@ dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
                  (long long)v[4]);
     } else {
         size_t l = strlen(what);
-        snprintf(what + l, sizeof what - l, ", rank 0's table has only %d segments", n0);
+        snprintf(what + l, sizeof what - l, ", rank 0's table has only %d segments", (int)n0);
     }
     free(ref);
     return DMUON_FAIL(DMUON_EMISMATCH, "segment tables differ across ranks: first difference "
                       "at segment %d (rank %d against rank 0; %d and %d segments)%s",
-                      glob.idx, glob.rank, theirs_n, n0, what);
+                      glob.idx, glob.rank, theirs_n, (int)n0, what);
+}
+
+dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
+{
+    /* a topology that is only its world: the control calls use nothing else */
+    dmuon_topo t;
+    memset(&t, 0, sizeof t);
+    t.world = comm;
+    t.node = t.rail = MPI_COMM_NULL;
+    t.size = 1;
+    if (comm != MPI_COMM_NULL) {
+        MPI_Comm_rank(comm, &t.rank);
+        MPI_Comm_size(comm, &t.size);
+    }
+    return dmuon_table_agree_topo(&t, segs, n);
 }
 

@@ -9,6 +9,8 @@
  */
 #include "dmuon/topo.h"
 
+#include "nccl_backend.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -141,6 +143,9 @@ void dmuon_topo_release(dmuon_topo *t)
 {
     if (!t)
         return;
+#ifdef DMUON_HAVE_NCCL
+    dmuon_nccl_topo_release(t);
+#endif
     if (t->rail != MPI_COMM_NULL && t->rail != 0)
         MPI_Comm_free(&t->rail);
     if (t->node != MPI_COMM_NULL && t->node != 0)

@@ -23,7 +23,11 @@
 #      integer/one/two reductions exact, random BF16/F32 reductions bit for
 #      bit in sched.h's documented order), --backend nccl with 2 and 4 ranks
 #      (line C; NCCL's own order for random inputs), and a short dmuon-bench
-#      of both backends;
+#      of both backends; then tests/mpi/comm_check on --backend nccl: the
+#      control plane, per-owner / coalesced / equal groups split phase, the
+#      per-owner publish and its node half, a stall meeting the deadline,
+#      and the NCCL communicator handoff, on 1 rank, and on 2 and 4 ranks
+#      where NCCL >= 2.30.3;
 #   7. the training runtime on this GPU (tests/mpi/rt_check: every gathered
 #      weight of every step against the CPU reference, with a stated
 #      tolerance since cuBLAS's Newton-Schulz is not OpenBLAS's bit for bit):
@@ -213,6 +217,65 @@ for np in 2 4; do
         skip "comm-nccl-$np" "$why_nccl"
     fi
 done
+# 5b. the nccl backend beyond line C (tests/mpi/comm_check.c, the driver
+#     tests/mpi/73-comm-backends.sh runs on MPI): the control plane over a
+#     topology, per-owner / coalesced / equal groups at world and node scope
+#     split phase (events, ncclCommGetAsyncError) and blocking, the
+#     per-owner publish and its node half, a stalled rank timing out (the
+#     communicators aborted), and the communicator handoff (a unique id, or
+#     the driver's own ncclComm_t) with no MPI inside the library.  One rank
+#     always; several ranks only with NCCL >= 2.30.3 (one GPU).
+CC=build/tests/mpi/comm_check
+if [ ! -x "$CC" ]; then
+    step build-comm-check 120 make -j16 "$CC" || true
+fi
+nccl_ver=$(grep -m1 -oE '^  NCCL: [0-9]+\.[0-9]+\.[0-9]+' "$log" | awk '{print $2}')
+multi_ok=0
+if [ -n "$nccl_ver" ] &&
+   [ "$(printf '%s\n' 2.30.3 "$nccl_ver" | sort -V | head -n 1)" = 2.30.3 ]; then
+    multi_ok=1
+fi
+comm_step() {   # comm_step NAME TIMEOUT NP [ARGS...]: comm_check on nccl; its exit 3 is a skip
+    local name=$1 limit=$2 np=$3; shift 3
+    say ""
+    say "== $name: -np $np $CC --backend nccl $*"
+    local t0=$(date +%s)
+    timeout "$limit" "${MPIRUN[@]}" -np "$np" "$CC" --backend nccl "$@" > "$tmp/$name.out" 2>&1
+    local rc=$?
+    cat "$tmp/$name.out" >> "$log"
+    if [ "$rc" -eq 3 ] && grep -q '^skipped:' "$tmp/$name.out"; then
+        skip "$name" "$(grep -m1 '^skipped:' "$tmp/$name.out" | sed 's/^skipped: //')"
+        return
+    fi
+    say "== $name: exit $rc after $(( $(date +%s) - t0 )) s; $(grep -E '^[0-9]+ passed' "$tmp/$name.out" | tail -n 1)"
+    if [ "$rc" -ne 0 ]; then
+        failed=$((failed + 1))
+        failed_names="$failed_names $name"
+    fi
+}
+if [ ! -x "$CC" ]; then
+    for n in comm-check-1 comm-check-handoff-id-1 comm-check-handoff-comm-1 comm-check-2 \
+             comm-check-4 comm-check-handoff-id-4 comm-check-handoff-comm-2 comm-check-stall; do
+        skip "$n" "$CC not built (make $CC)"
+    done
+else
+    comm_step comm-check-1 120 1
+    comm_step comm-check-handoff-id-1 60 1 --handoff id
+    comm_step comm-check-handoff-comm-1 60 1 --handoff comm
+    if [ "$multi_ok" = 1 ]; then
+        DMUON_RANKS_PER_NODE=2 comm_step comm-check-2 150 2
+        DMUON_RANKS_PER_NODE=2 comm_step comm-check-4 180 4
+        DMUON_RANKS_PER_NODE=2 comm_step comm-check-handoff-id-4 180 4 --handoff id
+        DMUON_RANKS_PER_NODE=2 comm_step comm-check-handoff-comm-2 120 2 --handoff comm
+        DMUON_RANKS_PER_NODE=2 comm_step comm-check-stall 90 4 --stall 1
+    else
+        for n in comm-check-2 comm-check-4 comm-check-handoff-id-4 comm-check-handoff-comm-2 \
+                 comm-check-stall; do
+            skip "$n" "several ranks on one GPU need NCCL >= 2.30.3 (this build: ${nccl_ver:-unknown})"
+        done
+    fi
+fi
+
 for b in nccl-dev nccl; do
     v="have_${b//-/_}"
     if [ "${!v}" = 1 ]; then

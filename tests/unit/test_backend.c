@@ -4,8 +4,9 @@
  * dmuon_symm_put/get on MPI memory (a plain copy, ranges checked), the GPU
  * backends refusing clearly where no GPU (or no GPU build) exists, and an
  * ops-table entry left NULL refused with DMUON_EUNSUPPORTED and a message
- * naming the backend and the operation (a table with no split phase and no
- * publish, and the nccl backend's own table where it is built).  Prints "N passed,
+ * naming the backend and the operation (a bare table with no split phase,
+ * no publish and no stream), and the nccl backend's table where it is built
+ * (its entries as offered, and a publish call it lacks refused).  Prints "N passed,
  * N failed"; exit 1 on a failure.  (On a machine with a GPU the GPU
  * backends' refusal is not expected: those cases are skipped here and run by
  * tests/gpu/run.sh.)
@@ -79,6 +80,34 @@ static void test_gpu_refused(dmuon_topo *t)
               "symmetric memory on a GPU backend without a GPU");
         t->backend = DMUON_BACKEND_MPI;
     }
+}
+
+/* The NCCL handoff refusing bad facts before any NCCL call, and (without a
+ * GPU, or without NCCL in the build) refusing clearly; t is left zeroed. */
+static void test_handoff(void)
+{
+    dmuon_topo h;
+    unsigned char id[DMUON_NCCL_UNIQUE_ID_BYTES] = {0};
+    check(dmuon_topo_init_nccl(&h, NULL, 0, 1, 1) != DMUON_OK, "handoff: no communicator");
+#ifdef DMUON_HAVE_NCCL
+    check(strstr(dmuon_errmsg(), "no communicator or unique id") != NULL,
+          "handoff: the message says what is missing");
+    check(dmuon_topo_init_nccl_id(&h, id, 2, 2, 1, -1) == DMUON_EINVAL &&
+              strstr(dmuon_errmsg(), "rank 2 of 2 ranks"), "handoff: a rank outside the size");
+    check(dmuon_topo_init_nccl_id(&h, id, 0, 6, 4, -1) == DMUON_EINVAL &&
+              strstr(dmuon_errmsg(), "4 per node"), "handoff: ranks per node not dividing");
+    if (!gpu_visible()) {
+        check(dmuon_topo_init_nccl_id(&h, id, 0, 1, 1, -1) == DMUON_EUNSUPPORTED &&
+                  strstr(dmuon_errmsg(), "no GPU found"), "handoff without a GPU: unsupported");
+    }
+#else
+    check(dmuon_topo_init_nccl_id(&h, id, 0, 1, 1, -1) == DMUON_EUNSUPPORTED &&
+              strstr(dmuon_errmsg(), "built without GPU support"),
+          "handoff in a build without NCCL: unsupported");
+#endif
+    check(h.nccl == NULL && h.world == MPI_COMM_NULL && h.node == MPI_COMM_NULL,
+          "handoff: a failed one leaves the topology empty");
+    dmuon_topo_release(&h);   /* accepted, does nothing */
 }
 
 static void test_copies(dmuon_topo *t)
@@ -159,17 +188,60 @@ static void check_unsupported(const dmuon_comm_ops *ops)
     check(dmuon_publish_flag(&p, 0) == -1, "no flags without a publish");
 }
 
+/* The nccl table as this build fills it: split phase for every group
+ * algorithm it offers, the per-owner publish with its node half, the rest
+ * NULL; and a publish call the per-owner algorithm lacks (wait) refused
+ * through that real table without reaching the backend. */
+static void check_nccl_table(const dmuon_comm_ops *nccl)
+{
+    const dmuon_algo offered[] = {DMUON_ALGO_PER_OWNER, DMUON_ALGO_COALESCED, DMUON_ALGO_EQUAL};
+    for (size_t i = 0; i < sizeof offered / sizeof offered[0]; i++) {
+        const dmuon_group_ops *go = nccl->group[offered[i]];
+        char what[96];
+        snprintf(what, sizeof what, "nccl %s: blocking and split phase entries",
+                 dmuon_algo_name(offered[i]));
+        check(go && go->create && go->free && go->allgatherv && go->reduce_scatterv &&
+                  go->start && go->test && go->wait, what);
+    }
+    check(nccl->group[DMUON_ALGO_SCHEDULED] == NULL, "nccl has no scheduled group");
+    check(dmuon_group_algo_offered(DMUON_BACKEND_NCCL, DMUON_ALGO_EQUAL) &&
+              !dmuon_group_algo_offered(DMUON_BACKEND_NCCL, DMUON_ALGO_SCHEDULED),
+          "dmuon_group_algo_offered reads the table");
+    check(nccl->symm_stream && nccl->symm_set_stream, "nccl memory has a stream");
+    const dmuon_publish_ops *po = nccl->publish[DMUON_ALGO_PER_OWNER];
+    check(po && po->create && po->begin && po->post && po->end && po->node_load && !po->wait,
+          "nccl per-owner publish: begin, post, end, node load; no wait");
+    check(nccl->publish[DMUON_ALGO_SCHEDULED] == NULL, "nccl has no scheduled publish");
+    dmuon_publish p;
+    memset(&p, 0, sizeof p);
+    p.ops = nccl;
+    p.pops = po;
+    p.algorithm = DMUON_ALGO_PER_OWNER;
+    check(dmuon_publish_wait(&p, 0, 1) == DMUON_EUNSUPPORTED &&
+              strstr(dmuon_errmsg(), "publish_wait: not offered by the nccl backend with the "
+                     "per-owner algorithm"),
+          "publish_wait on nccl per-owner: refused, naming backend and algorithm");
+}
+
 static void test_null_entries(void)
 {
     static const dmuon_group_ops blocking_only = {NULL};
     static const dmuon_comm_ops bare = {.name = "bare", .default_algo = DMUON_ALGO_SCHEDULED,
                                         .group = {[DMUON_ALGO_SCHEDULED] = &blocking_only}};
     check_unsupported(&bare);
+    /* a memory whose backend has no stream: refused, nothing dereferenced */
+    dmuon_symm s;
+    memset(&s, 0, sizeof s);
+    s.ops = &bare;
+    check(dmuon_symm_stream(&s) == NULL, "no stream on a backend without one");
+    check(dmuon_symm_set_stream(&s, NULL) == DMUON_EUNSUPPORTED &&
+              strstr(dmuon_errmsg(), "not offered by the bare backend"),
+          "set_stream refused on a backend without one");
 #ifdef DMUON_HAVE_NCCL
     const dmuon_comm_ops *nccl = dmuon_comm_backend(DMUON_BACKEND_NCCL);
     check(nccl != NULL, "the nccl backend is built");
     if (nccl)
-        check_unsupported(nccl);
+        check_nccl_table(nccl);
 #else
     printf("skipped: the nccl backend's table (built without NCCL)\n");
 #endif
@@ -188,6 +260,7 @@ int main(int argc, char **argv)
     test_gpu_refused(&t);
     test_copies(&t);
     test_null_entries();
+    test_handoff();
     dmuon_topo_release(&t);
     printf("%d passed, %d failed\n", passed, failed);
     MPI_Finalize();

@@ -599,6 +599,67 @@ static void test_ctl(const dmuon_topo *t)
               strstr(dmuon_errmsg(), "table:") != NULL, "ctl: a root outside the ranks is refused");
 }
 
+/* The topology forms of the control plane on an MPI topology (the same
+ * results as the MPI_Comm forms), a zeroed topology as a local no-op, and
+ * the table agreement over a topology with a table whose comparison is
+ * broadcast in several pieces (more than DMUON_CTL_MAX_BYTES). */
+static void test_ctl_topo(const dmuon_topo *t)
+{
+    const int N = t->size, last = N - 1;
+    check(dmuon_ctl_topo_agree(t, DMUON_OK, 5000) == DMUON_OK, "topo agree: no rank failed");
+    dmuon_rc mine = t->rank == last ? DMUON_FAIL(DMUON_EIO, "file 'y': short write") : DMUON_OK;
+    char want[96];
+    snprintf(want, sizeof want, "rank %d: file 'y': short write", last);
+    check(dmuon_ctl_topo_agree(t, mine, 5000) == DMUON_EIO && strstr(dmuon_errmsg(), want),
+          "topo agree: the failing rank's code and message on every rank");
+    double v[2] = {t->rank + 0.25, 1.0};
+    check(dmuon_ctl_topo_allreduce_f64(t, v, 2, DMUON_CTL_SUM, 5000, "norm") == DMUON_OK &&
+              v[0] == N * (N - 1) / 2.0 + 0.25 * N && v[1] == N, "topo ctl: f64 sum");
+    int64_t w = t->rank == 1 % N ? -7 : t->rank;
+    check(dmuon_ctl_topo_allreduce_i64(t, &w, 1, DMUON_CTL_MIN, 5000, "flag") == DMUON_OK &&
+              w == -7, "topo ctl: i64 min");
+    check(dmuon_ctl_topo_allreduce_i64(t, &w, 1, (dmuon_ctl_op)9, 5000, "flag") == DMUON_EINVAL,
+          "topo ctl: an unknown operation is refused");
+    char tab[64];
+    snprintf(tab, sizeof tab, "digest of rank %d", t->rank);
+    check(dmuon_ctl_topo_bcast(t, tab, (int)sizeof tab, last, 5000, "digest") == DMUON_OK,
+          "topo ctl: broadcast");
+    snprintf(want, sizeof want, "digest of rank %d", last);
+    check(!strcmp(tab, want), "topo ctl: every rank holds the root's bytes");
+    check(dmuon_ctl_topo_bcast(t, tab, DMUON_CTL_MAX_BYTES + 1, 0, 5000, "digest") ==
+              DMUON_EINVAL, "topo ctl: a broadcast over the limit is refused");
+    dmuon_topo alone;
+    memset(&alone, 0, sizeof alone);
+    alone.world = alone.node = alone.rail = MPI_COMM_NULL;
+    alone.size = 1;
+    int64_t x = 5;
+    check(dmuon_ctl_topo_allreduce_i64(&alone, &x, 1, DMUON_CTL_SUM, 0, "x") == DMUON_OK &&
+              x == 5 && dmuon_ctl_topo_agree(&alone, DMUON_OK, 0) == DMUON_OK,
+          "topo ctl: a topology without communicators is alone");
+
+    /* 30000 segments: rank 0's encoded table is 1.2 MB, two broadcasts */
+    const int n = 30000;
+    dmuon_segment *segs = calloc((size_t)n, sizeof *segs);
+    if (!segs) {
+        check(0, "topo table agreement: memory");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        segs[i] = (dmuon_segment){.owner = i % N, .dtype = DMUON_F32, .offset = 8 * (int64_t)i,
+                                  .count = 2, .window_offset = 0};
+    check(dmuon_table_agree_topo(t, segs, n) == DMUON_OK, "topo table agreement: same tables");
+    if (N > 1) {
+        if (t->rank == last)
+            segs[29000].count = 3;
+        dmuon_rc rc = dmuon_table_agree_topo(t, segs, n);
+        snprintf(want, sizeof want, "first difference at segment 29000 (rank %d against rank 0",
+                 last);
+        check(rc == DMUON_EMISMATCH && strstr(dmuon_errmsg(), want),
+              "topo table agreement: the first difference past the first piece, on every rank");
+    }
+    free(segs);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -617,6 +678,7 @@ int main(int argc, char **argv)
     test_split(&t);
     test_publish(&t);
     test_ctl(&t);
+    test_ctl_topo(&t);
     dmuon_topo_release(&t);
     if (world_rank == 0)
         printf("%d passed, %d failed\n", passed, failed);

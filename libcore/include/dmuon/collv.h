@@ -92,7 +92,8 @@ typedef struct dmuon_group dmuon_group;
  * only where every order does (integer-valued inputs).  A backend leaves an
  * algorithm out where it has none (DMUON_EUNSUPPORTED at create naming the
  * backend and the algorithm); on mpi all five exist, blocking and split
- * phase.
+ * phase; on nccl PER_OWNER (default), COALESCED (one ncclBroadcast /
+ * ncclReduce per owner over its run) and EQUAL, blocking and split phase.
  */
 typedef enum {
     DMUON_ALGO_DEFAULT = 0,
@@ -154,7 +155,8 @@ dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, 
  * bad opts; mem allocated over another topology or backend; ctrl_offset
  * negative, not a multiple of DMUON_GROUP_CTRL_ALIGN, or the area not inside
  * mem), DMUON_EUNSUPPORTED (t->backend not built), DMUON_ENOMEM (on any
- * rank), DMUON_ECOMM.  An algorithm the backend does not offer, or
+ * rank), DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach one of create's
+ * agreements, dmuon/ctl.h, within the default deadline).  An algorithm the backend does not offer, or
  * fp32_accum with another algorithm than SCHEDULED: DMUON_EUNSUPPORTED naming
  * both; a table the algorithm cannot take (see dmuon_algo): DMUON_EINVAL
  * naming the first segment that breaks its rule.  On failure *out is NULL. */
@@ -263,6 +265,19 @@ dmuon_rc dmuon_reduce_scatterv(dmuon_group *g, int64_t buffer_offset, int64_t wi
  * call is complete (then the call is over, as after wait), else 0.
  * ReduceScatterV has the same three, with its own errors
  * (DMUON_EUNSUPPORTED for element types) and the same rules.
+ *
+ * On the nccl backend start enqueues the call's NCCL group on the memory's
+ * stream (dmuon_symm_stream) and records a CUDA event after it; the data
+ * then moves on the GPU without any host call, and test and wait only
+ * query the event and the communicators' asynchronous errors (no progress
+ * of other groups is needed).  A deadline or an asynchronous NCCL error
+ * aborts every NCCL communicator of the memory (DMUON_ETIMEOUT /
+ * DMUON_ECOMM; every later call on them: DMUON_ECOMM).  Work the caller
+ * enqueues on the same stream after start is ordered after the call.
+ * Several groups over one memory may have calls in flight at once, but
+ * every rank must start the calls over one memory in the same order (NCCL
+ * matches collectives on a communicator by their order; another order
+ * deadlocks until the deadline).
  */
 dmuon_rc dmuon_allgatherv_start(dmuon_group *g, int64_t buffer_offset, int64_t window_offset);
 dmuon_rc dmuon_allgatherv_test(dmuon_group *g, int *done);

@@ -4,12 +4,12 @@
  * bounded by a deadline (docs/operators.md "Control plane").
  *
  * These move a few bytes to decide things together (did any rank fail, the
- * gradient norm, the non-finite flag, a digest of a layout); they run over
- * the MPI communicator given, on every backend alike (the NCCL backends
- * keep their bootstrap and control plane on MPI too), as non-blocking MPI
- * calls polled until done or until the deadline passes.  Every function is
- * collective over comm (every rank, same order, same arguments where said);
- * MPI_COMM_NULL makes each a local no-op that returns as if alone.
+ * gradient norm, the non-finite flag, a digest of a layout).  The MPI_Comm
+ * forms run over the MPI communicator given, on every backend alike, as
+ * non-blocking MPI calls polled until done or until the deadline passes.
+ * Every function is collective over comm (every rank, same order, same
+ * arguments where said); MPI_COMM_NULL makes each a local no-op that
+ * returns as if alone.
  *
  * deadline_ms: > 0 bounds the call; 0 takes $DMUON_DEADLINE_MS or
  * DMUON_DEADLINE_MS_DEFAULT (dmuon_deadline_ms, dmuon/collv.h).  A call past
@@ -22,6 +22,12 @@
  * peer.  A timed-out call keeps its copy alive for good (8 bytes per value
  * of a reduction, `bytes` of a broadcast, 8 + 1028 bytes of an agreement)
  * together with its request; the communicator is unusable afterwards.
+ *
+ * Two forms: over an MPI communicator (dmuon_agree, dmuon_ctl_allreduce_*,
+ * dmuon_ctl_bcast) and over a topology, whatever carries it
+ * (dmuon_ctl_topo_*): t->world through the MPI functions for a topology
+ * from dmuon_topo_init, and the topology's own NCCL control communicator
+ * for one from dmuon_topo_init_nccl / _id (dmuon/topo.h; no MPI call).
  */
 #ifndef DMUON_CTL_H
 #define DMUON_CTL_H
@@ -30,6 +36,7 @@
 #include <stdint.h>
 
 #include "dmuon/rc.h"
+#include "dmuon/topo.h"
 
 /* The most elements of one small reduction, and the most bytes of one short
  * broadcast.  Larger payloads belong in a group (dmuon/collv.h). */
@@ -72,5 +79,34 @@ dmuon_rc dmuon_ctl_allreduce_i64(MPI_Comm comm, int64_t *v, int n, dmuon_ctl_op 
  * before any communication), DMUON_ETIMEOUT (names what), DMUON_ECOMM. */
 dmuon_rc dmuon_ctl_bcast(MPI_Comm comm, void *data, int bytes, int root, int deadline_ms,
                          const char *what);
+
+/*
+ * The control plane over a topology (collective over t's N ranks, every
+ * rank in the same order; same arguments, results and errors as the MPI_Comm
+ * functions above, with comm = t->world and rank = t->rank).  A topology from
+ * dmuon_topo_init runs them over MPI exactly as above (a zeroed one, world
+ * MPI_COMM_NULL, is a local no-op).  A topology from dmuon_topo_init_nccl /
+ * _id runs them over its control communicator: the values are copied into a
+ * pinned host buffer, to a device buffer, reduced (ncclAllReduce, ncclFloat64
+ * or ncclInt64 with ncclSum / ncclMin / ncclMax) or broadcast (ncclBroadcast
+ * of bytes) in place on the control stream, copied back, and an event after
+ * them is polled with ncclCommGetAsyncError until deadline_ms; past it the
+ * control communicator is aborted (ncclCommAbort) and the call returns
+ * DMUON_ETIMEOUT naming `what` and this rank; an asynchronous NCCL error
+ * aborts it too (DMUON_ECOMM).  Later control calls on that topology then
+ * return DMUON_ECOMM ("aborted by an earlier failure"); the buffers stay
+ * with the topology until dmuon_topo_release.  F64 sums are in NCCL's order
+ * (the same on every rank of one call).  Extra errors on NCCL: DMUON_EDEVICE
+ * (a CUDA copy or event failed).  The caller's v / data are read before and
+ * written only after the call completed, never by a late peer.  Compiled,
+ * never run on a GPU where written.
+ */
+dmuon_rc dmuon_ctl_topo_agree(const dmuon_topo *t, dmuon_rc mine, int deadline_ms);
+dmuon_rc dmuon_ctl_topo_allreduce_f64(const dmuon_topo *t, double *v, int n, dmuon_ctl_op op,
+                                      int deadline_ms, const char *what);
+dmuon_rc dmuon_ctl_topo_allreduce_i64(const dmuon_topo *t, int64_t *v, int n, dmuon_ctl_op op,
+                                      int deadline_ms, const char *what);
+dmuon_rc dmuon_ctl_topo_bcast(const dmuon_topo *t, void *data, int bytes, int root,
+                              int deadline_ms, const char *what);
 
 #endif

@@ -50,8 +50,11 @@ typedef struct {
                                 posted, per-parameter flags, the node half;
                                 PER_OWNER: nothing moves until end, which runs one
                                 broadcast per parameter on its rail from the owner's
-                                node, in table order (wait and node_load are not
-                                offered: DMUON_EUNSUPPORTED) */
+                                node, in table order (wait is not offered:
+                                DMUON_EUNSUPPORTED; node_load is not offered on mpi
+                                and, on nccl, follows end of its step, see
+                                dmuon_publish_node_load).  The nccl backend offers
+                                PER_OWNER only (SCHEDULED: DMUON_EUNSUPPORTED) */
 } dmuon_publish_opts;
 
 /* The publish copy layout: the parameters of each rail back to back in
@@ -84,7 +87,9 @@ dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segmen
  * rail overlapping in the copy, more parameters than MPI tags, mem over
  * another topology or backend, copy_offset negative, not a multiple of 8, or
  * the copy not inside mem), DMUON_EUNSUPPORTED (t->backend not built),
- * DMUON_ENOMEM, DMUON_ECOMM.  On failure *out is NULL. */
+ * DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach create's
+ * agreements, dmuon/ctl.h, within the default deadline).  On failure *out
+ * is NULL. */
 dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, int n,
                               const dmuon_publish_opts *opts, dmuon_symm *mem,
                               int64_t copy_offset, dmuon_publish **out);
@@ -143,12 +148,20 @@ dmuon_rc dmuon_publish_end(dmuon_publish *p, int64_t step);
  * dmuon_publish_wait), then the node's ranks meet, load and meet again, so
  * no rank changes its copy before every rank of the node has read it.
  * Collective over the node (every rank of it, the same list and step); the
- * publish's step must be open (between begin and end).  Errors: DMUON_EINVAL
+ * publish's step must be open (between begin and end).  On the nccl backend
+ * (PER_OWNER) it follows end(step) instead, before the next begin: the
+ * copies are complete then, and it is one ncclBroadcast per listed
+ * parameter on the node communicator, root the column that leads it, from
+ * that rank's copy to every rank's destination (its own included), enqueued
+ * on the memory's stream and waited for within the deadline (past it the
+ * memory's NCCL communicators are aborted: DMUON_ETIMEOUT).  Errors: DMUON_EINVAL
  * (an index outside the table, a destination range outside the memory or
  * overlapping the copy; before any communication), those of
  * dmuon_publish_wait, DMUON_ETIMEOUT (a rank of the node did not arrive
  * within the deadline; names the node), DMUON_ECOMM, DMUON_EUNSUPPORTED (a
- * backend without node-shared memory). */
+ * backend without node-shared memory; the MPI per-owner publish), and on
+ * nccl DMUON_EINVAL when step is not the last ended one, DMUON_ECOMM (an NCCL
+ * call failed, or the communicators were aborted before), DMUON_EDEVICE. */
 dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, const int *params,
                                  int n, int64_t dst_offset, int64_t step);
 

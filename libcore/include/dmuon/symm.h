@@ -33,8 +33,11 @@ typedef struct dmuon_symm dmuon_symm;
  * memory keeps the pointer t, which must outlive it.  Errors, identical on
  * every rank: DMUON_EMISMATCH (ranks gave different sizes; the message gives
  * the smallest and largest), DMUON_EINVAL (bytes ≤ 0 or above 2^46),
- * DMUON_EUNSUPPORTED (t->backend is not built), DMUON_ENOMEM (the shared
- * window or bookkeeping could not be allocated on some rank), DMUON_ECOMM.
+ * DMUON_EUNSUPPORTED (t->backend is not built; the MPI backend over a
+ * topology handed over from NCCL), DMUON_ENOMEM (the shared window or
+ * bookkeeping could not be allocated on some rank), DMUON_ECOMM,
+ * DMUON_ETIMEOUT (a rank did not reach the size agreement within the
+ * default deadline, dmuon_deadline_ms).
  * On failure *out is NULL. */
 dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out);
 
@@ -65,10 +68,30 @@ dmuon_backend dmuon_symm_backend(const dmuon_symm *s);
  * dmuon_symm_base is a device pointer and dmuon_symm_peer gives NULL. */
 int dmuon_symm_on_device(const dmuon_symm *s);
 
+/* The CUDA stream (a cudaStream_t, as void *) the operators over s enqueue
+ * on: the NCCL backends' calls of groups and publishes over s, and the
+ * ordering point of dmuon_symm_put / _get (which synchronise it first).  A
+ * memory starts with a non-blocking stream of its own, made at allocation
+ * and destroyed by dmuon_symm_free.  NULL on host memory (MPI).  Not
+ * collective. */
+void *dmuon_symm_stream(const dmuon_symm *s);
+
+/* Makes the operators over s enqueue on `stream` (a cudaStream_t of the
+ * memory's device, as void *; NULL: back to the memory's own), so a
+ * trainer orders its kernels and the layer's communication on one stream
+ * without synchronising the host.  The stream stays the caller's: it must
+ * outlive every call over s that enqueues on it and is never destroyed
+ * here.  Change it only between calls (no split-phase call in flight).
+ * Split-phase calls record an event after their work on it, and test /
+ * wait poll that event (dmuon/collv.h).  Not collective (each rank its
+ * own).  Errors: DMUON_EUNSUPPORTED (host memory: the MPI backend). */
+dmuon_rc dmuon_symm_set_stream(dmuon_symm *s, void *stream);
+
 /* Copies bytes between host memory and this rank's part at offset (a plain
  * memcpy for host memory, cudaMemcpy for device memory; synchronous; not
- * collective).  Errors: DMUON_EINVAL (the range is not inside the part),
- * DMUON_EDEVICE (the copy failed). */
+ * collective; device memory: after the memory's stream, dmuon_symm_stream,
+ * has finished its work).  Errors: DMUON_EINVAL (the range is not inside
+ * the part), DMUON_EDEVICE (the copy failed). */
 dmuon_rc dmuon_symm_put(dmuon_symm *s, int64_t offset, const void *src, int64_t bytes);
 dmuon_rc dmuon_symm_get(const dmuon_symm *s, int64_t offset, void *dst, int64_t bytes);
 
