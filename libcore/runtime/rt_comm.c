@@ -85,22 +85,22 @@ static dmuon_rc refuse_after_failure(const dmuon_rt *rt, const char *what)
 dmuon_rc rt_ctl_i64(dmuon_rt *rt, int64_t *v, int n, dmuon_ctl_op op, const char *what)
 {
     DMUON_TRY(refuse_after_failure(rt, what));
-    return rt_fail_comm(rt, dmuon_ctl_allreduce_i64(rt->topo.world, v, n, op,
-                                                    rt->opts.deadline_ms, what));
+    return rt_fail_comm(rt, dmuon_ctl_topo_allreduce_i64(&rt->topo, v, n, op,
+                                                         rt->opts.deadline_ms, what));
 }
 
 dmuon_rc rt_ctl_f64(dmuon_rt *rt, double *v, int n, dmuon_ctl_op op, const char *what)
 {
     DMUON_TRY(refuse_after_failure(rt, what));
-    return rt_fail_comm(rt, dmuon_ctl_allreduce_f64(rt->topo.world, v, n, op,
-                                                    rt->opts.deadline_ms, what));
+    return rt_fail_comm(rt, dmuon_ctl_topo_allreduce_f64(&rt->topo, v, n, op,
+                                                         rt->opts.deadline_ms, what));
 }
 
 dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what)
 {
     DMUON_TRY(refuse_after_failure(rt, what));
-    return rt_fail_comm(rt, dmuon_ctl_bcast(rt->topo.world, data, bytes, 0,
-                                            rt->opts.deadline_ms, what));
+    return rt_fail_comm(rt, dmuon_ctl_topo_bcast(&rt->topo, data, bytes, 0,
+                                                 rt->opts.deadline_ms, what));
 }
 
 /* ----------------------------------------------------------- the lines -- */

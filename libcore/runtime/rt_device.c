@@ -25,6 +25,9 @@
  *   checkpoints: save / export read a host copy of the state, load writes
  *     one and copies it in (rt_state_to_host / rt_state_from_host);
  *   dmuon_rt_state_digest: chunks copied out (rt_digest_mem).
+ * Communicators: comm (MPI; the NCCL backends bootstrap over it), or the
+ * trainer's NCCL communicator or unique id (dmuon_topo_init_nccl / _id: no
+ * MPI call; the control plane runs over the topology, dmuon_ctl_topo_*).
  * The CUDA paths are compiled with warnings as errors but have NOT RUN: no
  * GPU was available where they were written (tests/gpu/run.sh runs them).
  */
@@ -36,6 +39,9 @@
 
 #if DMUON_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#endif
+#if DMUON_HAVE_NCCL
+#include <nccl.h>
 #endif
 
 bool rt_on_host(const dmuon_rt *rt) { return rt->elem == rt_elem_host(); }
@@ -83,6 +89,59 @@ dmuon_rc rt_device_check(const dmuon_rt *rt)
     return DMUON_OK;
 }
 
+static bool handoff(const dmuon_rt *rt) { return rt->opts.nccl_comm || rt->opts.nccl_id; }
+
+/* The size of the run and this rank: comm's, or with a NCCL handoff the
+ * options' (comm must then be MPI_COMM_NULL).  Local. */
+dmuon_rc rt_comm_size(const dmuon_rt *rt, MPI_Comm comm, int *size, int *rank)
+{
+    if (handoff(rt)) {
+        if (comm != MPI_COMM_NULL)
+            return DMUON_FAIL(DMUON_EINVAL, "runtime: %s given together with an MPI "
+                              "communicator: give MPI_COMM_NULL as comm to run over NCCL alone, "
+                              "or no NCCL handle", rt->opts.nccl_comm ? "nccl_comm" : "nccl_id");
+        if (rt->opts.nccl_size < 1 || rt->opts.nccl_rank < 0 ||
+            rt->opts.nccl_rank >= rt->opts.nccl_size)
+            return DMUON_FAIL(DMUON_EINVAL, "runtime: nccl_rank %d of nccl_size %d: expected a "
+                              "rank in 0..size-1", rt->opts.nccl_rank, rt->opts.nccl_size);
+        *size = rt->opts.nccl_size;
+        *rank = rt->opts.nccl_rank;
+        return DMUON_OK;
+    }
+    if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, size) != MPI_SUCCESS ||
+        MPI_Comm_rank(comm, rank) != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: create: the communicator is not usable "
+                          "(MPI_COMM_NULL, or MPI_Comm_size / MPI_Comm_rank failed)");
+    return DMUON_OK;
+}
+
+/* The topology: over comm (dmuon_topo_init), or over the trainer's NCCL
+ * communicator or unique id with ranks_per_node K (0: the plan's, since
+ * nothing without MPI can see which ranks share a host). */
+dmuon_rc rt_topo_init(dmuon_rt *rt, MPI_Comm comm, int ranks_per_node)
+{
+    if (!handoff(rt))
+        return dmuon_topo_init(&rt->topo, comm, ranks_per_node);
+    int k = ranks_per_node > 0 ? ranks_per_node : (int)dmuon_plan_gpus_per_node(rt->plan);
+    if (rt->opts.nccl_comm)
+        return dmuon_topo_init_nccl(&rt->topo, (struct ncclComm *)rt->opts.nccl_comm,
+                                    rt->opts.nccl_rank, rt->opts.nccl_size, k);
+    return dmuon_topo_init_nccl_id(&rt->topo, rt->opts.nccl_id, rt->opts.nccl_rank,
+                                   rt->opts.nccl_size, k, -1);
+}
+
+/* Checkpoints are MPI collectives (dmuon/ckpt.h): refused, by name, on a
+ * runtime over a handed-over NCCL communicator. */
+dmuon_rc rt_ckpt_usable(const dmuon_rt *rt, const char *what)
+{
+    if (rt->topo.world != MPI_COMM_NULL)
+        return DMUON_OK;
+    return DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: %s over a handed-over NCCL communicator: "
+                      "the checkpoint files are written with MPI collectives (dmuon/ckpt.h); "
+                      "create the runtime over an MPI communicator to save, load or export",
+                      what);
+}
+
 /* The device table, the GPU and the Newton–Schulz context (after the
  * topology: the GPU is the node-local rank's).  Local; create agrees it. */
 dmuon_rc rt_device_init(dmuon_rt *rt, const dmuon_ns_opts *nso)
@@ -99,7 +158,12 @@ dmuon_rc rt_device_init(dmuon_rt *rt, const dmuon_ns_opts *nso)
     if (e != cudaSuccess || count < 1)
         return DMUON_FAIL(DMUON_EDEVICE, "runtime: device cuda: no GPU visible on rank %d (%s)",
                           rt->topo.rank, e != cudaSuccess ? cudaGetErrorString(e) : "none");
-    rt->gpu = rt->topo.local % count;
+    rt->gpu = rt->topo.local % count;   /* the NCCL pool's choice (comm/nccl_symm.c) */
+#if DMUON_HAVE_NCCL
+    if (rt->opts.nccl_comm && ncclCommCuDevice((ncclComm_t)rt->opts.nccl_comm, &rt->gpu) != ncclSuccess)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: device cuda: ncclCommCuDevice of the given "
+                          "nccl_comm failed on rank %d", rt->topo.rank);
+#endif
     e = cudaSetDevice(rt->gpu);
     if (e != cudaSuccess)
         return DMUON_FAIL(DMUON_EDEVICE, "runtime: device cuda: rank %d cannot select GPU %d: %s",

@@ -237,6 +237,9 @@ dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, 
 /* rt_device.c */
 bool rt_on_host(const dmuon_rt *rt);   /* the plain host table */
 dmuon_rc rt_device_check(const dmuon_rt *rt);
+dmuon_rc rt_comm_size(const dmuon_rt *rt, MPI_Comm comm, int *size, int *rank);
+dmuon_rc rt_topo_init(dmuon_rt *rt, MPI_Comm comm, int ranks_per_node);
+dmuon_rc rt_ckpt_usable(const dmuon_rt *rt, const char *what);
 dmuon_rc rt_device_init(dmuon_rt *rt, const dmuon_ns_opts *nso);
 float *rt_host_of(const dmuon_rt *rt, float *state_ptr);
 dmuon_rc rt_state_to_host(dmuon_rt *rt, bool copy_out);

@@ -587,6 +587,7 @@ dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir)
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: save after a communication failure (a missed "
                           "deadline leaves the communicator out of step): free the runtime");
+    DMUON_TRY(rt_ckpt_usable(rt, "save"));
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;
@@ -612,6 +613,7 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: load after a communication failure (a missed "
                           "deadline leaves the communicator out of step): free the runtime");
+    DMUON_TRY(rt_ckpt_usable(rt, "load"));
     if (rt->steps > 0 || rt->micro > 0 || rt->in_micro)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: load after %s: load right after open, before "
                           "the first micro-batch", rt->steps > 0 ? "a step" : "a micro-batch began");
@@ -654,6 +656,7 @@ dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path)
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: export after a communication failure (a missed "
                           "deadline leaves the communicator out of step): free the runtime");
+    DMUON_TRY(rt_ckpt_usable(rt, "export"));
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;

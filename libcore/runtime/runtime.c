@@ -73,7 +73,7 @@ dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc)
     if (rt->failed)   /* a missed deadline: no further collective on world */
         return rc != DMUON_OK ? rc : DMUON_FAIL(DMUON_ECOMM, "runtime: rank %d: no agreement "
                                                 "after a communication failure", rt->topo.rank);
-    return rt_fail_comm(rt, dmuon_agree(rt->topo.world, rc, rt->opts.deadline_ms));
+    return rt_fail_comm(rt, dmuon_ctl_topo_agree(&rt->topo, rc, rt->opts.deadline_ms));
 }
 
 /* ------------------------------------------------------------- create -- */
@@ -101,11 +101,6 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
      * (rt_device.c) */
     if (rc == DMUON_OK)
         rc = rt_device_check(rt);
-    if (rc == DMUON_OK && (rt->opts.nccl_comm || rt->opts.nccl_id))
-        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: %s: handing a NCCL communicator to the "
-                        "runtime needs the comm layer's NCCL topology, not in this build; give "
-                        "an MPI communicator (the backend bootstraps NCCL over it)",
-                        rt->opts.nccl_comm ? "nccl_comm" : "nccl_id");
     /* the deadline resolved once, here: < 0 and a bad $DMUON_DEADLINE_MS
      * are refused at create, not at the first call that waits */
     if (rc == DMUON_OK && rt->opts.deadline_ms < 0)
@@ -119,11 +114,8 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     if (rc != DMUON_OK)
         goto fail;
     int size = 0, wrank = 0;
-    if (MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &wrank) != MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "runtime: create: the communicator is not usable "
-                        "(MPI_Comm_size / MPI_Comm_rank failed)");
-        goto fail;
-    }
+    /* comm's size and rank (a handed-over NCCL communicator: the options') */
+    DMUON_TRY_GOTO(rc, rt_comm_size(rt, comm, &size, &wrank), fail);
     dmuon_err_set_rank(wrank);
     if (size != dmuon_plan_ranks(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan is for %d ranks (%d node%s x %d), "
@@ -133,16 +125,19 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         goto fail;
     }
     int rpn = rt->opts.ranks_per_node;
-    DMUON_TRY_GOTO(rc, dmuon_topo_init(&rt->topo, comm, rpn), fail);
+    /* over comm, or over the trainer's NCCL communicator (rt_device.c) */
+    DMUON_TRY_GOTO(rc, rt_topo_init(rt, comm, rpn), fail);
     rt->topo_ok = true;
     rt->topo.backend = rt->opts.backend;   /* the pool and the operators' */
     /* an MPI error on the runtime's communicators comes back as a code,
      * not an abort (a message of another layer's size, from hooks in
      * different orders on the ranks, is MPI_ERR_TRUNCATE); the
      * communicators made from these below inherit the handler */
-    MPI_Comm_set_errhandler(rt->topo.world, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(rt->topo.node, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(rt->topo.rail, MPI_ERRORS_RETURN);
+    if (rt->topo.world != MPI_COMM_NULL) {
+        MPI_Comm_set_errhandler(rt->topo.world, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(rt->topo.node, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(rt->topo.rail, MPI_ERRORS_RETURN);
+    }
     dmuon_err_set_rank(rt->topo.rank);
     if (rt->topo.per_node != dmuon_plan_gpus_per_node(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan has %d ranks per node, this run %d "
@@ -176,12 +171,9 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         goto fail;
     }
     rt->shard_comm = rt->hsdp ? rt->topo.node : rt->topo.world;
-    if (MPI_Comm_rank(rt->shard_comm, &rt->shard_rank) != MPI_SUCCESS ||
-        MPI_Comm_size(rt->shard_comm, &rt->shard_size) != MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "runtime: create: MPI_Comm_rank / MPI_Comm_size of the "
-                        "shard group failed");
-        goto fail;
-    }
+    /* the node holds consecutive ranks ordered by local index (dmuon/topo.h) */
+    rt->shard_rank = rt->hsdp ? rt->topo.local : rt->topo.rank;
+    rt->shard_size = rt->hsdp ? rt->topo.per_node : rt->topo.size;
 
     dmuon_ns_opts nso;
     dmuon_ns_opts_init(&nso);

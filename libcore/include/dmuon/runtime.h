@@ -127,17 +127,29 @@ typedef struct {
                                  Ignored with device cpu. */
     void *nccl_comm;          /* NCCL backends: the trainer's ncclComm_t (as
                                  void *) to run over instead of comm (give
-                                 MPI_COMM_NULL); borrowed, must outlive the
-                                 runtime.  NULL (default): the backend makes
-                                 its own NCCL communicator, bootstrapped
-                                 over comm. */
-    const void *nccl_id;      /* NCCL backends: an ncclUniqueId (128 bytes)
-                                 the trainer distributed itself, with
-                                 nccl_rank / nccl_size, to bootstrap without
-                                 MPI (comm MPI_COMM_NULL); NULL: none.  At
-                                 most one of nccl_comm and nccl_id. */
-    int nccl_rank, nccl_size; /* this rank and the ranks, with nccl_comm or
-                                 nccl_id */
+                                 MPI_COMM_NULL; no MPI call is made, MPI
+                                 need not be initialised): the topology
+                                 splits its own communicators off it
+                                 (dmuon_topo_init_nccl), so a deadline
+                                 abort never touches the trainer's; the GPU
+                                 is the communicator's.  Borrowed: it must
+                                 outlive the runtime.  NULL (default): the
+                                 backend makes its own NCCL communicator,
+                                 bootstrapped over comm.  Over a handoff
+                                 ranks_per_node 0 means the plan's
+                                 gpus_per_node, and save, load and export
+                                 are DMUON_EUNSUPPORTED (the checkpoint
+                                 files are written with MPI collectives). */
+    const void *nccl_id;      /* NCCL backends: an ncclUniqueId
+                                 (DMUON_NCCL_UNIQUE_ID_BYTES bytes, read at
+                                 create) the trainer distributed itself, to
+                                 bootstrap without MPI
+                                 (dmuon_topo_init_nccl_id; comm
+                                 MPI_COMM_NULL; GPU: node-local rank modulo
+                                 the visible GPUs); otherwise as nccl_comm.
+                                 NULL: none.  At most one of the two. */
+    int nccl_rank, nccl_size; /* with nccl_comm or nccl_id: this rank and the
+                                 ranks (0 <= nccl_rank < nccl_size) */
     char resume_override[256];/* dmuon_rt_load compares the checkpoint's
                                  hyperparameters and NS variant with optim
                                  and refuses a difference; this lists those
