@@ -1,11 +1,14 @@
 /*
  * rt_comm.c — how each line moves a layer's parameters and gradients
  * (dmuon/runtime.h "Lines"), as operators of the communication layer: every
- * layer has up to four groups (dmuon/collv.h) over ranges of the symmetric
+ * layer has up to five groups (dmuon/collv.h) over ranges of the symmetric
  * pool, and the HSDP run one publish (dmuon/publish.h).  A line is a row of
  * line_ops below: the algorithm of its owned region (gather and reduce; the
  * even region is always the equal-length primitive), of its publish, where
- * the HSDP node half comes from, and whether gathers may run ahead.
+ * the HSDP node half comes from, and whether the step gathers directions.
+ * Every line runs its gathers and reductions split phase alike: a prefetch
+ * starts the next layer's gather, post_backward starts the layer's
+ * reduction and a later hook waits for it.
  *
  *                 owned region (Muon, C/D)               even region (all lines)
  *   gather  D     scheduled AllGatherV (FSDP) /           equal: allgather over
@@ -17,6 +20,8 @@
  *                                                         the rail under HSDP)
  *   publish D     scheduled, along the rail as posted
  *   (HSDP)  C     per-owner: one broadcast per segment on the rail, at finish
+ *   step    B     the Nesterov directions of a layer's Muon parameters,
+ *                 F32: equal allgather over the shard group, split phase
  * Every path reads and writes only ranges of the symmetric pool.  Each
  * function is collective over the communicators it uses; all ranks walk the
  * same tables in the same order.  Control decisions (agreement, norms,
@@ -24,52 +29,9 @@
  */
 #include "rt_internal.h"
 
-#include "comm/wait.h"
-
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-static dmuon_rc mpi_ok(int err, const char *what, const dmuon_rt *rt)
-{
-    if (err == MPI_SUCCESS)
-        return DMUON_OK;
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(err, s, &len);
-    return DMUON_FAIL(DMUON_ECOMM, "runtime: %s failed on rank %d: %s", what, rt->topo.rank, s);
-}
-
-/* Completes a non-blocking MPI call within the runtime's deadline: a peer
- * that stalls or died makes this rank fail with DMUON_ETIMEOUT instead of
- * hanging (MPI collectives have no deadline of their own). */
-dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, size_t l)
-{
-    if (err != MPI_SUCCESS)
-        return rt_fail_comm(rt, mpi_ok(err, what, rt));
-    int ms = 0;
-    if (dmuon_deadline_ms(rt->opts.deadline_ms, &ms) != DMUON_OK)
-        ms = DMUON_DEADLINE_MS_DEFAULT;
-    dmuon_waiter w;
-    dmuon_waiter_start(&w, ms);
-    for (;;) {
-        int done = 0;
-        err = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (err != MPI_SUCCESS)
-            return rt_fail_comm(rt, mpi_ok(err, what, rt));
-        if (done)
-            return DMUON_OK;
-        if (dmuon_waiter_expired(&w)) {
-            rt->failed = true;
-            return DMUON_FAIL(DMUON_ETIMEOUT, "runtime: %s%s%s%s did not complete within the "
-                              "%d ms deadline (a peer stalled or died)", what,
-                              l < rt->nlayers ? " of layer '" : "",
-                              l < rt->nlayers ? dmuon_plan_layer_name(rt->plan, l) : "",
-                              l < rt->nlayers ? "'" : "", ms);
-        }
-        dmuon_waiter_idle(&w);
-    }
-}
 
 /* After a communication failure the runtime posts nothing more on world:
  * its calls would match the abandoned ones of the others. */
@@ -110,13 +72,13 @@ typedef struct {
     dmuon_algo publish;       /* HSDP: the rail half */
     bool node_load;           /* HSDP: the node half is the publish's node load
                                  (else a node-scope group from the column's copy) */
-    bool prefetch;            /* FSDP: gathers run ahead split phase */
+    bool replicated;          /* Muon directions gathered whole at the step */
 } rt_line_ops;
 
 static const rt_line_ops line_ops[] = {
-    [DMUON_LINE_D] = {DMUON_ALGO_SCHEDULED, DMUON_ALGO_SCHEDULED, true, true},
+    [DMUON_LINE_D] = {DMUON_ALGO_SCHEDULED, DMUON_ALGO_SCHEDULED, true, false},
     [DMUON_LINE_C] = {DMUON_ALGO_PER_OWNER, DMUON_ALGO_PER_OWNER, false, false},
-    [DMUON_LINE_B] = {DMUON_ALGO_DEFAULT, DMUON_ALGO_DEFAULT, false, false},
+    [DMUON_LINE_B] = {DMUON_ALGO_DEFAULT, DMUON_ALGO_DEFAULT, false, true},
     [DMUON_LINE_A] = {DMUON_ALGO_DEFAULT, DMUON_ALGO_DEFAULT, false, false},
 };
 
@@ -125,12 +87,21 @@ static const rt_line_ops *line_of(const dmuon_rt *rt) { return &line_ops[rt->opt
 /* -------------------------------------------------------------- groups -- */
 
 /* A layer's groups, in the order of their control areas. */
-enum { G_OWN_GATHER = 0, G_OWN_REDUCE, G_EVEN_GATHER, G_EVEN_REDUCE, G_COUNT };
+enum { G_OWN_GATHER = 0, G_OWN_REDUCE, G_EVEN_GATHER, G_EVEN_REDUCE, G_DIR_GATHER, G_COUNT };
 
 static dmuon_group **group_slot(rt_layer *L, int k)
 {
     return k == G_OWN_GATHER ? &L->pgrp : k == G_OWN_REDUCE ? &L->ggrp
-         : k == G_EVEN_GATHER ? &L->egrp : &L->eggrp;
+         : k == G_EVEN_GATHER ? &L->egrp : k == G_EVEN_REDUCE ? &L->eggrp : &L->dgrp;
+}
+
+/* Layer L has a Muon parameter in its even region (line B's directions). */
+static bool even_muon(const dmuon_rt *rt, const rt_layer *L)
+{
+    for (int j = 0; j < L->np; j++)
+        if (rt->params[L->params[j]].role == DMUON_ROLE_MUON && !rt->params[L->params[j]].owned)
+            return true;
+    return false;
 }
 
 /* Group k of layer L: its table (*segs, *n; *owned_table set when the
@@ -164,7 +135,7 @@ static dmuon_rc layer_table(const dmuon_rt *rt, const rt_layer *L, int k, dmuon_
         *n = (int)L->nseg;
         return DMUON_OK;
     }
-    if (!L->shard)
+    if (!L->shard || (k == G_DIR_GATHER && (!lo->replicated || !even_muon(rt, L))))
         return DMUON_OK;
     const dmuon_dtype dt = k == G_EVEN_GATHER ? rt->pdt : DMUON_F32;
     const int64_t es = (int64_t)dmuon_dtype_size(dt);
@@ -172,10 +143,12 @@ static dmuon_rc layer_table(const dmuon_rt *rt, const rt_layer *L, int k, dmuon_
     if (!*segs)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for a layer's table");
     DMUON_TRY(dmuon_table_even(rt->shard_size, L->shard, dt, *segs));
-    for (int j = 0; j < rt->shard_size; j++) {
+    for (int j = 0; j < rt->shard_size && k != G_DIR_GATHER; j++) {
         (*segs)[j].offset += L->own_elems * es;
         (*segs)[j].window_offset = L->even_pos * es;
     }
+    for (int j = 0; j < rt->shard_size && k == G_DIR_GATHER; j++)
+        (*segs)[j].window_offset = 0;   /* a buffer's shard (rt_dir_mine) */
     o->algorithm = DMUON_ALGO_EQUAL;
     o->scope = rt->hsdp ? DMUON_SCOPE_NODE : DMUON_SCOPE_WORLD;
     *n = rt->shard_size;
@@ -336,12 +309,60 @@ static int64_t pgrp_window(const dmuon_rt *rt)
     return rt->hsdp ? rt->copy_off : rt->pwin_off;
 }
 
-dmuon_rc rt_gather(dmuon_rt *rt, size_t l)
+/* -------------------------------------------------- split-phase calls -- */
+
+/* Group k of layer L runs its calls split phase: bit k of L->pending is set
+ * from a successful start until the test that sees the call complete or
+ * the wait (the wait has the group's deadline).  A failed start leaves the
+ * peers inside the call: the runtime is failed (no further collective; its
+ * pool is kept, so the abandoned call's memory stays valid). */
+static bool reduce_group(int k) { return k == G_OWN_REDUCE || k == G_EVEN_REDUCE; }
+
+static dmuon_rc grp_start(dmuon_rt *rt, rt_layer *L, int k, int64_t buf, int64_t win)
+{
+    dmuon_group *g = *group_slot(L, k);
+    dmuon_rc rc = reduce_group(k) ? dmuon_reduce_scatterv_start(g, buf, win)
+                                  : dmuon_allgatherv_start(g, buf, win);
+    if (rc != DMUON_OK) {
+        rt->failed = true;
+        return rc;
+    }
+    L->pending |= 1u << k;
+    return DMUON_OK;
+}
+
+static dmuon_rc grp_test(dmuon_rt *rt, rt_layer *L, int k)
+{
+    if (!(L->pending & (1u << k)))
+        return DMUON_OK;
+    dmuon_group *g = *group_slot(L, k);
+    int done = 0;
+    dmuon_rc rc = reduce_group(k) ? dmuon_reduce_scatterv_test(g, &done)
+                                  : dmuon_allgatherv_test(g, &done);
+    if (rc != DMUON_OK || done)
+        L->pending &= ~(1u << k);
+    return rt_fail_comm(rt, rc);
+}
+
+static dmuon_rc grp_wait(dmuon_rt *rt, rt_layer *L, int k)
+{
+    if (!(L->pending & (1u << k)))
+        return DMUON_OK;
+    L->pending &= ~(1u << k);
+    dmuon_group *g = *group_slot(L, k);
+    return rt_fail_comm(rt, reduce_group(k) ? dmuon_reduce_scatterv_wait(g)
+                                            : dmuon_allgatherv_wait(g));
+}
+
+/* -------------------------------------------------------------- gather -- */
+
+/* Starts layer l's gathers: the HSDP node load of the publish (line D; it
+ * has no split phase: it waits for what this rank leads and copies inside
+ * the node now), then the owned and even groups split phase. */
+dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
     if (L->nseg && rt->hsdp && rt->pub && line_of(rt)->node_load) {
-        /* the publish's node half: waits for what this rank leads, then
-         * loads from the leaders of the node */
         double t0 = MPI_Wtime();
         dmuon_rc rc = dmuon_publish_node_load(rt->pub, L->segs, L->seg_pub, (int)L->nseg,
                                               pblock_off(rt, L), rt->pub_round);
@@ -349,60 +370,9 @@ dmuon_rc rt_gather(dmuon_rt *rt, size_t l)
         DMUON_TRY(rt_fail_comm(rt, rc));
     }
     if (L->pgrp)
-        DMUON_TRY(rt_fail_comm(rt, dmuon_allgatherv(L->pgrp, pblock_off(rt, L),
-                                                    pgrp_window(rt))));
+        DMUON_TRY(grp_start(rt, L, G_OWN_GATHER, pblock_off(rt, L), pgrp_window(rt)));
     if (L->egrp)
-        DMUON_TRY(rt_fail_comm(rt, dmuon_allgatherv(L->egrp, pblock_off(rt, L), rt->ewin_off)));
-    return DMUON_OK;
-}
-
-/* -------------------------------------------------------------- reduce -- */
-
-dmuon_rc rt_reduce(dmuon_rt *rt, size_t l)
-{
-    rt_layer *L = &rt->layers[l];
-    float *gwin = (float *)(rt->base + rt->gwin_off);
-    if (L->ggrp) {
-        DMUON_TRY(rt_fail_comm(rt, dmuon_reduce_scatterv(L->ggrp, gblock_off(rt, L),
-                                                         rt->gwin_off)));
-        for (size_t s = 0; s < L->nseg; s++) {
-            const dmuon_segment *g = &L->gsegs[s];
-            if (g->owner != rt->topo.rank)
-                continue;
-            int64_t w0 = g->window_offset / 4;
-            DMUON_TRY(rt->elem->accum(rt->own_g + w0, gwin + w0, g->count, rt->stream));
-        }
-    }
-    if (L->eggrp) {
-        /* at node scope (HSDP) the shard comes back summed along the rail */
-        DMUON_TRY(rt_fail_comm(rt, dmuon_reduce_scatterv(L->eggrp, gblock_off(rt, L),
-                                                         rt->egwin_off)));
-        const float *dst = (const float *)(rt->base + rt->egwin_off) + L->even_pos;
-        DMUON_TRY(rt->elem->accum(rt->even_g + L->even_pos, dst, L->shard, rt->stream));
-    }
-    return DMUON_OK;
-}
-
-/* ---------------------------------------------------------- prefetch -- */
-
-static bool split(const dmuon_rt *rt)
-{
-    return line_of(rt)->prefetch && !rt->hsdp;
-}
-
-/* Starts layer l's gathers split phase; where the line does not run ahead,
- * the gather runs now. */
-dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l)
-{
-    rt_layer *L = &rt->layers[l];
-    if (!split(rt)) {
-        DMUON_TRY(rt_gather(rt, l));
-        return DMUON_OK;
-    }
-    if (L->pgrp)
-        DMUON_TRY(dmuon_allgatherv_start(L->pgrp, pblock_off(rt, L), pgrp_window(rt)));
-    if (L->egrp)
-        DMUON_TRY(dmuon_allgatherv_start(L->egrp, pblock_off(rt, L), rt->ewin_off));
+        DMUON_TRY(grp_start(rt, L, G_EVEN_GATHER, pblock_off(rt, L), rt->ewin_off));
     L->inflight = true;
     return DMUON_OK;
 }
@@ -413,22 +383,112 @@ dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l)
     if (!L->inflight)
         return DMUON_OK;
     L->inflight = false;
-    if (L->pgrp)
-        DMUON_TRY(dmuon_allgatherv_wait(L->pgrp));
-    if (L->egrp)
-        DMUON_TRY(dmuon_allgatherv_wait(L->egrp));
-    return DMUON_OK;
+    DMUON_TRY(grp_wait(rt, L, G_OWN_GATHER));
+    return grp_wait(rt, L, G_EVEN_GATHER);
 }
 
 dmuon_rc rt_gather_test(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    if (!L->inflight)
-        return DMUON_OK;
-    int done = 0;
-    if (L->pgrp)
-        DMUON_TRY(dmuon_allgatherv_test(L->pgrp, &done));
-    if (L->egrp)
-        DMUON_TRY(dmuon_allgatherv_test(L->egrp, &done));
+    DMUON_TRY(grp_test(rt, L, G_OWN_GATHER));
+    return grp_test(rt, L, G_EVEN_GATHER);
+}
+
+dmuon_rc rt_gather(dmuon_rt *rt, size_t l)
+{
+    DMUON_TRY(rt_gather_start(rt, l));
+    return rt_gather_finish(rt, l);
+}
+
+/* -------------------------------------------------------------- reduce -- */
+
+dmuon_rc rt_reduce_start(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    if (L->ggrp)
+        DMUON_TRY(grp_start(rt, L, G_OWN_REDUCE, gblock_off(rt, L), rt->gwin_off));
+    if (L->eggrp)
+        DMUON_TRY(grp_start(rt, L, G_EVEN_REDUCE, gblock_off(rt, L), rt->egwin_off));
     return DMUON_OK;
+}
+
+dmuon_rc rt_reduce_test(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    DMUON_TRY(grp_test(rt, L, G_OWN_REDUCE));
+    return grp_test(rt, L, G_EVEN_REDUCE);
+}
+
+/* Waits for layer l's reductions (a call a test saw complete is not waited
+ * again) and adds what arrived in this rank's windows to the accumulated
+ * gradients: its owned segments, and its even shard (at node scope, HSDP,
+ * summed along the rail). */
+dmuon_rc rt_reduce_finish(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    const float *gwin = (const float *)(rt->base + rt->gwin_off);
+    if (L->ggrp) {
+        DMUON_TRY(grp_wait(rt, L, G_OWN_REDUCE));
+        for (size_t s = 0; s < L->nseg; s++) {
+            const dmuon_segment *g = &L->gsegs[s];
+            if (g->owner != rt->topo.rank)
+                continue;
+            int64_t w0 = g->window_offset / 4;
+            DMUON_TRY(rt->elem->accum(rt->own_g + w0, gwin + w0, g->count, rt->stream));
+        }
+    }
+    if (L->eggrp) {
+        DMUON_TRY(grp_wait(rt, L, G_EVEN_REDUCE));
+        const float *dst = (const float *)(rt->base + rt->egwin_off) + L->even_pos;
+        DMUON_TRY(rt->elem->accum(rt->even_g + L->even_pos, dst, L->shard, rt->stream));
+    }
+    return DMUON_OK;
+}
+
+/* ---------------------------------------------- line B: directions -- */
+
+int64_t rt_dir_bytes(dmuon_rt *rt)
+{
+    int64_t pad = 0, shard = 0;
+    for (size_t l = 0; l < rt->nlayers; l++) {
+        const rt_layer *L = &rt->layers[l];
+        if (!line_of(rt)->replicated || !L->shard || !even_muon(rt, L))
+            continue;
+        if (L->even_pad > pad)
+            pad = L->even_pad;
+        if (L->shard > shard)
+            shard = L->shard;
+    }
+    rt->dir_shard = dmuon_pool_align(pad * 4);
+    rt->dir_buf = pad ? rt->dir_shard + dmuon_pool_align(shard * 4) : 0;
+    return 2 * rt->dir_buf;
+}
+
+float *rt_dir_full(const dmuon_rt *rt, int b)
+{
+    return (float *)(rt->base + rt->dir_off + b * rt->dir_buf);
+}
+
+float *rt_dir_mine(const dmuon_rt *rt, int b)
+{
+    return (float *)(rt->base + rt->dir_off + b * rt->dir_buf + rt->dir_shard);
+}
+
+dmuon_rc rt_dir_start(dmuon_rt *rt, size_t l, int b)
+{
+    int64_t buf = rt->dir_off + b * rt->dir_buf;
+    return grp_start(rt, &rt->layers[l], G_DIR_GATHER, buf, buf + rt->dir_shard);
+}
+
+dmuon_rc rt_dir_test(dmuon_rt *rt, size_t l)
+{
+    return grp_test(rt, &rt->layers[l], G_DIR_GATHER);
+}
+
+dmuon_rc rt_dir_wait(dmuon_rt *rt, size_t l)
+{
+    double t0 = MPI_Wtime();
+    dmuon_rc rc = grp_wait(rt, &rt->layers[l], G_DIR_GATHER);
+    rt->stats.comm_wait_s += MPI_Wtime() - t0;
+    return rc;
 }

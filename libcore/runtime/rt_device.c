@@ -70,11 +70,6 @@ dmuon_rc rt_device_check(const dmuon_rt *rt)
     if ((o->nccl_comm || o->nccl_id) && o->backend == DMUON_BACKEND_MPI)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: %s given with backend mpi: a NCCL handle "
                           "needs backend nccl or nccl-dev", o->nccl_comm ? "nccl_comm" : "nccl_id");
-    if ((o->device == DMUON_DEVICE_CUDA || rt_elem_check_enabled()) && o->line == DMUON_LINE_B)
-        return DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: line B with device %s: line B's "
-                          "gather of Nesterov directions is an MPI call on host memory in this "
-                          "build; use line A, C or D",
-                          o->device == DMUON_DEVICE_CUDA ? "cuda" : "memory (checking table)");
     if (o->device == DMUON_DEVICE_CUDA && !rt_elem_cuda())
         return DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: device cuda: this build has no CUDA "
                           "(no element kernels); use device cpu");

@@ -14,6 +14,8 @@
  *             | ewin (even shards of every layer, param_dtype)
  *             | egwin (even shards, F32: reduce-scatter destination)
  *             | copy (HSDP: the publish copy of this rank's rail)
+ *             | dir (line B: two buffers, each a layer's gathered Nesterov
+ *                    directions, F32, then this rank's shard of them)
  *   private optimizer state, by element:
  *     own_*[w]   element w of this rank's owner window (whole matrices)
  *     even_*[e]  element e of this rank's even shards (layer by layer)
@@ -70,7 +72,8 @@ typedef struct {
 } rt_piece;
 
 /* A layer's place in the hooks of a micro-batch.  The gradient block is
- * live exactly in RT_BWD and RT_BWD_FWD; the F32 view exists exactly in
+ * live exactly in RT_BWD and RT_BWD_FWD, and in RT_DONE while its reduction
+ * is in flight (rt_layer.reducing); the F32 view exists exactly in
  * RT_FWD, RT_BWD and RT_BWD_FWD. */
 typedef enum {
     RT_IDLE = 0,              /* no bracket open; backward not yet run */
@@ -99,6 +102,8 @@ typedef struct {
     int *seg_pub;             /* HSDP: per segment, index in the publish table */
     dmuon_group *pgrp, *ggrp; /* owned region: gather, reduce (lines C, D) */
     dmuon_group *egrp, *eggrp;/* even region: gather, reduce (equal algorithm) */
+    dmuon_group *dgrp;        /* line B: the step's gather of Nesterov directions
+                                 (F32, equal algorithm); NULL without Muon */
     /* even region */
     int64_t even_elems, even_pad, shard;
     int64_t even_pos;         /* first element of this layer's shard in even_* */
@@ -108,6 +113,9 @@ typedef struct {
     rt_phase phase;           /* where the hooks are in this micro-batch */
     rt_block pblock;          /* the parameter block */
     bool inflight;            /* transport: a prefetch started, not yet waited for */
+    bool reducing;            /* the gradient reduction started at post_backward,
+                                 not yet finished: the gradient block is its */
+    unsigned pending;         /* bit k: group k's split-phase call in flight */
     float *w;                 /* F32 view of the gathered block while one of
                                  the layer's brackets is open (forward or
                                  backward), else NULL: in the view arena
@@ -164,6 +172,8 @@ struct dmuon_rt {
     unsigned char *base;
     int64_t space_off[DMUON_SPACE_COUNT], space_bytes[DMUON_SPACE_COUNT];
     int64_t pwin_off, gwin_off, ewin_off, egwin_off, copy_off;
+    int64_t dir_off, dir_buf, dir_shard;  /* line B: the dir region, bytes of one
+                                 buffer, offset of its shard inside it */
     int64_t win_elems, max_win_elems, even_total, copy_bytes;
     int64_t ctrl_per_group;
     bool packed;              /* spaces laid out from the recorded micro-batch */
@@ -213,11 +223,25 @@ int rt_layer_groups(const dmuon_rt *rt, size_t l);   /* groups of layer l (contr
 dmuon_rc rt_groups_create(dmuon_rt *rt);
 void rt_groups_free(dmuon_rt *rt);
 dmuon_rc rt_gather(dmuon_rt *rt, size_t l);
-/* Split phase (line D, FSDP; other paths gather at start): */
+/* Split phase, every line: start, test (never blocks), finish (waits within
+ * the deadline; reduce: adds what arrived to the accumulated gradients).
+ * rt_gather is start + finish. */
 dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l);
 dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l);
 dmuon_rc rt_gather_test(dmuon_rt *rt, size_t l);
-dmuon_rc rt_reduce(dmuon_rt *rt, size_t l);
+dmuon_rc rt_reduce_start(dmuon_rt *rt, size_t l);
+dmuon_rc rt_reduce_test(dmuon_rt *rt, size_t l);
+dmuon_rc rt_reduce_finish(dmuon_rt *rt, size_t l);
+/* Line B: bytes of the dir region (sets dir_buf, dir_shard); buffer b's
+ * gathered directions and shard; the gather of layer l's directions from
+ * buffer b's shard into its whole, split phase (start, test, wait: the
+ * wait has the deadline; every started gather must be waited). */
+int64_t rt_dir_bytes(dmuon_rt *rt);
+float *rt_dir_full(const dmuon_rt *rt, int b);
+float *rt_dir_mine(const dmuon_rt *rt, int b);
+dmuon_rc rt_dir_start(dmuon_rt *rt, size_t l, int b);
+dmuon_rc rt_dir_test(dmuon_rt *rt, size_t l);
+dmuon_rc rt_dir_wait(dmuon_rt *rt, size_t l);
 dmuon_rc rt_pub_round(dmuon_rt *rt);   /* HSDP: begin a round, publish every owned segment */
 dmuon_rc rt_pub_begin(dmuon_rt *rt);
 dmuon_rc rt_pub_post(dmuon_rt *rt, size_t l, size_t s);
@@ -230,9 +254,6 @@ dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc);
 dmuon_rc rt_ctl_i64(dmuon_rt *rt, int64_t *v, int n, dmuon_ctl_op op, const char *what);
 dmuon_rc rt_ctl_f64(dmuon_rt *rt, double *v, int n, dmuon_ctl_op op, const char *what);
 dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what);
-/* Waits for a non-blocking MPI call (err: what starting it returned) within
- * the deadline; l names the layer (or ≥ nlayers for none). */
-dmuon_rc rt_mpi_wait(dmuon_rt *rt, int err, MPI_Request *req, const char *what, size_t l);
 
 /* rt_device.c */
 bool rt_on_host(const dmuon_rt *rt);   /* the plain host table */

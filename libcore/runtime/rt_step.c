@@ -97,8 +97,9 @@ static dmuon_rc mat_copy(const dmuon_rt *rt, const rt_param *p, int64_t j, float
 /* Scratch for the step, sized once at open (the step allocates nothing):
  * owned matrices need one m x n matrix (plain placement) or three (the
  * direction, momentum and gradient of a strided or transposed one); line B
- * a layer's gathered directions (even_pad), this rank's shard, one block of
- * directions (two matrices at most) and one matrix. */
+ * one block of directions (two matrices at most) and one matrix (the
+ * gathered directions and this rank's shard are in the pool's dir
+ * region). */
 dmuon_rc rt_step_prepare(dmuon_rt *rt)
 {
     int64_t need = 1;
@@ -111,7 +112,7 @@ dmuon_rc rt_step_prepare(dmuon_rt *rt)
         const rt_layer *L = &rt->layers[l];
         for (int j = 0; j < L->np; j++) {
             const rt_param *p = &rt->params[L->params[j]];
-            int64_t n = L->even_pad + L->shard + 3 * p->m * p->n;
+            int64_t n = 3 * p->m * p->n;
             if (p->role == DMUON_ROLE_MUON && L->shard && n > need)
                 need = n;
         }
@@ -253,34 +254,32 @@ static dmuon_rc owned_directions(dmuon_rt *rt, double lr, int *bad)
     return DMUON_OK;
 }
 
-/* Line B for layer l, computed: Nesterov directions of the shard (momentum
- * unchanged), gathered whole over the shard group, Newton–Schulz of every
- * Muon matrix on every rank, this rank's part of the result into even_o.
- * Collective over the shard group (always made, whatever *bad says). */
-static dmuon_rc replicated_directions(dmuon_rt *rt, size_t l, int *bad)
+/* Line B, layer l: the Nesterov directions of this rank's shard of its
+ * Muon parameters (momentum unchanged) into mine (L->shard elements).
+ * Local. */
+static dmuon_rc shard_directions(dmuon_rt *rt, size_t l, float *mine)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
     const rt_layer *L = &rt->layers[l];
-    bool any = false;
-    for (int j = 0; j < L->np; j++)
-        any |= rt->params[L->params[j]].role == DMUON_ROLE_MUON;
-    if (!any || !L->shard)
-        return DMUON_OK;
-    float *full = rt->scratch, *mine = full + L->even_pad, *odir = mine + L->shard;
-    dmuon_rc drc = rt->elem->zero(mine, L->shard * (int64_t)sizeof(float), rt->stream);
-    /* a local failure still takes part in the gather */
-    for (size_t i = 0; i < rt->npieces && drc == DMUON_OK; i++) {
+    DMUON_TRY(rt->elem->zero(mine, L->shard * (int64_t)sizeof(float), rt->stream));
+    for (size_t i = 0; i < rt->npieces; i++) {
         const rt_piece *pc = &rt->pieces[i];
         if (pc->owned || (size_t)pc->layer != l || rt->params[pc->param].role != DMUON_ROLE_MUON)
             continue;
-        drc = rt->elem->direction(o, pc->hi - pc->lo, rt->even_m + pc->pos, rt->even_g + pc->pos,
-                                  mine + (pc->pos - L->even_pos), rt->stream);
+        DMUON_TRY(rt->elem->direction(o, pc->hi - pc->lo, rt->even_m + pc->pos,
+                                      rt->even_g + pc->pos, mine + (pc->pos - L->even_pos),
+                                      rt->stream));
     }
-    MPI_Request q;
-    DMUON_TRY(rt_mpi_wait(rt, MPI_Iallgather(mine, (int)L->shard, MPI_FLOAT, full, (int)L->shard,
-                                             MPI_FLOAT, rt->shard_comm, &q),
-                          &q, "step: MPI_Iallgather (Nesterov directions)", l));
-    DMUON_TRY(drc);
+    return DMUON_OK;
+}
+
+/* Line B, layer l: Newton–Schulz of every Muon matrix of the gathered
+ * directions full (even_pad elements), on every rank, and this rank's part
+ * of the result into even_o.  The gather of layer next (< nlayers) is in
+ * flight meanwhile: it is moved between matrices. */
+static dmuon_rc replicated_ns(dmuon_rt *rt, size_t l, const float *full, size_t next, int *bad)
+{
+    const rt_layer *L = &rt->layers[l];
     for (int j = 0; j < L->np; j++) {
         const rt_param *p = &rt->params[L->params[j]];
         if (p->role != DMUON_ROLE_MUON)
@@ -288,17 +287,17 @@ static dmuon_rc replicated_directions(dmuon_rt *rt, size_t l, int *bad)
         int64_t mn = p->m * p->n, base = p->off - L->own_elems;
         int64_t per = mats_per_block(p), span = per * mn;
         bool plain = plain_place(p);
+        float *odir = rt->scratch;  /* the block's directions in storage order */
         float *mat = odir + span;   /* one real matrix (other placements) */
-        assert(rt->scratch_elems >= L->even_pad + L->shard + span + mn);
+        assert(rt->scratch_elems >= span + mn);
         for (int64_t b = 0; b < p->matrices / per; b++) {
-            /* odir: the block's directions in storage order */
             for (int64_t a = b * per; a < (b + 1) * per; a++) {
                 double t0 = dmuon_now_ms();
                 dmuon_rc rc;
                 if (plain) {
                     rc = rt->elem->ns_run(rt->ns, full + base + a * mn, p->m, p->n, odir);
                 } else {
-                    rc = mat_copy(rt, p, a, full + base, 0, mat, false);
+                    rc = mat_copy(rt, p, a, (float *)full + base, 0, mat, false);
                     if (rc == DMUON_OK)
                         rc = rt->elem->ns_run(rt->ns, mat, p->m, p->n, mat);
                     if (rc == DMUON_OK)
@@ -315,6 +314,8 @@ static dmuon_rc replicated_directions(dmuon_rt *rt, size_t l, int *bad)
                 } else if (rc != DMUON_OK) {
                     return rc;
                 }
+                if (next < rt->nlayers)
+                    DMUON_TRY(rt_dir_test(rt, next));
             }
             for (size_t i = 0; i < rt->npieces; i++) {
                 const rt_piece *pc = &rt->pieces[i];
@@ -331,6 +332,51 @@ static dmuon_rc replicated_directions(dmuon_rt *rt, size_t l, int *bad)
         }
     }
     return DMUON_OK;
+}
+
+/* The first layer from l on whose directions line B gathers (a Muon
+ * parameter in its shard), or nlayers. */
+static size_t next_dir_layer(const dmuon_rt *rt, size_t l)
+{
+    while (l < rt->nlayers && !rt->layers[l].dgrp)
+        l++;
+    return l;
+}
+
+/* Line B, computed: the directions of every layer gathered whole over the
+ * shard group from the pool's dir region (two buffers), Newton–Schulz of
+ * every Muon matrix on every rank, this rank's part into even_o.  The
+ * gather of the next layer runs while this layer's Newton–Schulz does.
+ * Collective: every rank starts and waits every layer's gather whatever
+ * fails locally (the first local error is returned after the last wait,
+ * for the agreement); a communication failure returns at once and leaves
+ * a started gather to the failed runtime, which keeps its pool. */
+static dmuon_rc replicated_directions(dmuon_rt *rt, int *bad)
+{
+    size_t n = rt->nlayers, cur = next_dir_layer(rt, 0);
+    int b = 0;
+    dmuon_rc rc = DMUON_OK;
+    if (cur < n) {
+        rc = shard_directions(rt, cur, rt_dir_mine(rt, b));
+        DMUON_TRY(rt_dir_start(rt, cur, b));
+    }
+    while (cur < n) {
+        size_t next = next_dir_layer(rt, cur + 1);
+        if (next < n) {
+            dmuon_rc r = shard_directions(rt, next, rt_dir_mine(rt, b ^ 1));
+            rc = rc != DMUON_OK ? rc : r;
+            DMUON_TRY(rt_dir_start(rt, next, b ^ 1));
+        }
+        DMUON_TRY(rt_dir_wait(rt, cur));
+        if (rc == DMUON_OK) {
+            rc = replicated_ns(rt, cur, rt_dir_full(rt, b), next, bad);
+            if (rt->failed)
+                return rc;
+        }
+        cur = next;
+        b ^= 1;
+    }
+    return rc;
 }
 
 /* Step 4 (and line B's Muon shards), computed or committed: the update of
@@ -413,8 +459,8 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
      * outside scratch and the direction buffers */
     int bad = INT_MAX;
     rc = owned_directions(rt, lrs->muon_lr, &bad);
-    for (size_t l = 0; l < rt->nlayers && rt->opts.line == DMUON_LINE_B && !rt->failed; l++) {
-        dmuon_rc r = replicated_directions(rt, l, &bad);
+    if (!rt->failed) {
+        dmuon_rc r = replicated_directions(rt, &bad);
         if (rc == DMUON_OK)
             rc = r;
     }

@@ -13,8 +13,11 @@
  *     layer has its own range; the acquire/release sequence of that
  *     micro-batch is recorded, and at the first step the spaces are packed
  *     from it (dmuon_pool_pack) and the pool is laid out again.  Later
- *     micro-batches must repeat the recorded sequence: a different one is an
- *     error naming the event, never silent overlap.
+ *     micro-batches must acquire in the recorded order, and every
+ *     acquisition is checked against the blocks still live in its space: a
+ *     different order, or a release later than recorded that leaves the
+ *     recorded range in use, is an error naming the layers, never silent
+ *     overlap (an earlier release is harmless).
  * Hooks check their order locally before any communication, so a wrong
  * call fails on the rank that made it with DMUON_EINVAL; the other ranks
  * then fail at their next collective's deadline.
@@ -584,6 +587,7 @@ dmuon_rc rt_pool_build(dmuon_rt *rt)
     sz.win[DMUON_WIN_EVEN] = rt->even_total * (int64_t)rt->dsize;
     sz.win[DMUON_WIN_EVEN_GRAD] = rt->even_total * 4;
     sz.win[DMUON_WIN_COPY] = rt->copy_bytes;
+    sz.win[DMUON_WIN_DIR] = rt_dir_bytes(rt);
     dmuon_pool_map map;
     dmuon_pool_lay_out(&sz, &map);
     for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
@@ -595,6 +599,7 @@ dmuon_rc rt_pool_build(dmuon_rt *rt)
     rt->ewin_off = map.win_off[DMUON_WIN_EVEN];
     rt->egwin_off = map.win_off[DMUON_WIN_EVEN_GRAD];
     rt->copy_off = map.win_off[DMUON_WIN_COPY];
+    rt->dir_off = map.win_off[DMUON_WIN_DIR];
     int64_t off = map.total;
     const int64_t *b = map.space_bytes;
     DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, &rt->symm)));
@@ -735,10 +740,56 @@ static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
     return DMUON_OK;
 }
 
+/* Bytes of layer l's block in `space` (as packed by repack). */
+static int64_t block_bytes(const dmuon_rt *rt, int space, size_t l)
+{
+    const rt_layer *L = &rt->layers[l];
+    return space == RT_PARAM ? L->pbytes : space == RT_GRAD ? L->gbytes
+                                                            : (L->own_elems + L->even_elems) * 4;
+}
+
+/* Whether layer l holds a block in `space` now, and where (packed spaces
+ * only): the parameter block from acquisition to release, the gradient
+ * block inside the backward bracket and while its reduction runs, the view
+ * while it is open. */
+static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
+{
+    const rt_layer *L = &rt->layers[l];
+    if (space == RT_PARAM) {
+        *off = L->poff;
+        return L->pblock != RT_BLOCK_NONE;
+    }
+    if (space == RT_GRAD) {
+        *off = L->goff;
+        return L->phase == RT_BWD || L->phase == RT_BWD_FWD || L->reducing;
+    }
+    *off = L->w ? (int64_t)((const unsigned char *)L->w - (const unsigned char *)rt->views) : 0;
+    return L->w != NULL;
+}
+
+/* The layer whose live block in `space` overlaps the range that the next
+ * acquisition (recorded as layer l's) would hand out, or -1.  The packing
+ * keeps the recorded micro-batch's live ranges apart; a micro-batch that
+ * releases in another order (a block held past the release the recording
+ * saw) would otherwise get a range still in use. */
+static long acq_conflict(const dmuon_rt *rt, int space, size_t l)
+{
+    const rt_space_rec *r = &rt->rec[space];
+    size_t k = rt->in_micro ? rt->acq_index[space] : 0;
+    int64_t lo = r->offsets[k], hi = lo + block_bytes(rt, space, l);
+    for (size_t j = 0; j < rt->nlayers; j++) {
+        int64_t o = 0;
+        if (j != l && block_live(rt, space, j, &o) && o < hi && lo < o + block_bytes(rt, space, j))
+            return (long)j;
+    }
+    return -1;
+}
+
 /* Whether the next acquisition in `space` (the first of a micro-batch not
- * begun yet) may be layer l's, as recorded: DMUON_EINVAL naming both
- * layers when not.  Changes nothing, so a hook checks its acquisitions
- * before it makes any and a refused call has no effect. */
+ * begun yet) may be layer l's, as recorded, and whether its recorded range
+ * is free: DMUON_EINVAL naming the layers when not.  Changes nothing, so a
+ * hook checks its acquisitions before it makes any and a refused call has
+ * no effect. */
 static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
 {
     if (!rt->packed)
@@ -754,6 +805,16 @@ static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
                           k < r->nacq ? "layer '" : "nothing",
                           k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
                           k < r->nacq ? "'" : "");
+    long j = acq_conflict(rt, space, l);
+    if (j >= 0)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch (layer "
+                          "'%s') would take memory that layer '%s' still holds: the recorded "
+                          "micro-batch had released '%s' by then (the hooks must release in the "
+                          "recorded order too: end '%s' first)",
+                          what[space], k, dmuon_plan_layer_name(rt->plan, l),
+                          dmuon_plan_layer_name(rt->plan, (size_t)j),
+                          dmuon_plan_layer_name(rt->plan, (size_t)j),
+                          dmuon_plan_layer_name(rt->plan, (size_t)j));
     return DMUON_OK;
 }
 
@@ -830,8 +891,7 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
 }
 
 /* Acquires layer l's parameter block and gathers into it unless the data
- * is there.  A prefetch only starts the gather (split phase where the line
- * has one); the use that follows waits for it and widens the block into
+ * is there.  A prefetch only starts the gather (split phase); the use that follows waits for it and widens the block into
  * the FP32 view (ZeRO-2 keeps the block through the micro-batch but not
  * the view: it is widened again at pre_backward).  Time blocked here is
  * exposed communication. */
@@ -869,9 +929,26 @@ dmuon_rc dmuon_rt_progress(dmuon_rt *rt)
 {
     if (!rt->opened || rt->failed)
         return DMUON_OK;
-    for (size_t l = 0; l < rt->nlayers; l++)
-        DMUON_TRY(rt_fail_comm(rt, rt_gather_test(rt, l)));
+    for (size_t l = 0; l < rt->nlayers; l++) {
+        DMUON_TRY(in_layer(rt, rt_gather_test(rt, l), "gather", l));
+        DMUON_TRY(in_layer(rt, rt_reduce_test(rt, l), "gradient reduction", l));
+    }
     return DMUON_OK;
+}
+
+/* Finishes layer l's gradient reduction (started by its post_backward) and
+ * gives its gradient block back.  Time blocked here is exposed
+ * communication. */
+static dmuon_rc reduce_finish(dmuon_rt *rt, size_t l)
+{
+    double t0 = dmuon_now_ms();
+    dmuon_rc rc = rt_reduce_finish(rt, l);
+    double dt = (dmuon_now_ms() - t0) / 1e3;
+    rt->stats.reduce_s += dt;
+    rt->stats.comm_wait_s += dt;
+    rt->layers[l].reducing = false;
+    DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l)));
+    return release(rt, RT_GRAD, l);
 }
 
 static bool in_fwd(const rt_layer *L) { return L->phase == RT_FWD || L->phase == RT_BWD_FWD; }
@@ -896,7 +973,8 @@ static dmuon_rc use_check(const dmuon_rt *rt, size_t l)
 }
 
 /* A prefetch of layer l is only a hint: skipped, not an error, when the
- * recorded order has another layer next (the hook that uses l reports). */
+ * recorded order has another layer next or l's recorded range is still
+ * held (the hook that uses l reports, or finds it free by then). */
 static bool prefetch_ok(const dmuon_rt *rt, size_t l)
 {
     const rt_layer *L = &rt->layers[l];
@@ -904,7 +982,8 @@ static bool prefetch_ok(const dmuon_rt *rt, size_t l)
         return false;
     const rt_space_rec *r = &rt->rec[RT_PARAM];
     size_t k = rt->acq_index[RT_PARAM];
-    return !rt->packed || (k < r->nacq && (size_t)r->acq_block[k] == l);
+    return !rt->packed ||
+           (k < r->nacq && (size_t)r->acq_block[k] == l && acq_conflict(rt, RT_PARAM, l) < 0);
 }
 
 /* The invariants between a layer's phase and its blocks, after each hook
@@ -917,6 +996,7 @@ static void layer_assert(const dmuon_rt *rt, const rt_layer *L)
     assert(!open || (L->pblock == RT_BLOCK_GATHERED && L->w));
     assert(open || !L->w);
     assert(!L->inflight || L->pblock == RT_BLOCK_LIVE);
+    assert(!L->reducing || L->phase == RT_DONE);
     (void)rt;
 }
 
@@ -996,18 +1076,22 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
     if (L->phase == RT_BWD_FWD)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') inside its recomputed "
                           "forward", dmuon_plan_layer_name(rt->plan, l));
+    /* the reduction runs while the backward of the layer before goes on:
+     * the next post_backward (or the end of the micro-batch) finishes it */
     double t0 = dmuon_now_ms();
-    dmuon_rc rc = rt_reduce(rt, l);
-    double dt = (dmuon_now_ms() - t0) / 1e3;
-    rt->stats.reduce_s += dt;
-    rt->stats.comm_wait_s += dt;
+    dmuon_rc rc = rt_reduce_start(rt, l);
+    rt->stats.reduce_s += (dmuon_now_ms() - t0) / 1e3;
     DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l)));
+    L->reducing = true;
     L->phase = RT_DONE;
-    DMUON_TRY(release(rt, RT_GRAD, l));
     DMUON_TRY(view_close(rt, l));
     if (rt->zero == 3)
         DMUON_TRY(release(rt, RT_PARAM, l));
     layer_assert(rt, L);
+    bool last = rt->bwd_count + 1 == rt->nlayers;
+    for (size_t j = 0; j < rt->nlayers; j++)
+        if (rt->layers[j].reducing && (j != l || last))
+            DMUON_TRY(reduce_finish(rt, j));
     if (++rt->bwd_count == rt->nlayers) {
         rt->in_micro = false;
         rt->micro++;

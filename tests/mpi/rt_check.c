@@ -410,6 +410,83 @@ static bool fault_failed_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int size, i
     return !stall;
 }
 
+/* ------------------------------------------------------- held blocks -- */
+
+/* --hold N: in the first micro-batch of the step after the layout was
+ * packed, each block's post_forward and post_backward comes only after up
+ * to N later blocks began (their ends are held back, oldest first out), so
+ * the micro-batch releases in another order than the recorded one.  An
+ * acquisition whose recorded range is still held must be refused (nothing
+ * changed by the refusal); the caller then ends its oldest held block and
+ * retries.  Held layers' weights must stay intact and the run must still
+ * match the reference (the held gradients were not overwritten). */
+typedef struct {
+    size_t held[64];
+    int n, cap;
+    int refused, refused_other, bad_weights;
+} hold_state;
+
+static int hold_ends(dmuon_rt *rt, hold_state *h, bool backward)
+{
+    size_t l = h->held[0];
+    memmove(h->held, h->held + 1, (size_t)(--h->n) * sizeof *h->held);
+    dmuon_rc rc = backward ? dmuon_rt_post_backward(rt, l) : dmuon_rt_post_forward(rt, l);
+    if (rc != DMUON_OK)
+        check(0, "held %s of %zu: %s", backward ? "post_backward" : "post_forward", l,
+              dmuon_errmsg());
+    return rc == DMUON_OK;
+}
+
+/* The begin hook of layer l; refused while a held block occupies its
+ * recorded range: the oldest held block ends and the hook runs again. */
+static dmuon_rc hold_begin(dmuon_rt *rt, hold_state *h, size_t l, bool backward)
+{
+    for (;;) {
+        dmuon_rc rc = backward ? dmuon_rt_pre_backward(rt, l) : dmuon_rt_pre_forward(rt, l);
+        if (rc == DMUON_OK || !h->n)
+            return rc;
+        if (rc != DMUON_EINVAL || !strstr(dmuon_errmsg(), "still holds")) {
+            h->refused_other++;
+            return rc;
+        }
+        h->refused++;
+        if (!hold_ends(rt, h, backward))
+            return DMUON_ECHECK;
+    }
+}
+
+/* The end hook of layer l, held back; the oldest held one ends when more
+ * than cap are held. */
+static int hold_end(dmuon_rt *rt, hold_state *h, size_t l, bool backward)
+{
+    h->held[h->n++] = l;
+    return h->n <= h->cap || hold_ends(rt, h, backward);
+}
+
+/* Every held layer's weights still equal the reference (bitwise). */
+static void hold_verify(dmuon_rt *rt, const hold_state *h, const dmuon_model *model,
+                        float **ref_w, dmuon_dtype pdt)
+{
+    size_t np = dmuon_model_param_count(model);
+    for (int k = 0; k < h->n; k++)
+        for (size_t p = 0; p < np; p++) {
+            const dmuon_param *pp = dmuon_model_param(model, p);
+            if ((size_t)pp->layer != h->held[k])
+                continue;
+            const float *w = dmuon_rt_weights(rt, dmuon_rt_param_index(rt, pp->name));
+            if (w)
+                w = mem_in(w, pp->numel);
+            for (int64_t i = 0; w && i < pp->numel; i++) {
+                float want = pdt == DMUON_BF16 ? dmuon_bf16_to_f32(dmuon_f32_to_bf16(ref_w[p][i]))
+                                               : ref_w[p][i];
+                if (memcmp(&want, &w[i], 4) != 0) {
+                    ((hold_state *)h)->bad_weights++;
+                    break;
+                }
+            }
+        }
+}
+
 /* --------------------------------------------------------------- main -- */
 
 int main(int argc, char **argv)
@@ -424,7 +501,7 @@ int main(int argc, char **argv)
     const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL;
     const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
     double momentum = -1;
-    int load_only = 0;
+    int load_only = 0, hold = 0, progress = 0;
     const char *backend = "mpi", *device = "cpu";
     int check_table = 0;
     double tolerance = 0;   /* --tolerance: relative, for a GPU's Newton-Schulz */
@@ -440,6 +517,7 @@ int main(int argc, char **argv)
                                  {"load-only", 0, 0, 'Y'},          {"fault-rank", 1, 0, 'j'},
                                  {"backend", 1, 0, 'b'},            {"device", 1, 0, 'v'},
                                  {"check-table", 0, 0, 'c'},        {"tolerance", 1, 0, 'o'},
+                                 {"hold", 1, 0, 'H'},               {"progress", 0, 0, 'P'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -479,6 +557,8 @@ int main(int argc, char **argv)
         case 'v': device = optarg; break;
         case 'c': check_table = 1; break;
         case 'o': tolerance = atof(optarg); break;
+        case 'H': hold = atoi(optarg); break;
+        case 'P': progress = 1; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -589,11 +669,6 @@ int main(int argc, char **argv)
         check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "backend nccl with device cpu"),
               "backend nccl with device cpu is refused: %s", dmuon_errmsg());
         bad.device = DMUON_DEVICE_CUDA;
-        bad.line = DMUON_LINE_B;
-        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
-        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "line B with device cuda"),
-              "line B with device cuda is refused: %s", dmuon_errmsg());
-        bad.line = ro.line;
         bad.nccl_comm = &bad;   /* neither is read: refused before */
         bad.nccl_id = &bad;
         rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
@@ -698,11 +773,14 @@ int main(int argc, char **argv)
             over_p = (int)p;
     if (fault_is("overflow"))
         check(over_p >= 0, "the overflow fault has its parameter");
+    hold_state hs = {.cap = hold < 64 ? hold : 63};
     for (int t = start; t <= start + steps; t++) {
         for (int k = 0; k < (t == start + steps ? 1 : micro); k++) {
+            bool holding = hold > 0 && t == start + 1 && k == 0;
             /* forward: root bracket around the blocks */
             for (size_t l = 0; l < L; l++) {
-                if (dmuon_rt_pre_forward(rt, l) != DMUON_OK) {
+                if ((holding ? hold_begin(rt, &hs, l, false) : dmuon_rt_pre_forward(rt, l)) !=
+                    DMUON_OK) {
                     check(0, "pre_forward(%zu) step %d: %s", l, t, dmuon_errmsg());
                     goto out;
                 }
@@ -733,11 +811,20 @@ int main(int argc, char **argv)
                         }
                         digest = dmuon_digest(w, (size_t)pp->numel * 4, digest);
                     }
+                if (holding) {
+                    hold_verify(rt, &hs, model, ref_w, po.param_dtype);
+                    if (l > 0 && !hold_end(rt, &hs, l, false))
+                        goto out;
+                    continue;
+                }
                 if (l > 0 && dmuon_rt_post_forward(rt, l) != DMUON_OK) {
                     check(0, "post_forward(%zu): %s", l, dmuon_errmsg());
                     goto out;
                 }
             }
+            while (hs.n)
+                if (!hold_ends(rt, &hs, false))
+                    goto out;
             if (dmuon_rt_post_forward(rt, 0) != DMUON_OK) {
                 check(0, "post_forward(root): %s", dmuon_errmsg());
                 goto out;
@@ -770,7 +857,8 @@ int main(int argc, char **argv)
             for (size_t j = 0; j < L; j++) {
                 size_t l = j + 1 < L ? L - 1 - j : 0;
                 if (l != 0) {
-                    if (dmuon_rt_pre_backward(rt, l) != DMUON_OK) {
+                    if ((holding ? hold_begin(rt, &hs, l, true) : dmuon_rt_pre_backward(rt, l)) !=
+                        DMUON_OK) {
                         check(0, "pre_backward(%zu): %s", l, dmuon_errmsg());
                         goto out;
                     }
@@ -807,6 +895,21 @@ int main(int argc, char **argv)
                     }
                     mem_out(gd, g, pp->numel);
                 }
+                /* --progress: the reduction the last post_backward started
+                 * (and any prefetch) moved while this layer's gradients are
+                 * written */
+                if (progress && dmuon_rt_progress(rt) != DMUON_OK) {
+                    check(0, "progress before post_backward(%zu): %s", l, dmuon_errmsg());
+                    goto out;
+                }
+                if (holding && l != 0) {
+                    if (!hold_end(rt, &hs, l, true))
+                        goto out;
+                    continue;
+                }
+                while (hs.n)
+                    if (!hold_ends(rt, &hs, true))
+                        goto out;
                 if (dmuon_rt_post_backward(rt, l) != DMUON_OK) {
                     check(0, "post_backward(%zu): %s", l, dmuon_errmsg());
                     goto out;
@@ -847,6 +950,16 @@ int main(int argc, char **argv)
             goto out;
         ref_step(model, t, size, micro, seed, ln, &ro.optim, ns, dmuon_rt_steps(rt), ref_w, ref_m,
                  ref_v, ref_g);
+    }
+    if (hold) {
+        check(same_everywhere(hs.refused) && same_everywhere(hs.bad_weights) &&
+                  hs.refused_other == 0,
+              "held blocks (up to %d): %d acquisitions into a range still held were refused, on "
+              "every rank alike, and no other hook failed", hold, hs.refused);
+        check(hs.bad_weights == 0, "held blocks: the held layers' weights stayed intact (%d "
+              "overwritten)", hs.bad_weights);
+        if (g_rank == 0)
+            printf("hold refused %d\n", hs.refused);
     }
     check(mismatches == 0 && compared > 0,
           "line %s %s ZeRO-%d %s, %d ranks (%d per node), %d steps x %d micro-batches%s: %lld of "

@@ -20,7 +20,7 @@ static void test_lay_out_values(void **state)
 {
     (void)state;
     dmuon_pool_sizes sz = {.ctrl = 100, .param = 5000, .grad = 0,
-                           .win = {10, 64, 65, 0, 1}};
+                           .win = {10, 64, 65, 0, 1, 200}};
     dmuon_pool_map m;
     memset(&m, 0xff, sizeof m);
     dmuon_pool_lay_out(&sz, &m);
@@ -33,13 +33,14 @@ static void test_lay_out_values(void **state)
     assert_int_equal(m.space_off[DMUON_SPACE_GRAD], 12288);
     assert_int_equal(m.space_bytes[DMUON_SPACE_GRAD], 0);
     assert_int_equal(m.space_off[DMUON_SPACE_WINDOW], 12288);
-    /* regions: 10 → 64, 64 → 64, 65 → 128, 0 → 0, 1 → 64 */
+    /* regions: 10 → 64, 64 → 64, 65 → 128, 0 → 0, 1 → 64, 200 → 256 */
     assert_int_equal(m.win_off[DMUON_WIN_PARAM], 12288);
     assert_int_equal(m.win_off[DMUON_WIN_GRAD], 12288 + 64);
     assert_int_equal(m.win_off[DMUON_WIN_EVEN], 12288 + 128);
     assert_int_equal(m.win_off[DMUON_WIN_EVEN_GRAD], 12288 + 256);
     assert_int_equal(m.win_off[DMUON_WIN_COPY], 12288 + 256);
-    assert_int_equal(m.space_bytes[DMUON_SPACE_WINDOW], 320);
+    assert_int_equal(m.win_off[DMUON_WIN_DIR], 12288 + 320);
+    assert_int_equal(m.space_bytes[DMUON_SPACE_WINDOW], 576);
     assert_int_equal(m.total, 12288 + 4096);
 }
 

@@ -61,6 +61,8 @@ enum {
     DMUON_WIN_EVEN,         /* even shards of every layer, parameter dtype */
     DMUON_WIN_EVEN_GRAD,    /* even shards, F32 (reduce-scatter destination) */
     DMUON_WIN_COPY,         /* HSDP: the publish copy of this rank's rail */
+    DMUON_WIN_DIR,          /* line B: Nesterov directions, F32 (two buffers of a
+                               layer's gathered directions and this rank's shard) */
     DMUON_WIN_COUNT
 };
 

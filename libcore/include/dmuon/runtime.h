@@ -79,12 +79,14 @@ typedef struct {
                                  resolved once at create; < 0 or a bad
                                  $DMUON_DEADLINE_MS is DMUON_EINVAL there */
     int prefetch;             /* 1 (default): pre_forward(l) starts layer l+1's
-                                 gather (ZeRO-3 pre_backward(l): layer l−1's);
-                                 line D on FSDP starts it split-phase
-                                 (AllGatherV start, MPI_Iallgather) and the
-                                 layer's own hook waits for it, so it overlaps
-                                 the compute between; other paths gather at
-                                 once.  0: none.  Use dmuon_rt_opts_init. */
+                                 gather (ZeRO-3 pre_backward(l): layer l−1's)
+                                 split-phase, every line and sharding alike
+                                 (the groups' start: AllGatherV, equal or
+                                 per-owner), and the layer's own hook waits
+                                 for it, so it overlaps the compute between.
+                                 HSDP line D: the publish's node load (no
+                                 split phase) runs at the prefetch, the rest
+                                 split.  0: none.  Use dmuon_rt_opts_init. */
     dmuon_backend backend;    /* where the pool lives and how the lines move
                                  it (docs/runtime.md "Backend and device"):
                                  DMUON_BACKEND_MPI (default): host memory,
@@ -93,8 +95,8 @@ typedef struct {
                                  registered as a symmetric window), needs
                                  device cuda.  An operator a backend does not
                                  offer for the chosen line (e.g. the
-                                 scheduled gather on nccl, split-phase
-                                 prefetch, the HSDP publish) is
+                                 scheduled gather and publish on nccl, the
+                                 equal algorithm on nccl-dev) is
                                  DMUON_EUNSUPPORTED naming it, at open or at
                                  the hook that needs it, on every rank. */
     dmuon_device_kind device; /* DMUON_DEVICE_CPU (default): pool, optimizer
@@ -108,9 +110,7 @@ typedef struct {
                                  updates, non-finite check and norms as CUDA
                                  kernels; needs a NCCL backend.  Then
                                  dmuon_rt_weights / dmuon_rt_grad return
-                                 device pointers.  Line B with cuda is
-                                 DMUON_EUNSUPPORTED (its direction gather is
-                                 an MPI call on host memory). */
+                                 device pointers. */
     void *stream;             /* device cuda: the cudaStream_t (as void *, so
                                  this header needs no CUDA include) on which
                                  the trainer orders its work on the pointers
@@ -171,12 +171,13 @@ void dmuon_rt_opts_init(dmuon_rt_opts *o);
  * differ from the plan: the message gives both; different plans on the
  * ranks), DMUON_EINVAL (bad opts: a NCCL backend with device cpu or the
  * MPI backend with device cuda, both nccl_comm and nccl_id, a NCCL handle
- * with the MPI backend), DMUON_EUNSUPPORTED (a backend or device this
- * build or machine cannot run, line B with device cuda, a communicator
- * handoff this build does not offer: named in the message), DMUON_EDEVICE
- * (the GPU or its Newton–Schulz context could not be set up), DMUON_ENOMEM,
- * DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach create within the
- * deadline).  On failure *out is NULL. */
+ * with the MPI backend or beside an MPI comm, nccl_rank outside
+ * 0..nccl_size-1), DMUON_EUNSUPPORTED (a backend or device this build or
+ * machine cannot run: named in the message), DMUON_EDEVICE (the GPU or its
+ * Newton–Schulz context could not be set up), DMUON_ENOMEM, DMUON_ECOMM,
+ * DMUON_ETIMEOUT (a rank did not reach create within the deadline), and
+ * those of dmuon_topo_init_nccl / _id with a handoff.  On failure *out is
+ * NULL. */
 dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
                          dmuon_rt **out);
 
@@ -223,15 +224,19 @@ dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t layer);
  * under ZeRO-3.  Errors: as pre_forward. */
 dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t layer);
 
-/* Backward of layer l ended: its gradients go to their owners
- * (ReduceScatterV; even shards: equal-length reduce-scatter) and are added
- * to the owners' accumulated gradients (gradient accumulation over
- * micro-batches); the parameter range is released under ZeRO-3.
- * Collective.  Errors: DMUON_EINVAL, DMUON_ETIMEOUT, DMUON_ECOMM. */
+/* Backward of layer l ended: the reduction of its gradients to their
+ * owners starts split phase (ReduceScatterV; even shards: equal-length
+ * reduce-scatter) and runs while the trainer computes the backward of the
+ * layer before; the next post_backward (or the last of the micro-batch)
+ * waits for it and adds the result to the owners' accumulated gradients
+ * (gradient accumulation over micro-batches).  dmuon_rt_grad(l) is NULL
+ * from here on.  The parameter range is released under ZeRO-3.
+ * Collective.  Errors: DMUON_EINVAL, DMUON_ETIMEOUT, DMUON_ECOMM (naming
+ * the layer whose reduction failed). */
 dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t layer);
 
-/* Moves prefetches in flight (line D, FSDP: the next layer's AllGatherV
- * started by the last hook) without blocking.  Optional: a trainer may call
+/* Moves the split-phase calls in flight (the next layer's gather started
+ * by a prefetch, the last layer's gradient reduction) without blocking.  Optional: a trainer may call
  * it inside long computations so that peers waiting for this rank's
  * forwarding are served earlier; communication otherwise progresses only
  * inside the hooks.  Local.  Errors: DMUON_ECOMM. */
