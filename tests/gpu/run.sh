@@ -32,8 +32,9 @@
 #      weight of every step against the CPU reference, with a stated
 #      tolerance since cuBLAS's Newton-Schulz is not OpenBLAS's bit for bit):
 #      the same run on the CPU first, then --backend nccl --device cuda on
-#      one rank (lines C and A, F32 and BF16, save/load/export), on 2 and 4
-#      ranks of this GPU where backend nccl runs several ranks per GPU
+#      one rank (lines A, B and C, F32 and BF16, save/load/export), on 2 and 4
+#      ranks of this GPU (FSDP, and HSDP as 2 virtual nodes) where backend
+#      nccl runs several ranks per GPU
 #      (step 5's probe: NCCL >= 2.30.3, NCCL_MULTI_RANK_GPU_ENABLE=1), and
 #      what the NCCL backends do not offer yet (line D's operators) refused
 #      by name rather than run.
@@ -311,15 +312,17 @@ if [ -x "$RT" ]; then
     step rt-cpu-C-1 60 "${rt1[@]}" --line C "${rt_f32[@]}"
     step rt-cuda-nccl-C-1 120 "${rt1[@]}" --backend nccl --device cuda --line C "${rt_f32[@]}"
     step rt-cuda-nccl-A-1 120 "${rt1[@]}" --backend nccl --device cuda --line A "${rt_f32[@]}"
+    step rt-cuda-nccl-B-1 120 "${rt1[@]}" --backend nccl --device cuda --line B "${rt_f32[@]}"
     step rt-cuda-nccl-C-bf16-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
         "${rt_bf16[@]}" --zero 2 --clip 0.05
     step rt-cuda-nccl-save-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
         "${rt_f32[@]}" --global-grads --steps 2 --save "$tmp/rt_ck" --export "$tmp/rt_e.st"
     step rt-cuda-nccl-load-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
         "${rt_f32[@]}" --global-grads --load "$tmp/rt_ck" --start 2 --steps 1
-    # line D needs the scheduled gather (nccl-dev only) and split-phase
-    # prefetch: until the NCCL backends offer both with the equal
-    # algorithm, it must be refused by name (no crash, no hang)
+    # line D needs the scheduled gather and publish (nccl-dev's, which has
+    # no equal algorithm for the even shards; nccl has no scheduled one):
+    # until one NCCL backend offers both, it must be refused by name (no
+    # crash, no hang)
     for b in nccl nccl-dev; do
         "${rt1[@]}" --backend $b --device cuda --line D "${rt_f32[@]}" > "$tmp/rt_d.$b" 2>&1
         rc=$?
@@ -331,12 +334,14 @@ if [ -x "$RT" ]; then
                 grep -qE 'eunsupported|not offered|EUNSUPPORTED' "$tmp/rt_d.$b"
         fi
     done
-    for np in 2 4; do
+    # several ranks on this GPU: FSDP as one node, HSDP as 2 virtual nodes
+    for cfg in "C-2:2:2:fsdp" "B-2:2:2:fsdp" "C-4:4:4:fsdp" "C-hsdp-4:4:2:hsdp" "B-hsdp-4:4:2:hsdp"; do
+        IFS=: read -r name np k sh <<< "$cfg"
         if [ "$have_nccl" = 1 ]; then
-            step "rt-cuda-nccl-C-$np" 180 "${MPIRUN[@]}" -np $np "$RT" --ranks-per-node $np \
-                --backend nccl --device cuda --line C "${rt_f32[@]}"
+            step "rt-cuda-nccl-$name" 180 "${MPIRUN[@]}" -np "$np" "$RT" --ranks-per-node "$k" \
+                --sharding "$sh" --backend nccl --device cuda --line "${name%%-*}" "${rt_f32[@]}"
         else
-            skip "rt-cuda-nccl-C-$np" "several ranks per GPU: $why_nccl"
+            skip "rt-cuda-nccl-$name" "several ranks per GPU: $why_nccl"
         fi
     done
 else
