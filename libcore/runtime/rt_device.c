@@ -165,7 +165,11 @@ dmuon_rc rt_device_init(dmuon_rt *rt, const dmuon_ns_opts *nso)
                           rt->topo.rank, rt->gpu, cudaGetErrorString(e));
     rt->elem = rt_elem_cuda();
     rt->stream = rt->opts.stream;
-    return dmuon_ns_create(DMUON_DEVICE_CUDA, rt->gpu, nso, &rt->ns);
+    DMUON_TRY(dmuon_ns_create(DMUON_DEVICE_CUDA, rt->gpu, nso, &rt->ns));
+    /* the per-shape kernel choice of the CUDA engine, cached per GPU model */
+    if (rt->opts.ns_costdb)
+        dmuon_ns_set_costdb(rt->ns, rt->opts.ns_costdb);
+    return DMUON_OK;
 #else
     return DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: device cuda: this build has no CUDA");
 #endif

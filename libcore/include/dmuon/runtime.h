@@ -53,6 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dmuon/costdb.h"
 #include "dmuon/device.h"
 #include "dmuon/optim.h"
 #include "dmuon/plan.h"
@@ -104,9 +105,11 @@ typedef struct {
                                  DMUON_DEVICE_CUDA: all of them in the memory
                                  of GPU (node-local rank modulo the visible
                                  GPUs, the NCCL pool's GPU; made current at
-                                 create), Newton–Schulz on the CUDA engine
+                                 create: keep it current on the calling
+                                 thread), Newton–Schulz on the CUDA engine
                                  (each shape's kernels chosen at its first
-                                 use, dmuon_ns_kernels) and the element
+                                 use, dmuon_ns_kernels; see ns_costdb) and
+                                 the element
                                  updates, non-finite check and norms as CUDA
                                  kernels; needs a NCCL backend.  Then
                                  dmuon_rt_weights / dmuon_rt_grad return
@@ -125,6 +128,13 @@ typedef struct {
                                  device work complete, so work enqueued on
                                  any stream after it sees its results.
                                  Ignored with device cpu. */
+    dmuon_costdb *ns_costdb;  /* device cuda: a cost database whose ns_kernel
+                                 table caches, per GPU model, which kernel
+                                 each shape's symmetric products use
+                                 (dmuon_ns_set_costdb); borrowed, open until
+                                 dmuon_rt_free.  NULL (default): chosen by
+                                 measurement at each shape's first use in
+                                 this runtime.  Ignored with device cpu. */
     void *nccl_comm;          /* NCCL backends: the trainer's ncclComm_t (as
                                  void *) to run over instead of comm (give
                                  MPI_COMM_NULL; no MPI call is made, MPI
