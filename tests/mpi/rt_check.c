@@ -678,8 +678,10 @@ int main(int argc, char **argv)
         bad.nccl_id = NULL;
         if (dmuon_backend_check(DMUON_BACKEND_NCCL) != DMUON_OK) {   /* no GPU here */
             rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
-            check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "backend nccl"),
-                  "backend nccl with device cuda where it cannot run is refused naming it: %s",
+            /* a build without CUDA names that; one with CUDA, the backend's reason */
+            check(rc == DMUON_EUNSUPPORTED && !rt &&
+                      (strstr(dmuon_errmsg(), "backend nccl") || strstr(dmuon_errmsg(), "no CUDA")),
+                  "backend nccl with device cuda where it cannot run is refused naming why: %s",
                   dmuon_errmsg());
         }
     }
