@@ -32,7 +32,8 @@
 #      weight of every step against the CPU reference, with a stated
 #      tolerance since cuBLAS's Newton-Schulz is not OpenBLAS's bit for bit):
 #      the same run on the CPU first, then --backend nccl --device cuda on
-#      one rank (lines A, B and C, F32 and BF16, save/load/export), on 2 and 4
+#      one rank (lines A, B and C, F32 and BF16, save/load/export, and over
+#      a handed-over NCCL unique id or communicator), on 2 and 4
 #      ranks of this GPU (FSDP, and HSDP as 2 virtual nodes) where backend
 #      nccl runs several ranks per GPU
 #      (step 5's probe: NCCL >= 2.30.3, NCCL_MULTI_RANK_GPU_ENABLE=1), and
@@ -319,6 +320,12 @@ if [ -x "$RT" ]; then
         "${rt_f32[@]}" --global-grads --steps 2 --save "$tmp/rt_ck" --export "$tmp/rt_e.st"
     step rt-cuda-nccl-load-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
         "${rt_f32[@]}" --global-grads --load "$tmp/rt_ck" --start 2 --steps 1
+    # the communicator handoff: the runtime over a unique id the trainer
+    # distributed, and over the trainer's own ncclComm_t (no MPI inside)
+    step rt-cuda-nccl-handoff-id-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_f32[@]}" --handoff id
+    step rt-cuda-nccl-handoff-comm-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_f32[@]}" --handoff comm
     # line D needs the scheduled gather and publish (nccl-dev's, which has
     # no equal algorithm for the even shards; nccl has no scheduled one):
     # until one NCCL backend offers both, it must be refused by name (no

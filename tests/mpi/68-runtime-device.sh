@@ -50,6 +50,7 @@ pair 4 "D, error paths (NaN gradient, NaN learning rate, refused hooks)" --line 
 check_out '^ok   device cuda on the MPI backend.s host pool is refused' "device cuda with backend mpi refused"
 check_out '^ok   backend nccl with device cpu is refused' "backend nccl with device cpu refused"
 check_out '^ok   a NCCL communicator and a unique id together are refused' "both NCCL handles refused"
+check_out '^ok   a NCCL unique id with backend mpi is refused' "a NCCL handle with backend mpi refused"
 pair 4 "D, an overflowing direction on one rank (state digest through the table)" --line D --fault overflow
 check_out '^ok   overflow: masters, momenta, moments, weights and the step count are byte-identical' \
     "overflow under the checking table: the state digest is unchanged"

@@ -54,6 +54,9 @@
 #if DMUON_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
+#if DMUON_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 static int g_rank, g_pass, g_fail;
 
@@ -62,6 +65,50 @@ static int g_rank, g_pass, g_fail;
 static int g_mem;
 static float *g_host;        /* the host copy of one parameter */
 static int64_t g_host_cap;
+
+/* --handoff id|comm (NCCL backends): this program, as a trainer that runs
+ * NCCL itself, distributes an ncclUniqueId over MPI_COMM_WORLD and gives
+ * the runtime the id, or a communicator it made from it; the runtime then
+ * gets MPI_COMM_NULL and makes no MPI call.  0 when set up (or not asked),
+ * else an error printed. */
+static int handoff_setup(const char *mode, dmuon_rt_opts *ro, int size, int per_node,
+                         void **own_comm)
+{
+    *own_comm = NULL;
+    if (!mode)
+        return 0;
+#if DMUON_HAVE_NCCL
+    static ncclUniqueId id;
+    if (g_rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+        fprintf(stderr, "rt_check: ncclGetUniqueId failed\n");
+        return 1;
+    }
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ro->nccl_rank = g_rank;
+    ro->nccl_size = size;
+    if (strcmp(mode, "id") == 0) {
+        ro->nccl_id = &id;
+        return 0;
+    }
+    int count = 0;
+    ncclComm_t c = NULL;
+    if (strcmp(mode, "comm") != 0 || cudaGetDeviceCount(&count) != cudaSuccess || count < 1 ||
+        cudaSetDevice(g_rank % per_node % count) != cudaSuccess ||
+        ncclCommInitRank(&c, size, id, g_rank) != ncclSuccess) {
+        fprintf(stderr, "rt_check: --handoff %s: expected id or comm, with a GPU and NCCL\n", mode);
+        return 1;
+    }
+    ro->nccl_comm = c;
+    *own_comm = c;
+    return 0;
+#else
+    (void)ro;
+    (void)size;
+    (void)per_node;
+    fprintf(stderr, "rt_check: --handoff %s: this build has no NCCL\n", mode);
+    return 1;
+#endif
+}
 
 /* A host copy of n floats at the runtime's pointer p (host: p itself). */
 static float *mem_in(const float *p, int64_t n)
@@ -505,6 +552,8 @@ int main(int argc, char **argv)
     const char *backend = "mpi", *device = "cpu";
     int check_table = 0;
     double tolerance = 0;   /* --tolerance: relative, for a GPU's Newton-Schulz */
+    const char *handoff = NULL;
+    void *own_nccl = NULL;
     int64_t small_unit = 0;
     static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
                                  {"zero", 1, 0, 'z'},       {"ranks-per-node", 1, 0, 'k'},
@@ -517,6 +566,7 @@ int main(int argc, char **argv)
                                  {"load-only", 0, 0, 'Y'},          {"fault-rank", 1, 0, 'j'},
                                  {"backend", 1, 0, 'b'},            {"device", 1, 0, 'v'},
                                  {"check-table", 0, 0, 'c'},        {"tolerance", 1, 0, 'o'},
+                                 {"handoff", 1, 0, 'n'},
                                  {"hold", 1, 0, 'H'},               {"progress", 0, 0, 'P'},
                                  {0, 0, 0, 0}};
     int c;
@@ -557,6 +607,7 @@ int main(int argc, char **argv)
         case 'v': device = optarg; break;
         case 'c': check_table = 1; break;
         case 'o': tolerance = atof(optarg); break;
+        case 'n': handoff = optarg; break;
         case 'H': hold = atoi(optarg); break;
         case 'P': progress = 1; break;
         default:
@@ -604,6 +655,11 @@ int main(int argc, char **argv)
         return 2;
     }
     g_mem = check_table ? 1 : ro.device == DMUON_DEVICE_CUDA ? 2 : 0;
+    if (handoff_setup(handoff, &ro, size, per_node, &own_nccl)) {
+        MPI_Finalize();
+        return 2;
+    }
+    MPI_Comm rt_comm = handoff ? MPI_COMM_NULL : MPI_COMM_WORLD;
     rt_elem_check_enable(check_table);
     ro.ranks_per_node = per_node;
     ro.zero_stage = zero;
@@ -676,6 +732,11 @@ int main(int argc, char **argv)
               "a NCCL communicator and a unique id together are refused: %s", dmuon_errmsg());
         bad.nccl_comm = NULL;
         bad.nccl_id = NULL;
+        dmuon_rt_opts mpi_id = ro;   /* the MPI backend takes no NCCL handle */
+        mpi_id.nccl_id = "";
+        rc = dmuon_rt_create(plan, MPI_COMM_NULL, &mpi_id, &rt);
+        check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "nccl_id given with backend mpi"),
+              "a NCCL unique id with backend mpi is refused: %s", dmuon_errmsg());
         if (dmuon_backend_check(DMUON_BACKEND_NCCL) != DMUON_OK) {   /* no GPU here */
             rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
             /* a build without CUDA names that; one with CUDA, the backend's reason */
@@ -685,8 +746,9 @@ int main(int argc, char **argv)
                   dmuon_errmsg());
         }
     }
-    rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
-    check(rc == DMUON_OK, "create (%s)", rc ? dmuon_errmsg() : "");
+    rc = dmuon_rt_create(plan, rt_comm, &ro, &rt);
+    check(rc == DMUON_OK, "create%s (%s)", handoff ? " over the handed-over NCCL communicator" : "",
+          rc ? dmuon_errmsg() : "");
     if (rc != DMUON_OK)
         goto out;
     for (size_t p = 0; p < np; p++) {
@@ -728,7 +790,7 @@ int main(int argc, char **argv)
               "missing registration: %s", e);
         dmuon_rt_free(rt);
         rt = NULL;
-        dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+        dmuon_rt_create(plan, rt_comm, &ro, &rt);
     }
     for (size_t p = 0; p < np; p++) {
         const dmuon_param *pp = dmuon_model_param(model, p);
@@ -1023,6 +1085,10 @@ int main(int argc, char **argv)
     }
 out:
     dmuon_rt_free(rt);
+#if DMUON_HAVE_NCCL
+    if (own_nccl)   /* the trainer's communicator outlived the runtime */
+        ncclCommDestroy((ncclComm_t)own_nccl);
+#endif
     dmuon_ns_free(ns);
     for (size_t p = 0; p < np; p++) {
         free(ref_w[p]);
