@@ -400,6 +400,23 @@ dmuon_rc rt_gather(dmuon_rt *rt, size_t l)
     return rt_gather_finish(rt, l);
 }
 
+/* Waits for every split-phase call still in flight (a runtime freed in the
+ * middle of a micro-batch), within the deadline: the first error, after
+ * which the runtime is failed and keeps its pool. */
+dmuon_rc rt_drain(dmuon_rt *rt)
+{
+    dmuon_rc rc = DMUON_OK;
+    for (size_t l = 0; l < rt->nlayers && rc == DMUON_OK; l++) {
+        rt_layer *L = &rt->layers[l];
+        L->inflight = false;
+        for (int k = 0; k < G_COUNT && rc == DMUON_OK; k++)
+            rc = grp_wait(rt, L, k);
+    }
+    if (rc != DMUON_OK)
+        rt->failed = true;
+    return rc;
+}
+
 /* -------------------------------------------------------------- reduce -- */
 
 dmuon_rc rt_reduce_start(dmuon_rt *rt, size_t l)

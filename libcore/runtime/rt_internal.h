@@ -232,6 +232,7 @@ dmuon_rc rt_gather_test(dmuon_rt *rt, size_t l);
 dmuon_rc rt_reduce_start(dmuon_rt *rt, size_t l);
 dmuon_rc rt_reduce_test(dmuon_rt *rt, size_t l);
 dmuon_rc rt_reduce_finish(dmuon_rt *rt, size_t l);
+dmuon_rc rt_drain(dmuon_rt *rt);   /* waits for every call in flight; failed on error */
 /* Line B: bytes of the dir region (sets dir_buf, dir_shard); buffer b's
  * gathered directions and shard; the gather of layer l's directions from
  * buffer b's shard into its whole, split phase (start, test, wait: the

@@ -1273,7 +1273,10 @@ void dmuon_rt_free(dmuon_rt *rt)
     /* after a communication failure a posted call may still complete into
      * the pool, the scratch, the state or a group's buffers whenever the
      * late peers arrive, and freeing the pool is itself collective: those
-     * are kept for good, with the communicators */
+     * are kept for good, with the communicators; calls still in flight (a
+     * runtime freed inside a micro-batch) are waited for first */
+    if (rt->opened && !rt->failed)
+        (void)rt_drain(rt);
     bool keep = rt->failed;
     if (!keep) {
         rt_pool_drop(rt);
