@@ -146,6 +146,16 @@ struct dmuon_publish_ops {
                           int64_t dst_offset, int64_t step);
 };
 
+/* The step rules of a publish whose data moves only at end (the per-owner
+ * algorithm on every backend; publish.c): begin(step) needs step > *cur and
+ * no open step, then opens it; post needs this rank to own param and step
+ * to be the open one; end needs the open step and closes it.  DMUON_EINVAL
+ * with the same messages on every backend otherwise. */
+dmuon_rc dmuon_pub_step_begin(int64_t *cur, int *open, int64_t step);
+dmuon_rc dmuon_pub_step_post(const dmuon_publish *p, int64_t cur, int open, int param,
+                             int64_t step);
+dmuon_rc dmuon_pub_step_end(int64_t cur, int *open, int64_t step);
+
 /* Records DMUON_EUNSUPPORTED "<what>: not offered by the <backend>
  * backend" at file:line and returns it.  Use DMUON_COMM_NEED. */
 dmuon_rc dmuon_comm_unsupported(const dmuon_comm_ops *ops, const char *what, const char *file,

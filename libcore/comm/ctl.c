@@ -214,28 +214,30 @@ dmuon_rc dmuon_ctl_topo_agree(const dmuon_topo *t, dmuon_rc mine, int deadline_m
     return agree_over(&l, mine, deadline_ms);
 }
 
-dmuon_rc dmuon_ctl_topo_allreduce_f64(const dmuon_topo *t, double *v, int n, dmuon_ctl_op op,
-                                      int deadline_ms, const char *what)
+/* Over t's control communicator (f64: values are doubles, else int64),
+ * or over t->world. */
+static dmuon_rc topo_allreduce(const dmuon_topo *t, void *v, int n, int f64, dmuon_ctl_op op,
+                               int deadline_ms, const char *what)
 {
 #ifdef DMUON_HAVE_NCCL
     if (t->nccl) {
         DMUON_TRY(reduce_args(n, op, what));
-        return dmuon_nccl_ctl_allreduce(t, v, n, 1, op, deadline_ms, what);
+        return dmuon_nccl_ctl_allreduce(t, v, n, f64, op, deadline_ms, what);
     }
 #endif
-    return dmuon_ctl_allreduce_f64(t->world, v, n, op, deadline_ms, what);
+    return allreduce(t->world, v, n, f64 ? MPI_DOUBLE : MPI_INT64_T, 8, op, deadline_ms, what);
+}
+
+dmuon_rc dmuon_ctl_topo_allreduce_f64(const dmuon_topo *t, double *v, int n, dmuon_ctl_op op,
+                                      int deadline_ms, const char *what)
+{
+    return topo_allreduce(t, v, n, 1, op, deadline_ms, what);
 }
 
 dmuon_rc dmuon_ctl_topo_allreduce_i64(const dmuon_topo *t, int64_t *v, int n, dmuon_ctl_op op,
                                       int deadline_ms, const char *what)
 {
-#ifdef DMUON_HAVE_NCCL
-    if (t->nccl) {
-        DMUON_TRY(reduce_args(n, op, what));
-        return dmuon_nccl_ctl_allreduce(t, v, n, 0, op, deadline_ms, what);
-    }
-#endif
-    return dmuon_ctl_allreduce_i64(t->world, v, n, op, deadline_ms, what);
+    return topo_allreduce(t, v, n, 0, op, deadline_ms, what);
 }
 
 dmuon_rc dmuon_ctl_topo_bcast(const dmuon_topo *t, void *data, int bytes, int root,

@@ -609,23 +609,13 @@ static dmuon_rc po_begin(dmuon_publish *pub, int64_t step)
     po_pub *q = pub->impl;
     if (q->broken)
         return DMUON_FAIL(DMUON_ECOMM, "publish: failed in an earlier step");
-    if (q->open || step <= q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: begin of step %lld after step %lld%s",
-                          (long long)step, (long long)q->step, q->open ? " (not ended)" : "");
-    q->step = step;
-    q->open = 1;
-    return DMUON_OK;
+    return dmuon_pub_step_begin(&q->step, &q->open, step);
 }
 
 static dmuon_rc po_post(dmuon_publish *pub, int param, int64_t step)
 {
-    po_pub *q = pub->impl;
-    if (param < 0 || param >= pub->n || pub->params[param].owner != pub->topo->rank)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: this rank does not own parameter %d", param);
-    if (!q->open || step != q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: post of step %lld, but step %lld is open",
-                          (long long)step, (long long)q->step);
-    return DMUON_OK;
+    const po_pub *q = pub->impl;
+    return dmuon_pub_step_post(pub, q->step, q->open, param, step);
 }
 
 static dmuon_rc po_progress(dmuon_publish *pub) { return DMUON_OK; }
@@ -635,10 +625,7 @@ static dmuon_rc po_end(dmuon_publish *pub, int64_t step)
     po_pub *q = pub->impl;
     const dmuon_topo *t = pub->topo;
     const int K = t->per_node;
-    if (!q->open || step != q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: end of step %lld, but step %lld is open",
-                          (long long)step, (long long)q->step);
-    q->open = 0;
+    DMUON_TRY(dmuon_pub_step_end(q->step, &q->open, step));
     int k = 0;
     for (int i = 0; i < pub->n && t->nodes > 1; i++) {
         const dmuon_segment *s = &pub->params[i];

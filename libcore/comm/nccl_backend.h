@@ -18,7 +18,9 @@
  *             kernels/nccl_dev.cu behind comm/nccl_dev.h; scope there).
  *
  * Communicators: a memory uses one set (dmuon_nccl_comms) over t->world:
- * the data communicator and the node and rail communicators split off it.
+ * the data communicator and the node and rail communicators split off it
+ * (on an MPI topology at the first node-scope group or publish over those
+ * ranks).
  * Over a topology built by dmuon_topo_init (MPI) the set is created at the
  * first allocation over those ranks (unique id over MPI) and kept by the
  * process; over one handed over by dmuon_topo_init_nccl / _id (nccl_topo.c)
@@ -46,7 +48,7 @@
 /* The communicators of one set of ranks.  world: the data calls over
  * t->world (rank = t->rank); node: the K ranks of the node (rank = local);
  * rail: the R ranks of the rail (rank = node_id).  After an abort all are
- * NULL and aborted is 1; the struct itself stays allocated (memories still
+ * NULL and aborted is 1; node and rail are NULL until first needed; the struct itself stays allocated (memories still
  * point at it). */
 typedef struct {
     ncclComm_t world, node, rail;
@@ -90,9 +92,25 @@ dmuon_rc dmuon_nccl_gpu_check(const char *backend);
  * process's cache, marks it aborted.  Idempotent. */
 void dmuon_nccl_comms_abort(dmuon_nccl_comms *cs);
 
+/* Makes cs's node and rail communicators (ncclCommSplit of cs->world) if
+ * it has none yet: collective over t->world, called where every rank is
+ * (group and publish creation); mine is this rank's result so far, agreed
+ * first together with cs being usable, so a rank that failed before never
+ * leaves the others inside the split.  A topology handed over from NCCL has
+ * them from the start.  Errors: the agreed ones, DMUON_ECOMM. */
+dmuon_rc dmuon_nccl_comms_split(const dmuon_topo *t, dmuon_nccl_comms *cs, dmuon_rc mine);
+
 /* DMUON_OK when cs is not aborted and its device could be selected, else
  * DMUON_ECOMM / DMUON_EDEVICE naming `what`. */
 dmuon_rc dmuon_nccl_usable(const dmuon_nccl_comms *cs, const char *what);
+
+/* A new event for a group or publish of memory m (its communicators
+ * usable): DMUON_ECOMM / DMUON_EDEVICE naming `what`; *ev NULL on failure. */
+dmuon_rc dmuon_nccl_event_new(const nccl_symm *m, cudaEvent_t *ev, const char *what);
+
+/* Records ev on m's stream after the work just enqueued; a failure aborts
+ * m's communicators (the work may be half enqueued): DMUON_EDEVICE. */
+dmuon_rc dmuon_nccl_event_record(cudaEvent_t ev, nccl_symm *m, const char *what);
 
 /* One poll of a call that recorded ev after its work: *done 1 when ev
  * completed; 0 while it runs.  An asynchronous error of a communicator of

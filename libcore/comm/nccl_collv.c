@@ -184,31 +184,28 @@ static void group_free(dmuon_group *g)
     g->impl = NULL;
 }
 
-static dmuon_rc group_create(dmuon_group *g, enqueue_fn fn)
+/* One create for every algorithm: the enqueue of g's algorithm. */
+static dmuon_rc group_create(dmuon_group *g)
 {
-    nccl_symm *m = g->mem->impl;
     nccl_group *x = calloc(1, sizeof *x);
-    dmuon_rc rc = x ? dmuon_nccl_usable(m->cs, "group")
-                    : DMUON_FAIL(DMUON_ENOMEM, "group: out of memory");
-    if (rc == DMUON_OK) {
-        x->enqueue = fn;
-        x->inflight = -1;
-        cudaError_t e = cudaEventCreateWithFlags(&x->ev, cudaEventDisableTiming);
-        if (e != cudaSuccess) {
-            x->ev = NULL;
-            rc = DMUON_FAIL(DMUON_EDEVICE, "group: cudaEventCreate: %s", cudaGetErrorString(e));
-        }
-    }
     g->impl = x;
+    nccl_symm *m = g->mem->impl;
+    dmuon_rc rc = x ? dmuon_nccl_event_new(m, &x->ev, "group")
+                    : DMUON_FAIL(DMUON_ENOMEM, "group: out of memory");
+    if (g->opts.scope == DMUON_SCOPE_NODE)   /* the same on every rank */
+        rc = dmuon_nccl_comms_split(g->topo, m->cs, rc);
+    if (x) {
+        const dmuon_algo a = g->opts.algorithm;
+        x->enqueue = a == DMUON_ALGO_EQUAL       ? equal_enqueue
+                   : a == DMUON_ALGO_COALESCED   ? coalesced_enqueue
+                                                 : per_owner_enqueue;
+        x->inflight = -1;
+    }
     rc = dmuon_ctl_topo_agree(g->topo, rc, 0);
     if (rc != DMUON_OK)
         group_free(g);
     return rc;
 }
-
-static dmuon_rc per_owner_create(dmuon_group *g) { return group_create(g, per_owner_enqueue); }
-static dmuon_rc equal_create(dmuon_group *g) { return group_create(g, equal_enqueue); }
-static dmuon_rc coalesced_create(dmuon_group *g) { return group_create(g, coalesced_enqueue); }
 
 static dmuon_rc group_start(dmuon_group *g, int kind, int64_t buffer_offset,
                             int64_t window_offset)
@@ -221,12 +218,7 @@ static dmuon_rc group_start(dmuon_group *g, int kind, int64_t buffer_offset,
                           "first)", what, op_name(x->inflight));
     DMUON_TRY(dmuon_nccl_usable(m->cs, what));
     DMUON_TRY(x->enqueue(g, kind, buffer_offset, window_offset));
-    cudaError_t e = cudaEventRecord(x->ev, m->stream);
-    if (e != cudaSuccess) {
-        dmuon_nccl_comms_abort(m->cs);
-        return DMUON_FAIL(DMUON_EDEVICE, "%s: cudaEventRecord: %s (NCCL communicators aborted)",
-                          what, cudaGetErrorString(e));
-    }
+    DMUON_TRY(dmuon_nccl_event_record(x->ev, m, what));
     x->inflight = kind;
     return DMUON_OK;
 }
@@ -274,33 +266,11 @@ static dmuon_rc group_reduce_scatterv(dmuon_group *g, int64_t buffer_offset,
     return group_wait(g, DMUON_SCHED_REDUCE);
 }
 
-/* Per-owner: one ncclBroadcast / ncclReduce per segment, grouped (the
- * backend's default). */
-static const dmuon_group_ops per_owner_ops = {
+/* Every algorithm of the backend shares these entries (the algorithm's
+ * enqueue is chosen at create). */
+static const dmuon_group_ops group_ops = {
     .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
-    .create = per_owner_create,
-    .free = group_free,
-    .allgatherv = group_allgatherv,
-    .reduce_scatterv = group_reduce_scatterv,
-    .start = group_start,
-    .test = group_test,
-    .wait = group_wait,
-};
-
-static const dmuon_group_ops equal_ops = {
-    .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
-    .create = equal_create,
-    .free = group_free,
-    .allgatherv = group_allgatherv,
-    .reduce_scatterv = group_reduce_scatterv,
-    .start = group_start,
-    .test = group_test,
-    .wait = group_wait,
-};
-
-static const dmuon_group_ops coalesced_ops = {
-    .ctrl_bytes = dmuon_nccl_group_ctrl_bytes,
-    .create = coalesced_create,
+    .create = group_create,
     .free = group_free,
     .allgatherv = group_allgatherv,
     .reduce_scatterv = group_reduce_scatterv,
@@ -322,9 +292,9 @@ const dmuon_comm_ops dmuon_nccl_ops = {
     .symm_set_stream = dmuon_nccl_symm_set_stream,
     .default_algo = DMUON_ALGO_PER_OWNER,
     .group = {
-        [DMUON_ALGO_PER_OWNER] = &per_owner_ops,
-        [DMUON_ALGO_COALESCED] = &coalesced_ops,
-        [DMUON_ALGO_EQUAL] = &equal_ops,
+        [DMUON_ALGO_PER_OWNER] = &group_ops,
+        [DMUON_ALGO_COALESCED] = &group_ops,
+        [DMUON_ALGO_EQUAL] = &group_ops,
     },
     .publish = {
         [DMUON_ALGO_PER_OWNER] = &dmuon_nccl_publish_per_owner_ops,

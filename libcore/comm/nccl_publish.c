@@ -56,25 +56,14 @@ static void pub_free(dmuon_publish *pub)
 
 static dmuon_rc pub_create(dmuon_publish *pub)
 {
-    nccl_symm *m = pub->mem->impl;
     nccl_pub *q = calloc(1, sizeof *q);
-    dmuon_rc rc = q ? dmuon_nccl_usable(m->cs, "publish")
-                    : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
-    pub->impl = q;
-    if (rc == DMUON_OK) {
+    if (q)
         q->flag = calloc((size_t)(pub->n > 0 ? pub->n : 1), sizeof *q->flag);
-        if (!q->flag)
-            rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
-    }
-    if (rc == DMUON_OK) {
-        cudaError_t e = cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming);
-        if (e != cudaSuccess) {
-            q->ev = NULL;
-            rc = DMUON_FAIL(DMUON_EDEVICE, "publish: cudaEventCreate: %s",
-                            cudaGetErrorString(e));
-        }
-    }
-    rc = dmuon_ctl_topo_agree(pub->topo, rc, 0);
+    pub->impl = q;
+    nccl_symm *m = pub->mem->impl;
+    dmuon_rc rc = q && q->flag ? dmuon_nccl_event_new(m, &q->ev, "publish")
+                               : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
+    rc = dmuon_nccl_comms_split(pub->topo, m->cs, rc);   /* agreed */
     if (rc != DMUON_OK)
         pub_free(pub);
     return rc;
@@ -85,23 +74,13 @@ static dmuon_rc pub_begin(dmuon_publish *pub, int64_t step)
     nccl_pub *q = pub->impl;
     nccl_symm *m = pub->mem->impl;
     DMUON_TRY(dmuon_nccl_usable(m->cs, "publish_begin"));
-    if (q->open || step <= q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: begin of step %lld after step %lld%s",
-                          (long long)step, (long long)q->step, q->open ? " (not ended)" : "");
-    q->step = step;
-    q->open = 1;
-    return DMUON_OK;
+    return dmuon_pub_step_begin(&q->step, &q->open, step);
 }
 
 static dmuon_rc pub_post(dmuon_publish *pub, int param, int64_t step)
 {
-    nccl_pub *q = pub->impl;
-    if (param < 0 || param >= pub->n || pub->params[param].owner != pub->topo->rank)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: this rank does not own parameter %d", param);
-    if (!q->open || step != q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: post of step %lld, but step %lld is open",
-                          (long long)step, (long long)q->step);
-    return DMUON_OK;
+    const nccl_pub *q = pub->impl;
+    return dmuon_pub_step_post(pub, q->step, q->open, param, step);
 }
 
 static dmuon_rc pub_progress(dmuon_publish *pub) { return DMUON_OK; }
@@ -111,12 +90,7 @@ static dmuon_rc pub_finish(dmuon_publish *pub, const char *what)
 {
     nccl_pub *q = pub->impl;
     nccl_symm *m = pub->mem->impl;
-    cudaError_t e = cudaEventRecord(q->ev, m->stream);
-    if (e != cudaSuccess) {
-        dmuon_nccl_comms_abort(m->cs);
-        return DMUON_FAIL(DMUON_EDEVICE, "%s: cudaEventRecord: %s (NCCL communicators aborted)",
-                          what, cudaGetErrorString(e));
-    }
+    DMUON_TRY(dmuon_nccl_event_record(q->ev, m, what));
     return dmuon_nccl_event_wait(q->ev, m->cs, pub->deadline_ms, what);
 }
 
@@ -138,10 +112,7 @@ static dmuon_rc pub_end(dmuon_publish *pub, int64_t step)
     nccl_symm *m = pub->mem->impl;
     const dmuon_topo *t = pub->topo;
     const int K = t->per_node;
-    if (!q->open || step != q->step)
-        return DMUON_FAIL(DMUON_EINVAL, "publish: end of step %lld, but step %lld is open",
-                          (long long)step, (long long)q->step);
-    q->open = 0;
+    DMUON_TRY(dmuon_pub_step_end(q->step, &q->open, step));
     DMUON_TRY(dmuon_nccl_usable(m->cs, "publish_end"));
     if (t->nodes > 1) {
         ncclResult_t r = ncclGroupStart();

@@ -145,6 +145,28 @@ dmuon_rc dmuon_nccl_usable(const dmuon_nccl_comms *cs, const char *what)
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_nccl_event_new(const nccl_symm *m, cudaEvent_t *ev, const char *what)
+{
+    *ev = NULL;
+    DMUON_TRY(dmuon_nccl_usable(m->cs, what));
+    cudaError_t e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        *ev = NULL;
+        return DMUON_FAIL(DMUON_EDEVICE, "%s: cudaEventCreate: %s", what, cudaGetErrorString(e));
+    }
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_nccl_event_record(cudaEvent_t ev, nccl_symm *m, const char *what)
+{
+    cudaError_t e = cudaEventRecord(ev, m->stream);
+    if (e == cudaSuccess)
+        return DMUON_OK;
+    dmuon_nccl_comms_abort(m->cs);
+    return DMUON_FAIL(DMUON_EDEVICE, "%s: cudaEventRecord: %s (NCCL communicators aborted)", what,
+                      cudaGetErrorString(e));
+}
+
 dmuon_rc dmuon_nccl_event_test(cudaEvent_t ev, dmuon_nccl_comms *cs, int *done,
                                const char *what)
 {
@@ -193,8 +215,8 @@ dmuon_rc dmuon_nccl_event_wait(cudaEvent_t ev, dmuon_nccl_comms *cs, int deadlin
 }
 
 /* The communicators of an MPI topology: cached, else rank 0's unique id over
- * MPI, ncclCommInitRank and the node and rail splits (collective over
- * t->world; agreed).  *out is the cached set, or one the memory then owns
+ * MPI and ncclCommInitRank (collective over t->world; agreed); the node and
+ * rail communicators come later, when first needed (dmuon_nccl_comms_split).  *out is the cached set, or one the memory then owns
  * (*owned 1, cache full). */
 static dmuon_rc mpi_comms(const dmuon_topo *t, int device, int gpus, dmuon_nccl_comms **out,
                           int *owned)
@@ -237,19 +259,39 @@ static dmuon_rc mpi_comms(const dmuon_topo *t, int device, int gpus, dmuon_nccl_
                                            : "");
     }
     DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
-    nr = ncclCommSplit(cs->world, t->node_id, t->local, &cs->node, NULL);
-    if (nr == ncclSuccess)
-        nr = ncclCommSplit(cs->world, t->local, t->node_id, &cs->rail, NULL);
-    if (nr != ncclSuccess)
-        rc = DMUON_FAIL(DMUON_ECOMM, "%s: ncclCommSplit (node and rail): %s", name,
-                        ncclGetErrorString(nr));
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
     *owned = !comm_keep(t, members, cs);
     *out = cs;
     return DMUON_OK;
 fail:
     comms_destroy(cs);
     return rc;
+}
+
+dmuon_rc dmuon_nccl_comms_split(const dmuon_topo *t, dmuon_nccl_comms *cs, dmuon_rc mine)
+{
+    if (mine == DMUON_OK)
+        mine = dmuon_nccl_usable(cs, "nccl node and rail communicators");
+    DMUON_TRY(dmuon_ctl_topo_agree(t, mine, 0));   /* every rank can split */
+    /* sets are made together, so they normally agree; a rank whose set is
+     * its memory's own (cache full) may lack them: then every rank splits
+     * again (a rank that had them keeps the old ones alive, unused) */
+    int64_t need = !(cs->node && cs->rail);
+    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, &need, 1, DMUON_CTL_MAX, 0, "nccl split"));
+    if (!need)
+        return DMUON_OK;
+    ncclComm_t node = NULL, rail = NULL;
+    ncclResult_t nr = ncclCommSplit(cs->world, t->node_id, t->local, &node, NULL);
+    if (nr == ncclSuccess)
+        nr = ncclCommSplit(cs->world, t->local, t->node_id, &rail, NULL);
+    dmuon_rc rc = DMUON_OK;
+    if (nr == ncclSuccess) {
+        cs->node = node;
+        cs->rail = rail;
+    } else {
+        rc = DMUON_FAIL(DMUON_ECOMM, "ncclCommSplit (node and rail communicators): %s",
+                        ncclGetErrorString(nr));
+    }
+    return dmuon_ctl_topo_agree(t, rc, 0);
 }
 
 static void release(nccl_symm *m, int owns_comms)

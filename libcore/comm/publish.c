@@ -209,6 +209,36 @@ dmuon_rc dmuon_publish_node_load(dmuon_publish *p, const dmuon_segment *segs, co
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_pub_step_begin(int64_t *cur, int *open, int64_t step)
+{
+    if (*open || step <= *cur)
+        return DMUON_FAIL(DMUON_EINVAL, "publish: begin of step %lld after step %lld%s",
+                          (long long)step, (long long)*cur, *open ? " (not ended)" : "");
+    *cur = step;
+    *open = 1;
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_pub_step_post(const dmuon_publish *p, int64_t cur, int open, int param,
+                             int64_t step)
+{
+    if (param < 0 || param >= p->n || p->params[param].owner != p->topo->rank)
+        return DMUON_FAIL(DMUON_EINVAL, "publish: this rank does not own parameter %d", param);
+    if (!open || step != cur)
+        return DMUON_FAIL(DMUON_EINVAL, "publish: post of step %lld, but step %lld is open",
+                          (long long)step, (long long)cur);
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_pub_step_end(int64_t cur, int *open, int64_t step)
+{
+    if (!*open || step != cur)
+        return DMUON_FAIL(DMUON_EINVAL, "publish: end of step %lld, but step %lld is open",
+                          (long long)step, (long long)cur);
+    *open = 0;
+    return DMUON_OK;
+}
+
 int64_t dmuon_publish_flag(const dmuon_publish *p, int param)
 {
     if (!p->pops || !p->pops->flag)

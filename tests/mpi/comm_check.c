@@ -108,6 +108,24 @@ static int owns(const dmuon_topo *t, dmuon_scope sc, const dmuon_segment *s)
     return s->owner == (sc == DMUON_SCOPE_NODE ? t->local : t->rank);
 }
 
+/* Memory of the group's span and the group over it; 0 when either failed
+ * (*mem freed). */
+static int make_group(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                      const dmuon_group_opts *o, dmuon_group_span *sp, dmuon_symm **mem,
+                      dmuon_group **g)
+{
+    *mem = NULL;
+    *g = NULL;
+    int ok = dmuon_group_span_of(t, segs, n, o, sp) == DMUON_OK &&
+             dmuon_symm_alloc(t, sp->bytes, mem) == DMUON_OK &&
+             dmuon_group_create(t, segs, n, o, *mem, sp->ctrl_offset, g) == DMUON_OK;
+    if (!ok) {
+        dmuon_symm_free(*mem);
+        *mem = NULL;
+    }
+    return ok;
+}
+
 /* One group: AGV and RSV split phase (start, test, wait), then blocking,
  * checked exactly; misuse refused. */
 static void check_group(const dmuon_topo *t, dmuon_algo a, dmuon_scope sc)
@@ -124,17 +142,13 @@ static void check_group(const dmuon_topo *t, dmuon_algo a, dmuon_scope sc)
     const int n = make_table(a, parts, segs);
     dmuon_group_opts o = {.algorithm = a, .scope = sc, .deadline_ms = 30000};
     dmuon_group_span sp;
-    dmuon_symm *mem = NULL;
-    dmuon_group *g = NULL;
-    int ok = dmuon_group_span_of(t, segs, n, &o, &sp) == DMUON_OK &&
-             dmuon_symm_alloc(t, sp.bytes, &mem) == DMUON_OK &&
-             dmuon_group_create(t, segs, n, &o, mem, sp.ctrl_offset, &g) == DMUON_OK;
+    dmuon_symm *mem;
+    dmuon_group *g;
+    int ok = make_group(t, segs, n, &o, &sp, &mem, &g);
     snprintf(what, sizeof what, "%s: group created", name);
     check(ok, what);
-    if (!ok) {
-        dmuon_symm_free(mem);
+    if (!ok)
         return;
-    }
     const int64_t B = dmuon_group_buffer_bytes(g), W = dmuon_group_window_bytes(g);
     float *buf = calloc((size_t)B / 4 + 1, 4), *win = calloc((size_t)W / 4 + 1, 4);
     for (int split = 1; split >= 0; split--) {
@@ -293,11 +307,9 @@ static void check_stall(const dmuon_topo *t, int stall)
     const int n = make_table(DMUON_ALGO_PER_OWNER, t->size, segs);
     dmuon_group_opts o = {.algorithm = DMUON_ALGO_PER_OWNER, .deadline_ms = 1500};
     dmuon_group_span sp;
-    dmuon_symm *mem = NULL;
-    dmuon_group *g = NULL;
-    int ok = dmuon_group_span_of(t, segs, n, &o, &sp) == DMUON_OK &&
-             dmuon_symm_alloc(t, sp.bytes, &mem) == DMUON_OK &&
-             dmuon_group_create(t, segs, n, &o, mem, sp.ctrl_offset, &g) == DMUON_OK;
+    dmuon_symm *mem;
+    dmuon_group *g;
+    int ok = make_group(t, segs, n, &o, &sp, &mem, &g);
     check(ok, "stall: group created");
     if (!ok)
         return;
