@@ -123,10 +123,15 @@ typedef struct {
                                  (cudaStreamSynchronize), so the trainer's
                                  kernels that read a layer's weights or
                                  write its gradients must be enqueued on it
-                                 before the hook that ends the bracket; and
-                                 every hook returns with the runtime's own
-                                 device work complete, so work enqueued on
-                                 any stream after it sees its results.
+                                 before the hook that ends the bracket.
+                                 Every hook returns with the runtime's own
+                                 device work on the pointers it hands out
+                                 complete (views widened, gradient blocks
+                                 zeroed), so work enqueued on any stream
+                                 after it sees them; communication it
+                                 started split phase (a prefetch, a
+                                 reduction) runs on the pool's stream and
+                                 is waited for by the hook that needs it.
                                  Ignored with device cpu. */
     dmuon_costdb *ns_costdb;  /* device cuda: a cost database whose ns_kernel
                                  table caches, per GPU model, which kernel
