@@ -226,8 +226,10 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt);
  * then gathers inside the node) — or waited for if a prefetch started them —
  * and, with prefetch, layer l+1's gather starts.  Inside a recomputation
  * (between dmuon_rt_recompute_begin/end) nothing is prefetched, recorded or
- * released.  Collective.  Errors: DMUON_EINVAL (out of order), DMUON_ETIMEOUT,
- * DMUON_ECOMM. */
+ * released.  Collective.  Errors: DMUON_EINVAL (out of order; or, after the
+ * first step, the range recorded for this acquisition is still held by a
+ * layer the recorded micro-batch had ended by then: the message names both
+ * layers; nothing changed), DMUON_ETIMEOUT, DMUON_ECOMM. */
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t layer);
 
 /* Forward of layer l ended: under ZeRO-3 its parameter range is released
