@@ -1,7 +1,10 @@
 /*
- * optim_cuda.cu — the CUDA table of the optimizer step's element operations
+ * optim_cuda.cu — the CUDA table of the runtime's device operations
  * (libcore/runtime/elem.h): the Muon direction and finishing update, AdamW,
- * and the gradient check (first non-finite element, sum of squares).
+ * the gradient check (first non-finite element, sum of squares), and the
+ * memory operations (device allocation, zeroing, copies, gradient
+ * accumulation, clipping's scale, BF16 widening and narrowing, strided
+ * matrix copies, Newton–Schulz on device pointers).
  *
  * Arithmetic matches the host's (dmuon/optim.h) bit for bit: binary32 on
  * the stored values, scalars rounded from double on the host, and every
@@ -25,6 +28,7 @@
 #include <cstdint>
 
 extern "C" {   /* libcore's headers are C */
+#include "dmuon/ns.h"
 #include "dmuon/optim.h"
 #include "dmuon/rc.h"
 #include "runtime/elem.h"
@@ -137,6 +141,56 @@ __global__ void k_sumsq(int64_t n, const float *g)
         atomicAdd(&d_sumsq, part[0]);
 }
 
+__global__ void k_accum(int64_t n, float *acc, const float *x)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        acc[i] = __fadd_rn(acc[i], x[i]);
+}
+
+__global__ void k_scale(int64_t n, float *x, float c)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(x[i], c);
+}
+
+/* The bit operations of dmuon/bf16.h (widening exact; narrowing to
+ * nearest even, NaN kept a quiet NaN), so host and device agree. */
+__global__ void k_widen_bf16(int64_t n, float *dst, const uint16_t *src)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __uint_as_float((unsigned)src[i] << 16);
+}
+
+__global__ void k_narrow_bf16(int64_t n, uint16_t *dst, const float *src)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        unsigned u = __float_as_uint(src[i]);
+        if ((u & 0x7fffffffu) > 0x7f800000u)
+            dst[i] = (uint16_t)((u >> 16) | 0x40u);
+        else
+            dst[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+__global__ void k_strided(int64_t rows, int64_t cols, int64_t rs, int64_t cs, float *mat,
+                          float *st, int back)
+{
+    const int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, c = i % cols;
+        float *s = &st[r * rs + c * cs];
+        if (back)
+            *s = mat[i];
+        else
+            mat[i] = *s;
+    }
+}
+
 /* ---------------------------------------------------------- launchers -- */
 
 static dmuon_rc reset(cudaStream_t s)
@@ -214,7 +268,122 @@ static dmuon_rc cuda_grad_check(const float *g, int64_t n, int64_t *bad, double 
     return result(s, bad, sumsq);
 }
 
-static const rt_elem_ops cuda_ops = {"cuda", cuda_direction, cuda_muon_finish, cuda_adamw_step,
-                                     cuda_grad_check};
+static dmuon_rc cuda_alloc(int64_t bytes, void **out)
+{
+    *out = NULL;
+    size_t b = (size_t)(bytes > 0 ? bytes : 1);
+    if (cudaMalloc(out, b) != cudaSuccess) {
+        *out = NULL;
+        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of device memory for %zu bytes", b);
+    }
+    CU(cudaMemset(*out, 0, b), "zero device memory");
+    return DMUON_OK;
+}
+
+static void cuda_free(void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+static void *cuda_adopt(void *p) { return p; }
+
+static dmuon_rc cuda_sync(void *stream)
+{
+    CU(cudaStreamSynchronize((cudaStream_t)stream), "wait for the caller's stream");
+    return DMUON_OK;
+}
+
+static dmuon_rc cuda_zero(void *p, int64_t bytes, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (bytes <= 0)
+        return DMUON_OK;
+    CU(cudaMemsetAsync(p, 0, (size_t)bytes, s), "zero device memory");
+    CU(cudaStreamSynchronize(s), "wait for the stream");
+    return DMUON_OK;
+}
+
+static dmuon_rc cuda_copy(void *dst, const void *src, int64_t bytes, rt_copy_kind kind,
+                          void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (bytes <= 0)
+        return DMUON_OK;
+    cudaMemcpyKind k = kind == RT_H2D ? cudaMemcpyHostToDevice
+                     : kind == RT_D2H ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+    CU(cudaMemcpyAsync(dst, src, (size_t)bytes, k, s), "copy");
+    CU(cudaStreamSynchronize(s), "wait for the stream");
+    return DMUON_OK;
+}
+
+static dmuon_rc launched(cudaStream_t s, const char *what)
+{
+    CU(cudaGetLastError(), what);
+    CU(cudaStreamSynchronize(s), "wait for the stream");
+    return DMUON_OK;
+}
+
+static dmuon_rc cuda_accum(float *acc, const float *x, int64_t n, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (n <= 0)
+        return DMUON_OK;
+    k_accum<<<blocks_for(n), kThreads, 0, s>>>(n, acc, x);
+    return launched(s, "launch the gradient accumulation");
+}
+
+static dmuon_rc cuda_scale(float *x, int64_t n, float c, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (n <= 0)
+        return DMUON_OK;
+    k_scale<<<blocks_for(n), kThreads, 0, s>>>(n, x, c);
+    return launched(s, "launch the gradient scale");
+}
+
+static dmuon_rc cuda_widen(float *dst, const void *src, dmuon_dtype dt, int64_t n, void *stream)
+{
+    if (dt == DMUON_F32)
+        return cuda_copy(dst, src, n * 4, RT_D2D, stream);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (n <= 0)
+        return DMUON_OK;
+    k_widen_bf16<<<blocks_for(n), kThreads, 0, s>>>(n, dst, (const uint16_t *)src);
+    return launched(s, "launch the BF16 widening");
+}
+
+static dmuon_rc cuda_narrow(void *dst, const float *src, dmuon_dtype dt, int64_t n, void *stream)
+{
+    if (dt == DMUON_F32)
+        return cuda_copy(dst, src, n * 4, RT_D2D, stream);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (n <= 0)
+        return DMUON_OK;
+    k_narrow_bf16<<<blocks_for(n), kThreads, 0, s>>>(n, (uint16_t *)dst, src);
+    return launched(s, "launch the BF16 narrowing");
+}
+
+static dmuon_rc cuda_strided(float *mat, float *st, int64_t rows, int64_t cols, int64_t rs,
+                             int64_t cs, int back, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (rows <= 0 || cols <= 0)
+        return DMUON_OK;
+    k_strided<<<blocks_for(rows * cols), kThreads, 0, s>>>(rows, cols, rs, cs, mat, st, back);
+    return launched(s, "launch the strided matrix copy");
+}
+
+/* The NS context is a CUDA one (its own stream, synchronised by the call). */
+static dmuon_rc cuda_ns_run(dmuon_ns *ns, const float *x, int64_t m, int64_t n, float *out)
+{
+    return dmuon_ns_run(ns, x, m, n, out);
+}
+
+static const rt_elem_ops cuda_ops = {
+    "cuda",       cuda_direction, cuda_muon_finish, cuda_adamw_step, cuda_grad_check,
+    cuda_alloc,   cuda_free,      cuda_adopt,       cuda_sync,       cuda_zero,
+    cuda_copy,    cuda_accum,     cuda_scale,       cuda_widen,      cuda_narrow,
+    cuda_strided, cuda_ns_run};
 
 extern "C" const rt_elem_ops *rt_elem_cuda(void) { return &cuda_ops; }

@@ -1,8 +1,10 @@
 /*
  * rt_internal.h — the runtime's state, shared by runtime.c (life, hooks,
  * layout; the pool's byte layout is pool.c's dmuon_pool_lay_out), rt_comm.c
- * (the lines' transports), rt_step.c (the optimizer step, checkpoints) and
- * elem.c (the step's element operations).  Not installed.
+ * (the lines' transports), rt_step.c (the optimizer step, checkpoints),
+ * rt_device.c (backend and device, host staging) and elem.c (the device
+ * operations every access of the memory below goes through).  Not
+ * installed.
  *
  * Memory of one rank:
  *   pool (symmetric, identical layout on every rank; dmuon/pool.h)
@@ -148,8 +150,13 @@ struct dmuon_rt {
     dmuon_dtype pdt;
     size_t dsize;
     dmuon_ns *ns;
-    const rt_elem_ops *elem;  /* the step's element operations (host memory) */
+    const rt_elem_ops *elem;  /* the operations on the device's memory: pool,
+                                 state, scratch and views are read and
+                                 written only through it (rt_device.c) */
     void *stream;             /* their stream (device tables; NULL on the host) */
+    int gpu;                  /* device cuda: the GPU; else -1 */
+    float *state_host;        /* a host copy of state during a checkpoint
+                                 call (device tables), else NULL */
 
     rt_param *params;
     size_t nparams;
@@ -249,9 +256,22 @@ dmuon_rc rt_ctl_i64(dmuon_rt *rt, int64_t *v, int n, dmuon_ctl_op op, const char
 dmuon_rc rt_ctl_f64(dmuon_rt *rt, double *v, int n, dmuon_ctl_op op, const char *what);
 dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what);
 
+/* rt_device.c */
+bool rt_on_host(const dmuon_rt *rt);   /* the plain host table */
+dmuon_rc rt_device_check(const dmuon_rt *rt);
+dmuon_rc rt_comm_size(const dmuon_rt *rt, MPI_Comm comm, int *size, int *rank);
+dmuon_rc rt_topo_init(dmuon_rt *rt, MPI_Comm comm, int ranks_per_node);
+dmuon_rc rt_ckpt_usable(const dmuon_rt *rt, const char *what);
+dmuon_rc rt_device_init(dmuon_rt *rt, const dmuon_ns_opts *nso);
+float *rt_host_of(const dmuon_rt *rt, float *state_ptr);
+dmuon_rc rt_state_to_host(dmuon_rt *rt, bool copy_out);
+dmuon_rc rt_state_from_host(dmuon_rt *rt);
+void rt_state_drop(dmuon_rt *rt);
+uint64_t rt_digest_mem(const dmuon_rt *rt, const void *p, int64_t bytes, uint64_t d);
+
 /* rt_step.c */
 dmuon_rc rt_step_prepare(dmuon_rt *rt);   /* at open: the step's scratch */
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
-void rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *dst_base);
+dmuon_rc rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *dst_base);
 
 #endif

@@ -84,20 +84,14 @@ static bool plain_place(const rt_param *p)
 }
 
 /* Copies matrix j of p out of storage (src[k] is storage element lo + k)
- * into dst (m x n row-major), or, with back, from dst into the storage. */
-static void mat_copy(const rt_param *p, int64_t j, float *src, int64_t lo, float *dst, bool back)
+ * into dst (m x n row-major), or, with back, from dst into the storage
+ * (the device table's strided copy). */
+static dmuon_rc mat_copy(const dmuon_rt *rt, const rt_param *p, int64_t j, float *src, int64_t lo,
+                         float *dst, bool back)
 {
     int64_t base, rs, cs;
     mat_place(p, j, &base, &rs, &cs);
-    base -= lo;
-    for (int64_t r = 0; r < p->m; r++)
-        for (int64_t c = 0; c < p->n; c++) {
-            float *s = &src[base + r * rs + c * cs], *d = &dst[r * p->n + c];
-            if (back)
-                *s = *d;
-            else
-                *d = *s;
-        }
+    return rt->elem->strided(dst, src + (base - lo), p->m, p->n, rs, cs, back, rt->stream);
 }
 
 /* Scratch for the step, sized once at open (the step allocates nothing):
@@ -123,19 +117,20 @@ dmuon_rc rt_step_prepare(dmuon_rt *rt)
                 need = n;
         }
     }
-    free(rt->scratch);
-    rt->scratch = malloc((size_t)need * sizeof *rt->scratch);
-    if (!rt->scratch)
+    rt->elem->free(rt->scratch);
+    void *sc = NULL;
+    if (rt->elem->alloc(need * (int64_t)sizeof *rt->scratch, &sc) != DMUON_OK)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld scratch elements",
                           (long long)need);
+    rt->scratch = sc;
     rt->scratch_elems = need;
     return DMUON_OK;
 }
 
-static void clear_grads(dmuon_rt *rt)
+static dmuon_rc clear_grads(dmuon_rt *rt)
 {
-    memset(rt->own_g, 0, (size_t)rt->win_elems * sizeof(float));
-    memset(rt->even_g, 0, (size_t)rt->even_total * sizeof(float));
+    DMUON_TRY(rt->elem->zero(rt->own_g, rt->win_elems * (int64_t)sizeof(float), rt->stream));
+    return rt->elem->zero(rt->even_g, rt->even_total * (int64_t)sizeof(float), rt->stream);
 }
 
 /* The outcome of a phase of the step, agreed over the world within the
@@ -210,10 +205,8 @@ static dmuon_rc check_and_clip(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     double clip = rt->opts.optim.clip_norm;
     if (clip > 0 && rt->grad_norm > clip) {
         float c = (float)(clip / (rt->grad_norm + 1e-6));
-        for (int64_t k = 0; k < rt->win_elems; k++)
-            rt->own_g[k] *= c;
-        for (int64_t k = 0; k < rt->even_total; k++)
-            rt->even_g[k] *= c;
+        DMUON_TRY(rt->elem->scale(rt->own_g, rt->win_elems, c, rt->stream));
+        DMUON_TRY(rt->elem->scale(rt->even_g, rt->even_total, c, rt->stream));
     }
     return DMUON_OK;
 }
@@ -244,14 +237,14 @@ static dmuon_rc owned_directions(dmuon_rt *rt, double lr, int *bad)
             dmuon_rc rc;
             if (plain) {
                 DMUON_TRY(rt->elem->direction(o, mn, m0 + a, g0 + a, u, rt->stream));
-                rc = dmuon_ns_run_host(rt->ns, u, p->m, p->n, o0 + a);
+                rc = rt->elem->ns_run(rt->ns, u, p->m, p->n, o0 + a);
             } else {
-                mat_copy(p, j, m0, pc->lo, sm, false);
-                mat_copy(p, j, g0, pc->lo, sg, false);
+                DMUON_TRY(mat_copy(rt, p, j, m0, pc->lo, sm, false));
+                DMUON_TRY(mat_copy(rt, p, j, g0, pc->lo, sg, false));
                 DMUON_TRY(rt->elem->direction(o, mn, sm, sg, u, rt->stream));
-                rc = dmuon_ns_run_host(rt->ns, u, p->m, p->n, u);
+                rc = rt->elem->ns_run(rt->ns, u, p->m, p->n, u);
                 if (rc == DMUON_OK)
-                    mat_copy(p, j, o0, pc->lo, u, true);
+                    rc = mat_copy(rt, p, j, o0, pc->lo, u, true);
             }
             rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
             rt->stats.ns_matrices++;
@@ -281,7 +274,7 @@ static dmuon_rc shard_directions(dmuon_rt *rt, size_t l, float *mine)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
     const rt_layer *L = &rt->layers[l];
-    memset(mine, 0, (size_t)L->shard * sizeof(float));
+    DMUON_TRY(rt->elem->zero(mine, L->shard * (int64_t)sizeof(float), rt->stream));
     for (size_t i = 0; i < rt->npieces; i++) {
         const rt_piece *pc = &rt->pieces[i];
         if (pc->owned || (size_t)pc->layer != l || rt->params[pc->param].role != DMUON_ROLE_MUON)
@@ -315,12 +308,13 @@ static dmuon_rc replicated_ns(dmuon_rt *rt, size_t l, const float *full, size_t 
                 double t0 = dmuon_now_ms();
                 dmuon_rc rc;
                 if (plain) {
-                    rc = dmuon_ns_run_host(rt->ns, full + base + a * mn, p->m, p->n, odir);
+                    rc = rt->elem->ns_run(rt->ns, full + base + a * mn, p->m, p->n, odir);
                 } else {
-                    mat_copy(p, a, (float *)full + base, 0, mat, false);
-                    rc = dmuon_ns_run_host(rt->ns, mat, p->m, p->n, mat);
+                    rc = mat_copy(rt, p, a, (float *)full + base, 0, mat, false);
                     if (rc == DMUON_OK)
-                        mat_copy(p, a, odir, b * span, mat, true);
+                        rc = rt->elem->ns_run(rt->ns, mat, p->m, p->n, mat);
+                    if (rc == DMUON_OK)
+                        rc = mat_copy(rt, p, a, odir, b * span, mat, true);
                 }
                 rt->stats.ns_s += (dmuon_now_ms() - t0) / 1e3;
                 rt->stats.ns_matrices++;
@@ -328,7 +322,8 @@ static dmuon_rc replicated_ns(dmuon_rt *rt, size_t l, const float *full, size_t 
                     /* the same directions on every rank: every rank finds it */
                     if (L->params[j] < *bad)
                         *bad = L->params[j];
-                    memset(odir + (a - b * per) * mn, 0, (size_t)mn * sizeof(float));
+                    DMUON_TRY(rt->elem->zero(odir + (a - b * per) * mn,
+                                             mn * (int64_t)sizeof(float), rt->stream));
                 } else if (rc != DMUON_OK) {
                     return rc;
                 }
@@ -342,8 +337,10 @@ static dmuon_rc replicated_ns(dmuon_rt *rt, size_t l, const float *full, size_t 
                 int64_t lo = pc->lo > b * span ? pc->lo : b * span;
                 int64_t hi = pc->hi < (b + 1) * span ? pc->hi : (b + 1) * span;
                 if (lo < hi)
-                    memcpy(rt->even_o + pc->pos + (lo - pc->lo), odir + (lo - b * span),
-                           (size_t)(hi - lo) * sizeof(float));
+                    DMUON_TRY(rt->elem->copy(rt->even_o + pc->pos + (lo - pc->lo),
+                                             odir + (lo - b * span),
+                                             (hi - lo) * (int64_t)sizeof(float), RT_D2D,
+                                             rt->stream));
             }
         }
     }
@@ -422,7 +419,7 @@ static dmuon_rc even_updates(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int64_t t, i
         if (at >= 0 && pc->param < *bad)
             *bad = pc->param;
         if (write)
-            rt_store_param(rt, pc, rt->base);
+            DMUON_TRY(rt_store_param(rt, pc, rt->base));
     }
     return DMUON_OK;
 }
@@ -442,7 +439,7 @@ static dmuon_rc owned_commit(dmuon_rt *rt, double lr)
                                         pc->hi - pc->lo, rt->own_w + pc->pos, rt->own_m + pc->pos,
                                         rt->own_g + pc->pos, rt->own_o + pc->pos, 1, &at,
                                         rt->stream));
-        rt_store_param(rt, pc, rt->base);
+        DMUON_TRY(rt_store_param(rt, pc, rt->base));
         bool seg_end = i + 1 == rt->npieces || !rt->pieces[i + 1].owned ||
                        rt->pieces[i + 1].layer != pc->layer || rt->pieces[i + 1].seg != pc->seg;
         if (seg_end && rt->hsdp)
@@ -456,9 +453,9 @@ static dmuon_rc owned_commit(dmuon_rt *rt, double lr)
  * and the gradient norm reads NaN. */
 static dmuon_rc step_failed(dmuon_rt *rt, dmuon_rc rc)
 {
-    clear_grads(rt);
+    dmuon_rc cr = clear_grads(rt);
     rt->grad_norm = NAN;
-    return rc;
+    return rc != DMUON_OK ? rc : cr;
 }
 
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
@@ -495,7 +492,7 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     DMUON_TRY(owned_commit(rt, lrs->muon_lr));
     DMUON_TRY(even_updates(rt, lrs, t, 1, &bad));
     DMUON_TRY(rt_pub_finish(rt));
-    clear_grads(rt);
+    DMUON_TRY(clear_grads(rt));
     rt->steps = t;
     rt->stats.optim_s = (dmuon_now_ms() - t0) / 1e3;
     return DMUON_OK;
@@ -608,21 +605,22 @@ static dmuon_rc ckpt_tables(dmuon_rt *rt, bool with_state, dmuon_ckpt_param **pa
         if (with_state && !pc->owned && rt->hsdp && rt->topo.node_id != 0)
             continue;
         const rt_param *p = &rt->params[pc->param];
+        /* the host's view of the state (device tables: its host copy) */
         dmuon_ckpt_piece base = {p->name, "master", pc->lo, pc->hi,
-                                 (pc->owned ? rt->own_w : rt->even_w) + pc->pos};
+                                 rt_host_of(rt, (pc->owned ? rt->own_w : rt->even_w) + pc->pos)};
         (*pieces)[k++] = base;
         if (!with_state)
             continue;
         if (p->role == DMUON_ROLE_MUON) {
             base.kind = "momentum";
-            base.data = (pc->owned ? rt->own_m : rt->even_m) + pc->pos;
+            base.data = rt_host_of(rt, (pc->owned ? rt->own_m : rt->even_m) + pc->pos);
             (*pieces)[k++] = base;
         } else {
             base.kind = "exp_avg";
-            base.data = rt->even_m + pc->pos;
+            base.data = rt_host_of(rt, rt->even_m + pc->pos);
             (*pieces)[k++] = base;
             base.kind = "exp_avg_sq";
-            base.data = rt->even_v + pc->pos;
+            base.data = rt_host_of(rt, rt->even_v + pc->pos);
             (*pieces)[k++] = base;
         }
     }
@@ -648,17 +646,22 @@ dmuon_rc dmuon_rt_save(dmuon_rt *rt, const char *dir)
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: save after a communication failure (a missed "
                           "deadline leaves the communicator out of step): free the runtime");
+    DMUON_TRY(rt_ckpt_usable(rt, "save"));
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;
     dmuon_ckpt_meta meta;
     meta_of(rt, &meta);
-    dmuon_rc rc = rt_agree(rt, ckpt_tables(rt, true, &params, &pieces, &n));
+    dmuon_rc rc = rt_state_to_host(rt, true);
+    if (rc == DMUON_OK)
+        rc = ckpt_tables(rt, true, &params, &pieces, &n);
+    rc = rt_agree(rt, rc);
     if (rc == DMUON_OK)
         rc = rt_fail_comm(rt, dmuon_ckpt_save(rt->topo.world, rt->opts.deadline_ms, dir, &meta,
                                               params, rt->nparams, pieces, n));
     free(params);
     free(pieces);
+    rt_state_drop(rt);
     return rc;
 }
 
@@ -669,6 +672,7 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: load after a communication failure (a missed "
                           "deadline leaves the communicator out of step): free the runtime");
+    DMUON_TRY(rt_ckpt_usable(rt, "load"));
     if (rt->steps > 0 || rt->micro > 0 || rt->in_micro)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: load after %s: load right after open, before "
                           "the first micro-batch", rt->steps > 0 ? "a step" : "a micro-batch began");
@@ -681,6 +685,8 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
     bool hsdp = rt->hsdp;
     rt->hsdp = false;
     dmuon_rc rc = apply_override(rt, &meta);
+    if (rc == DMUON_OK)   /* device tables: loaded into a host copy, then copied in */
+        rc = rt_state_to_host(rt, true);
     if (rc == DMUON_OK)
         rc = ckpt_tables(rt, true, &params, &pieces, &n);
     rt->hsdp = hsdp;
@@ -690,6 +696,9 @@ dmuon_rc dmuon_rt_load(dmuon_rt *rt, const char *dir)
                                               params, rt->nparams, pieces, n, &got));
     free(params);
     free(pieces);
+    if (rc == DMUON_OK)
+        rc = rt_agree(rt, rt_state_from_host(rt));
+    rt_state_drop(rt);
     DMUON_TRY(rc);
     rt->steps = got.step;
     for (size_t l = 0; l < rt->nlayers; l++)
@@ -706,14 +715,19 @@ dmuon_rc dmuon_rt_export(dmuon_rt *rt, const char *path)
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: export after a communication failure (a missed "
                           "deadline leaves the communicator out of step): free the runtime");
+    DMUON_TRY(rt_ckpt_usable(rt, "export"));
     dmuon_ckpt_param *params = NULL;
     dmuon_ckpt_piece *pieces = NULL;
     size_t n = 0;
-    dmuon_rc rc = rt_agree(rt, ckpt_tables(rt, false, &params, &pieces, &n));
+    dmuon_rc rc = rt_state_to_host(rt, true);
+    if (rc == DMUON_OK)
+        rc = ckpt_tables(rt, false, &params, &pieces, &n);
+    rc = rt_agree(rt, rc);
     if (rc == DMUON_OK)
         rc = rt_fail_comm(rt, dmuon_ckpt_export(rt->topo.world, rt->opts.deadline_ms, path,
                                                 params, rt->nparams, pieces, n));
     free(params);
     free(pieces);
+    rt_state_drop(rt);
     return rc;
 }

@@ -76,7 +76,7 @@ dmuon_rc rt_agree(dmuon_rt *rt, dmuon_rc rc)
     if (rt->failed)   /* a missed deadline: no further collective on world */
         return rc != DMUON_OK ? rc : DMUON_FAIL(DMUON_ECOMM, "runtime: rank %d: no agreement "
                                                 "after a communication failure", rt->topo.rank);
-    return rt_fail_comm(rt, dmuon_agree(rt->topo.world, rc, rt->opts.deadline_ms));
+    return rt_fail_comm(rt, dmuon_ctl_topo_agree(&rt->topo, rc, rt->opts.deadline_ms));
 }
 
 /* ------------------------------------------------------------- create -- */
@@ -167,20 +167,10 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         rc = DMUON_FAIL(DMUON_EINVAL, "runtime: ZeRO stage %d: expected 2 or 3", zero);
     if (rc == DMUON_OK && (unsigned)rt->opts.line > DMUON_LINE_A)
         rc = DMUON_FAIL(DMUON_EINVAL, "runtime: unknown line %d", (int)rt->opts.line);
-    /* the pool, the optimizer state and the lines' transports are host
-     * memory over MPI in this build; the NCCL backends and device memory
-     * are refused by name (the CUDA element kernels exist, elem.h) */
-    if (rc == DMUON_OK && rt->opts.backend != DMUON_BACKEND_MPI)
-        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: backend %s: the runtime moves its data "
-                        "over MPI on host memory in this build; use backend mpi",
-                        dmuon_backend_name(rt->opts.backend));
-    if (rc == DMUON_OK && rt->opts.device != DMUON_DEVICE_CPU)
-        rc = DMUON_FAIL(DMUON_EUNSUPPORTED, "runtime: device %s: the runtime keeps its pool "
-                        "and optimizer state in host memory in this build%s; use device cpu",
-                        rt->opts.device == DMUON_DEVICE_CUDA ? "cuda" : "?",
-                        rt_elem_cuda() ? " (its CUDA element kernels are built but not wired to "
-                                         "a device pool)"
-                                       : " (built without CUDA)");
+    /* backend and device: a pair this build and machine can run
+     * (rt_device.c) */
+    if (rc == DMUON_OK)
+        rc = rt_device_check(rt);
     /* the deadline resolved once, here: < 0 and a bad $DMUON_DEADLINE_MS
      * are refused at create, not at the first call that waits */
     if (rc == DMUON_OK && rt->opts.deadline_ms < 0)
@@ -193,7 +183,7 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     /* every rank has reached create, within the deadline, before the
      * blocking MPI_Comm_dup / _split of the topology; an option refused on
      * one rank fails create on every rank */
-    {
+    if (comm != MPI_COMM_NULL) {   /* a NCCL handoff has no MPI communicator */
         dmuon_rc arrived = dmuon_agree(comm, rc, rc == DMUON_OK ? rt->opts.deadline_ms
                                                                 : DMUON_DEADLINE_MS_DEFAULT);
         if (arrived == DMUON_ETIMEOUT)
@@ -205,11 +195,8 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     if (rc != DMUON_OK)
         goto fail;
     int size = 0, wrank = 0;
-    if (MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &wrank) != MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "runtime: create: the communicator is not usable "
-                        "(MPI_Comm_size / MPI_Comm_rank failed)");
-        goto fail;
-    }
+    /* comm's size and rank (a handed-over NCCL communicator: the options') */
+    DMUON_TRY_GOTO(rc, rt_comm_size(rt, comm, &size, &wrank), fail);
     dmuon_err_set_rank(wrank);
     if (size != dmuon_plan_ranks(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan is for %d ranks (%d node%s x %d), "
@@ -219,15 +206,19 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         goto fail;
     }
     int rpn = rt->opts.ranks_per_node;
-    DMUON_TRY_GOTO(rc, dmuon_topo_init(&rt->topo, comm, rpn), fail);
+    /* over comm, or over the trainer's NCCL communicator (rt_device.c) */
+    DMUON_TRY_GOTO(rc, rt_topo_init(rt, comm, rpn), fail);
     rt->topo_ok = true;
+    rt->topo.backend = rt->opts.backend;   /* the pool and the operators' */
     /* an MPI error on the runtime's communicators comes back as a code,
      * not an abort (a message of another layer's size, from hooks in
      * different orders on the ranks, is MPI_ERR_TRUNCATE); the
      * communicators made from these below inherit the handler */
-    MPI_Comm_set_errhandler(rt->topo.world, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(rt->topo.node, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(rt->topo.rail, MPI_ERRORS_RETURN);
+    if (rt->topo.world != MPI_COMM_NULL) {
+        MPI_Comm_set_errhandler(rt->topo.world, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(rt->topo.node, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(rt->topo.rail, MPI_ERRORS_RETURN);
+    }
     dmuon_err_set_rank(rt->topo.rank);
     if (rt->topo.per_node != dmuon_plan_gpus_per_node(plan)) {
         rc = DMUON_FAIL(DMUON_EMISMATCH, "runtime: the plan has %d ranks per node, this run %d "
@@ -262,18 +253,16 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         goto fail;
     }
     rt->shard_comm = rt->hsdp ? rt->topo.node : rt->topo.world;
-    if (MPI_Comm_rank(rt->shard_comm, &rt->shard_rank) != MPI_SUCCESS ||
-        MPI_Comm_size(rt->shard_comm, &rt->shard_size) != MPI_SUCCESS) {
-        rc = DMUON_FAIL(DMUON_ECOMM, "runtime: create: MPI_Comm_rank / MPI_Comm_size of the "
-                        "shard group failed");
-        goto fail;
-    }
+    /* the node holds consecutive ranks ordered by local index (dmuon/topo.h) */
+    rt->shard_rank = rt->hsdp ? rt->topo.local : rt->topo.rank;
+    rt->shard_size = rt->hsdp ? rt->topo.per_node : rt->topo.size;
 
     dmuon_ns_opts nso;
     dmuon_ns_opts_init(&nso);
     DMUON_TRY_GOTO(rc, dmuon_ns_opts_set_variant(&nso, rt->opts.optim.ns_variant), fail);
-    DMUON_TRY_GOTO(rc, dmuon_ns_create(DMUON_DEVICE_CPU, -1, &nso, &rt->ns), fail);
-    rt->elem = rt_elem_host();
+    /* the GPU (device cuda), the device table and the NS context, agreed:
+     * a rank without its GPU fails create on every rank */
+    DMUON_TRY_GOTO(rc, rt_agree(rt, rt_device_init(rt, &nso)), fail);
 
     size_t np = 0;
     const dmuon_plan_param *pp = dmuon_plan_params(plan, &np);
@@ -570,53 +559,39 @@ static dmuon_rc lay_out(dmuon_rt *rt)
     return DMUON_OK;
 }
 
-/* Widens / narrows between F32 and the parameter dtype. */
-static void to_pdt(const dmuon_rt *rt, unsigned char *dst, const float *src, int64_t n)
+/* Widens / narrows between F32 and the parameter dtype (device table). */
+static dmuon_rc to_pdt(const dmuon_rt *rt, unsigned char *dst, const float *src, int64_t n)
 {
-    if (rt->pdt == DMUON_F32) {
-        memcpy(dst, src, (size_t)n * 4);
-        return;
-    }
-    uint16_t *d = (uint16_t *)dst;
-    for (int64_t i = 0; i < n; i++)
-        d[i] = dmuon_f32_to_bf16(src[i]);
+    return rt->elem->narrow(dst, src, rt->pdt, n, rt->stream);
 }
 
-static void from_pdt(const dmuon_rt *rt, float *dst, const unsigned char *src, int64_t n)
+static dmuon_rc from_pdt(const dmuon_rt *rt, float *dst, const unsigned char *src, int64_t n)
 {
-    if (rt->pdt == DMUON_F32) {
-        memcpy(dst, src, (size_t)n * 4);
-        return;
-    }
-    const uint16_t *s = (const uint16_t *)src;
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = dmuon_bf16_to_f32(s[i]);
+    return rt->elem->widen(dst, src, rt->pdt, n, rt->stream);
 }
 
 /* Writes a piece's master values, in the parameter dtype, where the gathers
  * read them: the owner window (FSDP), the rail's publish copy (HSDP owned
  * pieces), or the even shard window. */
-void rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *base)
+dmuon_rc rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *base)
 {
     int64_t n = pc->hi - pc->lo;
-    if (!pc->owned) {
-        to_pdt(rt, base + rt->ewin_off + pc->pos * (int64_t)rt->dsize, rt->even_w + pc->pos, n);
-        return;
-    }
-    if (!rt->hsdp) {
-        to_pdt(rt, base + rt->pwin_off + pc->pos * (int64_t)rt->dsize, rt->own_w + pc->pos, n);
-        return;
-    }
+    if (!pc->owned)
+        return to_pdt(rt, base + rt->ewin_off + pc->pos * (int64_t)rt->dsize, rt->even_w + pc->pos,
+                      n);
+    if (!rt->hsdp)
+        return to_pdt(rt, base + rt->pwin_off + pc->pos * (int64_t)rt->dsize, rt->own_w + pc->pos,
+                      n);
     const rt_layer *L = &rt->layers[pc->layer];
     const dmuon_segment *s = &L->segs[pc->seg];
     int64_t in_seg = pc->pos * (int64_t)rt->dsize - s->window_offset;
-    to_pdt(rt, base + rt->copy_off + L->seg_copy[pc->seg] + in_seg, rt->own_w + pc->pos, n);
+    return to_pdt(rt, base + rt->copy_off + L->seg_copy[pc->seg] + in_seg, rt->own_w + pc->pos, n);
 }
 
 dmuon_rc rt_write_windows(dmuon_rt *rt)
 {
     for (size_t i = 0; i < rt->npieces; i++)
-        rt_store_param(rt, &rt->pieces[i], rt->base);
+        DMUON_TRY(rt_store_param(rt, &rt->pieces[i], rt->base));
     return DMUON_OK;
 }
 
@@ -707,7 +682,7 @@ dmuon_rc rt_pool_build(dmuon_rt *rt)
     int64_t off = map.total;
     const int64_t *b = map.space_bytes;
     DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, &rt->symm)));
-    rt->base = dmuon_symm_base(rt->symm);
+    rt->base = rt->elem->adopt(dmuon_symm_base(rt->symm));
     DMUON_TRY(pool_agree(rt));
     /* no-reuse layout: each layer at its own range */
     if (!rt->packed) {
@@ -747,10 +722,10 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt)
         /* optimizer state, gradients and directions: one allocation */
         int64_t we = rt->win_elems, ee = rt->even_total;
         int64_t eo = rt->opts.line == DMUON_LINE_B ? ee : 0;
-        rt->state = calloc((size_t)(4 * we + 4 * ee + eo + 1), sizeof *rt->state);
-        if (!rt->state) {
-            rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for optimizer state");
-        } else {
+        void *st = NULL;
+        rc = rt->elem->alloc((4 * we + 4 * ee + eo + 1) * (int64_t)sizeof *rt->state, &st);
+        rt->state = st;
+        if (rc == DMUON_OK) {
             float *f = rt->state;
             rt->own_w = f, f += we;
             rt->own_m = f, f += we;
@@ -766,12 +741,13 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt)
         }
     }
     DMUON_TRY(rt_agree(rt, rc));
-    for (size_t i = 0; i < rt->npieces; i++) {
+    for (size_t i = 0; i < rt->npieces && rc == DMUON_OK; i++) {
         const rt_piece *pc = &rt->pieces[i];
         float *dst = pc->owned ? rt->own_w : rt->even_w;
-        memcpy(dst + pc->pos, rt->params[pc->param].init + pc->lo,
-               (size_t)(pc->hi - pc->lo) * sizeof(float));
+        rc = rt->elem->copy(dst + pc->pos, rt->params[pc->param].init + pc->lo,
+                            (pc->hi - pc->lo) * (int64_t)sizeof(float), RT_H2D, rt->stream);
     }
+    DMUON_TRY(rt_agree(rt, rc));
     for (size_t i = 0; i < rt->nparams; i++) {
         free(rt->params[i].init);
         rt->params[i].init = NULL;
@@ -811,7 +787,8 @@ static dmuon_rc usable(const dmuon_rt *rt, const char *hook, size_t l)
     if (l >= rt->nlayers)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: %s(%zu): the plan has %zu layers", hook, l,
                           rt->nlayers);
-    return DMUON_OK;
+    /* device memory: the trainer's work on its stream is done first */
+    return rt->elem->sync(rt->opts.stream);
 }
 
 static void micro_begin(dmuon_rt *rt)
@@ -954,14 +931,17 @@ static dmuon_rc view_open(dmuon_rt *rt, size_t l)
     if (L->w)
         return DMUON_OK;
     int64_t n = L->own_elems + L->even_elems;
-    if (!rt->packed && !L->w_own && !(L->w_own = malloc((size_t)(n ? n : 1) * sizeof(float))))
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for layer '%s' weights",
-                          dmuon_plan_layer_name(rt->plan, l));
+    if (!rt->packed && !L->w_own) {
+        void *w = NULL;
+        if (rt->elem->alloc(n * (int64_t)sizeof(float), &w) != DMUON_OK)
+            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for layer '%s' weights",
+                              dmuon_plan_layer_name(rt->plan, l));
+        L->w_own = w;
+    }
     DMUON_TRY(acquire(rt, RT_VIEW, l));
-    from_pdt(rt, L->w, rt_pblock(rt, L), L->own_elems);
-    from_pdt(rt, L->w + L->own_elems, rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
-             L->even_elems);
-    return DMUON_OK;
+    DMUON_TRY(from_pdt(rt, L->w, rt_pblock(rt, L), L->own_elems));
+    return from_pdt(rt, L->w + L->own_elems, rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
+                    L->even_elems);
 }
 
 static dmuon_rc view_close(dmuon_rt *rt, size_t l)
@@ -1159,7 +1139,7 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
     if (rt->zero == 3 && rt->opts.prefetch && l > 0 && prefetch_ok(rt, l - 1))
         DMUON_TRY(fetch(rt, l - 1, true, true));
     DMUON_TRY(acquire(rt, RT_GRAD, l));
-    memset(rt_gblock(rt, L), 0, (size_t)L->gbytes);
+    DMUON_TRY(rt->elem->zero(rt_gblock(rt, L), L->gbytes, rt->stream));
     L->phase = L->phase == RT_FWD ? RT_BWD_FWD : RT_BWD;
     layer_assert(rt, L);
     return DMUON_OK;
@@ -1268,12 +1248,13 @@ static dmuon_rc repack(dmuon_rt *rt)
     free(sizes);
     DMUON_TRY(rc);
     /* the views move into one arena: the layers' own buffers go */
-    rt->views = malloc((size_t)(rt->rec[RT_VIEW].total ? rt->rec[RT_VIEW].total : 1));
-    if (!rt->views)
+    void *views = NULL;
+    if (rt->elem->alloc(rt->rec[RT_VIEW].total, &views) != DMUON_OK)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld bytes of weight views",
                           (long long)rt->rec[RT_VIEW].total);
+    rt->views = views;
     for (size_t l = 0; l < rt->nlayers; l++) {
-        free(rt->layers[l].w_own);
+        rt->elem->free(rt->layers[l].w_own);
         rt->layers[l].w_own = NULL;
     }
     /* every rank must have recorded the same order, or the layouts differ */
@@ -1309,6 +1290,7 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     }
     if (rt->micro == 0)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step with no micro-batch since the last step");
+    DMUON_TRY(rt->elem->sync(rt->opts.stream));
     /* every parameter block is given back before the step (ZeRO-2 keeps
      * them through the micro-batches) */
     for (size_t l = 0; l < rt->nlayers; l++)
@@ -1336,12 +1318,12 @@ uint64_t dmuon_rt_state_digest(const dmuon_rt *rt)
     const int64_t n[] = {rt->win_elems, rt->win_elems, rt->even_total, rt->even_total,
                          rt->even_total};
     for (int i = 0; i < 5; i++)
-        d = dmuon_digest(st[i], (size_t)n[i] * sizeof(float), d);
+        d = rt_digest_mem(rt, st[i], n[i] * (int64_t)sizeof(float), d);
     /* what the next gathers read: the owner window, the even shards, the
      * publish copy */
-    d = dmuon_digest(rt->base + rt->pwin_off, (size_t)(rt->win_elems * (int64_t)rt->dsize), d);
-    d = dmuon_digest(rt->base + rt->ewin_off, (size_t)(rt->even_total * (int64_t)rt->dsize), d);
-    return dmuon_digest(rt->base + rt->copy_off, (size_t)rt->copy_bytes, d);
+    d = rt_digest_mem(rt, rt->base + rt->pwin_off, rt->win_elems * (int64_t)rt->dsize, d);
+    d = rt_digest_mem(rt, rt->base + rt->ewin_off, rt->even_total * (int64_t)rt->dsize, d);
+    return rt_digest_mem(rt, rt->base + rt->copy_off, rt->copy_bytes, d);
 }
 double dmuon_rt_grad_norm(const dmuon_rt *rt) { return rt->grad_norm; }
 
@@ -1383,9 +1365,14 @@ void dmuon_rt_free(dmuon_rt *rt)
     if (!keep) {
         rt_pool_drop(rt);
         dmuon_publish_free(rt->pub);
-        free(rt->state);
-        free(rt->scratch);
-        free(rt->views);
+        if (rt->elem) {
+            rt->elem->free(rt->state);
+            rt->elem->free(rt->scratch);
+            rt->elem->free(rt->views);
+            for (size_t l = 0; l < rt->nlayers; l++)
+                rt->elem->free(rt->layers[l].w_own);
+        }
+        free(rt->state_host);
         if (rt->topo_ok)
             dmuon_topo_release(&rt->topo);
     }
@@ -1396,7 +1383,6 @@ void dmuon_rt_free(dmuon_rt *rt)
         free(L->gsegs);
         free(L->seg_copy);
         free(L->seg_pub);
-        free(L->w_own);
     }
     for (size_t i = 0; i < rt->nparams; i++)
         free(rt->params[i].init);

@@ -27,7 +27,18 @@
 #      control plane, per-owner / coalesced / equal groups split phase, the
 #      per-owner publish and its node half, a stall meeting the deadline,
 #      and the NCCL communicator handoff, on 1 rank, and on 2 and 4 ranks
-#      where NCCL >= 2.30.3.
+#      where NCCL >= 2.30.3;
+#   7. the training runtime on this GPU (tests/mpi/rt_check: every gathered
+#      weight of every step against the CPU reference, with a stated
+#      tolerance since cuBLAS's Newton-Schulz is not OpenBLAS's bit for bit):
+#      the same run on the CPU first, then --backend nccl --device cuda on
+#      one rank (lines A, B and C, F32 and BF16, save/load/export, and over
+#      a handed-over NCCL unique id or communicator), on 2 and 4
+#      ranks of this GPU (FSDP, and HSDP as 2 virtual nodes) where backend
+#      nccl runs several ranks per GPU
+#      (step 5's probe: NCCL >= 2.30.3, NCCL_MULTI_RANK_GPU_ENABLE=1), and
+#      what the NCCL backends do not offer yet (line D's operators) refused
+#      by name rather than run.
 #
 # Usage: bash tests/gpu/run.sh      (log: $OUT/gpu.log, or ./gpu.log)
 # DMUON_GPU_PREBUILT=1 uses binaries already in bin/ instead of building
@@ -287,6 +298,62 @@ done
 #    (make deps installs torch into build/pyenv).
 say ""
 say "== note: torch-cuda not run: dmuon.torch takes CPU modules only (prepared command in this script)"
+
+# 7. the runtime on this GPU: pool from the NCCL backend (ncclMemAlloc +
+#    symmetric window), state/views/scratch in device memory, Newton-Schulz
+#    on the CUDA engine, the element updates as CUDA kernels
+RT=build/tests/mpi/rt_check
+if [ "${DMUON_GPU_PREBUILT:-0}" != 1 ]; then
+    step build-rt-check 180 make -j16 "$RT"
+fi
+if [ -x "$RT" ]; then
+    rt_f32=(--dtype f32 --tolerance 1e-4 --steps 3 --micro 2 --layers 3)
+    rt_bf16=(--dtype bf16 --tolerance 1e-2 --steps 3 --micro 2 --layers 3)
+    rt1=("${MPIRUN[@]}" -np 1 "$RT" --ranks-per-node 1)
+    step rt-cpu-C-1 60 "${rt1[@]}" --line C "${rt_f32[@]}"
+    step rt-cuda-nccl-C-1 120 "${rt1[@]}" --backend nccl --device cuda --line C "${rt_f32[@]}"
+    step rt-cuda-nccl-A-1 120 "${rt1[@]}" --backend nccl --device cuda --line A "${rt_f32[@]}"
+    step rt-cuda-nccl-B-1 120 "${rt1[@]}" --backend nccl --device cuda --line B "${rt_f32[@]}"
+    step rt-cuda-nccl-C-bf16-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_bf16[@]}" --zero 2 --clip 0.05
+    step rt-cuda-nccl-save-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_f32[@]}" --global-grads --steps 2 --save "$tmp/rt_ck" --export "$tmp/rt_e.st"
+    step rt-cuda-nccl-load-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_f32[@]}" --global-grads --load "$tmp/rt_ck" --start 2 --steps 1
+    # the communicator handoff: the runtime over a unique id the trainer
+    # distributed, and over the trainer's own ncclComm_t (no MPI inside)
+    step rt-cuda-nccl-handoff-id-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_f32[@]}" --handoff id
+    step rt-cuda-nccl-handoff-comm-1 120 "${rt1[@]}" --backend nccl --device cuda --line C \
+        "${rt_f32[@]}" --handoff comm
+    # line D needs the scheduled gather and publish (nccl-dev's, which has
+    # no equal algorithm for the even shards; nccl has no scheduled one):
+    # until one NCCL backend offers both, it must be refused by name (no
+    # crash, no hang)
+    for b in nccl nccl-dev; do
+        "${rt1[@]}" --backend $b --device cuda --line D "${rt_f32[@]}" > "$tmp/rt_d.$b" 2>&1
+        rc=$?
+        cat "$tmp/rt_d.$b" >> "$log"
+        if [ "$rc" -eq 0 ]; then
+            say "== rt-cuda-$b-D-1: ok (line D runs on $b)"
+        else
+            check "rt-cuda-$b-D-1" "line D on $b is refused naming what is missing (exit $rc)" \
+                grep -qE 'eunsupported|not offered|EUNSUPPORTED' "$tmp/rt_d.$b"
+        fi
+    done
+    # several ranks on this GPU: FSDP as one node, HSDP as 2 virtual nodes
+    for cfg in "C-2:2:2:fsdp" "B-2:2:2:fsdp" "C-4:4:4:fsdp" "C-hsdp-4:4:2:hsdp" "B-hsdp-4:4:2:hsdp"; do
+        IFS=: read -r name np k sh <<< "$cfg"
+        if [ "$have_nccl" = 1 ]; then
+            step "rt-cuda-nccl-$name" 180 "${MPIRUN[@]}" -np "$np" "$RT" --ranks-per-node "$k" \
+                --sharding "$sh" --backend nccl --device cuda --line "${name%%-*}" "${rt_f32[@]}"
+        else
+            skip "rt-cuda-nccl-$name" "several ranks per GPU: $why_nccl"
+        fi
+    done
+else
+    skip rt-cuda "no $RT (build it with make tests, or without DMUON_GPU_PREBUILT=1)"
+fi
 
 say ""
 say "== GPU checks: $failed step(s) failed${failed_names:+ (${failed_names# })}, $skipped skipped${skipped_names:+ (${skipped_names# })}; log: $log"

@@ -19,6 +19,15 @@
  * own index arithmetic (dmuon/model.h, "Muon matrices"), updates it, and
  * puts it back.
  *
+ * Where the runtime's memory is: --backend/--device pick the runtime's
+ * (mpi/cpu by default; nccl or nccl-dev with cuda on a GPU machine), and
+ * --check-table runs device cpu with the checking table of the runtime's
+ * device operations (libcore/runtime/elem.h), whose disguised addresses
+ * fault on any load or store the runtime makes past the table.  This
+ * trainer reads the weights and writes the gradients through host copies
+ * in either case (mem_in / mem_out below), as a trainer with device memory
+ * would on its stream.
+ *
  * Prints per-check lines, a digest of every gathered weight (for the
  * two-runs-identical check of the driver script) and "N passed, M failed".
  * Exit 1 on any failure, 2 on usage errors.
@@ -40,8 +49,100 @@
 #include "dmuon/optim.h"
 #include "dmuon/plan.h"
 #include "dmuon/runtime.h"
+#include "runtime/elem.h"   /* the checking table (tests only) */
+
+#if DMUON_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#if DMUON_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 static int g_rank, g_pass, g_fail;
+
+/* The runtime's memory as this trainer reaches it: 0 host, 1 the checking
+ * table's disguised host addresses, 2 CUDA device memory. */
+static int g_mem;
+static float *g_host;        /* the host copy of one parameter */
+static int64_t g_host_cap;
+
+/* --handoff id|comm (NCCL backends): this program, as a trainer that runs
+ * NCCL itself, distributes an ncclUniqueId over MPI_COMM_WORLD and gives
+ * the runtime the id, or a communicator it made from it; the runtime then
+ * gets MPI_COMM_NULL and makes no MPI call.  0 when set up (or not asked),
+ * else an error printed. */
+static int handoff_setup(const char *mode, dmuon_rt_opts *ro, int size, int per_node,
+                         void **own_comm)
+{
+    *own_comm = NULL;
+    if (!mode)
+        return 0;
+#if DMUON_HAVE_NCCL
+    static ncclUniqueId id;
+    if (g_rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+        fprintf(stderr, "rt_check: ncclGetUniqueId failed\n");
+        return 1;
+    }
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ro->nccl_rank = g_rank;
+    ro->nccl_size = size;
+    if (strcmp(mode, "id") == 0) {
+        ro->nccl_id = &id;
+        return 0;
+    }
+    int count = 0;
+    ncclComm_t c = NULL;
+    if (strcmp(mode, "comm") != 0 || cudaGetDeviceCount(&count) != cudaSuccess || count < 1 ||
+        cudaSetDevice(g_rank % per_node % count) != cudaSuccess ||
+        ncclCommInitRank(&c, size, id, g_rank) != ncclSuccess) {
+        fprintf(stderr, "rt_check: --handoff %s: expected id or comm, with a GPU and NCCL\n", mode);
+        return 1;
+    }
+    ro->nccl_comm = c;
+    *own_comm = c;
+    return 0;
+#else
+    (void)ro;
+    (void)size;
+    (void)per_node;
+    fprintf(stderr, "rt_check: --handoff %s: this build has no NCCL\n", mode);
+    return 1;
+#endif
+}
+
+/* A host copy of n floats at the runtime's pointer p (host: p itself). */
+static float *mem_in(const float *p, int64_t n)
+{
+    if (g_mem == 0)
+        return (float *)p;
+    if (n > g_host_cap) {
+        free(g_host);
+        g_host = malloc((size_t)n * sizeof *g_host);
+        g_host_cap = g_host ? n : 0;
+        if (!g_host) {
+            fprintf(stderr, "rt_check: out of memory\n");
+            exit(2);
+        }
+    }
+    if (g_mem == 1)
+        memcpy(g_host, rt_elem_check_reveal(p), (size_t)n * sizeof *g_host);
+#if DMUON_HAVE_CUDA
+    else if (cudaMemcpy(g_host, p, (size_t)n * sizeof *g_host, cudaMemcpyDeviceToHost) != cudaSuccess)
+        fprintf(stderr, "rt_check: rank %d: cudaMemcpy from the device failed\n", g_rank);
+#endif
+    return g_host;
+}
+
+/* Writes the host copy h of n floats back to the runtime's pointer p. */
+static void mem_out(float *p, const float *h, int64_t n)
+{
+    if (g_mem == 1)
+        memcpy(rt_elem_check_reveal(p), h, (size_t)n * sizeof *h);
+#if DMUON_HAVE_CUDA
+    else if (g_mem == 2 && cudaMemcpy(p, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess)
+        fprintf(stderr, "rt_check: rank %d: cudaMemcpy to the device failed\n", g_rank);
+#endif
+}
 
 static int g_stall_mode;
 
@@ -420,6 +521,8 @@ static void hold_verify(dmuon_rt *rt, const hold_state *h, const dmuon_model *mo
             if ((size_t)pp->layer != h->held[k])
                 continue;
             const float *w = dmuon_rt_weights(rt, dmuon_rt_param_index(rt, pp->name));
+            if (w)
+                w = mem_in(w, pp->numel);
             for (int64_t i = 0; w && i < pp->numel; i++) {
                 float want = pdt == DMUON_BF16 ? dmuon_bf16_to_f32(dmuon_f32_to_bf16(ref_w[p][i]))
                                                : ref_w[p][i];
@@ -446,6 +549,11 @@ int main(int argc, char **argv)
     const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
     double momentum = -1;
     int load_only = 0, hold = 0, progress = 0;
+    const char *backend = "mpi", *device = "cpu";
+    int check_table = 0;
+    double tolerance = 0;   /* --tolerance: relative, for a GPU's Newton-Schulz */
+    const char *handoff = NULL;
+    void *own_nccl = NULL;
     int64_t small_unit = 0;
     static struct option lo[] = {{"line", 1, 0, 'l'},       {"sharding", 1, 0, 's'},
                                  {"zero", 1, 0, 'z'},       {"ranks-per-node", 1, 0, 'k'},
@@ -456,6 +564,9 @@ int main(int argc, char **argv)
                                  {"fault", 1, 0, 'K'},              {"momentum", 1, 0, 'M'},
                                  {"ns-variant", 1, 0, 'N'},         {"resume-override", 1, 0, 'W'},
                                  {"load-only", 0, 0, 'Y'},          {"fault-rank", 1, 0, 'j'},
+                                 {"backend", 1, 0, 'b'},            {"device", 1, 0, 'v'},
+                                 {"check-table", 0, 0, 'c'},        {"tolerance", 1, 0, 'o'},
+                                 {"handoff", 1, 0, 'n'},
                                  {"hold", 1, 0, 'H'},               {"progress", 0, 0, 'P'},
                                  {0, 0, 0, 0}};
     int c;
@@ -492,6 +603,11 @@ int main(int argc, char **argv)
         case 'N': ns_variant = optarg; break;
         case 'W': resume_override = optarg; break;
         case 'Y': load_only = 1; break;
+        case 'b': backend = optarg; break;
+        case 'v': device = optarg; break;
+        case 'c': check_table = 1; break;
+        case 'o': tolerance = atof(optarg); break;
+        case 'n': handoff = optarg; break;
         case 'H': hold = atoi(optarg); break;
         case 'P': progress = 1; break;
         default:
@@ -531,6 +647,20 @@ int main(int argc, char **argv)
     }
     dmuon_rt_opts ro;
     dmuon_rt_opts_init(&ro);
+    if (dmuon_backend_parse(backend, &ro.backend) != DMUON_OK ||
+        dmuon_device_parse(device, &ro.device) != DMUON_OK) {
+        if (g_rank == 0)
+            fprintf(stderr, "rt_check: %s\n", dmuon_errmsg());
+        MPI_Finalize();
+        return 2;
+    }
+    g_mem = check_table ? 1 : ro.device == DMUON_DEVICE_CUDA ? 2 : 0;
+    if (handoff_setup(handoff, &ro, size, per_node, &own_nccl)) {
+        MPI_Finalize();
+        return 2;
+    }
+    MPI_Comm rt_comm = handoff ? MPI_COMM_NULL : MPI_COMM_WORLD;
+    rt_elem_check_enable(check_table);
     ro.ranks_per_node = per_node;
     ro.zero_stage = zero;
     ro.deadline_ms = deadline;
@@ -582,17 +712,39 @@ int main(int argc, char **argv)
               ro.ranks_per_node, dmuon_errmsg());
         goto out;
     }
-    if (errors) {   /* what this build cannot run is refused by name, on every rank */
+    if (errors) {   /* pairs that cannot work, and what this machine cannot run, are
+                     * refused by name, on every rank */
         dmuon_rt_opts bad = ro;
         bad.device = DMUON_DEVICE_CUDA;
         rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
-        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "device cuda"),
-              "device cuda is refused: %s", dmuon_errmsg());
+        check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "device cuda with backend mpi"),
+              "device cuda on the MPI backend's host pool is refused: %s", dmuon_errmsg());
         bad = ro;
         bad.backend = DMUON_BACKEND_NCCL;
         rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
-        check(rc == DMUON_EUNSUPPORTED && !rt && strstr(dmuon_errmsg(), "backend nccl"),
-              "backend nccl is refused: %s", dmuon_errmsg());
+        check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "backend nccl with device cpu"),
+              "backend nccl with device cpu is refused: %s", dmuon_errmsg());
+        bad.device = DMUON_DEVICE_CUDA;
+        bad.nccl_comm = &bad;   /* neither is read: refused before */
+        bad.nccl_id = &bad;
+        rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+        check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "both nccl_comm and nccl_id"),
+              "a NCCL communicator and a unique id together are refused: %s", dmuon_errmsg());
+        bad.nccl_comm = NULL;
+        bad.nccl_id = NULL;
+        dmuon_rt_opts mpi_id = ro;   /* the MPI backend takes no NCCL handle */
+        mpi_id.nccl_id = "";
+        rc = dmuon_rt_create(plan, MPI_COMM_NULL, &mpi_id, &rt);
+        check(rc == DMUON_EINVAL && !rt && strstr(dmuon_errmsg(), "nccl_id given with backend mpi"),
+              "a NCCL unique id with backend mpi is refused: %s", dmuon_errmsg());
+        if (dmuon_backend_check(DMUON_BACKEND_NCCL) != DMUON_OK) {   /* no GPU here */
+            rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &bad, &rt);
+            /* a build without CUDA names that; one with CUDA, the backend's reason */
+            check(rc == DMUON_EUNSUPPORTED && !rt &&
+                      (strstr(dmuon_errmsg(), "backend nccl") || strstr(dmuon_errmsg(), "no CUDA")),
+                  "backend nccl with device cuda where it cannot run is refused naming why: %s",
+                  dmuon_errmsg());
+        }
     }
     if (fault_is("late-create")) {   /* --fault-rank reaches create two deadlines late */
         MPI_Comm cw;   /* the abandoned agreement stays on this copy, not on the world */
@@ -631,8 +783,9 @@ int main(int argc, char **argv)
                   g_fault_rank, dmuon_errmsg());
         }
     }
-    rc = dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
-    check(rc == DMUON_OK, "create (%s)", rc ? dmuon_errmsg() : "");
+    rc = dmuon_rt_create(plan, rt_comm, &ro, &rt);
+    check(rc == DMUON_OK, "create%s (%s)", handoff ? " over the handed-over NCCL communicator" : "",
+          rc ? dmuon_errmsg() : "");
     if (rc != DMUON_OK)
         goto out;
     for (size_t p = 0; p < np; p++) {
@@ -674,7 +827,7 @@ int main(int argc, char **argv)
               "missing registration: %s", e);
         dmuon_rt_free(rt);
         rt = NULL;
-        dmuon_rt_create(plan, MPI_COMM_WORLD, &ro, &rt);
+        dmuon_rt_create(plan, rt_comm, &ro, &rt);
     }
     for (size_t p = 0; p < np; p++) {
         const dmuon_param *pp = dmuon_model_param(model, p);
@@ -743,14 +896,19 @@ int main(int argc, char **argv)
                             mismatches++;
                             continue;
                         }
+                        w = mem_in(w, pp->numel);
                         for (int64_t i = 0; i < pp->numel; i++) {
                             float want = po.param_dtype == DMUON_BF16
                                              ? dmuon_bf16_to_f32(dmuon_f32_to_bf16(ref_w[p][i]))
                                              : ref_w[p][i];
                             /* exact, except with clipping: the norm's summation
-                             * order differs, so 1e-5 relative (stated) */
-                            mismatches += g_clip > 0 ? fabsf(want - w[i]) > 1e-7f + 1e-5f * fabsf(want)
-                                                     : memcmp(&want, &w[i], 4) != 0;
+                             * order differs, so 1e-5 relative (stated); and
+                             * with --tolerance (cuBLAS's Newton-Schulz is not
+                             * OpenBLAS's bit for bit) */
+                            float rel = tolerance > 0 ? (float)tolerance : 1e-5f;
+                            mismatches += g_clip > 0 || tolerance > 0
+                                              ? fabsf(want - w[i]) > 1e-7f + rel * fabsf(want)
+                                              : memcmp(&want, &w[i], 4) != 0;
                             compared++;
                         }
                         digest = dmuon_digest(w, (size_t)pp->numel * 4, digest);
@@ -820,11 +978,12 @@ int main(int argc, char **argv)
                     const dmuon_param *pp = dmuon_model_param(model, p);
                     if ((size_t)pp->layer != l)
                         continue;
-                    float *g = dmuon_rt_grad(rt, dmuon_rt_param_index(rt, pp->name));
-                    if (!g) {
+                    float *gd = dmuon_rt_grad(rt, dmuon_rt_param_index(rt, pp->name));
+                    if (!gd) {
                         check(0, "no gradient buffer for %s", pp->name);
                         goto out;
                     }
+                    float *g = mem_in(gd, pp->numel);
                     /* a rank with nothing to add leaves the buffer: zero */
                     if (!g_global && g_rank == 1 && strstr(pp->name, "layers.0.input_layernorm"))
                         continue;
@@ -836,6 +995,7 @@ int main(int argc, char **argv)
                             v = 2.5e38f;
                         g[i] += v;
                     }
+                    mem_out(gd, g, pp->numel);
                 }
                 /* --progress: the reduction the last post_backward started
                  * (and any prefetch) moved while this layer's gradients are
@@ -993,6 +1153,10 @@ int main(int argc, char **argv)
     }
 out:
     dmuon_rt_free(rt);
+#if DMUON_HAVE_NCCL
+    if (own_nccl)   /* the trainer's communicator outlived the runtime */
+        ncclCommDestroy((ncclComm_t)own_nccl);
+#endif
     dmuon_ns_free(ns);
     for (size_t p = 0; p < np; p++) {
         free(ref_w[p]);
@@ -1008,6 +1172,9 @@ out:
         free((char *)specs[i].name);
     dmuon_plan_free(plan);
     dmuon_model_free(model);
+    if (g_rank == 0 && check_table)
+        printf("checking table: %lld calls on rank 0\n", (long long)rt_elem_check_calls());
+    free(g_host);
     if (g_rank == 0)
         printf("%d passed, %d failed\n", g_pass, g_fail);
     MPI_Finalize();

@@ -58,6 +58,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dmuon/costdb.h"
 #include "dmuon/device.h"
 #include "dmuon/optim.h"
 #include "dmuon/plan.h"
@@ -92,12 +93,83 @@ typedef struct {
                                  HSDP line D: the publish's node load (no
                                  split phase) runs at the prefetch, the rest
                                  split.  0: none.  Use dmuon_rt_opts_init. */
-    dmuon_backend backend;    /* DMUON_BACKEND_MPI (default); the NCCL
-                                 backends are DMUON_EUNSUPPORTED at create
-                                 in this build (the lines move data with MPI) */
-    dmuon_device_kind device; /* DMUON_DEVICE_CPU (default); cuda is
-                                 DMUON_EUNSUPPORTED at create: pool and state
-                                 are host memory in this build */
+    dmuon_backend backend;    /* where the pool lives and how the lines move
+                                 it (docs/runtime.md "Backend and device"):
+                                 DMUON_BACKEND_MPI (default): host memory,
+                                 node-shared MPI windows; DMUON_BACKEND_NCCL
+                                 / _NCCL_DEV: GPU memory (ncclMemAlloc,
+                                 registered as a symmetric window), needs
+                                 device cuda.  An operator a backend does not
+                                 offer for the chosen line (e.g. the
+                                 scheduled gather and publish on nccl, the
+                                 equal algorithm on nccl-dev) is
+                                 DMUON_EUNSUPPORTED naming it, at open or at
+                                 the hook that needs it, on every rank. */
+    dmuon_device_kind device; /* DMUON_DEVICE_CPU (default): pool, optimizer
+                                 state, views and scratch in host memory;
+                                 DMUON_DEVICE_CUDA: all of them in the memory
+                                 of GPU (node-local rank modulo the visible
+                                 GPUs, the NCCL pool's GPU; made current at
+                                 create: keep it current on the calling
+                                 thread), Newton–Schulz on the CUDA engine
+                                 (each shape's kernels chosen at its first
+                                 use, dmuon_ns_kernels; see ns_costdb) and
+                                 the element
+                                 updates, non-finite check and norms as CUDA
+                                 kernels; needs a NCCL backend.  Then
+                                 dmuon_rt_weights / dmuon_rt_grad return
+                                 device pointers. */
+    void *stream;             /* device cuda: the cudaStream_t (as void *, so
+                                 this header needs no CUDA include) on which
+                                 the trainer orders its work on the pointers
+                                 of dmuon_rt_weights / dmuon_rt_grad; NULL:
+                                 the legacy default stream.  Every hook and
+                                 dmuon_rt_step first waits for this stream
+                                 (cudaStreamSynchronize), so the trainer's
+                                 kernels that read a layer's weights or
+                                 write its gradients must be enqueued on it
+                                 before the hook that ends the bracket.
+                                 Every hook returns with the runtime's own
+                                 device work on the pointers it hands out
+                                 complete (views widened, gradient blocks
+                                 zeroed), so work enqueued on any stream
+                                 after it sees them; communication it
+                                 started split phase (a prefetch, a
+                                 reduction) runs on the pool's stream and
+                                 is waited for by the hook that needs it.
+                                 Ignored with device cpu. */
+    dmuon_costdb *ns_costdb;  /* device cuda: a cost database whose ns_kernel
+                                 table caches, per GPU model, which kernel
+                                 each shape's symmetric products use
+                                 (dmuon_ns_set_costdb); borrowed, open until
+                                 dmuon_rt_free.  NULL (default): chosen by
+                                 measurement at each shape's first use in
+                                 this runtime.  Ignored with device cpu. */
+    void *nccl_comm;          /* NCCL backends: the trainer's ncclComm_t (as
+                                 void *) to run over instead of comm (give
+                                 MPI_COMM_NULL; no MPI call is made, MPI
+                                 need not be initialised): the topology
+                                 splits its own communicators off it
+                                 (dmuon_topo_init_nccl), so a deadline
+                                 abort never touches the trainer's; the GPU
+                                 is the communicator's.  Borrowed: it must
+                                 outlive the runtime.  NULL (default): the
+                                 backend makes its own NCCL communicator,
+                                 bootstrapped over comm.  Over a handoff
+                                 ranks_per_node 0 means the plan's
+                                 gpus_per_node, and save, load and export
+                                 are DMUON_EUNSUPPORTED (the checkpoint
+                                 files are written with MPI collectives). */
+    const void *nccl_id;      /* NCCL backends: an ncclUniqueId
+                                 (DMUON_NCCL_UNIQUE_ID_BYTES bytes, read at
+                                 create) the trainer distributed itself, to
+                                 bootstrap without MPI
+                                 (dmuon_topo_init_nccl_id; comm
+                                 MPI_COMM_NULL; GPU: node-local rank modulo
+                                 the visible GPUs); otherwise as nccl_comm.
+                                 NULL: none.  At most one of the two. */
+    int nccl_rank, nccl_size; /* with nccl_comm or nccl_id: this rank and the
+                                 ranks (0 <= nccl_rank < nccl_size) */
     char resume_override[256];/* dmuon_rt_load compares the checkpoint's
                                  hyperparameters and NS variant with optim
                                  and refuses a difference; this lists those
@@ -112,24 +184,32 @@ typedef struct {
 
 void dmuon_rt_opts_init(dmuon_rt_opts *o);
 
-/* Creates a runtime for plan on comm (collective over comm).  The plan is
- * borrowed and must outlive the runtime; comm is duplicated.  First an
- * agreement over comm (dmuon_agree, within opts' deadline) that every rank
- * reached create and accepted its options; only then the blocking
- * MPI_Comm_dup / _split of the topology.  Then the plan digest and the
- * options that must match are agreed over the world: line, zero_stage
- * (resolved), prefetch, deadline_ms (resolved) and every field of optim
- * (ns_variant by a hash); ranks_per_node is agreed by the topology;
- * resume_override is not compared.  Errors, on every rank: DMUON_EMISMATCH
- * (world size or ranks per node differ from the plan: the message gives
- * both; different plans on the ranks; an option that differs between the
- * ranks: the first such field in the order above, with the lowest and
- * highest value), DMUON_EINVAL (bad opts on any rank: that rank's message),
- * DMUON_EUNSUPPORTED (a backend other than mpi, a device other than cpu:
- * named in the message), DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank
- * did not reach create within the deadline; the abandoned agreement stays
- * posted on comm, which the caller should then treat as failed).  On
- * failure *out is NULL. */
+/* Creates a runtime for plan on comm (collective over comm; with
+ * opts.nccl_comm or opts.nccl_id, over those ranks, comm MPI_COMM_NULL).
+ * The plan is borrowed and must outlive the runtime; comm is duplicated.
+ * Over an MPI comm, first an agreement over comm (dmuon_agree, within opts'
+ * deadline) that every rank reached create and accepted its options; only
+ * then the blocking MPI_Comm_dup / _split of the topology (over a NCCL
+ * handoff there is no such first agreement: an option refused on one rank
+ * makes the others wait in the topology's NCCL calls).  Then the plan
+ * digest and the options that must match are agreed over the world: line,
+ * zero_stage (resolved), prefetch, deadline_ms (resolved) and every field
+ * of optim (ns_variant by a hash); ranks_per_node is agreed by the
+ * topology; resume_override is not compared.  Errors, on every rank:
+ * DMUON_EMISMATCH (world size or ranks per node differ from the plan: the
+ * message gives both; different plans on the ranks; an option that
+ * differs between the ranks: the first such field in the order above, with
+ * the lowest and highest value), DMUON_EINVAL (bad opts on any rank: that
+ * rank's message; among them a NCCL backend with device cpu or the MPI
+ * backend with device cuda, both nccl_comm and nccl_id, a NCCL handle with
+ * the MPI backend or beside an MPI comm, nccl_rank outside
+ * 0..nccl_size-1), DMUON_EUNSUPPORTED (a backend or device this build or
+ * machine cannot run: named in the message), DMUON_EDEVICE (the GPU or its
+ * Newton–Schulz context could not be set up), DMUON_ENOMEM, DMUON_ECOMM,
+ * DMUON_ETIMEOUT (a rank did not reach create within the deadline; the
+ * abandoned agreement stays posted on comm, which the caller should then
+ * treat as failed), and those of dmuon_topo_init_nccl / _id with a
+ * handoff.  On failure *out is NULL. */
 dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_opts *opts,
                          dmuon_rt **out);
 
@@ -215,11 +295,13 @@ int dmuon_rt_param_index(const dmuon_rt *rt, const char *name);
 
 /* Full FP32 values of parameter p (row-major, numel elements), valid while
  * its layer is gathered (see the life above); NULL otherwise.  Values are
- * the plan's param_dtype (BF16 by default) widened to FP32. */
+ * the plan's param_dtype (BF16 by default) widened to FP32.  Device cuda:
+ * a device pointer (read it on opts.stream, see there). */
 const float *dmuon_rt_weights(dmuon_rt *rt, int p);
 
 /* Gradient buffer of parameter p (numel FP32, zeroed at pre_backward), valid
- * between pre_backward and post_backward of its layer; NULL otherwise. */
+ * between pre_backward and post_backward of its layer; NULL otherwise.
+ * Device cuda: a device pointer (write it on opts.stream). */
 float *dmuon_rt_grad(dmuon_rt *rt, int p);
 
 /* ------------------------------------------------------------------ step -- */
