@@ -174,4 +174,7 @@ done
 run "${MPIRUN[@]}" -np 2 "$V" --sizes 4K --op agv --layouts rank --dtypes bf16 --json
 check_rc 0 "verify --json"
 check_eq "$(tail -c 2 "$T_TMP/out" | od -An -c | tr -d ' ')" '}\n' "--json ends with one newline"
+run "$V" --version --json
+check_rc 0 "verify --version --json"
+check_eq "$(tail -c 2 "$T_TMP/out" | od -An -c | tr -d ' ')" '}\n' "--version --json ends with one newline"
 finish
