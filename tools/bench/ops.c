@@ -271,7 +271,9 @@ static void usage(FILE *f)
 "                         nccl-dev (NCCL device API, GPU, one node); on a GPU\n"
 "                         backend ours and equal_length (ncclAllGather /\n"
 "                         ncclReduceScatter) run unless --lines says otherwise\n"
-"                         (per_owner and coalesced are MPI on host memory)\n"
+"                         (per_owner and coalesced run where the backend\n"
+"                         offers them, when --lines names them; the publish\n"
+"                         is timed on mpi only)\n"
 "      --dtype T          bf16 or f32 (default bf16)\n"
 "      --op OP            agv, rsv, publish or all (default all)\n"
 "      --layout L         node (one owner per node, lengths 1:2:3; default),\n"
@@ -393,21 +395,40 @@ int bench_ops_main(int argc, char **argv)
                  layout == DMUON_LAYOUT_NODE ? " (one owner per node, lengths 1:2:3)" : "");
         bench_print_header(&o, &t, what);
         opdrv_cursor k = {.first = 1};
+        int skipped = 0, tried = 0;
         while (rc == DMUON_OK && opdrv_case_next(f, &k)) {
             dmuon_segment *segs = NULL;
             opdrv_case c;
             rc = opdrv_case_make(f, &t, &k, &c, &segs);
+            if (rc == DMUON_EINVAL) {
+                /* a size this layout cannot hold: the same on every rank */
+                if (t.rank == 0)
+                    printf("# skip %s bytes=%lld dtype=%s (%s %s): %s\n", op_names[k.op],
+                           (long long)f->sizes[k.size], dmuon_dtype_name(f->dtypes[k.dtype]),
+                           f->size_flag ? f->size_flag : "--sizes", f->layout_flag ?
+                           f->layout_flag : "--layout", opdrv_errmsg_shared());
+                skipped++;
+                rc = DMUON_OK;
+                continue;
+            }
             if (rc != DMUON_OK)
                 break;
+            tried++;
+            /* the bytes moved: the tiny layout ignores the size asked for */
+            const int64_t bytes = opdrv_case_bytes(&c);
             if (t.rank == 0)
                 fprintf(stderr, "dmuon-bench: %s %lld bytes\n", op_names[c.op],
-                        (long long)f->sizes[k.size]);
+                        (long long)bytes);
             bench_result r;
             rc = bench_measure(&o, &c, &r);
             if (rc == DMUON_OK)
-                wrong |= bench_record(&o, &t, c.op, NULL, f->sizes[k.size], f->dtypes[k.dtype], &r);
+                wrong |= bench_record(&o, &t, c.op, NULL, bytes, f->dtypes[k.dtype], &r);
             free(segs);
         }
+        if (rc == DMUON_OK && tried == 0)
+            rc = DMUON_FAIL(DMUON_EINVAL, "%s: no size fits layout %s (%d cases skipped): "
+                            "nothing was timed", f->size_flag ? f->size_flag : "--sizes",
+                            dmuon_layout_name(layout), skipped);
     }
     if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM) {
         fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
@@ -420,7 +441,7 @@ int bench_ops_main(int argc, char **argv)
     MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, t.world);
     if (rc != DMUON_OK) {
         if (t.rank == first_bad)
-            fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());
+            fprintf(stderr, "dmuon-bench: error: %s\n", opdrv_errmsg_shared());
         fflush(stderr);
     } else if (t.rank == 0) {
         if (f->json)

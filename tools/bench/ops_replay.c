@@ -43,11 +43,12 @@ static dmuon_rc load_matching(const char *path, const dmuon_topo *t, dmuon_plan 
         return DMUON_FAIL(DMUON_EIO, "%s: another rank could not load the plan", path);
     }
     if (dmuon_plan_ranks(p) != t->size || dmuon_plan_gpus_per_node(p) != t->per_node) {
-        dmuon_rc rc = DMUON_FAIL(DMUON_EMISMATCH, "%s: the plan is for %d ranks as %d nodes x %d, "
-                                 "this run has %d ranks as %d nodes x %d (launch %d ranks with "
-                                 "--ranks-per-node %d)", path, (int)dmuon_plan_ranks(p),
-                                 (int)dmuon_plan_nodes(p), (int)dmuon_plan_gpus_per_node(p),
-                                 t->size, t->nodes, t->per_node, (int)dmuon_plan_ranks(p),
+        dmuon_rc rc = DMUON_FAIL(DMUON_EMISMATCH, "%s: the plan is for %d ranks as %d node%s x %d, "
+                                 "this run has %d ranks as %d node%s x %d (launch %d ranks "
+                                 "with --ranks-per-node %d)", path, (int)dmuon_plan_ranks(p),
+                                 (int)dmuon_plan_nodes(p), dmuon_plan_nodes(p) == 1 ? "" : "s",
+                                 (int)dmuon_plan_gpus_per_node(p), t->size, t->nodes,
+                                 t->nodes == 1 ? "" : "s", t->per_node, (int)dmuon_plan_ranks(p),
                                  (int)dmuon_plan_gpus_per_node(p));
         dmuon_plan_free(p);
         return rc;

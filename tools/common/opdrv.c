@@ -80,6 +80,14 @@ dmuon_rc opdrv_group_open(const dmuon_topo *t, const dmuon_segment *segs, int n,
     memset(v, 0, sizeof *v);
     DMUON_TRY(dmuon_table_agree(t->world, segs, n));
     DMUON_TRY(dmuon_group_span_of(t, segs, n, o, &v->sp));
+    /* the window grows with --slots and --chunk-bytes (the control and ring
+     * area): refused here, before MPI is asked for a shared window it
+     * cannot give (which aborts) */
+    char bad[400];
+    if (tool_check_host_memory(t->world, v->sp.bytes, 1, "--slots/--chunk-bytes: the group's "
+                               "shared window of", bad, sizeof bad))
+        return DMUON_FAIL(DMUON_EINVAL, "%s; or lower --slots (%d) or --chunk-bytes (%lld; 0: "
+                          "the backend's)", bad, o->slots, (long long)o->chunk_bytes);
     DMUON_TRY(dmuon_symm_alloc(t, v->sp.bytes, &v->mem));
     DMUON_TRY_GOTO(rc, dmuon_group_create(t, segs, n, o, v->mem, v->sp.ctrl_offset, &v->g),
                    fail);
@@ -261,4 +269,21 @@ int opdrv_line_supports(const opdrv_line *l, const opdrv_case *c)
     int n = 0, ok = l->table(c, &segs, &n);
     free(segs);
     return ok;
+}
+
+const char *opdrv_errmsg_shared(void)
+{
+    const char *m = dmuon_errmsg();
+    int skip = 0;
+    if (sscanf(m, "rank %*d: %n", &skip) == 0 && skip > 0)
+        return m + skip;
+    return m;
+}
+
+int64_t opdrv_case_bytes(const opdrv_case *c)
+{
+    int64_t b = 0;
+    for (int i = 0; i < c->n; i++)
+        b += opdrv_seg_bytes(&c->segs[i]);
+    return b;
 }

@@ -66,8 +66,9 @@ void opdrv_group_close(opdrv_group *v);
 dmuon_rc opdrv_group_stage(opdrv_group *v, int in);
 
 /* One AllGatherV (agv = 1) or ReduceScatterV of the group, without staging:
- * split = 1: start, one test, wait (host memory only: the GPU backends
- * have no split phase); else the blocking call. */
+ * split = 1: start, one test, wait (host memory only: on a GPU backend
+ * the driver runs the blocking call, so it does not exercise the nccl
+ * split phase); else the blocking call. */
 dmuon_rc opdrv_group_call(opdrv_group *v, int agv, int split);
 
 /* opdrv_group_call between staging in and out: buf/win are read before the
@@ -238,5 +239,13 @@ int opdrv_case_next(const opdrv_opts *o, opdrv_cursor *k);
  * layout cannot hold the size, the same on every rank). */
 dmuon_rc opdrv_case_make(const opdrv_opts *o, const dmuon_topo *t, const opdrv_cursor *k,
                          opdrv_case *c, dmuon_segment **segs);
+
+/* dmuon_errmsg() without its "rank R: " prefix: for an error every rank
+ * shares (the same on every rank), printed once. */
+const char *opdrv_errmsg_shared(void);
+
+/* The bytes a case's table really moves (sum of its segments): the size
+ * asked for, except where the layout ignores it (tiny). */
+int64_t opdrv_case_bytes(const opdrv_case *c);
 
 #endif

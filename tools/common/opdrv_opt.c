@@ -96,6 +96,11 @@ static int list_item(int opt, const char *flag, char *it, opdrv_opts *o, char *b
     case O_LAYOUT:
         if (o->nlayouts < DMUON_LAYOUT_COUNT &&
             dmuon_layout_parse(it, &o->layouts[o->nlayouts]) == DMUON_OK) {
+            for (int i = 0; i < o->nlayouts; i++)
+                if (o->layouts[i] == o->layouts[o->nlayouts]) {
+                    snprintf(bad, cap, "%s: '%s' is given twice", flag, it);
+                    return -1;
+                }
             o->nlayouts++;
             return 0;
         }
@@ -105,8 +110,13 @@ static int list_item(int opt, const char *flag, char *it, opdrv_opts *o, char *b
     case O_DTYPES:
     case O_DTYPE: {
         dmuon_dtype d;
-        if (o->ndtypes < 2 && dmuon_dtype_parse(it, &d) == DMUON_OK &&
+        if (dmuon_dtype_parse(it, &d) == DMUON_OK &&
             (d == DMUON_BF16 || d == DMUON_F32)) {
+            for (int i = 0; i < o->ndtypes; i++)
+                if (o->dtypes[i] == d) {
+                    snprintf(bad, cap, "%s: '%s' is given twice", flag, it);
+                    return -1;
+                }
             o->dtypes[o->ndtypes++] = d;
             return 0;
         }
@@ -118,8 +128,13 @@ static int list_item(int opt, const char *flag, char *it, opdrv_opts *o, char *b
     case O_PATH: {
         static const char *const names[] = {"auto", "chain", "star"};
         static const dmuon_path paths[] = {DMUON_PATH_AUTO, DMUON_PATH_CHAIN, DMUON_PATH_STAR};
-        for (int i = 0; i < 3 && o->npaths < 3; i++)
+        for (int i = 0; i < 3; i++)
             if (!strcasecmp(it, names[i])) {
+                for (int j = 0; j < o->npaths; j++)
+                    if (o->paths[j] == paths[i]) {
+                        snprintf(bad, cap, "%s: '%s' is given twice", flag, it);
+                        return -1;
+                    }
                 o->paths[o->npaths++] = paths[i];
                 return 0;
             }
@@ -141,8 +156,8 @@ static int list_item(int opt, const char *flag, char *it, opdrv_opts *o, char *b
             snprintf(bad, cap, "--line '%s': expected ours, per-owner, coalesced, equal or all",
                      it);
         else
-            snprintf(bad, cap, "--lines: '%s': expected ours, per_owner, coalesced or "
-                     "equal_length", it);
+            snprintf(bad, cap, "--lines: '%s': expected ours, per_owner, coalesced, "
+                     "equal_length or all", it);
         return -1;
     }
     }
@@ -209,9 +224,9 @@ static int one(int opt, const char *arg, opdrv_opts *o, int64_t range[3], char *
         snprintf(bad, cap, "--backend: %s", dmuon_errmsg());
         return -1;
     case O_CHUNK:
-        if (tool_parse_size("--chunk-bytes", arg, 1, (int64_t)1 << 40, &v, bad, cap))
+        if (tool_parse_size("--chunk-bytes", arg, 0, (int64_t)1 << 40, &v, bad, cap))
             return -1;
-        if (dmuon_chunk_bytes_check(v) != DMUON_OK) {
+        if (v != 0 && dmuon_chunk_bytes_check(v) != DMUON_OK) {   /* 0: the backend's */
             snprintf(bad, cap, "--chunk-bytes '%s': expected a multiple of %d bytes, at least %d",
                      arg, DMUON_CHUNK_ALIGN_BYTES, DMUON_CHUNK_MIN_BYTES);
             return -1;
@@ -381,6 +396,12 @@ int opdrv_parse(int tool, int argc, char **argv, opdrv_opts *o, char *bad, size_
             snprintf(bad, cap, "%s", dmuon_errmsg());
             return -1;
         }
+    } else {
+        /* the flag wins over $DMUON_DEADLINE_MS also in the library's own
+         * control calls (table agreement), which read the variable */
+        char ms[16];
+        snprintf(ms, sizeof ms, "%d", o->deadline_ms);
+        setenv("DMUON_DEADLINE_MS", ms, 1);
     }
     return 0;
 }

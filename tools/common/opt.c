@@ -114,8 +114,7 @@ void tool_print_version(const char *tool, int argc, char **argv)
     dmuon_json_begin_object(&w);
     dmuon_json_kstr(&w, "tool", tool);
     dmuon_json_kstr(&w, "version", dmuon_version());
-    dmuon_json_end_object(&w);
-    putchar('\n');
+    dmuon_json_end_object(&w);   /* ends the line */
 }
 
 /* Flushes (and unless it is stdout, closes) f: 0, or the errno of the first

@@ -507,8 +507,7 @@ int verify_ns_main(int argc, char **argv)
         dmuon_json_kint(&w, "skipped", (int64_t)nskipped);
         dmuon_json_kint(&w, "checks", st.checks);
         dmuon_json_kint(&w, "failed", st.failed);
-        dmuon_json_end_object(&w);
-        fputc('\n', stdout);
+        dmuon_json_end_object(&w);   /* ends the line */
     }
     dmuon_ns_free(st.ns);
     dmuon_ns_free(st.other);

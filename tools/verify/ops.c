@@ -105,7 +105,7 @@ static void usage(FILE *f)
 "                       --dtype and --path are the same lists)\n"
 "  --dtypes LIST        bf16, f32 (default bf16,f32)\n"
 "  --paths LIST         auto, chain, star (default auto,chain)\n"
-"  --chunk-bytes B      chunk size (default: the backend's, MPI 65408, NCCL 65536; a multiple of 8, at least\n"
+"  --chunk-bytes B      chunk size (0 or default: the backend's, MPI 65408, NCCL 65536; a multiple of 8, at least\n"
 "                       256)\n"
 "  --slots S            ring slots per incoming reduce stream (default 4)\n"
 "  --steps S            publish steps (default 3)\n"
@@ -147,7 +147,6 @@ static int fault_parse(vctx *c, const char *s, char *bad, size_t cap)
         return -1;
     }
     const char *colon = strchr(s, ':');
-    c->fault_rank = colon ? atoi(colon + 1) : -1;
     if (colon && !strncmp(s, "table:", 6))
         c->fault = FAULT_TABLE;
     else if (colon && !strncmp(s, "stall:", 6))
@@ -155,10 +154,40 @@ static int fault_parse(vctx *c, const char *s, char *bad, size_t cap)
     else if (colon && !strncmp(s, "kill:", 5))
         c->fault = FAULT_KILL;
     else {
-        snprintf(bad, cap, "--fault '%s': expected table:R, stall:R, kill:R or stale", s);
+        snprintf(bad, cap, "--fault '%s': expected table:R, stall:R, kill:R, stale or "
+                 "wrong:LINE", s);
         return -1;
     }
+    char *end = NULL;
+    long r = strtol(colon + 1, &end, 10);
+    if (colon[1] < '0' || colon[1] > '9' || *end || r > 1 << 20) {
+        snprintf(bad, cap, "--fault '%s': expected a rank R from 0 to the number of ranks - 1 "
+                 "after '%.*s'", s, (int)(colon - s + 1), s);
+        return -1;
+    }
+    c->fault_rank = (int)r;
     return 0;
+}
+
+/* Faults that could reach nothing under the selected operators and lines
+ * are refused up front; the rest are counted where injected (ops_main). */
+static void fault_reach(const vctx *c, const opdrv_opts *o, char *bad, size_t cap)
+{
+    const int ours = o->lines & 1;
+    if (c->fault == FAULT_STALE && (!(o->op_mask & (1 << OPDRV_PUB)) || !ours))
+        snprintf(bad, cap, "--fault stale: the stale step is posted only by the streaming "
+                 "publish of the ours line; select it (--op publish or all, --line ours or all)");
+    if (c->fault != FAULT_WRONG)
+        return;
+    int li = 0;
+    while (opdrv_lines[li] != c->fault_line)
+        li++;
+    if (!(o->lines & (1 << li)))
+        snprintf(bad, cap, "--fault wrong:%s: the %s line is not among the lines run "
+                 "(--line)", c->fault_line->name, c->fault_line->name);
+    else if (o->op_mask == 1 << OPDRV_PUB && c->fault_line->pub_algo == DMUON_ALGO_DEFAULT)
+        snprintf(bad, cap, "--fault wrong:%s --op publish: the %s line has no publish form, "
+                 "so no result could be made wrong", c->fault_line->name, c->fault_line->name);
 }
 
 static const char *path_name(dmuon_path p)
@@ -197,7 +226,7 @@ static dmuon_rc run_lines(vctx *c, const opdrv_opts *o, const opdrv_cursor *k,
             char label[200];
             c->gopts.path = o->paths[p];
             snprintf(label, sizeof label, "%s layout=%s bytes=%lld dtype=%s%s%s%s%s", op->name,
-                     dmuon_layout_name(o->layouts[k->layout]), (long long)o->sizes[k->size],
+                     dmuon_layout_name(o->layouts[k->layout]), (long long)opdrv_case_bytes(cs),
                      dmuon_dtype_name(o->dtypes[k->dtype]), li > 0 ? " line=" : "",
                      li > 0 ? l->name : "", np > 1 ? " path=" : "",
                      np > 1 ? path_name(o->paths[p]) : "");
@@ -221,8 +250,8 @@ static dmuon_rc run_lines(vctx *c, const opdrv_opts *o, const opdrv_cursor *k,
 /* --fault, the one flag the option table leaves to the tool. */
 static void flags_check(opdrv_opts *o, void *ctx, char *bad, size_t cap)
 {
-    if (o->fault)
-        fault_parse(ctx, o->fault, bad, cap);
+    if (o->fault && fault_parse(ctx, o->fault, bad, cap) == 0)
+        fault_reach(ctx, o, bad, cap);
 }
 
 int verify_ops_main(int argc, char **argv)
@@ -246,8 +275,9 @@ int verify_ops_main(int argc, char **argv)
     dmuon_rc rc = DMUON_OK;
     if (c.fault_rank >= c.topo.size || c.topo.size < 2) {
         if (c.topo.rank == 0 && c.fault_rank >= c.topo.size)
-            fprintf(stderr, "dmuon-verify: error: --fault: rank %d is not one of the %d ranks\n",
-                    c.fault_rank, c.topo.size);
+            fprintf(stderr, "dmuon-verify: error: --fault: rank %d is not one of the %d ranks "
+                    "(expected a rank from 0 to %d)\n", c.fault_rank, c.topo.size,
+                    c.topo.size - 1);
         else if (c.topo.rank == 0)
             fprintf(stderr, "dmuon-verify: error: 1 rank: the operators move nothing between "
                     "ranks, so nothing would be checked; run under mpirun -np 2 or more (with "
@@ -269,17 +299,31 @@ int verify_ops_main(int argc, char **argv)
                 c.topo.per_node, c.topo.virtual_nodes ? " (virtual nodes)" : "",
                 o.backend == DMUON_BACKEND_MPI ? "" : ", backend ",
                 o.backend == DMUON_BACKEND_MPI ? "" : dmuon_backend_name(o.backend));
-    int skipped = 0, tried = 0;
+    int skipped = 0, tried = 0, unfit = 0, pub_said = 0;
 
     opdrv_cursor k = {.first = 1};
     while (rc == DMUON_OK && opdrv_case_next(&o, &k)) {
         const verify_op *op = ops[k.op];
-        if (k.op == OPDRV_PUB && (k.dtype > 0 || k.size > 1))
-            continue;   /* publish moves bytes: one type, two sizes suffice */
-        if (k.op == OPDRV_PUB && o.backend != DMUON_BACKEND_MPI) {
-            if (c.topo.rank == 0 && k.layout == 0 && k.size == 0)
-                printf("skip publish: not built on the %s backend\n",
-                       dmuon_backend_name(o.backend));
+        const char *why = NULL;
+        if (k.op == OPDRV_PUB && o.backend != DMUON_BACKEND_MPI)
+            why = "the driver checks the publish on the mpi backend only";
+        else if (k.op == OPDRV_PUB && c.topo.nodes < 2)
+            why = "one node: the publish moves nothing between nodes, no byte would be "
+                  "compared (give --ranks-per-node)";
+        else if (k.op == OPDRV_PUB && (k.dtype > 0 || k.size > 1))
+            why = "the publish moves bytes whatever their type: it runs the first element "
+                  "type and the first two sizes only";
+        const int once = why && k.op == OPDRV_PUB && o.backend == DMUON_BACKEND_MPI &&
+                         c.topo.nodes > 1;   /* said for each case, else once */
+        if (why) {   /* a reason of the whole run is said at its first case */
+            if (c.topo.rank == 0 && once)
+                printf("skip publish layout=%s bytes=%lld dtype=%s: %s\n",
+                       dmuon_layout_name(o.layouts[k.layout]), (long long)o.sizes[k.size],
+                       dmuon_dtype_name(o.dtypes[k.dtype]), why);
+            else if (c.topo.rank == 0 && !pub_said)
+                printf("skip publish (every case): %s\n", why);
+            pub_said |= !once;
+            skipped++;
             continue;
         }
         dmuon_segment *segs = NULL;
@@ -291,21 +335,35 @@ int verify_ops_main(int argc, char **argv)
             if (c.topo.rank == 0)
                 printf("skip %s layout=%s bytes=%lld dtype=%s: %s\n", op->name,
                        dmuon_layout_name(o.layouts[k.layout]), (long long)o.sizes[k.size],
-                       dmuon_dtype_name(o.dtypes[k.dtype]), dmuon_errmsg());
+                       dmuon_dtype_name(o.dtypes[k.dtype]), opdrv_errmsg_shared());
             skipped++;
+            unfit++;
             rc = DMUON_OK;
             continue;
         }
         if (rc != DMUON_OK)
             break;
-        if (c.fault == FAULT_TABLE && c.topo.rank == c.fault_rank && cs.n > 1)
+        if (c.fault == FAULT_TABLE && c.topo.rank == c.fault_rank && cs.n > 1) {
             segs[cs.n - 1].count -= 1;
+            c.faulted = 1;
+        }
         rc = run_lines(&c, &o, &k, &cs, op);
         free(segs);
     }
-    if (rc == DMUON_OK && tried > 0 && skipped == tried) {
+    if (rc == DMUON_OK && tried > 0 && unfit == tried) {
         rc = DMUON_FAIL(DMUON_EINVAL, "--sizes: no size fits any of the layouts (%d cases "
-                        "skipped)", skipped);
+                        "skipped)", unfit);
+    } else if (rc == DMUON_OK && c.passed + c.failed == 0) {   /* agreed counts */
+        rc = DMUON_FAIL(DMUON_EINVAL, "nothing was checked: every case was skipped (%d; see "
+                        "the skip lines), so the run proves nothing", skipped);
+    }
+    int injected = c.faulted;
+    if (rc == DMUON_OK && c.fault != FAULT_NONE) {
+        MPI_Allreduce(MPI_IN_PLACE, &injected, 1, MPI_INT, MPI_SUM, c.topo.world);
+        if (injected == 0)
+            rc = DMUON_FAIL(DMUON_EINVAL, "--fault %s: the fault was injected on no rank (no "
+                            "case of this run reaches it: e.g. rank 0 holds no result of "
+                            "that line here), so the run cannot show it fails", o.fault);
     }
     if (rc != DMUON_OK) {
         /* A timeout or an MPI failure is each rank's own and peers may be
@@ -344,8 +402,7 @@ int verify_ops_main(int argc, char **argv)
             dmuon_json_kdouble(&w, "ring_order_rel_error", c.worst_ring);
         }
         dmuon_json_kbool(&w, "ok", c.failed == 0);
-        dmuon_json_end_object(&w);
-        fputc('\n', stdout);
+        dmuon_json_end_object(&w);   /* ends the line */
         fflush(stdout);
     } else if (c.topo.rank == 0) {
         char worst[96], skip[48] = "";

@@ -56,8 +56,10 @@ static dmuon_rc publish_run(vctx *c, const dmuon_segment *segs, int n, const cha
             if (ps[i].owner != t->rank)
                 continue;
             int64_t label_step = step;
-            if (c->fault == FAULT_STALE && streams && i == 0 && step == 2)
+            if (c->fault == FAULT_STALE && streams && i == 0 && step == 2) {
                 label_step = 1;
+                c->faulted = 1;
+            }
             DMUON_TRY_GOTO(rc, dmuon_publish_post(v.p, i, label_step), done);
         }
         int64_t bad = 0;
