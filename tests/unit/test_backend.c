@@ -190,6 +190,7 @@ static void check_unsupported(const dmuon_comm_ops *ops)
     check(dmuon_publish_flag(&p, 0) == -1, "no flags without a publish");
 }
 
+#ifdef DMUON_HAVE_NCCL
 /* The nccl table as this build fills it: split phase for every group
  * algorithm it offers, the per-owner publish with its node half, the rest
  * NULL; and a publish call the per-owner algorithm lacks (wait) refused
@@ -233,6 +234,7 @@ static void check_nccl_table(const dmuon_comm_ops *nccl)
               dmuon_publish_node_load_wait(&p) == DMUON_EUNSUPPORTED,
           "publish_node_load_test and _wait on nccl: refused");
 }
+#endif
 
 static void test_null_entries(void)
 {
