@@ -8,6 +8,7 @@
 #   make bench        side-by-side benchmarks (planner speed, NS, operators, the trainer's lines)
 #   make cluster-test dmuon-verify across 2 and 4 namespace hosts (root; also in make test)
 #   make cluster-bench the operator benchmarks across namespace hosts (root)
+#   make cluster-train the trainer's lines A B C D across namespace hosts (root; CLUSTER_TRAIN_ARGS)
 #   make install PREFIX=DIR   the five tools, libdmuon.{a,so}, headers, schema, dmuon.pc (no download)
 #   make fuzz [FUZZ_SECONDS=60]   libFuzzer on each input parser (clang)
 #   make train        train the example model, line D on 8 ranks, on the fortunes text
@@ -166,7 +167,7 @@ DMUON_VERSION := $(shell sed -n 's/^\#define DMUON_VERSION "\(.*\)"/\1/p' libcor
 SONAME    := libdmuon.so.$(word 1,$(subst ., ,$(DMUON_VERSION))).$(word 2,$(subst ., ,$(DMUON_VERSION)))
 
 .PHONY: all lib tools tests test test-fast test-san demo bench clean config deps install fuzz nccl-wheel
-.PHONY: cluster-test cluster-bench
+.PHONY: cluster-test cluster-bench cluster-train
 COMMA := ,
 # keep object files (no 'rm' of intermediates after the test summary)
 .SECONDARY:
@@ -351,6 +352,11 @@ cluster-test: all tests
 
 cluster-bench: all
 	bash tests/cluster/bench.sh $(BINDIR)
+
+# dmuon-train on 4 hosts x 2 (default; see tests/cluster/train.sh --help for
+# CLUSTER_TRAIN_ARGS such as --hosts 8 --ranks 1 --rate 2gbit)
+cluster-train: all
+	bash tests/cluster/train.sh --bin $(BINDIR) $(CLUSTER_TRAIN_ARGS)
 
 demo: all
 	bash tools/demo.sh $(BINDIR)

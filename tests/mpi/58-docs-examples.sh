@@ -75,4 +75,10 @@ while read -r name page line lang mark; do
     esac
 done < "$T_TMP/list"
 check_eq "$(grep -c ' README.md .* sh run$' "$T_TMP/list")" 1 "the README has one end-to-end example that runs"
+# every make target the pages name ("make cluster-train", "make -j2 test") is a rule of the Makefile
+named=$(cd "$root" && grep -ohE '`make( -j[0-9]+)?( [A-Z_]+=[^ `]+)* [a-z][a-z-]+' README.md docs/*.md | awk '{print $NF}' | sort -u)
+[ -n "$named" ] && ok || bad "no make target found in README.md and docs/ (the pattern is wrong)"
+for t in $named; do
+    grep -qE "^$t:" "$root/Makefile" && ok || bad "the docs name 'make $t', but the Makefile has no rule '$t'"
+done
 finish
