@@ -3,7 +3,8 @@
  * rank, the messages posted (count, bytes, how many above the TCP eager
  * size), the MPI_Test calls and how many completed something, the time
  * spent inside MPI_Test / MPI_Testall, and the idle waits (sched_yield,
- * nanosleep and their time).  Printed by every rank at MPI_Finalize as one
+ * nanosleep and their time), and the process CPU time (user + system,
+ * every thread) in the timed windows.  Printed by every rank at MPI_Finalize as one
  * line "mpiprof rank R host H: ...".  The same counters are also kept for
  * the timed windows of dmuon-bench alone — from the return of each
  * MPI_Barrier to the next MPI_Allreduce, which is how the driver brackets
@@ -23,7 +24,7 @@
 
 typedef struct {
     long isend, isend_big, irecv, test, test_done, testall, yield, sleep;
-    long long isend_bytes, test_ns, yield_ns, sleep_ns;
+    long long isend_bytes, test_ns, yield_ns, sleep_ns, cpu_ns;
 } counters;
 static counters st, win;       /* whole run; timed windows together */
 static counters *cur[2] = {&st, NULL};
@@ -39,6 +40,15 @@ static long long now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+/* CPU time of the whole process (every thread, user + system). */
+static long long cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+static long long win_cpu0;
 
 int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,
               MPI_Request *req)
@@ -107,6 +117,7 @@ int MPI_Barrier(MPI_Comm comm)
     int rc = PMPI_Barrier(comm);
     cur[1] = &win;
     win_t0 = now_ns();
+    win_cpu0 = cpu_ns();
     return rc;
 }
 
@@ -114,6 +125,7 @@ int MPI_Allreduce(const void *in, void *out, int n, MPI_Datatype dt, MPI_Op op, 
 {
     if (cur[1]) {
         win_ns += now_ns() - win_t0;
+        win.cpu_ns += cpu_ns() - win_cpu0;
         windows++;
         cur[1] = NULL;
     }
@@ -135,10 +147,10 @@ int MPI_Finalize(void)
         double w = (double)windows;
         fprintf(stderr, "mpiprof rank %d host %s: per call (%ld calls): %.2f ms; isend %.1f "
                 "(%.1f above eager) irecv %.1f test %.1f (%.1f completed, %.2f ms) yield %.1f "
-                "(%.2f ms) sleep %.1f (%.2f ms)\n", rank, host, windows, win_ns / 1e6 / w,
+                "(%.2f ms) sleep %.1f (%.2f ms) cpu %.2f ms\n", rank, host, windows, win_ns / 1e6 / w,
                 win.isend / w, win.isend_big / w, win.irecv / w, win.test / w,
                 win.test_done / w, win.test_ns / 1e6 / w, win.yield / w, win.yield_ns / 1e6 / w,
-                win.sleep / w, win.sleep_ns / 1e6 / w);
+                win.sleep / w, win.sleep_ns / 1e6 / w, win.cpu_ns / 1e6 / w);
     }
     return PMPI_Finalize();
 }
