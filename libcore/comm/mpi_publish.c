@@ -15,6 +15,15 @@
  * The limit is DMUON_PUBLISH_FANOUT_BYTES (bytes; 0: never) or
  * FANOUT_BYTES_DEFAULT, the same on every rank (create checks it).
  *
+ * Messages: a fan-out parameter travels one schedule chunk per message
+ * (eager-sized: no handshake).  A chain parameter travels in messages of
+ * whole chunks of up to message_bytes (DMUON_PUBLISH_MESSAGE_BYTES or
+ * MESSAGE_BYTES_DEFAULT; 0: one chunk each), then its last chunk alone: a
+ * message above Open MPI's TCP pipeline size (192 KiB) lands in the
+ * receiver's copy straight from the socket, where an eager chunk is copied
+ * once more out of the transport's buffer, and the chain's per-byte CPU is
+ * what bounds it when ranks outnumber cores (docs/operators.md).
+ *
  * Wire format, per parameter p of rail s, on the publish's own duplicate of
  * the rail communicator with tag p: the chunks of p in increasing offset;
  * the last chunk travels with the step number appended (8 bytes), so a
@@ -62,6 +71,8 @@
 /* The largest parameter that takes the fan-out route by default (see
  * above); measured on namespace hosts over TCP (docs/operators.md). */
 #define FANOUT_BYTES_DEFAULT (512 * 1024)
+/* The largest message of a chain parameter by default (see above). */
+#define MESSAGE_BYTES_DEFAULT (1024 * 1024)
 
 typedef struct {
     int idx;                 /* parameter index in the table */
@@ -73,16 +84,18 @@ typedef struct {
     int nout;                /* sends per chunk: R − 1 (fan-out owner), 1 or 0 */
     int nchunks;
     const dmuon_pub_chunk *chunks;   /* its chunks in the schedule */
+    int group;               /* chunks per message, the last chunk apart */
+    int nmsg;                /* messages: ⌈(nchunks − 1) / group⌉ + 1 */
     /* per-step state */
-    int got;                 /* chunks received and forwarded, in order (lead) */
+    int got;                 /* messages received and forwarded, in order (lead) */
     int round_done;
     int64_t flag;            /* arrival flag: step of the last complete round */
     int64_t in_step;
     unsigned char *tail;     /* last chunk + 8-byte step */
     int tail_bytes;          /* data bytes of the last chunk */
-    int rx0;                 /* its receives: rx[rx0 .. rx0 + nchunks) (lead) */
-    MPI_Request *sreq;       /* nchunks × nout persistent sends: chunk k to
-                                destination j at k·nout + j */
+    int rx0;                 /* its receives: rx[rx0 .. rx0 + nmsg) (lead) */
+    MPI_Request *sreq;       /* nmsg × nout persistent sends: message m to
+                                destination j at m·nout + j */
 } param_state;
 
 typedef struct {
@@ -100,6 +113,7 @@ typedef struct {
     unsigned char *copy;
     int64_t copy_bytes, chunk_bytes;
     int64_t fanout_bytes;    /* parameters of at most this many bytes fan out */
+    int64_t message_bytes;   /* chain messages of up to this many bytes */
     int deadline_ms;
     int64_t step;            /* current step (0 before the first) */
     int open;                /* between begin and end */
@@ -129,20 +143,29 @@ static int64_t param_bytes(const dmuon_segment *s)
     return s->count * (int64_t)dmuon_dtype_size(s->dtype);
 }
 
-/* The fan-out limit: $DMUON_PUBLISH_FANOUT_BYTES (decimal bytes, ≥ 0) or
- * FANOUT_BYTES_DEFAULT.  Returns 0, or −1 for a value that is not one. */
-static int fanout_limit(int64_t *bytes)
+/* A byte count from the environment: $name (decimal, 0 ≤ v ≤ max) or dflt.
+ * Returns 0, or −1 for a value that is not one. */
+static int env_bytes(const char *name, int64_t dflt, int64_t max, int64_t *bytes)
 {
-    const char *env = getenv("DMUON_PUBLISH_FANOUT_BYTES");
-    *bytes = FANOUT_BYTES_DEFAULT;
+    const char *env = getenv(name);
+    *bytes = dflt;
     if (!env || !*env)
         return 0;
     char *end = NULL;
     long long v = strtoll(env, &end, 10);
-    if (*end || v < 0)
+    if (*end || v < 0 || v > max)
         return -1;
     *bytes = v;
     return 0;
+}
+
+/* Agrees one variable over the world: every rank read it well and the same.
+ * Returns 0 when so (on every rank alike). */
+static int env_agree(const dmuon_topo *t, int bad, int64_t v)
+{
+    int64_t a[3] = {bad, v, -v};
+    MPI_Allreduce(MPI_IN_PLACE, a, 3, MPI_INT64_T, MPI_MAX, t->world);
+    return a[0] || a[1] != -a[2];
 }
 
 static dmuon_rc mpi_publish_create(dmuon_publish *pub)
@@ -181,18 +204,19 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
     }
 
     int R = t->nodes, K = t->per_node, s = t->local, r = t->node_id;
-    if (fanout_limit(&p->fanout_bytes) != 0) {
-        fail = 1;
-    }
-    int64_t lim[2] = {p->fanout_bytes, -p->fanout_bytes};
-    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
-    MPI_Allreduce(MPI_IN_PLACE, lim, 2, MPI_INT64_T, MPI_MAX, t->world);
-    if (fail || lim[0] != -lim[1]) {
-        rc = DMUON_FAIL(DMUON_EINVAL, "DMUON_PUBLISH_FANOUT_BYTES: expected the same "
-                        "non-negative number of bytes on every rank (this rank: '%s')",
-                        getenv("DMUON_PUBLISH_FANOUT_BYTES") ? getenv("DMUON_PUBLISH_FANOUT_BYTES")
-                                                            : "unset");
-        goto fail;
+    static const char *const vars[2] = {"DMUON_PUBLISH_FANOUT_BYTES",
+                                        "DMUON_PUBLISH_MESSAGE_BYTES"};
+    for (int v = 0; v < 2; v++) {
+        int64_t *dst = v ? &p->message_bytes : &p->fanout_bytes;
+        int bad = v ? env_bytes(vars[v], MESSAGE_BYTES_DEFAULT, (int64_t)1 << 30, dst)
+                    : env_bytes(vars[v], FANOUT_BYTES_DEFAULT, INT64_MAX, dst);
+        if (env_agree(t, bad != 0, *dst)) {
+            const char *val = getenv(vars[v]);
+            rc = DMUON_FAIL(DMUON_EINVAL, "%s: expected the same non-negative number of "
+                            "bytes%s on every rank (this rank: '%s')", vars[v],
+                            v ? " of at most 1073741824" : "", val ? val : "unset");
+            goto fail;
+        }
     }
     p->slot_of = malloc((n ? (size_t)n : 1) * sizeof *p->slot_of);
     p->mine = calloc(n ? (size_t)n : 1, sizeof *p->mine);
@@ -216,9 +240,12 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             ps->nout = ps->fan && !ps->lead ? R - 1 : ps->next >= 0;
             ps->nchunks = p->sched->params[i].nchunks;
             ps->chunks = p->sched->chunks + p->sched->params[i].first;
+            const int64_t per = p->message_bytes / p->sched->chunk_bytes;
+            ps->group = ps->fan || per < 1 ? 1 : per > INT_MAX ? INT_MAX : (int)per;
+            ps->nmsg = 1 + (ps->nchunks - 1 + ps->group - 1) / ps->group;
             ps->rx0 = (int)nrx;
-            nrx += ps->lead ? (size_t)ps->nchunks : 0;
-            ntx += (size_t)ps->nchunks * (size_t)ps->nout;
+            nrx += ps->lead ? (size_t)ps->nmsg : 0;
+            ntx += (size_t)ps->nmsg * (size_t)ps->nout;
             p->slot_of[i] = p->nmine++;
         }
         fail = nrx > INT_MAX || ntx > INT_MAX;
@@ -253,10 +280,10 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
     MPI_Request *sq = p->tx;
     for (int i = 0; i < p->nmine; i++) {
         param_state *ps = &p->mine[i];
-        for (int k = 0; ps->lead && k < ps->nchunks; k++)
-            p->rx_slot[ps->rx0 + k] = i;
+        for (int m = 0; ps->lead && m < ps->nmsg; m++)
+            p->rx_slot[ps->rx0 + m] = i;
         ps->sreq = sq;
-        sq += (size_t)ps->nchunks * (size_t)ps->nout;
+        sq += (size_t)ps->nmsg * (size_t)ps->nout;
     }
     fail = MPI_Comm_dup(t->rail, &p->rail) != MPI_SUCCESS ||
            MPI_Comm_dup(t->node, &p->node) != MPI_SUCCESS;
@@ -328,13 +355,18 @@ static void chunk_span(const mpi_pub *p, const param_state *ps, int k, unsigned 
     *bytes = (int)ps->chunks[k].bytes;
 }
 
-/* The bytes chunk k of ps travels in: the copy's, or for the last chunk
- * the tail buffer with its step word. */
-static void chunk_wire(const mpi_pub *p, const param_state *ps, int k, unsigned char **ptr,
-                       int *bytes)
+/* The bytes message m of ps travels in: chunks [m·group, (m + 1)·group)
+ * of the copy (the last chunk excluded), or for the last message the tail
+ * buffer, the last chunk with its step word. */
+static void msg_wire(const mpi_pub *p, const param_state *ps, int m, unsigned char **ptr,
+                     int *bytes)
 {
-    if (k < ps->nchunks - 1) {
-        chunk_span(p, ps, k, ptr, bytes);
+    if (m < ps->nmsg - 1) {
+        const int k0 = m * ps->group;
+        const int k1 = k0 + ps->group < ps->nchunks - 1 ? k0 + ps->group : ps->nchunks - 1;
+        const dmuon_pub_chunk *a = &ps->chunks[k0], *b = &ps->chunks[k1 - 1];
+        *ptr = p->copy + a->offset;
+        *bytes = (int)(b->offset + b->bytes - a->offset);
     } else {
         *ptr = ps->tail;
         *bytes = ps->tail_bytes + 8;
@@ -350,17 +382,17 @@ static int pipeline_init(mpi_pub *p)
     const int R = p->topo->nodes;
     for (int i = 0; i < p->nmine; i++) {
         param_state *ps = &p->mine[i];
-        for (int k = 0; k < ps->nchunks; k++) {
+        for (int m = 0; m < ps->nmsg; m++) {
             unsigned char *ptr;
             int bytes;
-            chunk_wire(p, ps, k, &ptr, &bytes);
+            msg_wire(p, ps, m, &ptr, &bytes);
             if (ps->lead && MPI_Recv_init(ptr, bytes, MPI_BYTE, ps->prev, ps->idx, p->rail,
-                                          &p->rx[ps->rx0 + k]) != MPI_SUCCESS)
+                                          &p->rx[ps->rx0 + m]) != MPI_SUCCESS)
                 return -1;
             for (int j = 0; j < ps->nout; j++) {
                 const int to = ps->fan ? (ps->owner_node + 1 + j) % R : ps->next;
                 if (MPI_Send_init(ptr, bytes, MPI_BYTE, to, ps->idx, p->rail,
-                                  &ps->sreq[(size_t)k * ps->nout + j]) != MPI_SUCCESS)
+                                  &ps->sreq[(size_t)m * ps->nout + j]) != MPI_SUCCESS)
                     return -1;
             }
         }
@@ -368,14 +400,14 @@ static int pipeline_init(mpi_pub *p)
     return 0;
 }
 
-/* Starts the prebuilt sends of chunks [k0, k1) of ps to every destination
- * of its route. */
-static dmuon_rc start_chunks(mpi_pub *p, param_state *ps, int k0, int k1)
+/* Starts the prebuilt sends of messages [m0, m1) of ps to every
+ * destination of its route. */
+static dmuon_rc start_msgs(mpi_pub *p, param_state *ps, int m0, int m1)
 {
-    const int n = (k1 - k0) * ps->nout;
-    if (n > 0 && MPI_Startall(n, &ps->sreq[(size_t)k0 * ps->nout]) != MPI_SUCCESS)
+    const int n = (m1 - m0) * ps->nout;
+    if (n > 0 && MPI_Startall(n, &ps->sreq[(size_t)m0 * ps->nout]) != MPI_SUCCESS)
         return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Startall of parameter %d's sends "
-                          "(chunks %d..%d) failed", ps->idx, k0, k1 - 1);
+                          "(messages %d..%d) failed", ps->idx, m0, m1 - 1);
     return DMUON_OK;
 }
 
@@ -426,7 +458,7 @@ static dmuon_rc pub_post(mpi_pub *p, int param, int64_t step)
     chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
     memcpy(ps->tail, ptr, (size_t)bytes);
     memcpy(ps->tail + bytes, &step, 8);
-    dmuon_rc rc = start_chunks(p, ps, 0, ps->nchunks);
+    dmuon_rc rc = start_msgs(p, ps, 0, ps->nmsg);
     if (rc != DMUON_OK) {
         p->broken = 1;
         return rc;
@@ -436,26 +468,26 @@ static dmuon_rc pub_post(mpi_pub *p, int param, int64_t step)
     return pub_progress(p);
 }
 
-/* Forwards the chunks of one led parameter that have arrived, in chunk
- * order (a later chunk that completed first waits for the ones before it:
- * the next hop matches messages to receives in order), and completes its
- * round with the last one. */
+/* Forwards the messages of one led parameter that have arrived, in order
+ * (a later message that completed first waits for the ones before it: the
+ * next hop matches messages to receives in order), and completes its round
+ * with the last one. */
 static dmuon_rc advance(mpi_pub *p, param_state *ps)
 {
-    const int k0 = ps->got;
-    while (ps->got < ps->nchunks && p->rx_done[ps->rx0 + ps->got])
+    const int m0 = ps->got;
+    while (ps->got < ps->nmsg && p->rx_done[ps->rx0 + ps->got])
         ps->got++;
-    if (ps->got == k0)
+    if (ps->got == m0)
         return DMUON_OK;
-    if (ps->got == ps->nchunks) {
+    if (ps->got == ps->nmsg) {
         unsigned char *ptr;
         int bytes;
         chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
         memcpy(ptr, ps->tail, (size_t)bytes);
         memcpy(&ps->in_step, ps->tail + bytes, 8);
     }
-    DMUON_TRY(start_chunks(p, ps, k0, ps->got));
-    if (ps->got == ps->nchunks) {
+    DMUON_TRY(start_msgs(p, ps, m0, ps->got));
+    if (ps->got == ps->nmsg) {
         ps->flag = ps->in_step;
         ps->round_done = 1;
     }
@@ -504,10 +536,9 @@ static dmuon_rc late(const mpi_pub *p, const param_state *ps, int64_t step)
 {
     const dmuon_topo *t = p->topo;
     return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d, owner rank %d) of step "
-                      "%lld: %d of %d chunks arrived from rank %d (node %d) within the %d ms "
-                      "deadline; the arrival flag holds step %lld", ps->idx, t->local,
-                      (int)p->params[ps->idx].owner, (long long)step,
-                      ps->got < ps->nchunks ? ps->got : ps->nchunks, ps->nchunks,
+                      "%lld: %d of %d messages arrived from rank %d (node %d) within the %d "
+                      "ms deadline; the arrival flag holds step %lld", ps->idx, t->local,
+                      (int)p->params[ps->idx].owner, (long long)step, ps->got, ps->nmsg,
                       dmuon_topo_rank_of(t->per_node, ps->prev, t->local), ps->prev,
                       p->deadline_ms, (long long)ps->flag);
 }
@@ -574,7 +605,7 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
             for (int i = 0; i < p->nmine; i++) {
                 const param_state *ps = &p->mine[i];
                 int all = 1;
-                if (ps->nout == 0 || MPI_Testall(ps->nchunks * ps->nout, ps->sreq, &all,
+                if (ps->nout == 0 || MPI_Testall(ps->nmsg * ps->nout, ps->sreq, &all,
                                                  MPI_STATUSES_IGNORE) != MPI_SUCCESS || all)
                     continue;
                 if (ps->fan)
