@@ -15,15 +15,39 @@
  * The limit is DMUON_PUBLISH_FANOUT_BYTES (bytes; 0: never) or
  * FANOUT_BYTES_DEFAULT, the same on every rank (create checks it).
  *
+ * Messages: a fan-out parameter travels one schedule chunk per message
+ * (eager-sized: no handshake).  A chain parameter travels in messages of
+ * whole chunks of up to message_bytes (DMUON_PUBLISH_MESSAGE_BYTES or
+ * MESSAGE_BYTES_DEFAULT; 0: one chunk each), then its last chunk alone: a
+ * message above Open MPI's TCP pipeline size (192 KiB) lands in the
+ * receiver's copy straight from the socket, where an eager chunk is copied
+ * once more out of the transport's buffer, and the chain's per-byte CPU is
+ * what bounds it when ranks outnumber cores (docs/operators.md).
+ *
  * Wire format, per parameter p of rail s, on the publish's own duplicate of
  * the rail communicator with tag p: the chunks of p in increasing offset;
  * the last chunk travels with the step number appended (8 bytes), so a
  * parameter of one chunk costs one message per hop.  Each hop receives the
  * chunks straight into its copy, the last one into a small per-parameter
- * tail buffer (receives armed by begin), and forwards every chunk the moment
- * it has arrived; MPI's non-overtaking order matches the i-th message to the
+ * tail buffer, and forwards every chunk the moment it has arrived, in
+ * chunk order; MPI's non-overtaking order matches the i-th message to the
  * i-th receive, so the step can only complete a round after every chunk of
  * that round.
+ *
+ * One persistent pipeline per rail: create builds every message of a step
+ * this rank takes part in once, as persistent requests (MPI_Recv_init /
+ * MPI_Send_init on the copy and the tail buffers), in two arrays — the
+ * rail's receives and its sends.  begin starts every receive of the step
+ * with one MPI_Startall; post starts the parameter's prebuilt sends; an
+ * arrival starts the prebuilt forwards of its chunk.  Consecutive
+ * parameters of a step therefore stream through requests that already
+ * exist, with nothing set up per call; every chunk of every posted
+ * parameter is in flight at once (eager-sized chunks, as deep as the step).
+ * Progress is one MPI_Testsome over the rail's receives per pass, which
+ * enters MPI's progress engine once however many parameters are waited
+ * for (testing each parameter's next receive in turn entered it once per
+ * parameter, and with mpi_yield_when_idle each empty entry gives the CPU
+ * away: on ranks outnumbering cores that, not the network, set the pace).
  * The arrival flag is set from the flag message only when the whole round
  * is in, and a wait compares it with the step it wants: equal is accepted,
  * anything else is not (an older flag keeps it waiting; a completed round
@@ -47,6 +71,8 @@
 /* The largest parameter that takes the fan-out route by default (see
  * above); measured on namespace hosts over TCP (docs/operators.md). */
 #define FANOUT_BYTES_DEFAULT (512 * 1024)
+/* The largest message of a chain parameter by default (see above). */
+#define MESSAGE_BYTES_DEFAULT (1024 * 1024)
 
 typedef struct {
     int idx;                 /* parameter index in the table */
@@ -58,15 +84,18 @@ typedef struct {
     int nout;                /* sends per chunk: R − 1 (fan-out owner), 1 or 0 */
     int nchunks;
     const dmuon_pub_chunk *chunks;   /* its chunks in the schedule */
+    int group;               /* chunks per message, the last chunk apart */
+    int nmsg;                /* messages: ⌈(nchunks − 1) / group⌉ + 1 */
     /* per-step state */
-    int got;                 /* chunks received (lead) */
+    int got;                 /* messages received and forwarded, in order (lead) */
     int round_done;
     int64_t flag;            /* arrival flag: step of the last complete round */
     int64_t in_step;
     unsigned char *tail;     /* last chunk + 8-byte step */
     int tail_bytes;          /* data bytes of the last chunk */
-    MPI_Request *rreq;       /* nchunks (lead) */
-    MPI_Request *sreq;       /* nchunks × nout: chunk k to destination j at k·nout + j */
+    int rx0;                 /* its receives: rx[rx0 .. rx0 + nmsg) (lead) */
+    MPI_Request *sreq;       /* nmsg × nout persistent sends: message m to
+                                destination j at m·nout + j */
 } param_state;
 
 typedef struct {
@@ -84,11 +113,19 @@ typedef struct {
     unsigned char *copy;
     int64_t copy_bytes, chunk_bytes;
     int64_t fanout_bytes;    /* parameters of at most this many bytes fan out */
+    int64_t message_bytes;   /* chain messages of up to this many bytes */
     int deadline_ms;
     int64_t step;            /* current step (0 before the first) */
     int open;                /* between begin and end */
     int broken;
-    MPI_Request *req_mem;
+    /* the rail's persistent pipeline (see above) */
+    MPI_Request *rx;         /* nrx receives: every chunk of every led parameter */
+    MPI_Request *tx;         /* ntx sends: every chunk of every parameter sent on */
+    int nrx, ntx;
+    int *rx_slot;            /* receive → index in mine */
+    unsigned char *rx_done;  /* receive → 1 once it completed (inactive) */
+    int *rx_idx;             /* MPI_Testsome's output */
+    int *touched;            /* slots with new arrivals in one pass */
     /* the node load in flight (see "node half" below) */
     int nl_phase;
     int nl_n, nl_next, nl_cap;     /* listed, the next to test for arrival, allocated */
@@ -99,26 +136,36 @@ typedef struct {
 } mpi_pub;
 
 static void mpi_publish_free(dmuon_publish *pub);
+static int pipeline_init(mpi_pub *p);
 
 static int64_t param_bytes(const dmuon_segment *s)
 {
     return s->count * (int64_t)dmuon_dtype_size(s->dtype);
 }
 
-/* The fan-out limit: $DMUON_PUBLISH_FANOUT_BYTES (decimal bytes, ≥ 0) or
- * FANOUT_BYTES_DEFAULT.  Returns 0, or −1 for a value that is not one. */
-static int fanout_limit(int64_t *bytes)
+/* A byte count from the environment: $name (decimal, 0 ≤ v ≤ max) or dflt.
+ * Returns 0, or −1 for a value that is not one. */
+static int env_bytes(const char *name, int64_t dflt, int64_t max, int64_t *bytes)
 {
-    const char *env = getenv("DMUON_PUBLISH_FANOUT_BYTES");
-    *bytes = FANOUT_BYTES_DEFAULT;
+    const char *env = getenv(name);
+    *bytes = dflt;
     if (!env || !*env)
         return 0;
     char *end = NULL;
     long long v = strtoll(env, &end, 10);
-    if (*end || v < 0)
+    if (*end || v < 0 || v > max)
         return -1;
     *bytes = v;
     return 0;
+}
+
+/* Agrees one variable over the world: every rank read it well and the same.
+ * Returns 0 when so (on every rank alike). */
+static int env_agree(const dmuon_topo *t, int bad, int64_t v)
+{
+    int64_t a[3] = {bad, v, -v};
+    MPI_Allreduce(MPI_IN_PLACE, a, 3, MPI_INT64_T, MPI_MAX, t->world);
+    return a[0] || a[1] != -a[2];
 }
 
 static dmuon_rc mpi_publish_create(dmuon_publish *pub)
@@ -157,23 +204,24 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
     }
 
     int R = t->nodes, K = t->per_node, s = t->local, r = t->node_id;
-    if (fanout_limit(&p->fanout_bytes) != 0) {
-        fail = 1;
-    }
-    int64_t lim[2] = {p->fanout_bytes, -p->fanout_bytes};
-    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
-    MPI_Allreduce(MPI_IN_PLACE, lim, 2, MPI_INT64_T, MPI_MAX, t->world);
-    if (fail || lim[0] != -lim[1]) {
-        rc = DMUON_FAIL(DMUON_EINVAL, "DMUON_PUBLISH_FANOUT_BYTES: expected the same "
-                        "non-negative number of bytes on every rank (this rank: '%s')",
-                        getenv("DMUON_PUBLISH_FANOUT_BYTES") ? getenv("DMUON_PUBLISH_FANOUT_BYTES")
-                                                            : "unset");
-        goto fail;
+    static const char *const vars[2] = {"DMUON_PUBLISH_FANOUT_BYTES",
+                                        "DMUON_PUBLISH_MESSAGE_BYTES"};
+    for (int v = 0; v < 2; v++) {
+        int64_t *dst = v ? &p->message_bytes : &p->fanout_bytes;
+        int bad = v ? env_bytes(vars[v], MESSAGE_BYTES_DEFAULT, (int64_t)1 << 30, dst)
+                    : env_bytes(vars[v], FANOUT_BYTES_DEFAULT, INT64_MAX, dst);
+        if (env_agree(t, bad != 0, *dst)) {
+            const char *val = getenv(vars[v]);
+            rc = DMUON_FAIL(DMUON_EINVAL, "%s: expected the same non-negative number of "
+                            "bytes%s on every rank (this rank: '%s')", vars[v],
+                            v ? " of at most 1073741824" : "", val ? val : "unset");
+            goto fail;
+        }
     }
     p->slot_of = malloc((n ? (size_t)n : 1) * sizeof *p->slot_of);
     p->mine = calloc(n ? (size_t)n : 1, sizeof *p->mine);
     fail = !p->slot_of || !p->mine;
-    size_t nreq = 0;
+    size_t nrx = 0, ntx = 0;
     if (!fail) {
         for (int i = 0; i < n; i++) {
             p->slot_of[i] = -1;
@@ -192,11 +240,25 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             ps->nout = ps->fan && !ps->lead ? R - 1 : ps->next >= 0;
             ps->nchunks = p->sched->params[i].nchunks;
             ps->chunks = p->sched->chunks + p->sched->params[i].first;
-            nreq += (size_t)ps->nchunks * (size_t)(ps->lead + ps->nout);
+            const int64_t per = p->message_bytes / p->sched->chunk_bytes;
+            ps->group = ps->fan || per < 1 ? 1 : per > INT_MAX ? INT_MAX : (int)per;
+            ps->nmsg = 1 + (ps->nchunks - 1 + ps->group - 1) / ps->group;
+            ps->rx0 = (int)nrx;
+            nrx += ps->lead ? (size_t)ps->nmsg : 0;
+            ntx += (size_t)ps->nmsg * (size_t)ps->nout;
             p->slot_of[i] = p->nmine++;
         }
-        p->req_mem = malloc((nreq ? nreq : 1) * sizeof(MPI_Request));
-        fail = !p->req_mem;
+        fail = nrx > INT_MAX || ntx > INT_MAX;
+        p->nrx = fail ? 0 : (int)nrx;
+        p->ntx = fail ? 0 : (int)ntx;
+        p->rx = malloc((nrx ? nrx : 1) * sizeof *p->rx);
+        p->tx = malloc((ntx ? ntx : 1) * sizeof *p->tx);
+        p->rx_slot = malloc((nrx ? nrx : 1) * sizeof *p->rx_slot);
+        p->rx_done = malloc(nrx ? nrx : 1);
+        p->rx_idx = malloc((nrx ? nrx : 1) * sizeof *p->rx_idx);
+        p->touched = malloc((n ? (size_t)n : 1) * sizeof *p->touched);
+        fail = fail || !p->rx || !p->tx || !p->rx_slot || !p->rx_done || !p->rx_idx ||
+               !p->touched;
         for (int i = 0; i < p->nmine && !fail; i++) {
             param_state *ps = &p->mine[i];
             ps->tail_bytes = (int)ps->chunks[ps->nchunks - 1].bytes;
@@ -209,21 +271,32 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish of %d parameters", n);
         goto fail;
     }
-    MPI_Request *rq = p->req_mem;
-    for (size_t i = 0; i < nreq; i++)
-        rq[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < p->nrx; i++) {
+        p->rx[i] = MPI_REQUEST_NULL;
+        p->rx_done[i] = 1;
+    }
+    for (int i = 0; i < p->ntx; i++)
+        p->tx[i] = MPI_REQUEST_NULL;
+    MPI_Request *sq = p->tx;
     for (int i = 0; i < p->nmine; i++) {
         param_state *ps = &p->mine[i];
-        ps->rreq = rq;
-        rq += ps->lead ? ps->nchunks : 0;
-        ps->sreq = rq;
-        rq += (size_t)ps->nchunks * (size_t)ps->nout;
+        for (int m = 0; ps->lead && m < ps->nmsg; m++)
+            p->rx_slot[ps->rx0 + m] = i;
+        ps->sreq = sq;
+        sq += (size_t)ps->nmsg * (size_t)ps->nout;
     }
     fail = MPI_Comm_dup(t->rail, &p->rail) != MPI_SUCCESS ||
            MPI_Comm_dup(t->node, &p->node) != MPI_SUCCESS;
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
     if (fail) {
         rc = DMUON_FAIL(DMUON_ECOMM, "MPI_Comm_dup of the rail or node communicator failed");
+        goto fail;
+    }
+    fail = pipeline_init(p) != 0;
+    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
+    if (fail) {
+        rc = DMUON_FAIL(DMUON_ECOMM, "publish: building the rail's persistent requests "
+                        "(MPI_Recv_init / MPI_Send_init) failed");
         goto fail;
     }
     return DMUON_OK;
@@ -236,17 +309,17 @@ static void pub_free(mpi_pub *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->nmine; i++) {
-        param_state *ps = &p->mine[i];
-        for (int k = 0; ps->rreq && ps->lead && k < ps->nchunks; k++)
-            if (ps->rreq[k] != MPI_REQUEST_NULL) {
-                MPI_Cancel(&ps->rreq[k]);
-                MPI_Request_free(&ps->rreq[k]);
-            }
-        for (int k = 0; ps->sreq && k < ps->nchunks * ps->nout; k++)
-            if (ps->sreq[k] != MPI_REQUEST_NULL)
-                MPI_Request_free(&ps->sreq[k]);
-    }
+    /* an active receive (armed, not arrived) is cancelled first; a send
+     * still active after a failure completes in the background */
+    for (int i = 0; p->rx && i < p->nrx; i++)
+        if (p->rx[i] != MPI_REQUEST_NULL) {
+            if (!p->rx_done[i])
+                MPI_Cancel(&p->rx[i]);
+            MPI_Request_free(&p->rx[i]);
+        }
+    for (int i = 0; p->tx && i < p->ntx; i++)
+        if (p->tx[i] != MPI_REQUEST_NULL)
+            MPI_Request_free(&p->tx[i]);
     if (p->rail != MPI_COMM_NULL)
         MPI_Comm_free(&p->rail);
     if (p->node != MPI_COMM_NULL)
@@ -255,7 +328,12 @@ static void pub_free(mpi_pub *p)
         free(p->mine[i].tail);
     free(p->slot_of);
     free(p->mine);
-    free(p->req_mem);
+    free(p->rx);
+    free(p->tx);
+    free(p->rx_slot);
+    free(p->rx_done);
+    free(p->rx_idx);
+    free(p->touched);
     free(p->nl_params);
     free(p->nl_offs);
     free(p);
@@ -277,17 +355,59 @@ static void chunk_span(const mpi_pub *p, const param_state *ps, int k, unsigned 
     *bytes = (int)ps->chunks[k].bytes;
 }
 
-/* Sends chunk k of ps (bytes at ptr) to every destination of its route. */
-static dmuon_rc send_chunk(mpi_pub *p, param_state *ps, int k, unsigned char *ptr, int bytes)
+/* The bytes message m of ps travels in: chunks [m·group, (m + 1)·group)
+ * of the copy (the last chunk excluded), or for the last message the tail
+ * buffer, the last chunk with its step word. */
+static void msg_wire(const mpi_pub *p, const param_state *ps, int m, unsigned char **ptr,
+                     int *bytes)
+{
+    if (m < ps->nmsg - 1) {
+        const int k0 = m * ps->group;
+        const int k1 = k0 + ps->group < ps->nchunks - 1 ? k0 + ps->group : ps->nchunks - 1;
+        const dmuon_pub_chunk *a = &ps->chunks[k0], *b = &ps->chunks[k1 - 1];
+        *ptr = p->copy + a->offset;
+        *bytes = (int)(b->offset + b->bytes - a->offset);
+    } else {
+        *ptr = ps->tail;
+        *bytes = ps->tail_bytes + 8;
+    }
+}
+
+/* Builds the rail's persistent requests (see the top of the file): every
+ * receive of a led parameter from its previous hop, every send of a chunk
+ * to each destination of its route.  Returns 0, or −1 when an MPI call
+ * failed (what was built is freed by pub_free). */
+static int pipeline_init(mpi_pub *p)
 {
     const int R = p->topo->nodes;
-    for (int j = 0; j < ps->nout; j++) {
-        const int to = ps->fan ? (ps->owner_node + 1 + j) % R : ps->next;
-        if (MPI_Isend(ptr, bytes, MPI_BYTE, to, ps->idx, p->rail,
-                      &ps->sreq[(size_t)k * ps->nout + j]) != MPI_SUCCESS)
-            return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Isend of parameter %d to node %d "
-                              "failed", ps->idx, to);
+    for (int i = 0; i < p->nmine; i++) {
+        param_state *ps = &p->mine[i];
+        for (int m = 0; m < ps->nmsg; m++) {
+            unsigned char *ptr;
+            int bytes;
+            msg_wire(p, ps, m, &ptr, &bytes);
+            if (ps->lead && MPI_Recv_init(ptr, bytes, MPI_BYTE, ps->prev, ps->idx, p->rail,
+                                          &p->rx[ps->rx0 + m]) != MPI_SUCCESS)
+                return -1;
+            for (int j = 0; j < ps->nout; j++) {
+                const int to = ps->fan ? (ps->owner_node + 1 + j) % R : ps->next;
+                if (MPI_Send_init(ptr, bytes, MPI_BYTE, to, ps->idx, p->rail,
+                                  &ps->sreq[(size_t)m * ps->nout + j]) != MPI_SUCCESS)
+                    return -1;
+            }
+        }
     }
+    return 0;
+}
+
+/* Starts the prebuilt sends of messages [m0, m1) of ps to every
+ * destination of its route. */
+static dmuon_rc start_msgs(mpi_pub *p, param_state *ps, int m0, int m1)
+{
+    const int n = (m1 - m0) * ps->nout;
+    if (n > 0 && MPI_Startall(n, &ps->sreq[(size_t)m0 * ps->nout]) != MPI_SUCCESS)
+        return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Startall of parameter %d's sends "
+                          "(messages %d..%d) failed", ps->idx, m0, m1 - 1);
     return DMUON_OK;
 }
 
@@ -304,27 +424,16 @@ static dmuon_rc pub_begin(mpi_pub *p, int64_t step)
     p->step = step;
     p->open = 1;
     for (int i = 0; i < p->nmine; i++) {
-        param_state *ps = &p->mine[i];
-        ps->got = 0;
-        ps->round_done = 0;
-        if (!ps->lead)
-            continue;
-        for (int k = 0; k < ps->nchunks - 1; k++) {
-            unsigned char *ptr;
-            int bytes;
-            chunk_span(p, ps, k, &ptr, &bytes);
-            if (MPI_Irecv(ptr, bytes, MPI_BYTE, ps->prev, ps->idx, p->rail, &ps->rreq[k]) !=
-                MPI_SUCCESS)
-                goto comm;
-        }
-        if (MPI_Irecv(ps->tail, ps->tail_bytes + 8, MPI_BYTE, ps->prev, ps->idx, p->rail,
-                      &ps->rreq[ps->nchunks - 1]) != MPI_SUCCESS)
-            goto comm;
+        p->mine[i].got = 0;
+        p->mine[i].round_done = 0;
+    }
+    memset(p->rx_done, 0, (size_t)p->nrx);
+    if (p->nrx > 0 && MPI_Startall(p->nrx, p->rx) != MPI_SUCCESS) {
+        p->broken = 1;
+        return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Startall of step %lld's %d receives "
+                          "failed", (long long)step, p->nrx);
     }
     return DMUON_OK;
-comm:
-    p->broken = 1;
-    return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Irecv failed");
 }
 
 static dmuon_rc pub_post(mpi_pub *p, int param, int64_t step)
@@ -346,17 +455,10 @@ static dmuon_rc pub_post(mpi_pub *p, int param, int64_t step)
                           (long long)p->step);
     unsigned char *ptr;
     int bytes;
-    dmuon_rc rc = DMUON_OK;
-    for (int k = 0; k < ps->nchunks - 1 && rc == DMUON_OK; k++) {
-        chunk_span(p, ps, k, &ptr, &bytes);
-        rc = send_chunk(p, ps, k, ptr, bytes);
-    }
-    if (rc == DMUON_OK) {
-        chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
-        memcpy(ps->tail, ptr, (size_t)bytes);
-        memcpy(ps->tail + bytes, &step, 8);
-        rc = send_chunk(p, ps, ps->nchunks - 1, ps->tail, bytes + 8);
-    }
+    chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
+    memcpy(ps->tail, ptr, (size_t)bytes);
+    memcpy(ps->tail + bytes, &step, 8);
+    dmuon_rc rc = start_msgs(p, ps, 0, ps->nmsg);
     if (rc != DMUON_OK) {
         p->broken = 1;
         return rc;
@@ -366,46 +468,57 @@ static dmuon_rc pub_post(mpi_pub *p, int param, int64_t step)
     return pub_progress(p);
 }
 
-/* Advances one led parameter as far as its arrivals allow; *moved is set
- * when anything happened. */
-static dmuon_rc advance(mpi_pub *p, param_state *ps, int *moved)
+/* Forwards the messages of one led parameter that have arrived, in order
+ * (a later message that completed first waits for the ones before it: the
+ * next hop matches messages to receives in order), and completes its round
+ * with the last one. */
+static dmuon_rc advance(mpi_pub *p, param_state *ps)
 {
-    while (ps->got < ps->nchunks) {
-        int done = 0;
-        if (MPI_Test(&ps->rreq[ps->got], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Test failed");
-        if (!done)
-            return DMUON_OK;
-        *moved = 1;
+    const int m0 = ps->got;
+    while (ps->got < ps->nmsg && p->rx_done[ps->rx0 + ps->got])
+        ps->got++;
+    if (ps->got == m0)
+        return DMUON_OK;
+    if (ps->got == ps->nmsg) {
         unsigned char *ptr;
         int bytes;
-        chunk_span(p, ps, ps->got, &ptr, &bytes);
-        if (ps->got < ps->nchunks - 1) {
-            DMUON_TRY(send_chunk(p, ps, ps->got, ptr, bytes));
-        } else {
-            memcpy(ptr, ps->tail, (size_t)bytes);
-            memcpy(&ps->in_step, ps->tail + bytes, 8);
-            DMUON_TRY(send_chunk(p, ps, ps->got, ps->tail, bytes + 8));
-            ps->flag = ps->in_step;
-            ps->round_done = 1;
-        }
-        ps->got++;
+        chunk_span(p, ps, ps->nchunks - 1, &ptr, &bytes);
+        memcpy(ptr, ps->tail, (size_t)bytes);
+        memcpy(&ps->in_step, ps->tail + bytes, 8);
+    }
+    DMUON_TRY(start_msgs(p, ps, m0, ps->got));
+    if (ps->got == ps->nmsg) {
+        ps->flag = ps->in_step;
+        ps->round_done = 1;
     }
     return DMUON_OK;
 }
 
+/* One pass of the rail's pipeline: one MPI_Testsome over its receives,
+ * then the forwards of what arrived. */
 static dmuon_rc pub_progress(mpi_pub *p)
 {
-    if (!p->open)
+    if (!p->open || p->nrx == 0)
         return DMUON_OK;
-    for (int i = 0; i < p->nmine; i++) {
-        int moved = 0;
-        if (p->mine[i].lead) {
-            dmuon_rc rc = advance(p, &p->mine[i], &moved);
-            if (rc != DMUON_OK) {
-                p->broken = 1;
-                return rc;
-            }
+    int outc = 0;
+    if (MPI_Testsome(p->nrx, p->rx, &outc, p->rx_idx, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+        p->broken = 1;
+        return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Testsome failed");
+    }
+    if (outc == MPI_UNDEFINED)
+        return DMUON_OK;   /* every receive of the step is in */
+    int ntouched = 0;
+    for (int j = 0; j < outc; j++) {
+        const int r = p->rx_idx[j], slot = p->rx_slot[r];
+        p->rx_done[r] = 1;
+        if (ntouched == 0 || p->touched[ntouched - 1] != slot)
+            p->touched[ntouched++] = slot;
+    }
+    for (int j = 0; j < ntouched; j++) {
+        dmuon_rc rc = advance(p, &p->mine[p->touched[j]]);
+        if (rc != DMUON_OK) {
+            p->broken = 1;
+            return rc;
         }
     }
     return DMUON_OK;
@@ -423,10 +536,9 @@ static dmuon_rc late(const mpi_pub *p, const param_state *ps, int64_t step)
 {
     const dmuon_topo *t = p->topo;
     return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d, owner rank %d) of step "
-                      "%lld: %d of %d chunks arrived from rank %d (node %d) within the %d ms "
-                      "deadline; the arrival flag holds step %lld", ps->idx, t->local,
-                      (int)p->params[ps->idx].owner, (long long)step,
-                      ps->got < ps->nchunks ? ps->got : ps->nchunks, ps->nchunks,
+                      "%lld: %d of %d messages arrived from rank %d (node %d) within the %d "
+                      "ms deadline; the arrival flag holds step %lld", ps->idx, t->local,
+                      (int)p->params[ps->idx].owner, (long long)step, ps->got, ps->nmsg,
                       dmuon_topo_rank_of(t->per_node, ps->prev, t->local), ps->prev,
                       p->deadline_ms, (long long)ps->flag);
 }
@@ -462,34 +574,40 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
     if (!p->open || step != p->step)
         return DMUON_FAIL(DMUON_EINVAL, "publish: end of step %lld, but step %lld is open",
                           (long long)step, (long long)p->step);
+    for (int i = 0; i < p->nmine; i++)
+        if (!p->mine[i].lead && !p->mine[i].round_done) {
+            p->broken = 1;
+            return DMUON_FAIL(DMUON_EINVAL, "publish: step %lld ended before this rank "
+                              "posted its parameter %d", (long long)step, p->mine[i].idx);
+        }
+    /* every round in (each pass moves the pipeline once), then every send
+     * taken: one test of the rail's sends per pass */
     dmuon_waiter w;
     dmuon_waiter_start(&w, p->deadline_ms);
-    for (int i = 0; i < p->nmine; i++) {
-        param_state *ps = &p->mine[i];
-        for (;;) {
-            DMUON_TRY(pub_progress(p));
-            int done = ps->lead ? ps->round_done : 1;
-            if (done && ps->nout > 0 && (ps->lead || ps->round_done)) {
-                int all = 0;
-                if (MPI_Testall(ps->nchunks * ps->nout, ps->sreq, &all, MPI_STATUSES_IGNORE) !=
-                    MPI_SUCCESS) {
-                    p->broken = 1;
-                    return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Testall failed");
-                }
-                done = all;
-            }
-            if (!ps->lead && !ps->round_done) {
-                p->broken = 1;
-                return DMUON_FAIL(DMUON_EINVAL, "publish: step %lld ended before this rank "
-                                  "posted its parameter %d", (long long)step, ps->idx);
-            }
-            if (done)
-                break;
-            if (dmuon_waiter_expired(&w)) {
-                p->broken = 1;
-                if (ps->lead && !ps->round_done)
-                    return late(p, ps, step);
-                const dmuon_topo *t = p->topo;
+    int next = 0;   /* the first led parameter whose round may still be out */
+    for (;;) {
+        DMUON_TRY(pub_progress(p));
+        while (next < p->nmine && (!p->mine[next].lead || p->mine[next].round_done))
+            next++;
+        int done = 0;
+        if (next == p->nmine &&
+            MPI_Testall(p->ntx, p->tx, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+            p->broken = 1;
+            return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Testall failed");
+        }
+        if (done)
+            break;
+        if (dmuon_waiter_expired(&w)) {
+            p->broken = 1;
+            if (next < p->nmine)
+                return late(p, &p->mine[next], step);
+            const dmuon_topo *t = p->topo;
+            for (int i = 0; i < p->nmine; i++) {
+                const param_state *ps = &p->mine[i];
+                int all = 1;
+                if (ps->nout == 0 || MPI_Testall(ps->nmsg * ps->nout, ps->sreq, &all,
+                                                 MPI_STATUSES_IGNORE) != MPI_SUCCESS || all)
+                    continue;
                 if (ps->fan)
                     return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d) could "
                                       "not be sent to the leaders of the other %d nodes within "
@@ -501,8 +619,11 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
                                   dmuon_topo_rank_of(t->per_node, ps->next, t->local), ps->next,
                                   p->deadline_ms);
             }
-            dmuon_waiter_idle(&w);
+            return DMUON_FAIL(DMUON_ETIMEOUT, "publish: rank %d: the sends of step %lld on rail "
+                              "%d were not taken within the %d ms deadline", t->rank,
+                              (long long)step, t->local, p->deadline_ms);
         }
+        dmuon_waiter_idle(&w);
     }
     p->open = 0;
     for (int i = 0; i < p->nmine; i++)

@@ -96,8 +96,9 @@ dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segmen
  * rail overlapping in the copy, more parameters than MPI tags, mem over
  * another topology or backend, copy_offset negative, not a multiple of 8,
  * the copy not inside mem, or, for the scheduled publish on mpi,
- * $DMUON_PUBLISH_FANOUT_BYTES not the same non-negative decimal on every
- * rank), DMUON_EUNSUPPORTED (t->backend not built),
+ * $DMUON_PUBLISH_FANOUT_BYTES or $DMUON_PUBLISH_MESSAGE_BYTES not the same
+ * non-negative decimal on every rank, the latter at most 2^30),
+ * DMUON_EUNSUPPORTED (t->backend not built),
  * DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach create's
  * agreements, dmuon/ctl.h, within the default deadline).  On failure *out
  * is NULL. */
@@ -121,10 +122,13 @@ dmuon_algo dmuon_publish_algo(const dmuon_publish *p);
  * valid until dmuon_publish_free.  The scheduled publish on mpi sends a
  * parameter of at most $DMUON_PUBLISH_FANOUT_BYTES (default 512 KiB) from
  * its owner to every leader directly instead of along the chain, in the
- * same chunks (docs/operators.md, "Publish routes"). */
+ * same chunks, and a chain parameter in messages of several whole chunks
+ * (up to $DMUON_PUBLISH_MESSAGE_BYTES, default 1 MiB) with its last chunk
+ * alone (docs/operators.md, "Publish routes"). */
 const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p);
 
-/* Arms the receives of step `step` (> the previous step).  Errors:
+/* Arms the receives of step `step` (> the previous step; on mpi, starts
+ * the rail's receives that create built as persistent requests).  Errors:
  * DMUON_EINVAL (step not increasing, or the previous step not ended),
  * DMUON_ECOMM (an MPI call failed, or the publish failed before). */
 dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step);

@@ -1,9 +1,11 @@
 /*
  * mpiprof.c — a profiling shim for the operators (LD_PRELOAD, PMPI): per
  * rank, the messages posted (count, bytes, how many above the TCP eager
- * size), the MPI_Test calls and how many completed something, the time
+ * size; a start of a persistent request counts as one), the MPI_Test and
+ * MPI_Testsome calls and how many completed something, the time
  * spent inside MPI_Test / MPI_Testall, and the idle waits (sched_yield,
- * nanosleep and their time).  Printed by every rank at MPI_Finalize as one
+ * nanosleep and their time), and the process CPU time (user + system,
+ * every thread) in the timed windows.  Printed by every rank at MPI_Finalize as one
  * line "mpiprof rank R host H: ...".  The same counters are also kept for
  * the timed windows of dmuon-bench alone — from the return of each
  * MPI_Barrier to the next MPI_Allreduce, which is how the driver brackets
@@ -23,7 +25,7 @@
 
 typedef struct {
     long isend, isend_big, irecv, test, test_done, testall, yield, sleep;
-    long long isend_bytes, test_ns, yield_ns, sleep_ns;
+    long long isend_bytes, test_ns, yield_ns, sleep_ns, cpu_ns;
 } counters;
 static counters st, win;       /* whole run; timed windows together */
 static counters *cur[2] = {&st, NULL};
@@ -39,6 +41,15 @@ static long long now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+/* CPU time of the whole process (every thread, user + system). */
+static long long cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+static long long win_cpu0;
 
 int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,
               MPI_Request *req)
@@ -58,6 +69,117 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm 
     return PMPI_Irecv(buf, count, dt, src, tag, comm, req);
 }
 
+/* Persistent requests: a start of one made by MPI_Send_init counts as an
+ * isend of its bytes, of one made by MPI_Recv_init as an irecv.  The kind
+ * and bytes of each persistent request live in an open-addressing table
+ * keyed by the request handle (a freed handle is marked, so a reused one
+ * is looked up afresh). */
+#define PTAB (1 << 18)
+static struct {
+    MPI_Request r;
+    long long bytes;         /* −1: a receive; −2: freed */
+    int used;
+} ptab[PTAB];
+
+static size_t pslot(MPI_Request r)
+{
+    size_t h = ((size_t)(uintptr_t)r >> 4) * 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < PTAB; i++) {
+        size_t j = (h + i) & (PTAB - 1);
+        if (!ptab[j].used || ptab[j].r == r)
+            return j;
+    }
+    return PTAB;
+}
+
+static void pset(MPI_Request r, long long bytes)
+{
+    size_t j = pslot(r);
+    if (j < PTAB) {
+        ptab[j].r = r;
+        ptab[j].bytes = bytes;
+        ptab[j].used = 1;
+    }
+}
+
+static void pstart(MPI_Request r)
+{
+    size_t j = pslot(r);
+    if (j == PTAB || !ptab[j].used || ptab[j].bytes == -2)
+        return;
+    if (ptab[j].bytes == -1) {
+        ADD(irecv, 1);
+    } else {
+        ADD(isend, 1);
+        ADD(isend_bytes, ptab[j].bytes);
+        ADD(isend_big, ptab[j].bytes > eager);
+    }
+}
+
+int MPI_Send_init(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,
+                  MPI_Request *req)
+{
+    int sz = 1;
+    MPI_Type_size(dt, &sz);
+    int rc = PMPI_Send_init(buf, count, dt, dest, tag, comm, req);
+    if (rc == MPI_SUCCESS)
+        pset(*req, (long long)count * sz);
+    return rc;
+}
+
+int MPI_Recv_init(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm,
+                  MPI_Request *req)
+{
+    int rc = PMPI_Recv_init(buf, count, dt, src, tag, comm, req);
+    if (rc == MPI_SUCCESS)
+        pset(*req, -1);
+    return rc;
+}
+
+/* A start may hand back another handle (Open MPI's ob1 replaces a
+ * persistent request whose previous use its transport still holds): the
+ * kind and bytes move to the new one. */
+static void pmoved(MPI_Request was, MPI_Request now)
+{
+    size_t j = pslot(was);
+    if (was != now && j < PTAB && ptab[j].used)
+        pset(now, ptab[j].bytes);
+}
+
+int MPI_Start(MPI_Request *req)
+{
+    MPI_Request was = *req;
+    pstart(was);
+    int rc = PMPI_Start(req);
+    pmoved(was, *req);
+    return rc;
+}
+
+int MPI_Startall(int n, MPI_Request *reqs)
+{
+    MPI_Request was[64];
+    int rc = MPI_SUCCESS;
+    for (int i0 = 0; i0 < n && rc == MPI_SUCCESS; i0 += 64) {
+        const int m = n - i0 < 64 ? n - i0 : 64;
+        for (int i = 0; i < m; i++) {
+            was[i] = reqs[i0 + i];
+            pstart(was[i]);
+        }
+        rc = PMPI_Startall(m, reqs + i0);
+        for (int i = 0; i < m; i++)
+            pmoved(was[i], reqs[i0 + i]);
+    }
+    return rc;
+}
+
+int MPI_Request_free(MPI_Request *req)
+{
+    size_t j = pslot(*req);
+    if (j < PTAB && ptab[j].used)
+        ptab[j].bytes = -2;   /* freed: starts of a reused handle are not counted */
+    return PMPI_Request_free(req);
+}
+
 int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
 {
     int was_null = *req == MPI_REQUEST_NULL;
@@ -66,6 +188,16 @@ int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
     ADD(test_ns, now_ns() - t0);
     ADD(test, 1);
     ADD(test_done, *flag && !was_null);
+    return rc;
+}
+
+int MPI_Testsome(int n, MPI_Request *reqs, int *outc, int *idx, MPI_Status *statuses)
+{
+    long long t0 = now_ns();
+    int rc = PMPI_Testsome(n, reqs, outc, idx, statuses);
+    ADD(test_ns, now_ns() - t0);
+    ADD(test, 1);
+    ADD(test_done, *outc != MPI_UNDEFINED ? *outc : 0);
     return rc;
 }
 
@@ -107,6 +239,7 @@ int MPI_Barrier(MPI_Comm comm)
     int rc = PMPI_Barrier(comm);
     cur[1] = &win;
     win_t0 = now_ns();
+    win_cpu0 = cpu_ns();
     return rc;
 }
 
@@ -114,6 +247,7 @@ int MPI_Allreduce(const void *in, void *out, int n, MPI_Datatype dt, MPI_Op op, 
 {
     if (cur[1]) {
         win_ns += now_ns() - win_t0;
+        win.cpu_ns += cpu_ns() - win_cpu0;
         windows++;
         cur[1] = NULL;
     }
@@ -135,10 +269,10 @@ int MPI_Finalize(void)
         double w = (double)windows;
         fprintf(stderr, "mpiprof rank %d host %s: per call (%ld calls): %.2f ms; isend %.1f "
                 "(%.1f above eager) irecv %.1f test %.1f (%.1f completed, %.2f ms) yield %.1f "
-                "(%.2f ms) sleep %.1f (%.2f ms)\n", rank, host, windows, win_ns / 1e6 / w,
+                "(%.2f ms) sleep %.1f (%.2f ms) cpu %.2f ms\n", rank, host, windows, win_ns / 1e6 / w,
                 win.isend / w, win.isend_big / w, win.irecv / w, win.test / w,
                 win.test_done / w, win.test_ns / 1e6 / w, win.yield / w, win.yield_ns / 1e6 / w,
-                win.sleep / w, win.sleep_ns / 1e6 / w);
+                win.sleep / w, win.sleep_ns / 1e6 / w, win.cpu_ns / 1e6 / w);
     }
     return PMPI_Finalize();
 }

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The chain route's messages across namespace hosts: a chain parameter
+# travels in messages of whole chunks of up to $DMUON_PUBLISH_MESSAGE_BYTES
+# (default 1 MiB), then its last chunk alone; 0 sends one chunk per message.
+# dmuon-verify checks the publish bit for bit on 4 hosts x 2 with every
+# parameter on the chain (fan-out limit 0) under the default, a size that
+# is not a multiple of the chunk, and 0.  The PMPI shim of tests/cluster/prof
+# counts one step on 2 hosts x 2 (R = 2: the chain only): larger messages
+# mean fewer of them and some above the eager size, one chunk per message
+# none above it.  Ranks that disagree, and a value above 1 GiB, are refused.
+source "$(dirname "$0")/../cli/lib.sh"
+C="$DMUON_ROOT/tests/cluster/cluster.sh"
+P="$DMUON_ROOT/tests/cluster/prof/run.sh"
+V="$DMUON_BIN/dmuon-verify"
+MPIRUN='mpirun --bind-to none --mca mpi_yield_when_idle 1 -np $DMUON_CLUSTER_NP --host $DMUON_CLUSTER_HOSTS'
+export DMUON_DEADLINE_MS=60000
+unset DMUON_RANKS_PER_NODE DMUON_PUBLISH_FANOUT_BYTES DMUON_PUBLISH_MESSAGE_BYTES
+
+if ! why=$("$C" --check 2>&1); then
+    skip "the cluster tests need root and network namespaces: $why"
+    finish
+    exit
+fi
+
+# --- bit for bit on the chain, per message size --------------------------
+for mb in default 200000 0; do
+    env=$([ $mb = default ] || echo "-x DMUON_PUBLISH_MESSAGE_BYTES=$mb")
+    run timeout 300 "$C" -q --hosts 4 --ranks 2 -- \
+        sh -c "$MPIRUN -x DMUON_PUBLISH_FANOUT_BYTES=0 $env $V --op publish --line ours"
+    check_rc 0 "message bytes $mb: dmuon-verify --op publish passes on 4 hosts x 2 (chain)"
+    check_out '^dmuon-verify: [0-9]+ passed, 0 failed(, [0-9]+ skipped)? \(8 ranks as 4 nodes x 2' \
+        "message bytes $mb: summary line"
+done
+
+# --- messages of one step (whole run: 2 steps) ----------------------------
+# per rank "isends above-eager", summed over the ranks
+count() { sed -nE 's/^n[0-9]+ rank [0-9]+: isend ([0-9]+) \([0-9]+ bytes, ([0-9]+) above eager\).*/\1 \2/p' "$1" |
+          awk '{s += $1; b += $2; n++} END {print n, s, b}'; }
+for mb in default 0; do
+    extra=$([ $mb = default ] || echo "-x DMUON_PUBLISH_MESSAGE_BYTES=$mb")
+    MPIRUN_EXTRA="$extra" run timeout 300 "$P" 2 2 -b 1M -e 1M --op publish --lines ours \
+        -w 0 -n 2 --launches 1
+    check_rc 0 "message bytes $mb: the publish under the shim"
+    count "$T_TMP/out" > "$T_TMP/$mb"
+done
+read -r nd sd bd < "$T_TMP/default"
+read -r n0 s0 b0 < "$T_TMP/0"
+check_eq "$nd $n0" "4 4" "every rank reports its calls, both runs"
+check_eq "$([ "$s0" -gt 0 ] && [ "$sd" -lt "$s0" ] && echo fewer || echo "$sd vs $s0")" fewer \
+    "the default sends fewer messages than one chunk per message"
+check_eq "$([ "$bd" -gt 0 ] && echo some || echo none)" some \
+    "the default sends messages above the eager size"
+check_eq "$b0" 0 "one chunk per message: none above the eager size"
+
+# --- the size must agree and be in range ----------------------------------
+run timeout 120 "$C" -q --hosts 2 --ranks 2 -- \
+    sh -c "$MPIRUN sh -c 'DMUON_PUBLISH_MESSAGE_BYTES=\$((OMPI_COMM_WORLD_RANK * 70000)) exec $V --op publish --line ours'"
+check_rc 2 "ranks with different message sizes fail"
+check_err 'DMUON_PUBLISH_MESSAGE_BYTES: expected the same non-negative number of bytes of at most 1073741824 on every rank' \
+    "the disagreement is named"
+run timeout 120 "$C" -q --hosts 2 --ranks 2 -- \
+    sh -c "$MPIRUN -x DMUON_PUBLISH_MESSAGE_BYTES=2147483648 $V --op publish --line ours"
+check_rc 2 "a size above 1 GiB fails"
+check_err "this rank: '2147483648'" "the bad value is named"
+finish
