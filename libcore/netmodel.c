@@ -29,7 +29,7 @@ static const char *const param_names[DMUON_NP_COUNT] = {
     "intra_bw",  "intra_lat", "rail_bw",    "node_bw",     "hop_lat",   "chunk_oh",
     "call_oh",   "red_bw",    "ring_eff",   "ring_chunk",  "base_lat",  "lat_ll",
     "lat_ll128", "lat_simple", "nccl_red_bw", "channels",  "ch_bytes",  "coal_slices",
-    "lat_ring"};
+    "lat_ring",  "hop_bw"};
 static const char *const line_names[DMUON_NET_LINE_COUNT] = {
     "ours", "per_owner", "coalesced", "equal_length", "root"};
 
@@ -201,6 +201,8 @@ static double message(replay *r, int a, int z, int s, double b, double t, double
     r->rail_rx[rz] = in - hold + tr;
     r->node_rx[z] = in - hold + tn;
     *full = in + v[DMUON_NP_HOP_LAT];
+    if (v[DMUON_NP_HOP_BW] > 0)
+        *full += b / m / v[DMUON_NP_HOP_BW];   /* per chunk, holding no port */
     return *full - hold * (m - 1) / m;
 }
 
@@ -932,7 +934,7 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
                              i != DMUON_NP_CALL_OH && i != DMUON_NP_BASE_LAT &&
                              i != DMUON_NP_LAT_LL && i != DMUON_NP_LAT_LL128 &&
                              i != DMUON_NP_LAT_SIMPLE && i != DMUON_NP_NCCL_RED_BW &&
-                             i != DMUON_NP_LAT_RING &&
+                             i != DMUON_NP_LAT_RING && i != DMUON_NP_HOP_BW &&
                              ((i != DMUON_NP_CHANNELS && i != DMUON_NP_CH_BYTES &&
                                i != DMUON_NP_COAL_SLICES) || !p->tree) &&
                              v[i] <= 0))

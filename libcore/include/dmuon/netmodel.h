@@ -120,6 +120,9 @@ enum {
     DMUON_NP_LAT_RING,     /* s: one all-gather / reduce-scatter ring step on top of
                               the protocol's step latency (fitted: a ring step
                               of the 16-GPU cells costs more than a broadcast's) */
+    DMUON_NP_HOP_BW,       /* bytes/s: ours, a chunk's latency per byte on each
+                              cross-node hop on top of its port time, holding no
+                              port (0: none) */
     DMUON_NP_COUNT
 };
 
