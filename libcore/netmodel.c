@@ -29,7 +29,7 @@ static const char *const param_names[DMUON_NP_COUNT] = {
     "intra_bw",  "intra_lat", "rail_bw",    "node_bw",     "hop_lat",   "chunk_oh",
     "call_oh",   "red_bw",    "ring_eff",   "ring_chunk",  "base_lat",  "lat_ll",
     "lat_ll128", "lat_simple", "nccl_red_bw", "channels",  "ch_bytes",  "coal_slices",
-    "lat_ring",  "hop_bw"};
+    "lat_ring",  "hop_bw",    "pub_fanout"};
 static const char *const line_names[DMUON_NET_LINE_COUNT] = {
     "ours", "per_owner", "coalesced", "equal_length", "root"};
 
@@ -137,6 +137,8 @@ typedef struct {
     int *srail;                 /* per stream: its rail */
     const dmuon_sched *cs;      /* the schedule replayed (gather, reduce) */
     const dmuon_pub_sched *ps;  /* or the publish schedule */
+    unsigned char *sfan;        /* publish: per stream, 1 when it takes the fan-out
+                                   route (NULL: none does) */
     int *rin, *rout;            /* scratch: one route (R entries each) */
     int *need;                  /* per job: inputs still to arrive */
     double *ready;              /* per job: latest input arrival (of its first part, when
@@ -162,8 +164,20 @@ static int route_at(replay *r, int st, int node, int *nout)
     if (r->cs)
         return dmuon_sched_route(r->cs, st / r->K, node, r->rin, r->rout, nout);
     int prev = -1, next = -1, nin = 0;
-    dmuon_pub_sched_hop(r->ps, st, node, &prev, &next);
     *nout = 0;
+    if (r->sfan && r->sfan[st]) {
+        /* fan-out: the owner's node sends to the R − 1 others itself, in
+         * the order of mpi_publish.c (owner's node + 1, + 2, ...) */
+        int q = r->ps->params[st].route[0];
+        if (node != q) {
+            r->rin[0] = q;
+            return 1;
+        }
+        for (int j = 0; j < r->R - 1; j++)
+            r->rout[(*nout)++] = (q + 1 + j) % r->R;
+        return 0;
+    }
+    dmuon_pub_sched_hop(r->ps, st, node, &prev, &next);
     if (prev >= 0)
         r->rin[nin++] = prev;
     if (next >= 0)
@@ -299,6 +313,7 @@ static void replay_free(replay *r)
     free(r->node_tx);
     free(r->node_rx);
     free(r->node_in);
+    free(r->sfan);
     free(r->h.v);
 }
 
@@ -524,10 +539,21 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
     DMUON_TRY(replay_alloc(&r, p, R, K, 2, s->nparams, nc));
     r.ps = s;
     r.cnt = cnt;
+    double fan = p->v[DMUON_NP_PUB_FANOUT];
+    if (R > 2 && fan > 0 && !(r.sfan = calloc((size_t)s->nparams + 1, 1))) {
+        replay_free(&r);
+        return DMUON_FAIL(DMUON_ENOMEM, "network model: out of memory");
+    }
     counts_zero(cnt, R, K);
     int64_t c = 0;
     for (int i = 0; i < s->nparams; i++) {
         const dmuon_pub_param *pp = &s->params[i];
+        if (r.sfan) {
+            double pb = 0;
+            for (int k = 0; k < pp->nchunks; k++)
+                pb += (double)s->chunks[pp->first + k].bytes;
+            r.sfan[i] = pb <= fan;
+        }
         r.sfirst[i] = c;
         r.srail[i] = pp->rail;
         if (pp->nchunks)
@@ -935,6 +961,7 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
                              i != DMUON_NP_LAT_LL && i != DMUON_NP_LAT_LL128 &&
                              i != DMUON_NP_LAT_SIMPLE && i != DMUON_NP_NCCL_RED_BW &&
                              i != DMUON_NP_LAT_RING && i != DMUON_NP_HOP_BW &&
+                             i != DMUON_NP_PUB_FANOUT &&
                              ((i != DMUON_NP_CHANNELS && i != DMUON_NP_CH_BYTES &&
                                i != DMUON_NP_COAL_SLICES) || !p->tree) &&
                              v[i] <= 0))
@@ -1241,6 +1268,7 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
         p->v[DMUON_NP_CHANNELS] = 1;           /* not used by the trees */
         p->v[DMUON_NP_CH_BYTES] = 64 * 1024;
         p->v[DMUON_NP_COAL_SLICES] = 1;
+        p->v[DMUON_NP_PUB_FANOUT] = 512 * 1024;   /* the MPI backend's default route */
         p->mcast = 0;
         p->tree = 1;
         *free_mask = DMUON_NP_OURS_MASK | (1u << DMUON_NP_RING_EFF) |

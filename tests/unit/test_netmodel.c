@@ -282,6 +282,35 @@ static void test_publish_chain(void **state)
     assert_true(fabs(t - 36e-6) < 1e-12);
 }
 
+/* The MPI backend's fan-out route: on 4 nodes × 1 a parameter of 1000
+ * bytes owned by rank 0 goes from node 0 to nodes 1, 2, 3 itself when
+ * pub_fanout >= 1000.  The owner issues its sends 1 us apart (chunk_oh)
+ * but its rail port serves them one after the other, 10 us each: they
+ * arrive at 16, 26, 36 us, the last leader is done at 37: 40 us with the
+ * call; the owner's rail carries 3000 bytes in 3 messages.  One byte
+ * under the limit the chain runs: 3 hops of 1 + 15, the last leader's 1
+ * and the call: 52 us, 3000 bytes over three rails. */
+static void test_publish_fanout(void **state)
+{
+    dmuon_net_params p = simple();
+    dmuon_segment s = {0, DMUON_BF16, 0, 500, 0};
+    double rail[4], nodeb[4];
+    dmuon_net_counts cnt = {rail, nodeb, 0};
+    dmuon_sched_opts so = {DMUON_PATH_AUTO, 0, 0};
+    dmuon_net_case c = {DMUON_NET_PUBLISH, 4, 1, &s, 1, NULL, &so, &cnt, 0};
+    p.v[DMUON_NP_PUB_FANOUT] = 1000;
+    double t = 0;
+    assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_OK);
+    assert_true(fabs(t - 40e-6) < 1e-12);
+    assert_int_equal(cnt.messages, 3);
+    assert_true(rail[0] == 3000 && rail[1] == 0 && rail[2] == 0 && rail[3] == 0);
+    p.v[DMUON_NP_PUB_FANOUT] = 999;
+    assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_OK);
+    assert_true(fabs(t - 52e-6) < 1e-12);
+    assert_int_equal(cnt.messages, 3);
+    assert_true(rail[0] == 1000 && rail[1] == 1000 && rail[2] == 1000 && rail[3] == 0);
+}
+
 /* The fit finds parameters that reproduce cells generated from known
  * ones, starting elsewhere. */
 static void test_fit_recovers(void **state)
@@ -351,7 +380,7 @@ int main(void)
         cmocka_unit_test(test_chain_pipelines),  cmocka_unit_test(test_baselines),
         cmocka_unit_test(test_publish_chain),    cmocka_unit_test(test_fit_recovers),
         cmocka_unit_test(test_names),            cmocka_unit_test(test_monotone),
-        cmocka_unit_test(test_replay_counts),
+        cmocka_unit_test(test_replay_counts),    cmocka_unit_test(test_publish_fanout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
