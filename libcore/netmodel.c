@@ -28,7 +28,8 @@
 static const char *const param_names[DMUON_NP_COUNT] = {
     "intra_bw",  "intra_lat", "rail_bw",    "node_bw",     "hop_lat",   "chunk_oh",
     "call_oh",   "red_bw",    "ring_eff",   "ring_chunk",  "base_lat",  "lat_ll",
-    "lat_ll128", "lat_simple", "nccl_red_bw", "channels",  "ch_bytes",  "coal_slices"};
+    "lat_ll128", "lat_simple", "nccl_red_bw", "channels",  "ch_bytes",  "coal_slices",
+    "lat_ring",  "hop_bw",    "pub_fanout"};
 static const char *const line_names[DMUON_NET_LINE_COUNT] = {
     "ours", "per_owner", "coalesced", "equal_length", "root"};
 
@@ -136,6 +137,8 @@ typedef struct {
     int *srail;                 /* per stream: its rail */
     const dmuon_sched *cs;      /* the schedule replayed (gather, reduce) */
     const dmuon_pub_sched *ps;  /* or the publish schedule */
+    unsigned char *sfan;        /* publish: per stream, 1 when it takes the fan-out
+                                   route (NULL: none does) */
     int *rin, *rout;            /* scratch: one route (R entries each) */
     int *need;                  /* per job: inputs still to arrive */
     double *ready;              /* per job: latest input arrival (of its first part, when
@@ -161,8 +164,20 @@ static int route_at(replay *r, int st, int node, int *nout)
     if (r->cs)
         return dmuon_sched_route(r->cs, st / r->K, node, r->rin, r->rout, nout);
     int prev = -1, next = -1, nin = 0;
-    dmuon_pub_sched_hop(r->ps, st, node, &prev, &next);
     *nout = 0;
+    if (r->sfan && r->sfan[st]) {
+        /* fan-out: the owner's node sends to the R − 1 others itself, in
+         * the order of mpi_publish.c (owner's node + 1, + 2, ...) */
+        int q = r->ps->params[st].route[0];
+        if (node != q) {
+            r->rin[0] = q;
+            return 1;
+        }
+        for (int j = 0; j < r->R - 1; j++)
+            r->rout[(*nout)++] = (q + 1 + j) % r->R;
+        return 0;
+    }
+    dmuon_pub_sched_hop(r->ps, st, node, &prev, &next);
     if (prev >= 0)
         r->rin[nin++] = prev;
     if (next >= 0)
@@ -200,6 +215,8 @@ static double message(replay *r, int a, int z, int s, double b, double t, double
     r->rail_rx[rz] = in - hold + tr;
     r->node_rx[z] = in - hold + tn;
     *full = in + v[DMUON_NP_HOP_LAT];
+    if (v[DMUON_NP_HOP_BW] > 0)
+        *full += b / m / v[DMUON_NP_HOP_BW];   /* per chunk, holding no port */
     return *full - hold * (m - 1) / m;
 }
 
@@ -296,6 +313,7 @@ static void replay_free(replay *r)
     free(r->node_tx);
     free(r->node_rx);
     free(r->node_in);
+    free(r->sfan);
     free(r->h.v);
 }
 
@@ -521,10 +539,21 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
     DMUON_TRY(replay_alloc(&r, p, R, K, 2, s->nparams, nc));
     r.ps = s;
     r.cnt = cnt;
+    double fan = p->v[DMUON_NP_PUB_FANOUT];
+    if (R > 2 && fan > 0 && !(r.sfan = calloc((size_t)s->nparams + 1, 1))) {
+        replay_free(&r);
+        return DMUON_FAIL(DMUON_ENOMEM, "network model: out of memory");
+    }
     counts_zero(cnt, R, K);
     int64_t c = 0;
     for (int i = 0; i < s->nparams; i++) {
         const dmuon_pub_param *pp = &s->params[i];
+        if (r.sfan) {
+            double pb = 0;
+            for (int k = 0; k < pp->nchunks; k++)
+                pb += (double)s->chunks[pp->first + k].bytes;
+            r.sfan[i] = pb <= fan;
+        }
         r.sfirst[i] = c;
         r.srail[i] = pp->rail;
         if (pp->nchunks)
@@ -655,6 +684,7 @@ typedef struct {
     double st;      /* s: one ring step of one slice */
     double tail;    /* s: the rest of a channel's stream after its first slice */
     double whole;   /* s: the whole call alone */
+    double pick;    /* s: NCCL's tuner's prediction, which picks the protocol */
 } ring_cost;
 
 static double proto_lat(const dmuon_net_params *p, int R, int pr)
@@ -679,36 +709,67 @@ static double nccl_channels(const dmuon_net_params *p, ring_shape g, double blk)
     return dmax(1.0, dmin(c, g.chmax));
 }
 
-/* Seconds per byte of one channel: the link over the channels, the
- * protocol's payload fraction, ring_eff, and (red) the SM adds. */
-static double ch_cost(const dmuon_net_params *p, ring_shape g, int pr, int red)
+/* NCCL's cap on LL's bus bandwidth on Hopper (tuning.cc, llMaxBws: 39 GB/s
+ * on one or two nodes, 20.4 GB/s on more), for a call on all of
+ * `channels` channels: LL's 8-byte stores, half of them flags, cannot go
+ * faster whatever the links.  The model gives each channel its share,
+ * llMaxBw / channels, also when a small call runs on fewer (one channel's
+ * LL rate is the SM's, not a share of the link). */
+static double ll_max_bw(int R) { return R > 2 ? 20.4e9 : 39.0e9; }
+
+/* Seconds per byte of one channel of a call on R nodes: the link over the
+ * channels, the protocol's payload fraction, ring_eff (LL: no faster than
+ * its share of NCCL's cap), and (red) the SM adds. */
+static double ch_cost(const dmuon_net_params *p, ring_shape g, int pr, int red, int R)
 {
     const double *v = p->v;
-    double k = g.chmax / (g.link * v[DMUON_NP_RING_EFF] * proto_payload[pr]);
+    double rate = g.link * v[DMUON_NP_RING_EFF] * proto_payload[pr] / g.chmax;
+    if (pr == PR_LL)
+        rate = dmin(rate, ll_max_bw(R) / v[DMUON_NP_CHANNELS]);
+    double k = 1 / rate;
     if (red && v[DMUON_NP_NCCL_RED_BW] > 0)
         k += g.chmax / v[DMUON_NP_NCCL_RED_BW];
     return k;
 }
 
+/* NCCL's tuner (tuning.cc, ring algorithm, its Hopper-era constants): a
+ * call's predicted time is baseLat + nsteps · hwLat + bytes / bandwidth
+ * with baseLat {6.6, 14.0, 8.4} us for LL / LL128 / Simple and, per step,
+ * the network's hwLat {2.7, 4.0, 14.0} us once the ring crosses nodes (one
+ * node: NVLink's {0.6, 1.9, 3.4} us).  NCCL runs a rooted call with the
+ * protocol its tuner predicts fastest; the model times it with its own
+ * (fitted) step latencies. */
+static const double nccl_tuner_base[PR_COUNT] = {6.6e-6, 14.0e-6, 8.4e-6};
+
+static double nccl_tuner_step(int R, int pr)
+{
+    static const double net[PR_COUNT] = {2.7e-6, 4.0e-6, 14.0e-6};
+    static const double nvl[PR_COUNT] = {0.6e-6, 1.9e-6, 3.4e-6};
+    return R > 1 ? net[pr] : nvl[pr];
+}
+
 /* A rooted call (broadcast, or reduce with red) of b bytes along a ring of
  * n ranks whose links carry `link` bytes/s, R nodes: n − 1 pipelined steps
- * of one slice, then the rest of the stream; the protocol NCCL would pick
- * (the fastest). */
+ * of one slice, then the rest of the stream; the protocol NCCL's tuner
+ * picks (nccl_tuner_base: its constants, the model's bandwidth). */
 static ring_cost nccl_rooted(const dmuon_net_params *p, int R, int n, ring_shape g, double b,
                              int red)
 {
     const double *v = p->v;
-    ring_cost best = {0, 0, 0, INFINITY};
+    ring_cost best = {0, 0, 0, INFINITY, INFINITY};
     double nch = nccl_channels(p, g, b), cb = b / nch;
     for (int pr = 0; pr < PR_COUNT; pr++) {
-        double k = ch_cost(p, g, pr, red);
+        double k = ch_cost(p, g, pr, red, R);
         double step = pr == PR_SIMPLE ? v[DMUON_NP_RING_CHUNK] : proto_step[pr];
         double c = dmin(cb, step);
         ring_cost rc = {v[DMUON_NP_BASE_LAT],
-                        proto_lat(p, R, pr) + c * k, (cb - c) * k, 0};
+                        proto_lat(p, R, pr) + c * k, (cb - c) * k, 0, 0};
         rc.whole = rc.fixed + (n - 1) * rc.st + rc.tail;
-        if (rc.whole < best.whole)
+        double pick = nccl_tuner_base[pr] + n * nccl_tuner_step(R, pr) + cb * k;
+        if (pick < best.pick) {
             best = rc;
+            best.pick = pick;
+        }
     }
     return best;
 }
@@ -722,7 +783,7 @@ static double nccl_sliced(const dmuon_net_params *p, int R, int n, ring_shape g,
     double best = INFINITY, nch = nccl_channels(p, g, b), cb = b / nch;
     double c = cb / dmax(1.0, v[DMUON_NP_COAL_SLICES]);
     for (int pr = 0; pr < PR_COUNT; pr++) {
-        double k = ch_cost(p, g, pr, 0);
+        double k = ch_cost(p, g, pr, 0, R);
         best = dmin(best, v[DMUON_NP_BASE_LAT] + (n - 1) * (proto_lat(p, R, pr) + c * k) +
                               (cb - c) * k);
     }
@@ -740,7 +801,8 @@ static double nccl_ring(const dmuon_net_params *p, int R, int n, ring_shape g, d
     double best = INFINITY, nch = nccl_channels(p, g, blk), cb = blk / nch;
     for (int pr = 0; pr < PR_COUNT; pr++) {
         double t = v[DMUON_NP_BASE_LAT] +
-                   (n - 1) * (proto_lat(p, R, pr) + cb * ch_cost(p, g, pr, red));
+                   (n - 1) * (proto_lat(p, R, pr) + v[DMUON_NP_LAT_RING] +
+                              cb * ch_cost(p, g, pr, red, R));
         best = dmin(best, t);
     }
     return best;
@@ -898,6 +960,8 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
                              i != DMUON_NP_CALL_OH && i != DMUON_NP_BASE_LAT &&
                              i != DMUON_NP_LAT_LL && i != DMUON_NP_LAT_LL128 &&
                              i != DMUON_NP_LAT_SIMPLE && i != DMUON_NP_NCCL_RED_BW &&
+                             i != DMUON_NP_LAT_RING && i != DMUON_NP_HOP_BW &&
+                             i != DMUON_NP_PUB_FANOUT &&
                              ((i != DMUON_NP_CHANNELS && i != DMUON_NP_CH_BYTES &&
                                i != DMUON_NP_COAL_SLICES) || !p->tree) &&
                              v[i] <= 0))
@@ -1204,6 +1268,7 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
         p->v[DMUON_NP_CHANNELS] = 1;           /* not used by the trees */
         p->v[DMUON_NP_CH_BYTES] = 64 * 1024;
         p->v[DMUON_NP_COAL_SLICES] = 1;
+        p->v[DMUON_NP_PUB_FANOUT] = 512 * 1024;   /* the MPI backend's default route */
         p->mcast = 0;
         p->tree = 1;
         *free_mask = DMUON_NP_OURS_MASK | (1u << DMUON_NP_RING_EFF) |
@@ -1235,20 +1300,22 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
         p->v[DMUON_NP_RED_BW] = 1e12;
         p->v[DMUON_NP_RING_EFF] = 0.8;
         p->v[DMUON_NP_RING_CHUNK] = 512 * 1024;
-        p->v[DMUON_NP_BASE_LAT] = 5e-6;
-        p->v[DMUON_NP_LAT_LL] = 2e-6;
+        p->v[DMUON_NP_BASE_LAT] = 1e-6;
+        p->v[DMUON_NP_LAT_LL] = 2.7e-6;    /* from NCCL's tuner's step latencies */
         p->v[DMUON_NP_LAT_LL128] = 4e-6;
         p->v[DMUON_NP_LAT_SIMPLE] = 8e-6;
         p->v[DMUON_NP_NCCL_RED_BW] = 1e12;
         p->v[DMUON_NP_CHANNELS] = 16;
         p->v[DMUON_NP_CH_BYTES] = 64 * 1024;
         p->v[DMUON_NP_COAL_SLICES] = 8;
+        p->v[DMUON_NP_LAT_RING] = 1e-6;
         p->mcast = 1;
         *free_mask = (1u << DMUON_NP_INTRA_LAT) | (1u << DMUON_NP_CHUNK_OH) |
                      (1u << DMUON_NP_CALL_OH) | (1u << DMUON_NP_RED_BW) |
                      (1u << DMUON_NP_RING_EFF) | (1u << DMUON_NP_BASE_LAT) |
                      (1u << DMUON_NP_LAT_LL) | (1u << DMUON_NP_LAT_LL128) |
-                     (1u << DMUON_NP_LAT_SIMPLE) | (1u << DMUON_NP_NCCL_RED_BW);
+                     (1u << DMUON_NP_LAT_SIMPLE) | (1u << DMUON_NP_NCCL_RED_BW) |
+                     (1u << DMUON_NP_LAT_RING);
         return DMUON_OK;
     }
     return DMUON_FAIL(DMUON_EINVAL, "network preset '%s': expected namespace or h100",

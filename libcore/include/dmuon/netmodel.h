@@ -12,7 +12,10 @@
  * time.  The publish replays the publish schedule of sched.c
  * (dmuon_pub_sched_init over the copy layout of dmuon_publish_layout, routes
  * from dmuon_pub_sched_hop): each parameter a stream of chunks along its
- * rail, every rail at once; the owners post in table order.
+ * rail, every rail at once; the owners post in table order.  With
+ * pub_fanout > 0 (the MPI backend, namespace preset) a parameter of at most
+ * that many bytes on R > 2 nodes takes mpi_publish.c's fan-out route
+ * instead: the owner's rank sends each chunk to the R − 1 leaders itself.
  *
  * Per chunk of b bytes handled by a rank (times in seconds):
  *   worker      chunk_oh, and chunk_oh more for each send past the first
@@ -40,18 +43,23 @@
  * model, src/graph/tuning.cc, and its channel and step choice,
  * enqueue.cc): a ring of n ranks, every step of it gated by the network
  * once the ring crosses nodes (R > 1: each step pays the protocol's step
- * latency lat_P; R = 1: intra_lat).  Three protocols P, each run with the
- * fastest predicted time: LL (payload 1/2 of each line, a flag in every
- * line: an 8-byte slice), LL128 (120/128, a 120-byte slice), Simple (all,
- * ring_chunk slices: one flag per step).  A call
- * spreads its bytes over nch = clamp(floor(bytes / ch_bytes), 1, chmax)
- * channels; one channel moves k = chmax / (link·ring_eff·payload_P) s per
- * byte, + chmax / nccl_red_bw for a reduction (the SM adds).  With cb the
+ * latency lat_P; R = 1: intra_lat).  Three protocols P: LL (payload 1/2
+ * of each line, a flag in every line: an 8-byte slice), LL128 (120/128, a
+ * 120-byte slice), Simple (all, ring_chunk slices: one flag per step).  A
+ * call spreads its bytes over nch = clamp(floor(bytes / ch_bytes), 1,
+ * chmax) channels; one channel moves k = chmax / (link·ring_eff·payload_P)
+ * s per byte (LL: no faster than its share of NCCL's Hopper cap on LL,
+ * llMaxBw / channels with llMaxBw 39 GB/s on ≤ 2 nodes, 20.4 GB/s on
+ * more), + chmax / nccl_red_bw for a reduction (the SM adds).  With cb the
  * bytes of one channel and c = min(cb, slice_P):
  *   rooted call (broadcast / reduce of b bytes), n − 1 pipelined steps:
  *       base_lat + (n − 1)·(lat_P + c·k) + (cb − c)·k
+ *     with the protocol NCCL's tuner picks: the least of its own
+ *     prediction baseLat_P + n·hwLat_P + cb·k (tuning.cc's ring constants:
+ *     baseLat 6.6, 14.0, 8.4 us; hwLat per step 2.7, 4.0, 14.0 us across
+ *     nodes, 0.6, 1.9, 3.4 us in one node);
  *   ring call (all-gather / reduce-scatter, blk bytes per rank and step):
- *       base_lat + (n − 1)·(lat_P + cb·k)
+ *       base_lat + (n − 1)·(lat_P + lat_ring + cb·k), the fastest P.
  * Lines: root = one rooted call of the layer's total; equal_length = the
  * ring call of total / N; coalesced (AGV/RSV) = the ring call of the
  * largest block of one rank; per_owner = one rooted call per segment,
@@ -112,6 +120,18 @@ enum {
     DMUON_NP_CHANNELS,     /* the baselines' largest channel count */
     DMUON_NP_CH_BYTES,     /* bytes: fewer channels while a channel would carry less */
     DMUON_NP_COAL_SLICES,  /* slices of a layer in flight in the coalesced publish */
+    DMUON_NP_LAT_RING,     /* s: one all-gather / reduce-scatter ring step on top of
+                              the protocol's step latency (fitted: a ring step
+                              of the 16-GPU cells costs more than a broadcast's) */
+    DMUON_NP_HOP_BW,       /* bytes/s: ours, a chunk's latency per byte on each
+                              cross-node hop on top of its port time, holding no
+                              port (0: none) */
+    DMUON_NP_PUB_FANOUT,   /* bytes: ours' publish on R > 2 nodes sends a parameter
+                              of at most this many bytes from the owner's rank to
+                              the R − 1 leaders itself (the MPI backend's fan-out
+                              route, $DMUON_PUBLISH_FANOUT_BYTES, 512 KiB by
+                              default); 0: every parameter takes the chain (the
+                              GPU kernel of the paper) */
     DMUON_NP_COUNT
 };
 
