@@ -35,10 +35,10 @@
  * queue is walked strictly in order (MPI's non-overtaking order matches the
  * i-th message of a queue to the i-th receive), queues in whichever order
  * they become ready: local chunks at once, upstream chunks on arrival.
- * A pass polls every request the queues' next chunks wait for with one
- * MPI_Testsome, so a pass that finds nothing enters MPI's progress engine
- * once, however many queues wait (under mpi_yield_when_idle each idle
- * entry also gives the CPU away).
+ * A pass polls every request the queues' next chunks wait for at once
+ * (poll_heads), so a pass that finds nothing enters MPI's progress engine
+ * a fixed number of times, however many queues wait (under
+ * mpi_yield_when_idle each idle entry also gives the CPU away).
  * Gather receives land directly in the layer buffer; reduce partials land in
  * `slots` staging buffers per incoming stream, re-posted as they are
  * consumed (the ring buffer of paper C.2).
@@ -463,10 +463,11 @@ static void poll_add(mpi_group *g, int *n, MPI_Request *r)
 
 /* One poll of every request the queues' next chunks wait for (kind 0: the
  * receive of each gather queue's next chunk; 1: the partials of each
- * reduce queue's next chunk and the send of its staging slot), by a single
- * MPI_Testsome: a pass that finds nothing runs MPI's progress engine once
- * (and, under mpi_yield_when_idle, gives the CPU away once), not once per
- * queue.  A completed request is set to MPI_REQUEST_NULL where it lives,
+ * reduce queue's next chunk and the send of its staging slot), by
+ * MPI_Testsome over all of them: a pass that finds nothing runs MPI's
+ * progress engine twice (and, under mpi_yield_when_idle, gives the CPU
+ * away twice) however many queues wait, where one MPI_Test per waiting
+ * queue ran it once per queue.  A completed request is set to MPI_REQUEST_NULL where it lives,
  * which is what the passes test; a chunk polled in no pass yet waits for
  * the next one. */
 static dmuon_rc poll_heads(mpi_group *g, int kind)
@@ -490,9 +491,15 @@ static dmuon_rc poll_heads(mpi_group *g, int kind)
     assert(n <= g->npoll_max);
     if (!n)
         return DMUON_OK;
+    /* MPI_Testsome enters the progress engine only when it finds nothing
+     * complete, and does not look again after it: a second one sees what
+     * that progress completed (MPI_Test's own recheck) and progresses again
+     * only if still nothing is. */
     int out = 0;
-    if (MPI_Testsome(n, g->poll_req, &out, g->poll_idx, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Testsome failed", op_name(kind));
+    for (int round = 0; round < 2 && out == 0; round++)
+        if (MPI_Testsome(n, g->poll_req, &out, g->poll_idx, MPI_STATUSES_IGNORE) !=
+            MPI_SUCCESS)
+            return DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Testsome failed", op_name(kind));
     for (int i = 0; i < n; i++)
         *g->poll_src[i] = g->poll_req[i];
     return DMUON_OK;

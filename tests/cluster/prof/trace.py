@@ -6,8 +6,9 @@ MPI_Barrier to the next MPI_Allreduce (the driver's bracket); the i-th such
 span of every rank is the same call.  Per call it reports the slowest
 rank's span (what dmuon-bench times), the skew of the barrier's return,
 and for every message the delay from its Isend to the moment its receiver
-found it complete; over all calls, the medians of those and the share of
-the slowest span that those delays and long idle waits (Y events) cover.
+found it complete; over all calls, the medians of those, and the long
+idle waits (Y events) of the slowest rank.  First it says how many
+receives of the whole run it paired with their Isends.
 A measurement aid, not part of libdmuon."""
 import collections
 import glob
@@ -63,6 +64,8 @@ def main():
                 s = sends.get((p, r, tag), [])
                 if k < len(s):
                     delay[(r, i)] = t - s[k]
+    nrecv = sum(1 for ev in ranks.values() for e in ev if e[1] == 'R')
+    print(f'receives: {nrecv} found complete, {len(delay)} paired with their Isend')
     win = {r: windows(ev) for r, ev in ranks.items()}
     n = min(len(w) for w in win.values())
     slow, skew, dly, lastd, idle = [], [], [], [], []
