@@ -40,8 +40,9 @@ for op, b in cells:
         if not got:
             continue
         x = [p / o for o, p in got.values()]
+        ours = statistics.median([o for o, _ in got.values()])
         line += (f' | {n}: x_owner {statistics.median(x):.2f} ({min(x):.2f}-{max(x):.2f}), '
-                 f'ours {statistics.median([o for o, _ in got.values()]):.0f} us, {len(x)} launches')
+                 f'ours {ours:.0f} us, {len(x)} launches')
         if n != first:
             base = {l: v for (o, bb, l), v in runs[first].items() if (o, bb) == (op, b)}
             pairs = [(got[l], base[l]) for l in got if l in base]
