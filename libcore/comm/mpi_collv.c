@@ -467,9 +467,9 @@ static void poll_add(mpi_group *g, int *n, MPI_Request *r)
  * MPI_Testsome over all of them: a pass that finds nothing runs MPI's
  * progress engine twice (and, under mpi_yield_when_idle, gives the CPU
  * away twice) however many queues wait, where one MPI_Test per waiting
- * queue ran it once per queue.  A completed request is set to MPI_REQUEST_NULL where it lives,
- * which is what the passes test; a chunk polled in no pass yet waits for
- * the next one. */
+ * queue ran it once per queue.  A completed request is set to
+ * MPI_REQUEST_NULL where it lives, which is what the passes test; a chunk
+ * polled in no pass yet waits for the next one. */
 static dmuon_rc poll_heads(mpi_group *g, int kind)
 {
     int n = 0, S = g->slots;
