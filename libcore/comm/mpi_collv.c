@@ -35,6 +35,10 @@
  * queue is walked strictly in order (MPI's non-overtaking order matches the
  * i-th message of a queue to the i-th receive), queues in whichever order
  * they become ready: local chunks at once, upstream chunks on arrival.
+ * A pass polls every request the queues' next chunks wait for at once
+ * (poll_heads), so a pass that finds nothing enters MPI's progress engine
+ * a fixed number of times, however many queues wait (under
+ * mpi_yield_when_idle each idle entry also gives the CPU away).
  * Gather receives land directly in the layer buffer; reduce partials land in
  * `slots` staging buffers per incoming stream, re-posted as they are
  * consumed (the ring buffer of paper C.2).
@@ -104,6 +108,11 @@ typedef struct mpi_group {
     int64_t owned_bytes;        /* bytes of this rank's segments */
     int broken;
     MPI_Request *req_mem;
+    /* one poll per pass (poll_heads): copies of the requests the queues'
+     * next chunks wait for, where each lives, and MPI_Testsome's indices */
+    MPI_Request *poll_req, **poll_src;
+    int *poll_idx;
+    int npoll_max;
     dmuon_symm *mem;
     /* the call in flight (split phase: start, test, wait) */
     int kind;                   /* -1 none; 0 gather; 1 reduce */
@@ -228,7 +237,7 @@ static dmuon_rc sched_group_create(dmuon_group *pub)
     g->slot_bytes = g->sched[0].chunk_bytes * 2;   /* bf16 chunk carried as binary32 */
     g->tmp = malloc((size_t)g->slot_bytes * 2);
     fail = !g->qs[0] || !g->qs[1] || !g->route_mem || !g->tmp;
-    size_t nreq = 0, nstage = 0;
+    size_t nreq = 0, nstage = 0, npoll[2] = {0, 0};
     if (!fail) {
         for (int kind = 0; kind < 2; kind++)
             for (int q = 0; q < R; q++) {
@@ -241,13 +250,20 @@ static dmuon_rc sched_group_create(dmuon_group *pub)
                                             &qs->nout);
                 if (kind == 0) {
                     nreq += (size_t)qs->n * (1 + qs->nout);
+                    npoll[0] += qs->nin > 0;
                 } else {
                     nreq += (size_t)g->slots * (qs->nin + 1);
                     nstage += (size_t)g->slots * (qs->nin + 1);
+                    npoll[1] += (size_t)qs->nin + 1;
                 }
             }
         g->req_mem = malloc((nreq ? nreq : 1) * sizeof(MPI_Request));
-        fail = !g->req_mem;
+        g->npoll_max = (int)(npoll[0] > npoll[1] ? npoll[0] : npoll[1]);
+        size_t np = g->npoll_max ? (size_t)g->npoll_max : 1;
+        g->poll_req = malloc(np * sizeof *g->poll_req);
+        g->poll_src = malloc(np * sizeof *g->poll_src);
+        g->poll_idx = malloc(np * sizeof *g->poll_idx);
+        fail = !g->req_mem || !g->poll_req || !g->poll_src || !g->poll_idx;
     }
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
     if (fail) {
@@ -314,6 +330,9 @@ static void sched_group_free(dmuon_group *pub)
     free(g->route_mem);
     free(g->tmp);
     free(g->req_mem);
+    free(g->poll_req);
+    free(g->poll_src);
+    free(g->poll_idx);
     free(g);
     pub->impl = NULL;
 }
@@ -432,8 +451,59 @@ static int counts_reached(const mpi_group *g)
     return count_of(g, a, &ta, &pa) >= ta && count_of(g, b, &tb, &pb) >= tb;
 }
 
-/* -------------------------------------------------------- AllGatherV ---- */
+/* ---------------------------------------------------------- polling ---- */
 
+static void poll_add(mpi_group *g, int *n, MPI_Request *r)
+{
+    if (*r == MPI_REQUEST_NULL)   /* complete already */
+        return;
+    g->poll_src[*n] = r;
+    g->poll_req[(*n)++] = *r;
+}
+
+/* One poll of every request the queues' next chunks wait for (kind 0: the
+ * receive of each gather queue's next chunk; 1: the partials of each
+ * reduce queue's next chunk and the send of its staging slot), by
+ * MPI_Testsome over all of them: a pass that finds nothing runs MPI's
+ * progress engine twice (and, under mpi_yield_when_idle, gives the CPU
+ * away twice) however many queues wait, where one MPI_Test per waiting
+ * queue ran it once per queue.  A completed request is set to
+ * MPI_REQUEST_NULL where it lives, which is what the passes test; a chunk
+ * polled in no pass yet waits for the next one. */
+static dmuon_rc poll_heads(mpi_group *g, int kind)
+{
+    int n = 0, S = g->slots;
+    for (int q = 0; q < g->topo->nodes; q++) {
+        queue_state *qs = &g->qs[kind][q];
+        if (qs->next >= qs->n)
+            continue;
+        if (kind == 0) {
+            if (qs->nin)
+                poll_add(g, &n, &qs->rreq[qs->next]);
+            continue;
+        }
+        int slot = qs->next % S;
+        for (int i = 0; i < qs->nin; i++)
+            poll_add(g, &n, &qs->rreq[i * S + slot]);
+        if (qs->nout)
+            poll_add(g, &n, &qs->sreq[slot]);
+    }
+    assert(n <= g->npoll_max);
+    if (!n)
+        return DMUON_OK;
+    /* MPI_Testsome enters the progress engine only when it finds nothing
+     * complete, and does not look again after it: a second one sees what
+     * that progress completed (MPI_Test's own recheck) and progresses again
+     * only if still nothing is. */
+    int out = 0;
+    for (int round = 0; round < 2 && out == 0; round++)
+        if (MPI_Testsome(n, g->poll_req, &out, g->poll_idx, MPI_STATUSES_IGNORE) !=
+            MPI_SUCCESS)
+            return DMUON_FAIL(DMUON_ECOMM, "%s: MPI_Testsome failed", op_name(kind));
+    for (int i = 0; i < n; i++)
+        *g->poll_src[i] = g->poll_req[i];
+    return DMUON_OK;
+}
 
 /* -------------------------------------------------------- AllGatherV ---- */
 
@@ -500,6 +570,7 @@ static dmuon_rc gather_pass(mpi_group *g, int *progressed)
             *progressed = 1;
         }
     }
+    DMUON_TRY(poll_heads(g, 0));
     for (int q = 0; q < R; q++) {
         queue_state *qs = &g->qs[0][q];
         /* walk a queue as far as it goes: chunks of one queue are in order */
@@ -507,10 +578,7 @@ static dmuon_rc gather_pass(mpi_group *g, int *progressed)
             int k = qs->next;
             const dmuon_chunk *c = &qs->chunks[k];
             if (qs->nin) {
-                int done = 0;
-                if (MPI_Test(&qs->rreq[k], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                    return DMUON_FAIL(DMUON_ECOMM, "allgatherv: MPI_Test on a receive failed");
-                if (!done)
+                if (qs->rreq[k] != MPI_REQUEST_NULL)   /* not arrived, or not polled yet */
                     break;
             } else {
                 int owner = c->owner % K;
@@ -660,24 +728,18 @@ static dmuon_rc reduce_pass(mpi_group *g, int *progressed)
         *progressed = 1;
     }
     unsigned char *inp[DMUON_STAR_MAX_NODES > 64 ? DMUON_STAR_MAX_NODES : 64];
+    DMUON_TRY(poll_heads(g, 1));
     for (int q = 0; q < R; q++) {
         queue_state *qs = &g->qs[1][q];
         while (qs->next < qs->n) {
             int k = qs->next, slot = k % S, ready = 1;
             const dmuon_chunk *c = &qs->chunks[k];
-            for (int i = 0; i < qs->nin && ready; i++) {
-                int done = 0;
-                if (MPI_Test(&qs->rreq[i * S + slot], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                    return DMUON_FAIL(DMUON_ECOMM, "reducescatterv: MPI_Test on a receive "
-                                      "failed");
-                ready = done;
-            }
-            if (ready && qs->nout) {
-                int done = 0;
-                if (MPI_Test(&qs->sreq[slot], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                    return DMUON_FAIL(DMUON_ECOMM, "reducescatterv: MPI_Test on a send failed");
-                ready = done;
-            }
+            /* its partials arrived and its staging slot's last send is done
+             * (or they were not polled yet) */
+            for (int i = 0; i < qs->nin && ready; i++)
+                ready = qs->rreq[i * S + slot] == MPI_REQUEST_NULL;
+            if (ready && qs->nout)
+                ready = qs->sreq[slot] == MPI_REQUEST_NULL;
             if (!ready)
                 break;
             dmuon_dtype dt = g->segs[c->seg].dtype;

@@ -1,17 +1,24 @@
 /*
  * mpiprof.c — a profiling shim for the operators (LD_PRELOAD, PMPI): per
  * rank, the messages posted (count, bytes, how many above the TCP eager
- * size; a start of a persistent request counts as one), the MPI_Test and
- * MPI_Testsome calls and how many completed something, the time
- * spent inside MPI_Test / MPI_Testall, and the idle waits (sched_yield,
- * nanosleep and their time), and the process CPU time (user + system,
- * every thread) in the timed windows.  Printed by every rank at MPI_Finalize as one
+ * size; a start of a persistent request counts as one), the MPI_Test /
+ * MPI_Testsome calls and how many requests they completed, the time spent
+ * inside them and MPI_Testall, the idle waits (sched_yield, nanosleep and
+ * their time), and the process CPU time (user + system, every thread) in
+ * the timed windows.  Printed by every rank at MPI_Finalize as one
  * line "mpiprof rank R host H: ...".  The same counters are also kept for
  * the timed windows of dmuon-bench alone — from the return of each
  * MPI_Barrier to the next MPI_Allreduce, which is how the driver brackets
  * one timed operator call — and printed per window on average ("per
- * call: ...").  A measurement aid, not part of libdmuon; build and use
- * with tests/cluster/prof/run.sh.
+ * call: ...").  With $MPIPROF_TRACE set to a folder, every rank also
+ * writes a timeline there (trace-R.txt, one event a line: CLOCK_MONOTONIC
+ * ns, which the namespace hosts of one machine share, then B = a barrier
+ * returned, A = an allreduce entered, S = an Isend posted (world rank of
+ * the peer, tag, bytes), R = a receive found complete by MPI_Test /
+ * MPI_Testsome (source, tag, bytes), Y = a yield or sleep longer than
+ * 100 us (its length in ns)); tests/cluster/prof/trace.py reads them.
+ * A measurement aid, not part of libdmuon; build and use with
+ * tests/cluster/prof/run.sh.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -20,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +59,86 @@ static long long cpu_ns(void)
 }
 static long long win_cpu0;
 
+/* ------------------------------------------------------------ trace ---- */
+
+typedef struct {
+    long long t, v;
+    int peer, tag;
+    char what;
+} event;
+#define TRACE_MAX (1 << 20)
+static event *trace;
+static long ntrace;
+
+static void ev(char what, int peer, int tag, long long v)
+{
+    if (trace && ntrace < TRACE_MAX)
+        trace[ntrace++] = (event){now_ns(), v, peer, tag, what};
+}
+
+/* The world rank of rank `r` of `comm`. */
+static int world_of(MPI_Comm comm, int r)
+{
+    if (comm == MPI_COMM_WORLD || r < 0)
+        return r;
+    MPI_Group g, w;
+    int out = r;
+    PMPI_Comm_group(comm, &g);
+    PMPI_Comm_group(MPI_COMM_WORLD, &w);
+    PMPI_Group_translate_ranks(g, 1, &r, w, &out);
+    PMPI_Group_free(&g);
+    PMPI_Group_free(&w);
+    return out;
+}
+
+/* Receives posted: request -> communicator, to name the source of a
+ * completed one in world ranks. */
+typedef struct {
+    MPI_Request req;
+    MPI_Comm comm;
+} posted;
+#define POSTED_MAX 4096
+static posted recvs[POSTED_MAX];
+
+static void recv_posted(MPI_Request req, MPI_Comm comm)
+{
+    if (!trace)
+        return;
+    for (int i = 0; i < POSTED_MAX; i++)
+        if (recvs[i].req == MPI_REQUEST_NULL || recvs[i].req == 0) {
+            recvs[i] = (posted){req, comm};
+            return;
+        }
+}
+
+static void recv_done(MPI_Request req, const MPI_Status *s)
+{
+    if (!trace)
+        return;
+    for (int i = 0; i < POSTED_MAX; i++)
+        if (recvs[i].req == req) {
+            int n = 0;
+            PMPI_Get_count(s, MPI_BYTE, &n);
+            ev('R', world_of(recvs[i].comm, s->MPI_SOURCE), s->MPI_TAG, n);
+            recvs[i].req = MPI_REQUEST_NULL;
+            return;
+        }
+}
+
+int MPI_Init(int *argc, char ***argv)
+{
+    if (getenv("MPIPROF_TRACE"))
+        trace = malloc(sizeof(event) * TRACE_MAX);
+    return PMPI_Init(argc, argv);
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
+{
+    if (getenv("MPIPROF_TRACE"))
+        trace = malloc(sizeof(event) * TRACE_MAX);
+    return PMPI_Init_thread(argc, argv, required, provided);
+}
+
 int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,
               MPI_Request *req)
 {
@@ -59,6 +147,7 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MP
     ADD(isend, 1);
     ADD(isend_bytes, (long long)count * sz);
     ADD(isend_big, (long)count * sz > eager);
+    ev('S', world_of(comm, dest), tag, (long long)count * sz);
     return PMPI_Isend(buf, count, dt, dest, tag, comm, req);
 }
 
@@ -66,7 +155,9 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm 
               MPI_Request *req)
 {
     ADD(irecv, 1);
-    return PMPI_Irecv(buf, count, dt, src, tag, comm, req);
+    int rc = PMPI_Irecv(buf, count, dt, src, tag, comm, req);
+    recv_posted(*req, comm);
+    return rc;
 }
 
 /* Persistent requests: a start of one made by MPI_Send_init counts as an
@@ -183,21 +274,38 @@ int MPI_Request_free(MPI_Request *req)
 int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
 {
     int was_null = *req == MPI_REQUEST_NULL;
+    MPI_Request r0 = *req;
+    MPI_Status s;
     long long t0 = now_ns();
-    int rc = PMPI_Test(req, flag, status);
+    int rc = PMPI_Test(req, flag, &s);
     ADD(test_ns, now_ns() - t0);
+    if (*flag && !was_null)
+        recv_done(r0, &s);
+    if (status != MPI_STATUS_IGNORE)
+        *status = s;
     ADD(test, 1);
     ADD(test_done, *flag && !was_null);
     return rc;
 }
 
-int MPI_Testsome(int n, MPI_Request *reqs, int *outc, int *idx, MPI_Status *statuses)
+int MPI_Testsome(int n, MPI_Request *reqs, int *outcount, int *indices, MPI_Status *statuses)
 {
+    MPI_Request r0[POSTED_MAX];
+    MPI_Status own[POSTED_MAX];
+    int keep = trace && n <= POSTED_MAX;
+    if (keep)
+        memcpy(r0, reqs, (size_t)n * sizeof *reqs);
+    MPI_Status *sts = statuses == MPI_STATUSES_IGNORE && keep ? own : statuses;
     long long t0 = now_ns();
-    int rc = PMPI_Testsome(n, reqs, outc, idx, statuses);
+    int rc = PMPI_Testsome(n, reqs, outcount, indices, sts);
     ADD(test_ns, now_ns() - t0);
     ADD(test, 1);
-    ADD(test_done, *outc != MPI_UNDEFINED ? *outc : 0);
+    if (*outcount != MPI_UNDEFINED) {
+        ADD(test_done, *outcount);
+        if (keep && sts != MPI_STATUSES_IGNORE)
+            for (int i = 0; i < *outcount; i++)
+                recv_done(r0[indices[i]], &sts[i]);
+    }
     return rc;
 }
 
@@ -217,8 +325,11 @@ int sched_yield(void)
         real = (int (*)(void))dlsym(RTLD_NEXT, "sched_yield");
     long long t0 = now_ns();
     int rc = real();
-    ADD(yield_ns, now_ns() - t0);
+    long long d = now_ns() - t0;
+    ADD(yield_ns, d);
     ADD(yield, 1);
+    if (d > 100000)
+        ev('Y', -1, 0, d);
     return rc;
 }
 
@@ -229,14 +340,18 @@ int nanosleep(const struct timespec *req, struct timespec *rem)
         real = (int (*)(const struct timespec *, struct timespec *))dlsym(RTLD_NEXT, "nanosleep");
     long long t0 = now_ns();
     int rc = real(req, rem);
-    ADD(sleep_ns, now_ns() - t0);
+    long long d = now_ns() - t0;
+    ADD(sleep_ns, d);
     ADD(sleep, 1);
+    if (d > 100000)
+        ev('Y', -1, 1, d);
     return rc;
 }
 
 int MPI_Barrier(MPI_Comm comm)
 {
     int rc = PMPI_Barrier(comm);
+    ev('B', -1, 0, 0);
     cur[1] = &win;
     win_t0 = now_ns();
     win_cpu0 = cpu_ns();
@@ -245,6 +360,7 @@ int MPI_Barrier(MPI_Comm comm)
 
 int MPI_Allreduce(const void *in, void *out, int n, MPI_Datatype dt, MPI_Op op, MPI_Comm comm)
 {
+    ev('A', -1, 0, 0);
     if (cur[1]) {
         win_ns += now_ns() - win_t0;
         win.cpu_ns += cpu_ns() - win_cpu0;
@@ -273,6 +389,18 @@ int MPI_Finalize(void)
                 win.isend / w, win.isend_big / w, win.irecv / w, win.test / w,
                 win.test_done / w, win.test_ns / 1e6 / w, win.yield / w, win.yield_ns / 1e6 / w,
                 win.sleep / w, win.sleep_ns / 1e6 / w, win.cpu_ns / 1e6 / w);
+    }
+    const char *dir = getenv("MPIPROF_TRACE");
+    if (trace && dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/trace-%d.txt", dir, rank);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            for (long i = 0; i < ntrace; i++)
+                fprintf(f, "%lld %c %d %d %lld\n", trace[i].t, trace[i].what, trace[i].peer,
+                        trace[i].tag, trace[i].v);
+            fclose(f);
+        }
     }
     return PMPI_Finalize();
 }
