@@ -681,7 +681,7 @@ dmuon_rc rt_pool_build(dmuon_rt *rt)
     rt->dir_off = map.win_off[DMUON_WIN_DIR];
     int64_t off = map.total;
     const int64_t *b = map.space_bytes;
-    DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, &rt->symm)));
+    DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, rt->opts.deadline_ms, &rt->symm)));
     rt->base = rt->elem->adopt(dmuon_symm_base(rt->symm));
     DMUON_TRY(pool_agree(rt));
     /* no-reuse layout: each layer at its own range */
