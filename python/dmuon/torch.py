@@ -366,7 +366,7 @@ class Runtime:
             return
         self._call("dmuon_rt_post_forward", layer.index)
         self._free(layer)
-        if layer is not self._root:
+        if layer is not (self._root or self._layers[-1]):   # not the forward's end
             return
         if not self._fwd_grad:
             self._call("dmuon_rt_discard")   # evaluation: no backward
