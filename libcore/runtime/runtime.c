@@ -18,9 +18,11 @@
  *     different order, or a release later than recorded that leaves the
  *     recorded range in use, is an error naming the layers, never silent
  *     overlap (an earlier release is harmless).
- * Hooks check their order locally before any communication, so a wrong
+ * Hooks check their order locally before any data moves, so a wrong
  * call fails on the rank that made it with DMUON_EINVAL; the other ranks
- * then fail at their next collective's deadline.
+ * then fail at their next collective's deadline.  Before packing the
+ * ranks' hooks are also compared (order_check), since nothing recorded
+ * exists yet to check them against.
  */
 #include "rt_internal.h"
 

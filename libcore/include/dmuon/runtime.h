@@ -46,13 +46,15 @@
  * Errors.  Every call returns a dmuon_rc; the message names the rank, the
  * layer or parameter and, for communication, the peer.  Calls out of order
  * (pre_forward twice, a layer out of range, step before every micro-batch
- * ended) are DMUON_EINVAL on the calling rank before any communication
- * and change nothing; the micro-batch stays where it was (continue it in
+ * ended) are DMUON_EINVAL on the calling rank before any data moves and
+ * change nothing; the micro-batch stays where it was (continue it in
  * order, or end it with dmuon_rt_discard).  Before the first step (whose
- * recorded order later micro-batches are checked against locally) every
- * gather and gradient reduction first compares the layer across the ranks:
- * ranks calling the hooks in different orders get DMUON_EMISMATCH on every
- * rank at the first difference, before any data moves.  A stalled or dead
+ * recorded order later micro-batches are checked against locally, without
+ * communication) every pre_forward, pre_backward and post_backward first
+ * compares its hook and layer across the ranks (one small reduction within
+ * the deadline): ranks calling the hooks in different orders get
+ * DMUON_EMISMATCH on every rank at the first difference, before any data
+ * moves.  A stalled or dead
  * peer gives DMUON_ETIMEOUT within the deadline.  After a communication
  * error the runtime is unusable (free it).  Not thread-safe.
  */
