@@ -369,32 +369,14 @@ def odd_loss(m, x, y):
     return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
 
 
-def odd_train(evals=(), steps=5, tied=False):
+def odd_train(evals=(), steps=5, tied=False, noroot=False):
+    """evals: steps preceded by a no_grad forward (noroot: also one with
+    gradients that is never backpropagated).  noroot: the embedding, norm
+    and head frozen, so the plan has no "(root)" layer and the last block
+    ends the forward."""
     torch.manual_seed(0)
     m = OddNet(tied=tied)
-    rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32", ns="direct-muon5")
-    opt = rt.optimizer(**HYPER)
-    losses = []
-    for s in range(steps):
-        x, y = odd_batch(s)
-        if s in evals:
-            with torch.no_grad():
-                odd_loss(m, x, y)
-        loss = odd_loss(m, x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(dmuon.allreduce_sum([loss.item()])[0] / size)
-    return m, rt, losses
-
-
-def noroot_train(evals, steps=4):
-    """OddNet with its embedding, norm and head frozen: no "(root)" layer,
-    the last block ends the forward.  evals: steps preceded by a no_grad
-    forward and a forward with gradients that is never backpropagated."""
-    torch.manual_seed(0)
-    m = OddNet()
-    for mod in (m.embed, m.norm, m.lm_head):
+    for mod in ((m.embed, m.norm, m.lm_head) if noroot else ()):
         for p in mod.parameters():
             p.requires_grad_(False)
     rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32", ns="direct-muon5")
@@ -405,21 +387,23 @@ def noroot_train(evals, steps=4):
         if s in evals:
             with torch.no_grad():
                 odd_loss(m, x, y)
-            odd_loss(m, x, y)
+            if noroot:
+                odd_loss(m, x, y)
         loss = odd_loss(m, x, y)
         loss.backward()
         opt.step()
         opt.zero_grad()
-        losses.append(loss.item())
-    root = rt._root
-    rt.close()
-    return losses, root
+        losses.append(dmuon.allreduce_sum([loss.item()])[0] / size)
+    return m, rt, losses
 
 
 def misuse():
     """What a user does with the module around the runtime."""
-    plain, root = noroot_train(())
-    ev, _ = noroot_train((0, 2))
+    _, rt, plain = odd_train(steps=4, noroot=True)
+    root = rt._root
+    rt.close()
+    _, rt, ev = odd_train(evals=(0, 2), steps=4, noroot=True)
+    rt.close()
     report(root is None and ev == plain, "a model without a root layer: evaluation forwards "
            "(no_grad, and with gradients but no backward) leave training unchanged",
            "losses %r vs %r" % (ev[-2:], plain[-2:]))
