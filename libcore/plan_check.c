@@ -494,10 +494,13 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
                 gib(mem.gathered_layer_bytes),
                 mem.gathered_layer >= 0 ? p->layer_names[mem.gathered_layer] : "-");
         fprintf(f, "  %-34s %12.2f\n", "its FP32 gradient buffer", gib(mem.gathered_grad_bytes));
+        fprintf(f, "  %-34s %12.2f\n", "a reduction's gradient in flight", gib(mem.overlap_grad_bytes));
         fprintf(f, "  %-34s %12.2f\n", "runtime pool (no reuse)", gib(mem.pool_bytes));
         fprintf(f, "  %-34s %12.2f\n", "least at a step", gib(mem.least_bytes));
         fprintf(f, "  %-34s %12.2f   (optimizer state + pool)\n", "first step",
                 gib(mem.first_step_bytes));
+        fprintf(f, "  %-34s %12.2f   (pool; line B only)\n", "line B direction buffers",
+                gib(mem.line_b_dir_bytes));
     }
 }
 
@@ -560,6 +563,8 @@ void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
         dmuon_json_kint(w, "least_bytes", mem.least_bytes);
         dmuon_json_kint(w, "windows_bytes", mem.windows_bytes);
         dmuon_json_kint(w, "first_step_bytes", mem.first_step_bytes);
+        dmuon_json_kint(w, "overlap_grad_bytes", mem.overlap_grad_bytes);
+        dmuon_json_kint(w, "line_b_dir_bytes", mem.line_b_dir_bytes);
         dmuon_json_end_object(w);
     }
 }

@@ -10,7 +10,8 @@
  * ranks for FSDP, K for HSDP) in param dtype, and the same elements in FP32
  * for gradients; then the windows: the largest owner window in param dtype
  * and in FP32, the even shards in param dtype and FP32, and the HSDP publish
- * copy (dmuon_publish_layout, the runtime's own function).  The operators'
+ * copy (dmuon_publish_layout, the runtime's own function).  Line B's
+ * direction region (rt_dir_bytes's rule) is given apart.  The operators'
  * control words depend on the topology and are not counted (sizes.ctrl 0).
  */
 #include "plan_internal.h"
@@ -37,7 +38,8 @@ dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_me
         if (p->params[i].role != DMUON_ROLE_MUON && p->params[i].layer >= 0 &&
             (size_t)p->params[i].layer < p->nlayers)
             even[p->params[i].layer] += p->params[i].numel;
-    int64_t even_total = 0, pspace = 0, gspace = 0, all_layers = 0, max_win = 0;
+    int64_t even_total = 0, pspace = 0, gspace = 0, all_layers = 0, max_win = 0, dir_pad = 0;
+    int64_t gb1 = 0, gb2 = 0;   /* the two largest gradient blocks */
     for (size_t l = 0; l < p->nlayers; l++) {
         int64_t own = p->layer_bytes[l] / dsz, pad = (even[l] + S - 1) / S * S;
         int64_t pb = (own + pad) * dsz, gb = (own + pad) * 4;
@@ -50,7 +52,21 @@ dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_me
             out->gathered_grad_bytes = gb;
             out->gathered_layer = (int32_t)l;
         }
+        if (gb > gb1) {
+            gb2 = gb1;
+            gb1 = gb;
+        } else if (gb > gb2) {
+            gb2 = gb;
+        }
+        /* line B: every parameter in the even region, Muon ones included */
+        int64_t bpad = (own + even[l] + S - 1) / S * S;
+        if (own > 0 && bpad > dir_pad)
+            dir_pad = bpad;
     }
+    /* as the runtime's rt_dir_bytes: two buffers of the whole and a shard */
+    out->line_b_dir_bytes =
+        dir_pad ? 2 * (dmuon_pool_align(dir_pad * 4) + dmuon_pool_align(dir_pad / S * 4)) : 0;
+    out->overlap_grad_bytes = p->nlayers > 1 ? gb2 : 0;
     for (int32_t r = 0; r < p->ranks; r++)
         if (p->window[r] > max_win)
             max_win = p->window[r];
@@ -85,7 +101,8 @@ dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_me
      * gathered layer and its gradient buffer (ZeRO-3 with reuse); ZeRO-2
      * keeps every layer's parameters gathered */
     int64_t gathered = o->zero_stage == 2 ? all_layers : out->gathered_layer_bytes;
-    out->least_bytes = out->optimizer_bytes + w + gathered + out->gathered_grad_bytes;
+    out->least_bytes =
+        out->optimizer_bytes + w + gathered + out->gathered_grad_bytes + out->overlap_grad_bytes;
     out->windows_bytes = w;
     out->first_step_bytes = out->optimizer_bytes + out->pool_bytes;
 out:

@@ -40,6 +40,8 @@ struct dmuon_symm {
     dmuon_backend backend;
     const dmuon_topo *topo;
     int64_t bytes;            /* as requested (same on every rank) */
+    int deadline_ms;          /* the caller's, for the backend's setup exchanges
+                                 (0: $DMUON_DEADLINE_MS or the default) */
     unsigned char *base;      /* this rank's part, DMUON_SYMM_ALIGN-aligned */
     unsigned char **peer;     /* per_node entries: node peers' parts, mapped here
                                  (a backend without loads/stores sets NULLs) */

@@ -208,7 +208,9 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
     if (g)
         g->segs = malloc((n > 0 ? (size_t)n : 1) * sizeof *g->segs);
     rc = g && g->segs ? DMUON_OK : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a group");
-    rc = dmuon_ctl_topo_agree(t, rc, 0);
+    /* the create-time exchanges have the caller's deadline too */
+    const int deadline_ms = opts ? opts->deadline_ms : 0;
+    rc = dmuon_ctl_topo_agree(t, rc, deadline_ms);
     if (rc != DMUON_OK) {
         if (g)
             free(g->segs);
@@ -218,7 +220,7 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
     g->topo = t;
     g->mem = mem;
     g->ctrl_offset = ctrl_offset;
-    DMUON_TRY_GOTO(rc, dmuon_table_agree_topo(t, segs, n), fail);
+    DMUON_TRY_GOTO(rc, dmuon_table_agree_topo(t, segs, n, deadline_ms), fail);
     /* From here on every rank holds the same table, so table-driven
      * decisions agree without another exchange. */
     DMUON_TRY_GOTO(rc, dmuon_table_check(segs, n, t->size, &g->buffer_bytes, &g->window_bytes),

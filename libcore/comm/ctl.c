@@ -87,6 +87,8 @@ static dmuon_rc allreduce(MPI_Comm comm, void *v, int n, MPI_Datatype type, size
     DMUON_TRY(reduce_args(n, op, what));
     if (comm == MPI_COMM_NULL)
         return DMUON_OK;
+    /* a bad $DMUON_DEADLINE_MS fails before anything is posted */
+    DMUON_TRY(dmuon_deadline_ms(deadline_ms, &deadline_ms));
     size_t bytes = (size_t)n * size;
     void *buf = malloc(bytes);
     if (!buf)
@@ -117,6 +119,7 @@ dmuon_rc dmuon_ctl_bcast(MPI_Comm comm, void *data, int bytes, int root, int dea
     int size = 0;
     MPI_Comm_size(comm, &size);
     DMUON_TRY(bcast_args(bytes, root, size, what));
+    DMUON_TRY(dmuon_deadline_ms(deadline_ms, &deadline_ms));   /* before posting */
     void *buf = malloc(bytes ? (size_t)bytes : 1);
     if (!buf)
         return DMUON_FAIL(DMUON_ENOMEM, "%s: out of memory for %d bytes", what, bytes);

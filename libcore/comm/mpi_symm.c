@@ -11,10 +11,12 @@
  * allocation to free, so MPI_Win_sync may order loads and stores at any
  * time.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dmuon/ctl.h"
 #include "mpi_backend.h"
 
 typedef struct {
@@ -29,19 +31,31 @@ static unsigned char *align_up(void *p)
     return (unsigned char *)((a + DMUON_SYMM_ALIGN - 1) & ~(uintptr_t)(DMUON_SYMM_ALIGN - 1));
 }
 
+/* Whether every rank of t's node got its window (MPI_Win_allocate_shared
+ * returned mrc there), agreed within the node: then MPI_Win_free over the
+ * node cannot wait for a rank that has no window. */
+static bool node_all_ok(const dmuon_topo *t, int mrc, int deadline_ms)
+{
+    int64_t bad = mrc != MPI_SUCCESS;
+    return dmuon_ctl_allreduce_i64(t->node, &bad, 1, DMUON_CTL_MAX, deadline_ms,
+                                   "symmetric memory (node)") == DMUON_OK && !bad;
+}
+
 dmuon_rc dmuon_mpi_symm_alloc(dmuon_symm *s)
 {
     const dmuon_topo *t = s->topo;
     int K = t->per_node;
     mpi_symm *m = calloc(1, sizeof *m);
     s->peer = calloc((size_t)K, sizeof *s->peer);
-    int fail = !m || !s->peer;
-    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
-    if (fail) {
+    int64_t fail = !m || !s->peer;
+    dmuon_rc rc = dmuon_ctl_topo_allreduce_i64(t, &fail, 1, DMUON_CTL_MAX, s->deadline_ms,
+                                               "symmetric memory");
+    if (rc != DMUON_OK || fail) {
         free(m);
         free(s->peer);
         s->peer = NULL;
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory creating symmetric memory");
+        return rc != DMUON_OK ? rc
+                              : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating symmetric memory");
     }
     m->win = MPI_WIN_NULL;
     int64_t part = (s->bytes + DMUON_SYMM_ALIGN - 1) / DMUON_SYMM_ALIGN * DMUON_SYMM_ALIGN +
@@ -53,15 +67,22 @@ dmuon_rc dmuon_mpi_symm_alloc(dmuon_symm *s)
     int mrc = MPI_Win_allocate_shared((MPI_Aint)part, 1, info, t->node, &raw, &m->win);
     MPI_Info_free(&info);
     fail = mrc != MPI_SUCCESS;
-    MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, t->world);
-    if (fail) {
-        if (mrc == MPI_SUCCESS)
+    rc = dmuon_ctl_topo_allreduce_i64(t, &fail, 1, DMUON_CTL_MAX, s->deadline_ms,
+                                      "symmetric memory");
+    if (rc != DMUON_OK || fail) {
+        /* MPI_Win_free is collective over the node: called only where
+         * every rank of the node holds the window (another node failed);
+         * after a missed deadline, or where a rank of this node has no
+         * window, the window is left to process exit */
+        bool whole = rc == DMUON_OK && node_all_ok(t, mrc, s->deadline_ms);
+        if (mrc == MPI_SUCCESS && whole)
             MPI_Win_free(&m->win);
         free(m);
         free(s->peer);
         s->peer = NULL;
-        return DMUON_FAIL(DMUON_ENOMEM, "MPI_Win_allocate_shared of %lld bytes per rank failed",
-                          (long long)part);
+        return rc != DMUON_OK ? rc
+                              : DMUON_FAIL(DMUON_ENOMEM, "MPI_Win_allocate_shared of %lld bytes "
+                                           "per rank failed", (long long)part);
     }
     s->base = align_up(raw);
     for (int j = 0; j < K; j++) {
@@ -75,9 +96,18 @@ dmuon_rc dmuon_mpi_symm_alloc(dmuon_symm *s)
     MPI_Win_lock_all(MPI_MODE_NOCHECK, m->win);
     m->locked = 1;
     MPI_Win_sync(m->win);
-    MPI_Barrier(t->world);
     s->impl = m;
-    return DMUON_OK;
+    /* every part zeroed before anyone writes: the agreement is the barrier
+     * (after a missed deadline the window is left to process exit: a peer
+     * may be gone, and freeing it is collective) */
+    rc = dmuon_ctl_topo_agree(t, DMUON_OK, s->deadline_ms);
+    if (rc != DMUON_OK) {
+        s->impl = NULL;
+        free(s->peer);
+        s->peer = NULL;
+        free(m);   /* the window itself is not freed: a peer may be gone */
+    }
+    return rc;
 }
 
 void dmuon_mpi_symm_free(dmuon_symm *s)

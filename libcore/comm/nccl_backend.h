@@ -97,8 +97,11 @@ void dmuon_nccl_comms_abort(dmuon_nccl_comms *cs);
  * (group and publish creation); mine is this rank's result so far, agreed
  * first together with cs being usable, so a rank that failed before never
  * leaves the others inside the split.  A topology handed over from NCCL has
- * them from the start.  Errors: the agreed ones, DMUON_ECOMM. */
-dmuon_rc dmuon_nccl_comms_split(const dmuon_topo *t, dmuon_nccl_comms *cs, dmuon_rc mine);
+ * them from the start.  deadline_ms bounds each agreement (0: the
+ * environment's or the default).  Errors: the agreed ones, DMUON_ECOMM,
+ * DMUON_ETIMEOUT. */
+dmuon_rc dmuon_nccl_comms_split(const dmuon_topo *t, dmuon_nccl_comms *cs, dmuon_rc mine,
+                                int deadline_ms);
 
 /* DMUON_OK when cs is not aborted and its device could be selected, else
  * DMUON_ECOMM / DMUON_EDEVICE naming `what`. */

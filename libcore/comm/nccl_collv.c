@@ -193,7 +193,7 @@ static dmuon_rc group_create(dmuon_group *g)
     dmuon_rc rc = x ? dmuon_nccl_event_new(m, &x->ev, "group")
                     : DMUON_FAIL(DMUON_ENOMEM, "group: out of memory");
     if (g->opts.scope == DMUON_SCOPE_NODE)   /* the same on every rank */
-        rc = dmuon_nccl_comms_split(g->topo, m->cs, rc);
+        rc = dmuon_nccl_comms_split(g->topo, m->cs, rc, g->opts.deadline_ms);
     if (x) {
         const dmuon_algo a = g->opts.algorithm;
         x->enqueue = a == DMUON_ALGO_EQUAL       ? equal_enqueue
@@ -201,7 +201,7 @@ static dmuon_rc group_create(dmuon_group *g)
                                                  : per_owner_enqueue;
         x->inflight = -1;
     }
-    rc = dmuon_ctl_topo_agree(g->topo, rc, 0);
+    rc = dmuon_ctl_topo_agree(g->topo, rc, g->opts.deadline_ms);
     if (rc != DMUON_OK)
         group_free(g);
     return rc;

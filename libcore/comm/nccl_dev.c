@@ -35,7 +35,7 @@ static dmuon_rc ncclx_symm_alloc(dmuon_symm *s)
     dmuon_ncclx_comm *d = NULL;
     const dmuon_topo *t = s->topo;
     dmuon_rc rc = dmuon_ncclx_comm_create(m->cs->world, t->nodes, t->node_id, t->per_node, t->local, &d);
-    dmuon_rc agreed = dmuon_ctl_topo_agree(t, rc, 0);
+    dmuon_rc agreed = dmuon_ctl_topo_agree(t, rc, s->deadline_ms);
     if (agreed != DMUON_OK) {
         dmuon_ncclx_comm_free(m->cs->world, d);
         dmuon_nccl_symm_free(s);
@@ -70,7 +70,7 @@ static dmuon_rc ncclx_group_create(dmuon_group *g)
         rc = dmuon_ncclx_queues_upload(&g->sched[k], t->node_id, &x->q[k]);
         bad = rc != DMUON_OK;
     }
-    rc = dmuon_ctl_topo_agree(t, bad ? rc : DMUON_OK, 0);
+    rc = dmuon_ctl_topo_agree(t, bad ? rc : DMUON_OK, g->opts.deadline_ms);
     if (rc != DMUON_OK) {
         if (x) {
             dmuon_ncclx_queues_free(&x->q[0]);

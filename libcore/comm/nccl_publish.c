@@ -63,7 +63,7 @@ static dmuon_rc pub_create(dmuon_publish *pub)
     nccl_symm *m = pub->mem->impl;
     dmuon_rc rc = q && q->flag ? dmuon_nccl_event_new(m, &q->ev, "publish")
                                : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
-    rc = dmuon_nccl_comms_split(pub->topo, m->cs, rc);   /* agreed */
+    rc = dmuon_nccl_comms_split(pub->topo, m->cs, rc, pub->deadline_ms);   /* agreed */
     if (rc != DMUON_OK)
         pub_free(pub);
     return rc;

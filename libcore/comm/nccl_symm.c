@@ -218,8 +218,8 @@ dmuon_rc dmuon_nccl_event_wait(cudaEvent_t ev, dmuon_nccl_comms *cs, int deadlin
  * MPI and ncclCommInitRank (collective over t->world; agreed); the node and
  * rail communicators come later, when first needed (dmuon_nccl_comms_split).  *out is the cached set, or one the memory then owns
  * (*owned 1, cache full). */
-static dmuon_rc mpi_comms(const dmuon_topo *t, int device, int gpus, dmuon_nccl_comms **out,
-                          int *owned)
+static dmuon_rc mpi_comms(const dmuon_topo *t, int device, int gpus, int deadline_ms,
+                          dmuon_nccl_comms **out, int *owned)
 {
     const char *name = dmuon_backend_name(t->backend);
     const uint64_t members = members_digest(t);
@@ -227,7 +227,7 @@ static dmuon_rc mpi_comms(const dmuon_topo *t, int device, int gpus, dmuon_nccl_
     int64_t all_have = cs != NULL;
     *out = NULL;
     *owned = 0;
-    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, &all_have, 1, DMUON_CTL_MIN, 0, "nccl comm"));
+    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, &all_have, 1, DMUON_CTL_MIN, deadline_ms, "nccl comm"));
     if (all_have) {
         *out = cs;
         return DMUON_OK;
@@ -238,7 +238,7 @@ static dmuon_rc mpi_comms(const dmuon_topo *t, int device, int gpus, dmuon_nccl_
                 memset(&comms[i], 0, sizeof comms[i]);
     cs = calloc(1, sizeof *cs);
     dmuon_rc rc = cs ? DMUON_OK : DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, deadline_ms), fail);
     cs->device = device;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
@@ -246,8 +246,8 @@ static dmuon_rc mpi_comms(const dmuon_topo *t, int device, int gpus, dmuon_nccl_
     if (nr != ncclSuccess)
         rc = DMUON_FAIL(DMUON_ECOMM, "%s: ncclGetUniqueId failed: %s", name,
                         ncclGetErrorString(nr));
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_bcast(t, &id, (int)sizeof id, 0, 0, "nccl unique id"),
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, deadline_ms), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_bcast(t, &id, (int)sizeof id, 0, deadline_ms, "nccl unique id"),
                    fail);
     nr = ncclCommInitRank(&cs->world, t->size, id, t->rank);
     if (nr != ncclSuccess) {
@@ -258,7 +258,7 @@ static dmuon_rc mpi_comms(const dmuon_topo *t, int device, int gpus, dmuon_nccl_
                                              "NCCL_MULTI_RANK_GPU_ENABLE=1 and NCCL >= 2.30.3)"
                                            : "");
     }
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, deadline_ms), fail);
     *owned = !comm_keep(t, members, cs);
     *out = cs;
     return DMUON_OK;
@@ -267,16 +267,17 @@ fail:
     return rc;
 }
 
-dmuon_rc dmuon_nccl_comms_split(const dmuon_topo *t, dmuon_nccl_comms *cs, dmuon_rc mine)
+dmuon_rc dmuon_nccl_comms_split(const dmuon_topo *t, dmuon_nccl_comms *cs, dmuon_rc mine,
+                                int deadline_ms)
 {
     if (mine == DMUON_OK)
         mine = dmuon_nccl_usable(cs, "nccl node and rail communicators");
-    DMUON_TRY(dmuon_ctl_topo_agree(t, mine, 0));   /* every rank can split */
+    DMUON_TRY(dmuon_ctl_topo_agree(t, mine, deadline_ms));   /* every rank can split */
     /* sets are made together, so they normally agree; a rank whose set is
      * its memory's own (cache full) may lack them: then every rank splits
      * again (a rank that had them keeps the old ones alive, unused) */
     int64_t need = !(cs->node && cs->rail);
-    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, &need, 1, DMUON_CTL_MAX, 0, "nccl split"));
+    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, &need, 1, DMUON_CTL_MAX, deadline_ms, "nccl split"));
     if (!need)
         return DMUON_OK;
     ncclComm_t node = NULL, rail = NULL;
@@ -291,7 +292,7 @@ dmuon_rc dmuon_nccl_comms_split(const dmuon_topo *t, dmuon_nccl_comms *cs, dmuon
         rc = DMUON_FAIL(DMUON_ECOMM, "ncclCommSplit (node and rail communicators): %s",
                         ncclGetErrorString(nr));
     }
-    return dmuon_ctl_topo_agree(t, rc, 0);
+    return dmuon_ctl_topo_agree(t, rc, deadline_ms);
 }
 
 static void release(nccl_symm *m, int owns_comms)
@@ -326,8 +327,8 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
     int count = 0, owned = 0;
     nccl_symm *m = calloc(1, sizeof *m);
     rc = m ? DMUON_OK : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating symmetric memory");
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, dmuon_nccl_gpu_check(name), 0), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, s->deadline_ms), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, dmuon_nccl_gpu_check(name), s->deadline_ms), fail);
     cudaGetDeviceCount(&count);
     m->device = ht ? ht->data.device : t->local % count;
     cudaError_t ce = cudaSetDevice(m->device);
@@ -337,14 +338,14 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
     rc = ce == cudaSuccess ? DMUON_OK
        : DMUON_FAIL(DMUON_EDEVICE, "%s: cuda device %d: %s", name, m->device,
                     cudaGetErrorString(ce));
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, s->deadline_ms), fail);
 
     if (ht) {   /* a handed-over topology: its communicators, no MPI */
         m->cs = &ht->data;
         rc = dmuon_nccl_usable(m->cs, name);
-        DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
+        DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, s->deadline_ms), fail);
     } else {
-        DMUON_TRY_GOTO(rc, mpi_comms(t, m->device, count, &m->cs, &owned), fail);
+        DMUON_TRY_GOTO(rc, mpi_comms(t, m->device, count, s->deadline_ms, &m->cs, &owned), fail);
     }
 
     /* the part: ncclMemAlloc, zeroed, 4 KiB aligned, registered symmetric */
@@ -358,26 +359,26 @@ dmuon_rc dmuon_nccl_symm_alloc(dmuon_symm *s)
     rc = !bad ? DMUON_OK
        : DMUON_FAIL(DMUON_ENOMEM, "%s: ncclMemAlloc of %zu bytes: %s", name, m->bytes,
                     nr != ncclSuccess ? ncclGetErrorString(nr) : "not 4 KiB aligned");
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, s->deadline_ms), fail);
     ce = cudaMemset(m->ptr, 0, m->bytes);
     if (ce == cudaSuccess)
         ce = cudaDeviceSynchronize();
     rc = ce == cudaSuccess ? DMUON_OK
        : DMUON_FAIL(DMUON_EDEVICE, "%s: zeroing %zu bytes: %s", name, m->bytes,
                     cudaGetErrorString(ce));
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, s->deadline_ms), fail);
     nr = ncclCommWindowRegister(m->cs->world, m->ptr, m->bytes, &m->win,
                                 NCCL_WIN_COLL_SYMMETRIC);
     m->registered = nr == ncclSuccess;
     rc = m->registered ? DMUON_OK
        : DMUON_FAIL(DMUON_ECOMM, "%s: ncclCommWindowRegister (symmetric) of %zu bytes: %s",
                     name, m->bytes, ncclGetErrorString(nr));
-    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, 0), fail);
+    DMUON_TRY_GOTO(rc, dmuon_ctl_topo_agree(t, rc, s->deadline_ms), fail);
     s->base = m->ptr;
     s->peer = NULL;            /* device memory: no host loads and stores */
     s->impl = m;
     /* every part zeroed before anyone writes: the agreement is the barrier */
-    return dmuon_ctl_topo_agree(t, DMUON_OK, 0);
+    return dmuon_ctl_topo_agree(t, DMUON_OK, s->deadline_ms);
 fail:
     release(m, owned);
     return rc;

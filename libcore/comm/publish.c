@@ -78,7 +78,7 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     if (p)
         p->params = malloc((n > 0 ? (size_t)n : 1) * sizeof *p->params);
     rc = p && p->params ? DMUON_OK : DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a publish");
-    rc = dmuon_ctl_topo_agree(t, rc, 0);
+    rc = dmuon_ctl_topo_agree(t, rc, o.deadline_ms);   /* the caller's deadline */
     if (rc != DMUON_OK) {
         if (p)
             free(p->params);
@@ -88,7 +88,7 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     p->topo = t;
     p->mem = mem;
     p->copy_offset = copy_offset;
-    DMUON_TRY_GOTO(rc, dmuon_table_agree_topo(t, params, n), fail);
+    DMUON_TRY_GOTO(rc, dmuon_table_agree_topo(t, params, n, o.deadline_ms), fail);
     DMUON_TRY_GOTO(rc, dmuon_table_check_publish(params, n, t->size, t->per_node,
                                                  &p->copy_bytes), fail);
     DMUON_TRY_GOTO(rc, dmuon_deadline_ms(o.deadline_ms, &p->deadline_ms), fail);

@@ -15,12 +15,16 @@
 
 #define SYMM_MAX_BYTES (INT64_C(1) << 46)
 
-dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out)
+dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, int deadline_ms, dmuon_symm **out)
 {
     dmuon_rc rc = DMUON_OK;
     *out = NULL;
     int64_t mm[2] = {-bytes, bytes};
-    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, mm, 2, DMUON_CTL_MAX, 0, "symmetric memory"));
+    if (deadline_ms < 0)
+        return DMUON_FAIL(DMUON_EINVAL, "symmetric memory: deadline %d ms: expected 0 (the "
+                          "default) or a positive number", deadline_ms);
+    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, mm, 2, DMUON_CTL_MAX, deadline_ms,
+                                           "symmetric memory"));
     if (-mm[0] != mm[1])
         return DMUON_FAIL(DMUON_EMISMATCH, "symmetric memory: ranks asked for different sizes "
                           "(%lld to %lld bytes; this rank %lld)", (long long)-mm[0],
@@ -36,7 +40,7 @@ dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out)
                           "topology over MPI (this one was handed over from NCCL)", ops->name);
     dmuon_symm *s = calloc(1, sizeof *s);
     int64_t fail = !s;
-    rc = dmuon_ctl_topo_allreduce_i64(t, &fail, 1, DMUON_CTL_MAX, 0, "symmetric memory");
+    rc = dmuon_ctl_topo_allreduce_i64(t, &fail, 1, DMUON_CTL_MAX, deadline_ms, "symmetric memory");
     if (rc != DMUON_OK) {
         free(s);
         return rc;
@@ -49,6 +53,7 @@ dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out)
     s->backend = t->backend;
     s->topo = t;
     s->bytes = bytes;
+    s->deadline_ms = deadline_ms;
     rc = ops->symm_alloc(s);
     if (rc != DMUON_OK) {
         free(s);

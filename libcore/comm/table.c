@@ -254,30 +254,31 @@ static void seg_encode(const dmuon_segment *s, int64_t v[5])
  * differs from rank 0's table and fails on every rank.  Every exchange is a
  * control call (dmuon/ctl.h) over the topology, so it has a deadline and
  * runs on whatever carries t. */
-dmuon_rc dmuon_table_agree_topo(const dmuon_topo *t, const dmuon_segment *segs, int n)
+dmuon_rc dmuon_table_agree_topo(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                int deadline_ms)
 {
     static const char *const w = "segment table agreement";
     const int rank = t->rank, size = t->size;
     uint64_t mine = dmuon_table_digest(segs, n);
     uint64_t ref_digest = mine;
-    DMUON_TRY(dmuon_ctl_topo_bcast(t, &ref_digest, (int)sizeof ref_digest, 0, 0, w));
+    DMUON_TRY(dmuon_ctl_topo_bcast(t, &ref_digest, (int)sizeof ref_digest, 0, deadline_ms, w));
     int64_t any = ref_digest != mine;
-    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, &any, 1, DMUON_CTL_MAX, 0, w));
+    DMUON_TRY(dmuon_ctl_topo_allreduce_i64(t, &any, 1, DMUON_CTL_MAX, deadline_ms, w));
     if (!any)
         return DMUON_OK;
 
     int64_t n0 = n;
-    DMUON_TRY(dmuon_ctl_topo_bcast(t, &n0, (int)sizeof n0, 0, 0, w));
+    DMUON_TRY(dmuon_ctl_topo_bcast(t, &n0, (int)sizeof n0, 0, deadline_ms, w));
     int64_t *ref = malloc(((size_t)n0 * 5 + 1) * sizeof *ref);
     DMUON_TRY(dmuon_ctl_topo_agree(t, ref ? DMUON_OK : DMUON_FAIL(DMUON_ENOMEM, "out of memory "
-                                   "comparing segment tables"), 0));
+                                   "comparing segment tables"), deadline_ms));
     if (rank == 0)
         for (int64_t i = 0; i < n0; i++)
             seg_encode(&segs[i], ref + 5 * i);
     const int64_t total = n0 * 5 * (int64_t)sizeof *ref;
     for (int64_t off = 0; off < total; off += DMUON_CTL_MAX_BYTES) {
         const int64_t len = total - off < DMUON_CTL_MAX_BYTES ? total - off : DMUON_CTL_MAX_BYTES;
-        dmuon_rc rc = dmuon_ctl_topo_bcast(t, (char *)ref + off, (int)len, 0, 0, w);
+        dmuon_rc rc = dmuon_ctl_topo_bcast(t, (char *)ref + off, (int)len, 0, deadline_ms, w);
         if (rc != DMUON_OK) {
             free(ref);
             return rc;
@@ -295,7 +296,7 @@ dmuon_rc dmuon_table_agree_topo(const dmuon_topo *t, const dmuon_segment *segs, 
         first = lim;
     /* the lowest (index, rank) pair: one minimum over index · size + rank */
     int64_t key = (int64_t)first * size + rank;
-    dmuon_rc rc = dmuon_ctl_topo_allreduce_i64(t, &key, 1, DMUON_CTL_MIN, 0, w);
+    dmuon_rc rc = dmuon_ctl_topo_allreduce_i64(t, &key, 1, DMUON_CTL_MIN, deadline_ms, w);
     if (rc != DMUON_OK) {
         free(ref);
         return rc;
@@ -310,7 +311,7 @@ dmuon_rc dmuon_table_agree_topo(const dmuon_topo *t, const dmuon_segment *segs, 
         theirs[0] = 1;
         seg_encode(&segs[glob.idx], theirs + 1);
     }
-    rc = dmuon_ctl_topo_bcast(t, theirs, (int)sizeof theirs, glob.rank, 0, w);
+    rc = dmuon_ctl_topo_bcast(t, theirs, (int)sizeof theirs, glob.rank, deadline_ms, w);
     if (rc != DMUON_OK) {
         free(ref);
         return rc;
@@ -344,7 +345,7 @@ dmuon_rc dmuon_table_agree_topo(const dmuon_topo *t, const dmuon_segment *segs, 
                       glob.idx, glob.rank, theirs_n, (int)n0, what);
 }
 
-dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
+dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n, int deadline_ms)
 {
     /* a topology that is only its world: the control calls use nothing else */
     dmuon_topo t;
@@ -356,6 +357,6 @@ dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n)
         MPI_Comm_rank(comm, &t.rank);
         MPI_Comm_size(comm, &t.size);
     }
-    return dmuon_table_agree_topo(&t, segs, n);
+    return dmuon_table_agree_topo(&t, segs, n, deadline_ms);
 }
 

@@ -113,6 +113,8 @@ typedef struct {
     rt_phase phase;           /* where the hooks are in this micro-batch */
     rt_block pblock;          /* the parameter block */
     bool inflight;            /* transport: a prefetch started, not yet waited for */
+    bool acq_now;             /* the parameter block was acquired in this
+                                 micro-batch (dmuon_rt_discard gives it back) */
     bool reducing;            /* the gradient reduction started at post_backward,
                                  not yet finished: the gradient block is its */
     unsigned pending;         /* bit k: group k's split-phase call in flight */
@@ -204,6 +206,7 @@ struct dmuon_rt {
     rt_space_rec rec[RT_SPACES];   /* parameter, gradient, F32 view */
     bool recording;
     size_t acq_index[RT_SPACES];   /* acquisitions so far in this micro-batch */
+    size_t rec_mark[RT_SPACES];    /* events recorded before this micro-batch */
     float *views;             /* the F32 view arena (rec[RT_VIEW].total bytes), once packed */
     double grad_norm;
     dmuon_rt_stats stats;
@@ -272,6 +275,7 @@ uint64_t rt_digest_mem(const dmuon_rt *rt, const void *p, int64_t bytes, uint64_
 /* rt_step.c */
 dmuon_rc rt_step_prepare(dmuon_rt *rt);   /* at open: the step's scratch */
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
+dmuon_rc rt_grads_clear(dmuon_rt *rt);   /* zeroes the accumulated gradients */
 dmuon_rc rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *dst_base);
 
 #endif

@@ -127,7 +127,7 @@ dmuon_rc rt_step_prepare(dmuon_rt *rt)
     return DMUON_OK;
 }
 
-static dmuon_rc clear_grads(dmuon_rt *rt)
+dmuon_rc rt_grads_clear(dmuon_rt *rt)
 {
     DMUON_TRY(rt->elem->zero(rt->own_g, rt->win_elems * (int64_t)sizeof(float), rt->stream));
     return rt->elem->zero(rt->even_g, rt->even_total * (int64_t)sizeof(float), rt->stream);
@@ -453,7 +453,7 @@ static dmuon_rc owned_commit(dmuon_rt *rt, double lr)
  * and the gradient norm reads NaN. */
 static dmuon_rc step_failed(dmuon_rt *rt, dmuon_rc rc)
 {
-    dmuon_rc cr = clear_grads(rt);
+    dmuon_rc cr = rt_grads_clear(rt);
     rt->grad_norm = NAN;
     return rc != DMUON_OK ? rc : cr;
 }
@@ -492,7 +492,7 @@ dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     DMUON_TRY(owned_commit(rt, lrs->muon_lr));
     DMUON_TRY(even_updates(rt, lrs, t, 1, &bad));
     DMUON_TRY(rt_pub_finish(rt));
-    DMUON_TRY(clear_grads(rt));
+    DMUON_TRY(rt_grads_clear(rt));
     rt->steps = t;
     rt->stats.optim_s = (dmuon_now_ms() - t0) / 1e3;
     return DMUON_OK;

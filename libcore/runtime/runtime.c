@@ -18,9 +18,11 @@
  *     different order, or a release later than recorded that leaves the
  *     recorded range in use, is an error naming the layers, never silent
  *     overlap (an earlier release is harmless).
- * Hooks check their order locally before any communication, so a wrong
+ * Hooks check their order locally before any data moves, so a wrong
  * call fails on the rank that made it with DMUON_EINVAL; the other ranks
- * then fail at their next collective's deadline.
+ * then fail at their next collective's deadline.  Before packing the
+ * ranks' hooks are also compared (order_check), since nothing recorded
+ * exists yet to check them against.
  */
 #include "rt_internal.h"
 
@@ -681,7 +683,7 @@ dmuon_rc rt_pool_build(dmuon_rt *rt)
     rt->dir_off = map.win_off[DMUON_WIN_DIR];
     int64_t off = map.total;
     const int64_t *b = map.space_bytes;
-    DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, &rt->symm)));
+    DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, rt->opts.deadline_ms, &rt->symm)));
     rt->base = rt->elem->adopt(dmuon_symm_base(rt->symm));
     DMUON_TRY(pool_agree(rt));
     /* no-reuse layout: each layer at its own range */
@@ -797,11 +799,15 @@ static void micro_begin(dmuon_rt *rt)
         return;
     rt->in_micro = true;
     rt->bwd_count = 0;
-    for (int k = 0; k < RT_SPACES; k++)
+    for (int k = 0; k < RT_SPACES; k++) {
         rt->acq_index[k] = 0;
-    for (size_t l = 0; l < rt->nlayers; l++)
+        rt->rec_mark[k] = rt->rec[k].nev;
+    }
+    for (size_t l = 0; l < rt->nlayers; l++) {
         if (rt->layers[l].phase == RT_DONE)
             rt->layers[l].phase = RT_IDLE;
+        rt->layers[l].acq_now = false;
+    }
 }
 
 static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
@@ -915,9 +921,10 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
     } else if (rt->recording) {
         DMUON_TRY(record(rt, space, l, 1));
     }
-    if (space == RT_PARAM)
+    if (space == RT_PARAM) {
         L->pblock = RT_BLOCK_LIVE;
-    else if (space == RT_VIEW && !rt->packed)
+        L->acq_now = true;
+    } else if (space == RT_VIEW && !rt->packed)
         L->w = L->w_own;
     return DMUON_OK;
 }
@@ -1079,6 +1086,33 @@ static void layer_assert(const dmuon_rt *rt, const rt_layer *L)
     (void)rt;
 }
 
+/* Before packing, the ranks' transfers are matched by their order alone
+ * (lines A/B/C call collectives of equal sizes for layers of equal
+ * sizes): a rank calling the hooks of another layer than the others would
+ * exchange another layer's data silently.  So until the first step every
+ * hook first compares its kind and layer across the ranks (one small
+ * reduction within the deadline); a difference is DMUON_EMISMATCH on every
+ * rank, naming the hooks, with nothing acquired or started
+ * (dmuon_rt_discard then ends the micro-batch).  Once packed, the recorded
+ * order, agreed at the first step, is checked locally by acq_check. */
+static dmuon_rc order_check(dmuon_rt *rt, int hook, size_t l)
+{
+    static const char *const name[] = {"pre_forward", "pre_backward", "post_backward"};
+    if (rt->packed)
+        return DMUON_OK;
+    int64_t key = (int64_t)l * 4 + hook, v[2] = {key, -key};
+    DMUON_TRY(rt_ctl_i64(rt, v, 2, DMUON_CTL_MIN, "hook order"));
+    if (v[0] == -v[1])
+        return DMUON_OK;
+    return DMUON_FAIL(DMUON_EMISMATCH, "runtime: the ranks call different hooks at the same "
+                      "point of the micro-batch (%s('%s') and %s('%s') among them; this rank: "
+                      "%s('%s')): every rank must call the layer hooks in the same order; "
+                      "nothing was exchanged (dmuon_rt_discard ends this micro-batch)",
+                      name[v[0] % 4], dmuon_plan_layer_name(rt->plan, (size_t)(v[0] / 4)),
+                      name[-v[1] % 4], dmuon_plan_layer_name(rt->plan, (size_t)(-v[1] / 4)),
+                      name[hook], dmuon_plan_layer_name(rt->plan, l));
+}
+
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "pre_forward", l));
@@ -1092,6 +1126,7 @@ dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
         layer_assert(rt, L);
         return DMUON_OK;
     }
+    DMUON_TRY(order_check(rt, 0, l));
     if (done_now(rt, L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') after its backward in this "
                           "micro-batch (missing post_backward of other layers?)",
@@ -1129,6 +1164,7 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
     if (rt->recompute)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') inside a recomputation",
                           dmuon_plan_layer_name(rt->plan, l));
+    DMUON_TRY(order_check(rt, 1, l));
     if (in_bwd(L) || done_now(rt, L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
                           dmuon_plan_layer_name(rt->plan, l));
@@ -1149,6 +1185,7 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "post_backward", l));
     rt_layer *L = &rt->layers[l];
+    DMUON_TRY(order_check(rt, 2, l));
     if (!in_bwd(L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') without pre_backward",
                           dmuon_plan_layer_name(rt->plan, l));
@@ -1198,6 +1235,47 @@ dmuon_rc dmuon_rt_recompute_end(dmuon_rt *rt)
                               "forward of '%s'", dmuon_plan_layer_name(rt->plan, l));
     rt->recompute = false;
     return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_discard(dmuon_rt *rt)
+{
+    if (!rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: discard before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: discard after a communication failure");
+    dmuon_rc rc = rt->elem->sync(rt->opts.stream);
+    bool backward = false;
+    if (rt->in_micro && rc == DMUON_OK) {
+        /* what is in flight (a prefetch, a reduction) ends first: the
+         * other ranks started the same calls */
+        rc = rt_drain(rt);
+        for (size_t l = 0; l < rt->nlayers && rc == DMUON_OK; l++) {
+            rt_layer *L = &rt->layers[l];
+            backward = backward || L->phase == RT_BWD || L->phase == RT_BWD_FWD ||
+                       L->phase == RT_DONE;
+            L->reducing = false;
+            L->phase = RT_IDLE;
+            rc = view_close(rt, l);
+            /* ZeRO-2 keeps the blocks of the step's earlier micro-batches
+             * (their acquisitions are the record's); this one's go */
+            if (rc == DMUON_OK && L->pblock != RT_BLOCK_NONE && (rt->zero == 3 || L->acq_now))
+                rc = release(rt, RT_PARAM, l);
+            L->acq_now = false;
+        }
+        if (rc == DMUON_OK && !rt->packed)   /* not part of the recorded micro-batch */
+            for (int k = 0; k < RT_SPACES; k++)
+                rt->rec[k].nev = rt->rec_mark[k];
+        rt->in_micro = false;
+        rt->bwd_count = 0;
+        rt->recompute = false;
+        /* a backward begun has added gradients of this micro-batch to the
+         * accumulation: what was accumulated since the last step goes */
+        if (rc == DMUON_OK && backward) {
+            rc = rt_grads_clear(rt);
+            rt->micro = 0;
+        }
+    }
+    return rt_agree(rt, rc);
 }
 
 const float *dmuon_rt_weights(dmuon_rt *rt, int p)

@@ -126,6 +126,7 @@ def _declare(L):
         "dmuon_rt_post_forward": (_c_int, [_vp, _c_size]),
         "dmuon_rt_pre_backward": (_c_int, [_vp, _c_size]),
         "dmuon_rt_post_backward": (_c_int, [_vp, _c_size]),
+        "dmuon_rt_discard": (_c_int, [_vp]),
         "dmuon_rt_recompute_begin": (_c_int, [_vp]),
         "dmuon_rt_recompute_end": (_c_int, [_vp]),
         "dmuon_rt_param_index": (_c_int, [_vp, _c_str]),

@@ -28,9 +28,11 @@ How it works (CPU tensors; CUDA modules are refused, see docs/python.md):
   * torch.utils.checkpoint (use_reentrant=False): a forward of a block that
     runs inside backward is a recomputation (dmuon_rt_recompute_begin/end);
   * several backward passes before step() accumulate (the runtime adds each
-    micro-batch's reduced gradients); a forward under torch.no_grad runs
-    the backward hooks with zero gradients, as the runtime needs every
-    micro-batch to end.
+    micro-batch's reduced gradients); a forward under torch.no_grad (or one
+    whose output needs no gradient, or whose backward never comes before
+    the next forward or step(): model.eval() without no_grad) is an
+    evaluation pass, ended by dmuon_rt_discard: no backward, no
+    communication beyond its gathers, not a micro-batch.
 """
 import ctypes
 import os
@@ -204,7 +206,8 @@ class Runtime:
         self._bwd = False        # inside a micro-batch's backward
         self.recomputations = 0  # layer forwards run inside backward (checkpointing)
         self._fwd_grad = False
-        self._trained = False    # a micro-batch with a backward has ended
+        self._awaiting = False   # a forward ended whose backward has not begun
+        self._gen = 0            # forwards so far (outputs of an older one are stale)
         named = dict(_trainable(model))
         planned = {n: (layer, numel) for n, layer, _, numel in plan.params}
         missing = [n for n in planned if n not in named]
@@ -350,6 +353,8 @@ class Runtime:
             layer.recompute = True
             return
         if layer is (self._root or self._layers[0]):
+            self._end_eval()
+            self._gen += 1
             self._fwd_grad = torch.is_grad_enabled()
             self._agree(0)
         self._call("dmuon_rt_pre_forward", layer.index)
@@ -361,41 +366,41 @@ class Runtime:
             return
         self._call("dmuon_rt_post_forward", layer.index)
         self._free(layer)
-        if layer is not self._root:
+        if layer is not (self._root or self._layers[-1]):   # not the forward's end
             return
         if not self._fwd_grad:
-            self._empty_backward()
+            self._call("dmuon_rt_discard")   # evaluation: no backward
             return
         hooked = []
         for t in _tensors(out):
             if t.requires_grad:
-                hooked.append(t.register_hook(lambda g: self._root_backward()))
-        if not hooked:
-            self._empty_backward()
+                hooked.append(t.register_hook(
+                    lambda g, gen=self._gen: self._root_backward(gen)))
+        if hooked:
+            self._awaiting = True
+        else:
+            self._call("dmuon_rt_discard")
 
-    def _empty_backward(self):
-        """The backward hooks of a forward that computed no gradient, in the
-        order a training backward calls them (the root around the blocks in
-        reverse, each block's pre and post together), so that the runtime's
-        recorded layer lifetimes hold."""
-        blocks = [L for L in reversed(self._layers) if L is not self._root]
-        if self._root is not None:
-            self._call("dmuon_rt_pre_backward", self._root.index)
-        for L in blocks:
-            self._call("dmuon_rt_pre_backward", L.index)
-            self._call("dmuon_rt_post_backward", L.index)
-        if self._root is not None:
-            self._call("dmuon_rt_post_backward", self._root.index)
-        if not self._trained:
-            # the runtime packs its spaces at the first step from the
-            # sequence of one recorded micro-batch; this one's hook order
-            # is not a training backward's (layers whose gradients come
-            # late stay open together there), so record the next one
-            self._call("dmuon_capi_rt_record_next", None)
+    def _end_eval(self):
+        """A forward whose backward never began (model.eval() with
+        gradients enabled, a loss never backpropagated) was an evaluation
+        pass: the runtime discards it before the next forward or step."""
+        if self._awaiting:
+            self._awaiting = False
+            self._call("dmuon_rt_discard")
 
-    def _root_backward(self):
+    def _root_backward(self, gen=None):
         if self._bwd:
             return
+        if gen is not None and gen != self._gen:
+            raise DmuonError(1, "einval", "backward of an output of an earlier forward: a "
+                             "later forward began before its backward, so that forward was "
+                             "taken as an evaluation pass and discarded (run each forward's "
+                             "backward before the next forward)")
+        if gen is not None and not self._awaiting:
+            raise DmuonError(1, "einval", "backward of an output whose forward was discarded "
+                             "as an evaluation pass (step() came before its backward)")
+        self._awaiting = False
         self._bwd = True
         for L in self._layers:
             L.phase, L.got, L.recompute = 0, 0, False
@@ -456,7 +461,6 @@ class Runtime:
                     self._post_backward(L)
             if self._root is not None:
                 self._post_backward(self._root)
-            self._trained = True
         finally:
             self._bwd = False
 
@@ -520,6 +524,7 @@ class Runtime:
     def step(self, lr, adamw_lr):
         """dmuon_rt_step with these learning rates (Optimizer.step calls it)."""
         self._ensure_open()
+        self._end_eval()
         self._agree(1)
         check(lib().dmuon_capi_rt_step(self._rt, float(lr), float(adamw_lr)))
 

@@ -116,10 +116,11 @@ check_err "warning: rank [0-9]+ needs [0-9.]+ GiB at its first step, over --devi
     "--device-memory 80G warns on the first step (the pool's no-reuse layout)"
 check_err "FP32 gradient of layer 'model\.layers\.[0-9]+'" "--device-memory 80G names the layer"
 # the parts add up: first = optimizer + pool, pool = layers + windows,
-# least = optimizer + windows + gathered + gradient (GiB with 2 decimals, in order)
+# least = optimizer + windows + gathered + gradient + the gradient of the
+# reduction in flight (GiB with 2 decimals, in order)
 grep -oE '[0-9]+\.[0-9]{2}' "$T_TMP/err" | tr '\n' ' ' | awk '{
-    d1 = $1 - ($3 + $4); d2 = $4 - ($5 + $6); d3 = $7 - ($8 + $9 + $10 + $11)
-    exit (NF == 11 && d1 * d1 < 4e-4 && d2 * d2 < 4e-4 && d3 * d3 < 4e-4) ? 0 : 1 }' &&
+    d1 = $1 - ($3 + $4); d2 = $4 - ($5 + $6); d3 = $7 - ($8 + $9 + $10 + $11 + $12)
+    exit (NF == 12 && d1 * d1 < 4e-4 && d2 * d2 < 4e-4 && d3 * d3 < 4e-4 && $12 > 0) ? 0 : 1 }' &&
     ok || bad "the --device-memory warning's parts do not add up: $(cat "$T_TMP/err")"
 if grep -q "ZeRO-3" "$T_TMP/err"; then bad "already ZeRO-3: the hint suggests ZeRO-3"; else ok; fi
 run "$P" "$D" --ranks 64 --cost flops --zero 2 --device-memory 80G
@@ -127,7 +128,8 @@ check_err "more ranks, ZeRO-3, or a smaller layer" "ZeRO-2: the hint suggests Ze
 run "$P" "$D" --ranks 64 --cost flops --device-memory 100T
 if grep -q "device-memory" "$T_TMP/err"; then bad "100T: no warning expected"; else ok; fi
 run "$P" "$D" --ranks 64 --cost flops --json
-for k in optimizer_bytes window_bytes gathered_layer_bytes gathered_grad_bytes pool_bytes least_bytes; do
+for k in optimizer_bytes window_bytes gathered_layer_bytes gathered_grad_bytes pool_bytes least_bytes \
+         overlap_grad_bytes line_b_dir_bytes; do
     check_out "\"$k\":[0-9]" "--json memory has $k"
 done
 run "$P" "$D" --ranks 64 --cost flops --device-memory lots

@@ -29,6 +29,19 @@ full "probe --json" "$B/dmuon-probe" --shapes 8x8 --iters 1 --warmup 0 --db "$T_
 full "bench ns --json" "$B/dmuon-bench" ns --shapes 8x8 --iters 1 --json
 full "bench --json" "$B/dmuon-bench" -b 1K -e 1K --json
 full "train --help" "$B/dmuon-train" --help
+full "train --write-config -" "$B/dmuon-train" --write-config -
+full "train --write-yaml -" "$B/dmuon-train" --write-yaml -
+# a failed write of standard output is said once, not again at exit
+for a in "--write-config -" "plan -o -"; do
+    if [ "$a" = "plan -o -" ]; then
+        "$B/dmuon-plan" "$INV" --ranks 4 --cost flops -o - > /dev/full 2> "$T_TMP/err"
+    else
+        # shellcheck disable=SC2086
+        "$B/dmuon-train" $a > /dev/full 2> "$T_TMP/err"
+    fi
+    n=$(grep -c 'cannot write standard output' "$T_TMP/err")
+    check_eq "$n" 1 "$a > /dev/full: the failed write is said once ($(tr '\n' '|' < "$T_TMP/err"))"
+done
 for t in plan probe bench verify train; do
     full "dmuon-$t --version" "$B/dmuon-$t" --version
 done

@@ -117,7 +117,7 @@ static int make_group(const dmuon_topo *t, const dmuon_segment *segs, int n,
     *mem = NULL;
     *g = NULL;
     int ok = dmuon_group_span_of(t, segs, n, o, sp) == DMUON_OK &&
-             dmuon_symm_alloc(t, sp->bytes, mem) == DMUON_OK &&
+             dmuon_symm_alloc(t, sp->bytes, 0, mem) == DMUON_OK &&
              dmuon_group_create(t, segs, n, o, *mem, sp->ctrl_offset, g) == DMUON_OK;
     if (!ok) {
         dmuon_symm_free(*mem);
@@ -248,7 +248,7 @@ static void check_publish(const dmuon_topo *t)
     dmuon_publish_opts o = {.algorithm = DMUON_ALGO_PER_OWNER, .deadline_ms = 30000};
     dmuon_symm *mem = NULL;
     dmuon_publish *pub = NULL;
-    int ok = dmuon_symm_alloc(t, dst_off + align8(dst_bytes), &mem) == DMUON_OK &&
+    int ok = dmuon_symm_alloc(t, dst_off + align8(dst_bytes), 0, &mem) == DMUON_OK &&
              dmuon_publish_create(t, par, N, &o, mem, 0, &pub) == DMUON_OK;
     check(ok, "publish: per-owner created");
     float *host = calloc((size_t)(copy_bytes + dst_bytes) / 4 + 1, 4);

@@ -457,6 +457,58 @@ static bool fault_failed_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int size, i
     return !stall;
 }
 
+/* ----------------------------------------------- discarded passes -- */
+
+/* --eval: before every training micro-batch, a forward-only pass (the root
+ * bracket around the blocks, as the training forward) ended by
+ * dmuon_rt_discard.  With `partial` it also begins the backward (the root
+ * and the last block, whose gradients are written with a large value and
+ * reduced) and has a hook refused, before discarding: the step's
+ * accumulated gradients are then dropped, so this is done only before the
+ * step's first micro-batch, where nothing was accumulated yet (before the
+ * first step, when the hooks are recorded, and after it).  The run
+ * must still match the reference bit for bit.  False on a hook error. */
+static bool eval_pass(dmuon_rt *rt, const dmuon_model *model, size_t L, size_t np, bool partial)
+{
+    for (size_t l = 0; l < L; l++) {
+        if (dmuon_rt_pre_forward(rt, l) != DMUON_OK ||
+            (l > 0 && dmuon_rt_post_forward(rt, l) != DMUON_OK)) {
+            check(0, "eval: forward of layer %zu: %s", l, dmuon_errmsg());
+            return false;
+        }
+    }
+    if (dmuon_rt_post_forward(rt, 0) != DMUON_OK) {
+        check(0, "eval: post_forward(root): %s", dmuon_errmsg());
+        return false;
+    }
+    if (partial) {
+        check(dmuon_rt_post_forward(rt, 1) == DMUON_EINVAL, "eval: a hook out of order is "
+              "refused (%s)", dmuon_errmsg());
+        if (dmuon_rt_pre_backward(rt, 0) != DMUON_OK || dmuon_rt_pre_backward(rt, L - 1) != DMUON_OK) {
+            check(0, "eval: pre_backward: %s", dmuon_errmsg());
+            return false;
+        }
+        for (size_t p = 0; p < np; p++) {
+            const dmuon_param *pp = dmuon_model_param(model, p);
+            float *g = dmuon_rt_grad(rt, dmuon_rt_param_index(rt, pp->name));
+            if (!g)
+                continue;
+            float *h = mem_in(g, pp->numel);
+            for (int64_t i = 0; i < pp->numel; i++)
+                h[i] = 1e3f;
+            mem_out(g, h, pp->numel);
+        }
+        if (dmuon_rt_post_backward(rt, L - 1) != DMUON_OK) {
+            check(0, "eval: post_backward: %s", dmuon_errmsg());
+            return false;
+        }
+    }
+    dmuon_rc rc = dmuon_rt_discard(rt);
+    check(rc == DMUON_OK && same_everywhere((int)rc), "eval: %s pass discarded on every rank (%s)",
+          partial ? "a begun backward's" : "a forward-only", rc ? dmuon_errmsg() : "ok");
+    return rc == DMUON_OK;
+}
+
 /* ------------------------------------------------------- held blocks -- */
 
 /* --hold N: in the first micro-batch of the step after the layout was
@@ -548,7 +600,7 @@ int main(int argc, char **argv)
     const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL;
     const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
     double momentum = -1;
-    int load_only = 0, hold = 0, progress = 0;
+    int load_only = 0, hold = 0, progress = 0, eval = 0;
     const char *backend = "mpi", *device = "cpu";
     int check_table = 0;
     double tolerance = 0;   /* --tolerance: relative, for a GPU's Newton-Schulz */
@@ -568,6 +620,7 @@ int main(int argc, char **argv)
                                  {"check-table", 0, 0, 'c'},        {"tolerance", 1, 0, 'o'},
                                  {"handoff", 1, 0, 'n'},
                                  {"hold", 1, 0, 'H'},               {"progress", 0, 0, 'P'},
+                                 {"eval", 0, 0, 'A'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -610,6 +663,7 @@ int main(int argc, char **argv)
         case 'n': handoff = optarg; break;
         case 'H': hold = atoi(optarg); break;
         case 'P': progress = 1; break;
+        case 'A': eval = 1; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -868,7 +922,8 @@ int main(int argc, char **argv)
     int nan_step = errors || fault_is("nan") ? 1 : -1;
     /* --fault overflow: a finite gradient whose Nesterov direction (or, for
      * AdamW, whose square) overflows binary32, on one rank, in one matrix */
-    int fault_step = g_fault && !fault_is("slow-save") && !fault_is("late-free") ? 1 : -1,
+    int fault_step = g_fault && !fault_is("slow-save") && !fault_is("late-free") &&
+                             !fault_is("order") ? 1 : -1,
         over_p = -1;
     for (size_t p = 0; p < np && fault_is("overflow"); p++)
         if (strcmp(dmuon_model_param(model, p)->name, "model.layers.0.self_attn.q_proj.weight") == 0)
@@ -879,6 +934,44 @@ int main(int argc, char **argv)
     for (int t = start; t <= start + steps; t++) {
         for (int k = 0; k < (t == start + steps ? 1 : micro); k++) {
             bool holding = hold > 0 && t == start + 1 && k == 0;
+            if (eval && t < start + steps) {
+                if (k == 0 && t > start) {   /* right after a step: eval alone is no micro-batch */
+                    dmuon_rt_lrs z = {0.01, 0.01};
+                    if (!eval_pass(rt, model, L, np, false))
+                        goto out;
+                    rc = dmuon_rt_step(rt, &z);
+                    check(rc == DMUON_EINVAL && same_everywhere((int)rc) &&
+                              strstr(dmuon_errmsg(), "no micro-batch"),
+                          "eval: a step after a forward-only pass alone is refused (%s)",
+                          dmuon_errmsg());
+                }
+                if (!eval_pass(rt, model, L, np, k == 0 && t <= start + 1))
+                    goto out;
+                if (k == 0 && t <= start + 1) {   /* after a begun backward: no micro-batch left */
+                    dmuon_rt_lrs z = {0.01, 0.01};
+                    rc = dmuon_rt_step(rt, &z);
+                    check(rc == DMUON_EINVAL && same_everywhere((int)rc),
+                          "eval: the discarded backward left no micro-batch to step (%s)",
+                          dmuon_errmsg());
+                }
+            }
+            if (fault_is("order") && t == start && k == 0 && L > 2) {
+                /* before the first step one rank runs two blocks of the same
+                 * size in another order: refused at the first one on every
+                 * rank, before any data moved; the pass is discarded */
+                size_t second = g_rank == g_fault_rank ? 2 : 1;
+                rc = dmuon_rt_pre_forward(rt, 0);
+                dmuon_rc r2 = rc == DMUON_OK ? dmuon_rt_pre_forward(rt, second) : rc;
+                check(rc == DMUON_OK && r2 == DMUON_EMISMATCH && same_everywhere((int)r2) &&
+                          strstr(dmuon_errmsg(), "different hooks"),
+                      "order: the first differing pre_forward is refused on every rank (%s)",
+                      dmuon_errmsg());
+                rc = dmuon_rt_discard(rt);
+                check(rc == DMUON_OK && same_everywhere((int)rc), "order: the refused pass is "
+                      "discarded (%s)", rc ? dmuon_errmsg() : "ok");
+                if (rc != DMUON_OK)
+                    goto out;
+            }
             /* forward: root bracket around the blocks */
             for (size_t l = 0; l < L; l++) {
                 if ((holding ? hold_begin(rt, &hs, l, false) : dmuon_rt_pre_forward(rt, l)) !=

@@ -106,10 +106,14 @@ def local(x, micro=1, k=0):
 
 def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckpt=False,
           save_at=None, resume=None, start=0, grad_reduce="mean", export=None,
-          param_dtype="f32", ns="direct-muon5", plan=None, comm=None, eval_every=0):
+          param_dtype="f32", ns="direct-muon5", plan=None, comm=None, eval_every=0,
+          eval_grad=False, eval_mid=False):
     """Losses (mean over ranks) of steps [start, steps); optional save after
     save_at steps, resume from a checkpoint, export at the end (returns the
-    eval loss of the sharded module on batch 0 too)."""
+    eval loss of the sharded module on batch 0 too).  eval_every: an
+    evaluation forward after every eval_every-th step, under no_grad, or
+    with eval_grad under model.eval() with gradients on and no backward;
+    eval_mid: a no_grad forward between the micro-batches of every step."""
     m = td.make(ckpt=ckpt)
     p = plan or dmuon.torch.plan(m, ranks_per_node=rpn, sharding=sharding, zero=zero,
                                  comm=comm)
@@ -132,11 +136,18 @@ def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckp
             else:
                 loss.backward()
             tot += loss.item()
+            if eval_mid and k + 1 < micro:
+                with torch.no_grad():
+                    td.loss_fn(m, local(x), local(y))
         opt.step()
         opt.zero_grad()
         sc.step()
         losses.append(dmuon.allreduce_sum([tot])[0] / size)
-        if eval_every and s % eval_every == 0:
+        if eval_every and s % eval_every == 0 and eval_grad:
+            m.eval()
+            td.loss_fn(m, local(x), local(y))   # no backward: discarded at the next forward
+            m.train()
+        elif eval_every and s % eval_every == 0:
             with torch.no_grad():
                 td.loss_fn(m, local(x), local(y))
         if save_at is not None and s + 1 == save_at:
@@ -234,6 +245,13 @@ def main():
     if N == 2:
         ev = train("D", eval_every=3)["losses"]
         report(ev == plain, "no_grad forwards between steps leave the training run unchanged")
+        ev = train("D", eval_every=2, eval_grad=True)["losses"]
+        report(ev == plain, "model.eval() forwards with gradients on and no backward, between "
+               "steps, leave the training run unchanged")
+        two = train("B", zero=2, micro=2)["losses"]
+        ev = train("B", zero=2, micro=2, eval_mid=True)["losses"]
+        report(ev == two, "no_grad forwards between micro-batches leave the training run "
+               "unchanged (line B, ZeRO-2)")
         s = train("D", grad_reduce="sum")["losses"]
         mx = max(rel(s, plain))
         report(mx <= EXACT, "grad_reduce=sum with loss/world equals mean", "max rel %.2e" % mx)
@@ -351,9 +369,16 @@ def odd_loss(m, x, y):
     return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
 
 
-def odd_train(evals=(), steps=5, tied=False):
+def odd_train(evals=(), steps=5, tied=False, noroot=False):
+    """evals: steps preceded by a no_grad forward (noroot: also one with
+    gradients that is never backpropagated).  noroot: the embedding, norm
+    and head frozen, so the plan has no "(root)" layer and the last block
+    ends the forward."""
     torch.manual_seed(0)
     m = OddNet(tied=tied)
+    for mod in ((m.embed, m.norm, m.lm_head) if noroot else ()):
+        for p in mod.parameters():
+            p.requires_grad_(False)
     rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32", ns="direct-muon5")
     opt = rt.optimizer(**HYPER)
     losses = []
@@ -361,6 +386,8 @@ def odd_train(evals=(), steps=5, tied=False):
         x, y = odd_batch(s)
         if s in evals:
             with torch.no_grad():
+                odd_loss(m, x, y)
+            if noroot:
                 odd_loss(m, x, y)
         loss = odd_loss(m, x, y)
         loss.backward()
@@ -372,6 +399,14 @@ def odd_train(evals=(), steps=5, tied=False):
 
 def misuse():
     """What a user does with the module around the runtime."""
+    _, rt, plain = odd_train(steps=4, noroot=True)
+    root = rt._root
+    rt.close()
+    _, rt, ev = odd_train(evals=(0, 2), steps=4, noroot=True)
+    rt.close()
+    report(root is None and ev == plain, "a model without a root layer: evaluation forwards "
+           "(no_grad, and with gradients but no backward) leave training unchanged",
+           "losses %r vs %r" % (ev[-2:], plain[-2:]))
     _, rt, plain = odd_train()
     rt.close()
     _, rt, first = odd_train(evals=(0,))
@@ -416,6 +451,28 @@ def misuse():
         report(raised == size, "ranks running different numbers of micro-batches all raise "
                "DmuonError", "%d of %d: %s" % (raised, size, msg[:90]))
         rt.close()
+    # a forward whose backward never came is discarded at the next forward;
+    # backpropagating its output later is refused, the newer one trains
+    m, rt, _ = odd_train(steps=1)
+    x, y = odd_batch(1)
+    stale = odd_loss(m, x, y)
+    fresh = odd_loss(m, x, y)
+    msg = ""
+    try:
+        stale.backward()
+    except dmuon.DmuonError as e:
+        msg = e.message
+    report("earlier forward" in msg, "backward of a discarded forward's output raises "
+           "DmuonError", msg[:90])
+    try:
+        fresh.backward()
+        rt._optimizer.step()
+        msg = ""
+    except dmuon.DmuonError as e:
+        msg = e.message
+    report(msg == "" and rt.steps == 2, "the newer forward's backward and step then work",
+           msg[:90])
+    rt.close()
     _, rt, _ = odd_train(steps=1)
     m = rt.model
     w = m.layers[0].up.weight

@@ -78,7 +78,7 @@ static void test_gpu_refused(dmuon_topo *t)
         /* memory over such a topology: refused the same way, nothing left */
         t->backend = (dmuon_backend)b;
         dmuon_symm *s = (dmuon_symm *)1;
-        check(dmuon_symm_alloc(t, 4096, &s) == DMUON_EUNSUPPORTED && s == NULL,
+        check(dmuon_symm_alloc(t, 4096, 0, &s) == DMUON_EUNSUPPORTED && s == NULL,
               "symmetric memory on a GPU backend without a GPU");
         t->backend = DMUON_BACKEND_MPI;
     }
@@ -115,7 +115,7 @@ static void test_handoff(void)
 static void test_copies(dmuon_topo *t)
 {
     dmuon_symm *s = NULL;
-    check(dmuon_symm_alloc(t, 5000, &s) == DMUON_OK, "mpi memory");
+    check(dmuon_symm_alloc(t, 5000, 0, &s) == DMUON_OK, "mpi memory");
     if (!s)
         return;
     check(!dmuon_symm_on_device(s), "mpi memory is host memory");
@@ -278,7 +278,7 @@ static void test_publish_algos(const dmuon_topo *t)
     check(dmuon_publish_layout(t->per_node, par, 2, par, &bytes) == DMUON_OK && bytes == 24,
           "publish layout of two parameters");
     dmuon_symm *mem = NULL;
-    if (dmuon_symm_alloc(t, bytes, &mem) != DMUON_OK) {
+    if (dmuon_symm_alloc(t, bytes, 0, &mem) != DMUON_OK) {
         check(0, "symmetric memory for the publish");
         return;
     }

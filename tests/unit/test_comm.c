@@ -94,7 +94,7 @@ static float load(dmuon_dtype dt, const unsigned char *p, int64_t k)
 static void test_symm(const dmuon_topo *t)
 {
     dmuon_symm *s = NULL;
-    dmuon_rc rc = dmuon_symm_alloc(t, 10000, &s);
+    dmuon_rc rc = dmuon_symm_alloc(t, 10000, 0, &s);
     check(rc == DMUON_OK && s, "symm: 10000 bytes allocated on every rank");
     if (rc != DMUON_OK)
         return;
@@ -126,16 +126,16 @@ static void test_symm(const dmuon_topo *t)
     dmuon_symm_free(NULL);
 
     s = NULL;
-    rc = dmuon_symm_alloc(t, 0, &s);
+    rc = dmuon_symm_alloc(t, 0, 0, &s);
     check(rc == DMUON_EINVAL && !s, "symm: 0 bytes is DMUON_EINVAL on every rank");
     if (t->size > 1) {
-        rc = dmuon_symm_alloc(t, 4096 + (t->rank == t->size - 1), &s);
+        rc = dmuon_symm_alloc(t, 4096 + (t->rank == t->size - 1), 0, &s);
         check(rc == DMUON_EMISMATCH && !s, "symm: different sizes are DMUON_EMISMATCH on every "
               "rank");
     }
     dmuon_topo other = *t;
     other.backend = DMUON_BACKEND_NCCL;
-    rc = dmuon_symm_alloc(&other, 4096, &s);
+    rc = dmuon_symm_alloc(&other, 4096, 0, &s);
     check(rc == DMUON_EUNSUPPORTED && !s, "symm: nccl backend is DMUON_EUNSUPPORTED here");
 }
 
@@ -199,7 +199,7 @@ static void test_groups(const dmuon_topo *t)
     int64_t total = win + wbig;
     dmuon_symm *mem = NULL;
     dmuon_group *ga = NULL, *gb = NULL;
-    ok = dmuon_symm_alloc(t, total, &mem) == DMUON_OK;
+    ok = dmuon_symm_alloc(t, total, 0, &mem) == DMUON_OK;
     check(ok, "groups: memory for both groups allocated");
     if (!ok)
         goto out;
@@ -355,6 +355,55 @@ static int64_t check_sums(const dmuon_topo *t, const table *tb, const unsigned c
     return bad;
 }
 
+/* The create-time exchanges take the caller's deadline: given one, a bad
+ * $DMUON_DEADLINE_MS is never read (memory, table agreement, group
+ * creation, the group's call); with 0 the variable is the error, on every
+ * rank and before anything is posted. */
+static void test_create_deadline(const dmuon_topo *t)
+{
+    const char *was = getenv("DMUON_DEADLINE_MS");
+    char *keep = was ? strdup(was) : NULL;
+    setenv("DMUON_DEADLINE_MS", "xyz", 1);
+    table a = {0};
+    int ok = make_table(t, DMUON_LAYOUT_RANK, 65536, DMUON_F32, &a);
+    check(ok, "create deadline: a table made");
+    dmuon_group_opts o = {.deadline_ms = 5000};
+    dmuon_group_span sp;
+    dmuon_symm *mem = NULL;
+    dmuon_group *g = NULL;
+    dmuon_rc rc = ok ? dmuon_group_span_of(t, a.segs, a.n, &o, &sp) : DMUON_EINVAL;
+    if (rc == DMUON_OK)
+        rc = dmuon_table_agree_topo(t, a.segs, a.n, 5000);
+    check(rc == DMUON_OK, "create deadline: table agreement with a deadline given");
+    if (rc == DMUON_OK)
+        rc = dmuon_symm_alloc(t, sp.bytes, 5000, &mem);
+    check(rc == DMUON_OK && mem, "create deadline: memory with a deadline given");
+    if (rc == DMUON_OK)
+        rc = dmuon_group_create(t, a.segs, a.n, &o, mem, sp.ctrl_offset, &g);
+    check(rc == DMUON_OK && g, "create deadline: group with opts.deadline_ms given");
+    if (rc == DMUON_OK)
+        rc = dmuon_allgatherv(g, sp.buffer_offset, sp.window_offset);
+    check(rc == DMUON_OK, "create deadline: the group's call runs");
+    dmuon_group_free(g);
+    dmuon_symm_free(mem);
+    dmuon_symm *s = NULL;
+    rc = dmuon_symm_alloc(t, 4096, 0, &s);
+    int lo = rc, hi = rc;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, t->world);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, t->world);
+    check(rc == DMUON_EINVAL && lo == hi && !s && strstr(dmuon_errmsg(), "DMUON_DEADLINE_MS 'xyz'"),
+          "create deadline: with 0 the bad variable is DMUON_EINVAL on every rank");
+    rc = dmuon_symm_alloc(t, 4096, -1, &s);
+    check(rc == DMUON_EINVAL && !s, "create deadline: a negative deadline is DMUON_EINVAL");
+    if (keep)
+        setenv("DMUON_DEADLINE_MS", keep, 1);
+    else
+        unsetenv("DMUON_DEADLINE_MS");
+    free(keep);
+    free(a.segs);
+}
+
+
 static void test_split(const dmuon_topo *t)
 {
     table a = {0}, b = {0};
@@ -373,7 +422,7 @@ static void test_split(const dmuon_topo *t)
     int64_t total = wb + b.W;
     dmuon_symm *mem = NULL;
     dmuon_group *ga = NULL, *gb = NULL;
-    ok = dmuon_symm_alloc(t, total, &mem) == DMUON_OK;
+    ok = dmuon_symm_alloc(t, total, 0, &mem) == DMUON_OK;
     check(ok, "split: memory allocated");
     if (!ok)
         goto out;
@@ -504,7 +553,7 @@ static void test_publish(const dmuon_topo *t)
     int64_t off = 8192;
     dmuon_symm *mem = NULL;
     dmuon_publish *p = NULL;
-    if (dmuon_symm_alloc(t, off + need, &mem) != DMUON_OK) {
+    if (dmuon_symm_alloc(t, off + need, 0, &mem) != DMUON_OK) {
         check(0, "publish: memory allocated");
         free(a.segs);
         return;
@@ -574,7 +623,7 @@ static void test_node_half(const dmuon_topo *t)
     dmuon_publish_opts o = {.algorithm = DMUON_ALGO_SCHEDULED, .deadline_ms = 30000};
     dmuon_symm *mem = NULL;
     dmuon_publish *pub = NULL;
-    int ok = dmuon_symm_alloc(t, dst_off + dst_bytes + 8, &mem) == DMUON_OK &&
+    int ok = dmuon_symm_alloc(t, dst_off + dst_bytes + 8, 0, &mem) == DMUON_OK &&
              dmuon_publish_create(t, par, N, &o, mem, 0, &pub) == DMUON_OK;
     check(ok, "node half: scheduled publish created");
     int done = 0;
@@ -736,11 +785,11 @@ static void test_ctl_topo(const dmuon_topo *t)
     for (int i = 0; i < n; i++)
         segs[i] = (dmuon_segment){.owner = i % N, .dtype = DMUON_F32, .offset = 8 * (int64_t)i,
                                   .count = 2, .window_offset = 0};
-    check(dmuon_table_agree_topo(t, segs, n) == DMUON_OK, "topo table agreement: same tables");
+    check(dmuon_table_agree_topo(t, segs, n, 0) == DMUON_OK, "topo table agreement: same tables");
     if (N > 1) {
         if (t->rank == last)
             segs[29000].count = 3;
-        dmuon_rc rc = dmuon_table_agree_topo(t, segs, n);
+        dmuon_rc rc = dmuon_table_agree_topo(t, segs, n, 0);
         snprintf(want, sizeof want, "first difference at segment 29000 (rank %d against rank 0",
                  last);
         check(rc == DMUON_EMISMATCH && strstr(dmuon_errmsg(), want),
@@ -764,6 +813,7 @@ int main(int argc, char **argv)
         printf("test_comm: %d ranks as %d nodes x %d\n", t.size, t.nodes, t.per_node);
     test_symm(&t);
     test_groups(&t);
+    test_create_deadline(&t);
     test_split(&t);
     test_publish(&t);
     test_node_half(&t);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dmuon/costdb.h"
+#include "dmuon/pool.h"
 #include "dmuon/plan.h"
 #include "plan_internal.h"
 
@@ -504,6 +505,18 @@ static void test_memory(void **state)
     assert_true(mem.gathered_layer_bytes > ((int64_t)20 << 30));
     assert_int_equal(mem.window_bytes, dmuon_plan_window_bytes(p, r) * 3);
     assert_true(mem.least_bytes > ((int64_t)80 << 30));
+    /* the reduction started at a layer's post_backward holds a second
+     * gradient block (the second largest layer's) while the layer before
+     * writes its own; ZeRO-3 gathers one layer at a time */
+    assert_true(mem.overlap_grad_bytes > 0 && mem.overlap_grad_bytes <= mem.gathered_grad_bytes);
+    assert_true(mem.least_bytes == mem.optimizer_bytes + mem.windows_bytes +
+                                       mem.gathered_layer_bytes + mem.gathered_grad_bytes +
+                                       mem.overlap_grad_bytes);
+    /* line B: two FP32 buffers of the largest Muon layer's directions, each
+     * with this rank's shard (64 ranks), as the runtime lays them out */
+    int64_t e = mem.gathered_layer_bytes / 2;
+    assert_true(mem.line_b_dir_bytes ==
+                2 * (dmuon_pool_align(e * 4) + dmuon_pool_align(e / 64 * 4)));
     assert_true(mem.pool_bytes > mem.least_bytes - mem.optimizer_bytes);
     /* every rank at or under the busiest */
     for (int32_t k = 0; k < 64; k += 7) {

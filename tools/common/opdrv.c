@@ -78,7 +78,7 @@ dmuon_rc opdrv_group_open(const dmuon_topo *t, const dmuon_segment *segs, int n,
 {
     dmuon_rc rc = DMUON_OK;
     memset(v, 0, sizeof *v);
-    DMUON_TRY(dmuon_table_agree(t->world, segs, n));
+    DMUON_TRY(dmuon_table_agree(t->world, segs, n, o->deadline_ms));
     DMUON_TRY(dmuon_group_span_of(t, segs, n, o, &v->sp));
     /* the window grows with --slots and --chunk-bytes (the control and ring
      * area): refused here, before MPI is asked for a shared window it
@@ -88,7 +88,7 @@ dmuon_rc opdrv_group_open(const dmuon_topo *t, const dmuon_segment *segs, int n,
                                "shared window of", bad, sizeof bad))
         return DMUON_FAIL(DMUON_EINVAL, "%s; or lower --slots (%d) or --chunk-bytes (%lld; 0: "
                           "the backend's)", bad, o->slots, (long long)o->chunk_bytes);
-    DMUON_TRY(dmuon_symm_alloc(t, v->sp.bytes, &v->mem));
+    DMUON_TRY(dmuon_symm_alloc(t, v->sp.bytes, o->deadline_ms, &v->mem));
     DMUON_TRY_GOTO(rc, dmuon_group_create(t, segs, n, o, v->mem, v->sp.ctrl_offset, &v->g),
                    fail);
     unsigned char *base = dmuon_symm_base(v->mem);
@@ -185,9 +185,9 @@ dmuon_rc opdrv_pub_open(const dmuon_topo *t, const dmuon_segment *segs, int n,
     int64_t copy_bytes = 0;
     dmuon_rc rc = dmuon_publish_layout(t->per_node, segs, n, v->params, &copy_bytes);
     if (rc == DMUON_OK)
-        rc = dmuon_table_agree(t->world, v->params, n);
+        rc = dmuon_table_agree(t->world, v->params, n, o->deadline_ms);
     if (rc == DMUON_OK)
-        rc = dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, &v->mem);
+        rc = dmuon_symm_alloc(t, copy_bytes > 0 ? copy_bytes : 1, o->deadline_ms, &v->mem);
     if (rc == DMUON_OK)
         rc = dmuon_publish_create(t, v->params, n, o, v->mem, 0, &v->p);
     if (rc != DMUON_OK) {

@@ -390,18 +390,13 @@ int opdrv_parse(int tool, int argc, char **argv, opdrv_opts *o, char *bad, size_
         snprintf(bad, cap, "--path: dmuon-bench runs one path (its table has no path column)");
         return -1;
     }
-    if (o->deadline_ms == 0) {
-        int d = 0;
-        if (dmuon_deadline_ms(0, &d) != DMUON_OK) {
-            snprintf(bad, cap, "%s", dmuon_errmsg());
-            return -1;
-        }
-    } else {
-        /* the flag wins over $DMUON_DEADLINE_MS also in the library's own
-         * control calls (table agreement), which read the variable */
-        char ms[16];
-        snprintf(ms, sizeof ms, "%d", o->deadline_ms);
-        setenv("DMUON_DEADLINE_MS", ms, 1);
+    /* without the flag the variable is the deadline: checked here; with
+     * it the library is given it everywhere (the operators' calls and the
+     * create-time exchanges), so the variable is not read at all */
+    int d = 0;
+    if (o->deadline_ms == 0 && dmuon_deadline_ms(0, &d) != DMUON_OK) {
+        snprintf(bad, cap, "%s", dmuon_errmsg());
+        return -1;
     }
     return 0;
 }

@@ -144,6 +144,10 @@ int tool_finish_stdout(const char *tool, int code)
     }
     if (!e)
         return code;
+    /* a run that already failed on this very write said so (the library's
+     * "cannot write standard output" was its error): said once */
+    if (code != 0 && strstr(dmuon_errmsg(), "cannot write standard output"))
+        return code;
     fprintf(stderr, "%s: cannot write standard output: %s\n", tool, strerror(e));
     return 3;
 }

@@ -49,7 +49,10 @@ void tool_print_version(const char *tool, int argc, char **argv);
 /* The last call of every tool's main: flushes and closes standard output
  * and returns code, or 3 when a write to it failed (a full disk, /dev/full,
  * a closed pipe) after printing "TOOL: cannot write standard output: REASON"
- * on stderr — an output that did not arrive is never a success. */
+ * on stderr — an output that did not arrive is never a success.  When the
+ * run already failed (code != 0) on a write of standard output that the
+ * library reported (its last error says "cannot write standard output"),
+ * that was said once: code is returned without a second line. */
 int tool_finish_stdout(const char *tool, int code);
 
 /* Closes f, which the tool wrote at path ("-": standard output, flushed,

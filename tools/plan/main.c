@@ -762,7 +762,7 @@ static int warn_memory(const cli *c, const dmuon_plan *p, FILE *f)
         double G = 1073741824.0;
         int64_t layers = mem.pool_bytes - mem.windows_bytes;
         int64_t rest = mem.least_bytes - mem.optimizer_bytes - mem.windows_bytes -
-                       mem.gathered_grad_bytes;
+                       mem.gathered_grad_bytes - mem.overlap_grad_bytes;
         fprintf(f,
                 "dmuon-plan: warning: rank %d needs %.2f GiB at its first step, over "
                 "--device-memory %.2f GiB:\n"
@@ -770,7 +770,8 @@ static int warn_memory(const cli *c, const dmuon_plan *p, FILE *f)
                 "layout: %.2f GiB of every layer's parameters and FP32 gradients, %.2f GiB of "
                 "owner window, AdamW shards and publish copy);\n"
                 "  the least at a step (with reuse) is %.2f GiB = %.2f optimizer state + %.2f "
-                "windows + %.2f %s + %.2f FP32 gradient of layer '%s' (%s)\n",
+                "windows + %.2f %s + %.2f FP32 gradient of layer '%s' + %.2f FP32 gradient "
+                "of the reduction in flight (%s)\n",
                 r, mem.first_step_bytes / G, c->device_memory / G, mem.optimizer_bytes / G,
                 mem.pool_bytes / G, layers / G, mem.windows_bytes / G, mem.least_bytes / G,
                 mem.optimizer_bytes / G, mem.windows_bytes / G, rest / G,
@@ -779,6 +780,7 @@ static int warn_memory(const cli *c, const dmuon_plan *p, FILE *f)
                 mem.gathered_grad_bytes / G,
                 mem.gathered_layer >= 0 ? dmuon_plan_layer_name(p, (size_t)mem.gathered_layer)
                                         : "-",
+                mem.overlap_grad_bytes / G,
                 zs == 2 ? "more ranks, ZeRO-3, or a smaller layer"
                                    : "more ranks or a smaller layer");
     }

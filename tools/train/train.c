@@ -148,10 +148,8 @@ static dmuon_rc forward(trainer *t, double *loss)
     return DMUON_OK;
 }
 
-/* The backward of the micro-batch forward() ran last, loss scale `scale`.
- * With compute false only the hooks run: the gradient buffers stay zero
- * (a validation pass, see validate()). */
-static dmuon_rc backward(trainer *t, float scale, bool compute)
+/* The backward of the micro-batch forward() ran last, loss scale `scale`. */
+static dmuon_rc backward(trainer *t, float scale)
 {
     const tm_config *c = &t->o->model;
     tm_root_w rw;
@@ -161,8 +159,7 @@ static dmuon_rc backward(trainer *t, float scale, bool compute)
     DMUON_TRY(dmuon_rt_pre_backward(t->rt, t->root_layer));
     root_w(t, &rw);
     root_g(t, &rg);
-    if (compute)
-        tm_head_backward(&t->acts, &rw, &rg, t->tgt, scale);
+    tm_head_backward(&t->acts, &rw, &rg, t->tgt, scale);
     for (int l = c->layers - 1; l >= 0; l--) {
         size_t L = t->block_layer[l];
         DMUON_TRY(dmuon_rt_pre_backward(t->rt, L));
@@ -170,29 +167,24 @@ static dmuon_rc backward(trainer *t, float scale, bool compute)
             DMUON_TRY(dmuon_rt_recompute_begin(t->rt));
             DMUON_TRY(dmuon_rt_pre_forward(t->rt, L));
             block_w(t, l, &bw);
-            if (compute)
-                tm_block_forward(&t->acts, l, &bw);
+            tm_block_forward(&t->acts, l, &bw);
             DMUON_TRY(dmuon_rt_post_forward(t->rt, L));
             DMUON_TRY(dmuon_rt_recompute_end(t->rt));
         }
         block_w(t, l, &bw);
         block_g(t, l, &bg);
-        if (compute)
-            tm_block_backward(&t->acts, l, &bw, &bg);
+        tm_block_backward(&t->acts, l, &bw, &bg);
         DMUON_TRY(dmuon_rt_post_backward(t->rt, L));
     }
-    if (compute)
-        tm_embed_backward(&t->acts, &rg, t->tok);
+    tm_embed_backward(&t->acts, &rg, t->tok);
     DMUON_TRY(dmuon_rt_post_backward(t->rt, t->root_layer));
     return DMUON_OK;
 }
 
 /* Mean validation loss over the fixed windows: every rank runs the same
- * number of passes, each on its slice of `batch` windows.  The runtime
- * knows no forward-only pass (a micro-batch ends with the backward of every
- * layer, and the first one fixes the hook order every later one repeats),
- * so a validation pass is a micro-batch whose backward runs the hooks
- * only: its gradients are zero and add nothing to the step's. */
+ * number of passes, each on its slice of `batch` windows.  A validation
+ * pass is a forward only, ended by dmuon_rt_discard: not a micro-batch,
+ * nothing added to the step's gradients. */
 static dmuon_rc validate(trainer *t, double *mean)
 {
     const tt_opts *o = t->o;
@@ -202,7 +194,7 @@ static dmuon_rc validate(trainer *t, double *mean)
         td_val_batch(t->data, p * o->batch + t->rank * t->Bl, t->Bl, total, t->T, t->tok,
                      t->tgt);
         DMUON_TRY(forward(t, &l));
-        DMUON_TRY(backward(t, 0.0f, false));
+        DMUON_TRY(dmuon_rt_discard(t->rt));
         DMUON_TRY(global_loss(t, &l));
         sum += l;
     }
@@ -431,7 +423,7 @@ dmuon_rc tt_train(const tt_opts *o, const dmuon_plan *plan, const dmuon_rt_opts 
             loss += l;
             w0 = dmuon_now_ms();
             c0 = cpu_s();
-            DMUON_TRY_GOTO(rc, backward(&t, scale, true), out);
+            DMUON_TRY_GOTO(rc, backward(&t, scale), out);
             f[F_BWD] += (dmuon_now_ms() - w0) / 1e3;
             f[F_BWD_CPU] += cpu_s() - c0;
             dmuon_rt_get_stats(t.rt, &st);

@@ -156,7 +156,10 @@ dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, 
  * negative, not a multiple of DMUON_GROUP_CTRL_ALIGN, or the area not inside
  * mem), DMUON_EUNSUPPORTED (t->backend not built), DMUON_ENOMEM (on any
  * rank), DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach one of create's
- * agreements, dmuon/ctl.h, within the default deadline).  An algorithm the backend does not offer, or
+ * agreements, dmuon/ctl.h, within the deadline: opts->deadline_ms as for
+ * the calls, so a value > 0 is used without reading the environment; the
+ * backend's setup, e.g. NCCL's node and rail communicators, included).
+ * An algorithm the backend does not offer, or
  * fp32_accum with another algorithm than SCHEDULED: DMUON_EUNSUPPORTED naming
  * both; a table the algorithm cannot take (see dmuon_algo): DMUON_EINVAL
  * naming the first segment that breaks its rule.  On failure *out is NULL. */

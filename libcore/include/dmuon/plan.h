@@ -376,6 +376,10 @@ typedef struct {
     int64_t gathered_layer_bytes; /* largest layer as gathered (Muon + AdamW
                                      parameters, param dtype, padded shards) */
     int64_t gathered_grad_bytes;  /* that layer's FP32 gradient buffer */
+    int64_t overlap_grad_bytes;   /* a second FP32 gradient block, the second
+                                     largest layer's: the reduction a layer's
+                                     post_backward starts still holds its block
+                                     while the layer before writes its own */
     int32_t gathered_layer;       /* its index (-1: no layer) */
     int64_t pool_bytes;           /* symmetric pool of the runtime's first
                                      (no-reuse) layout: every layer's gathered
@@ -385,7 +389,8 @@ typedef struct {
     int64_t least_bytes;          /* the least at a step: optimizer state,
                                      windows, shards, publish copy, one
                                      gathered layer (ZeRO-2: all layers) and
-                                     one FP32 layer gradient */
+                                     two FP32 layer gradients (gathered_grad
+                                     and overlap_grad) */
     int64_t windows_bytes;        /* the windows part of both figures: the
                                      largest owner window, the AdamW shards
                                      (param dtype + FP32 each) and the HSDP
@@ -393,6 +398,12 @@ typedef struct {
     int64_t first_step_bytes;     /* what the first micro-batch needs:
                                      optimizer state + pool_bytes (the runtime
                                      lays the pool out without reuse first) */
+    int64_t line_b_dir_bytes;     /* line B only (gather-then-replicate): its
+                                     pool region of Nesterov directions, two
+                                     buffers of the largest Muon layer's
+                                     gathered directions plus this rank's
+                                     shard, FP32, pool-aligned; in none of the
+                                     figures above (they are lines C/D's) */
 } dmuon_plan_memory;
 
 /* Memory of rank (in [0, ranks)) under p.  Errors: DMUON_EINVAL (rank out

@@ -100,8 +100,9 @@ dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segmen
  * non-negative decimal on every rank, the latter at most 2^30),
  * DMUON_EUNSUPPORTED (t->backend not built),
  * DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach create's
- * agreements, dmuon/ctl.h, within the default deadline).  On failure *out
- * is NULL. */
+ * agreements, dmuon/ctl.h, within opts->deadline_ms — used as given when
+ * > 0, the environment not read — the backend's setup included).  On
+ * failure *out is NULL. */
 dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, int n,
                               const dmuon_publish_opts *opts, dmuon_symm *mem,
                               int64_t copy_offset, dmuon_publish **out);

@@ -22,12 +22,11 @@
  * adds (never written means zero).  Layer indices are the plan's layers
  * (dmuon_plan_layer_name; "(root)" holds the tensors outside numbered blocks,
  * e.g. embeddings, final norm, head: the trainer brackets their use like any
- * other layer).  An evaluation pass is a micro-batch too: every layer's
- * forward, then every layer's pre_backward/post_backward writing no
- * gradient (zero, added harmlessly to the next step's sum; do not step
- * after evaluation micro-batches alone).  A forward without its backward
- * leaves the micro-batch open for good: every later hook and step is
- * DMUON_EINVAL and there is no call to end it (free the runtime).
+ * other layer).  An evaluation pass (forward only) is every layer's
+ * forward followed by dmuon_rt_discard, which ends it without counting it
+ * as a micro-batch; it may come anywhere between micro-batches, before the
+ * first step too.  dmuon_rt_discard also ends a micro-batch abandoned
+ * after a refused hook, so that the next one starts clean.
  *
  * Lines (paper §7.1): the same runtime runs the paper's four systems, so a
  * trainer compares them by one option.
@@ -47,9 +46,17 @@
  * Errors.  Every call returns a dmuon_rc; the message names the rank, the
  * layer or parameter and, for communication, the peer.  Calls out of order
  * (pre_forward twice, a layer out of range, step before every micro-batch
- * ended) are DMUON_EINVAL on the calling rank before any communication.  A
- * stalled or dead peer gives DMUON_ETIMEOUT within the deadline.  After a
- * communication error the runtime is unusable (free it).  Not thread-safe.
+ * ended) are DMUON_EINVAL on the calling rank before any data moves and
+ * change nothing; the micro-batch stays where it was (continue it in
+ * order, or end it with dmuon_rt_discard).  Before the first step (whose
+ * recorded order later micro-batches are checked against locally, without
+ * communication) every pre_forward, pre_backward and post_backward first
+ * compares its hook and layer across the ranks (one small reduction within
+ * the deadline): ranks calling the hooks in different orders get
+ * DMUON_EMISMATCH on every rank at the first difference, before any data
+ * moves.  A stalled or dead
+ * peer gives DMUON_ETIMEOUT within the deadline.  After a communication
+ * error the runtime is unusable (free it).  Not thread-safe.
  */
 #ifndef DMUON_RUNTIME_H
 #define DMUON_RUNTIME_H
@@ -246,7 +253,9 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt);
  * released.  Collective.  Errors: DMUON_EINVAL (out of order; or, after the
  * first step, the range recorded for this acquisition is still held by a
  * layer the recorded micro-batch had ended by then: the message names both
- * layers; nothing changed), DMUON_ETIMEOUT, DMUON_ECOMM. */
+ * layers; nothing changed), DMUON_EMISMATCH (before the first step: another
+ * rank gathers another layer here; every rank, nothing changed),
+ * DMUON_ETIMEOUT, DMUON_ECOMM. */
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t layer);
 
 /* Forward of layer l ended: under ZeRO-3 its parameter range is released
@@ -271,8 +280,10 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t layer);
  * waits for it and adds the result to the owners' accumulated gradients
  * (gradient accumulation over micro-batches).  dmuon_rt_grad(l) is NULL
  * from here on.  The parameter range is released under ZeRO-3.
- * Collective.  Errors: DMUON_EINVAL, DMUON_ETIMEOUT, DMUON_ECOMM (naming
- * the layer whose reduction failed). */
+ * Collective.  Errors: DMUON_EINVAL, DMUON_EMISMATCH (before the first
+ * step: another rank reduces another layer here; every rank, nothing
+ * changed), DMUON_ETIMEOUT, DMUON_ECOMM (naming the layer whose reduction
+ * failed). */
 dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t layer);
 
 /* Moves the split-phase calls in flight (the next layer's gather started
@@ -287,6 +298,24 @@ dmuon_rc dmuon_rt_progress(dmuon_rt *rt);
  * nor release.  Local. */
 dmuon_rc dmuon_rt_recompute_begin(dmuon_rt *rt);
 dmuon_rc dmuon_rt_recompute_end(dmuon_rt *rt);
+
+/* Ends the micro-batch in progress without counting it: an evaluation
+ * (forward-only) pass, or a micro-batch abandoned after a refused hook.
+ * Calls in flight (a prefetch, a gradient reduction) are waited for within
+ * the deadline, every open bracket is closed, the blocks the micro-batch
+ * acquired are given back (ZeRO-2 keeps those of the step's earlier
+ * micro-batches), and before the first step its hooks are not part of the
+ * recorded order.  A micro-batch whose backward had begun has added some
+ * of its gradients to the accumulation already: then every gradient
+ * accumulated since the last step is dropped as well, and the next step
+ * needs a new micro-batch.  A forward-only pass drops nothing: the step's
+ * micro-batches before it still count.  Outside a micro-batch (and between
+ * micro-batches of a completed backward) nothing changes.  Every rank
+ * calls it at the same point.  Collective: one agreement within the
+ * deadline, so a failure on any rank is the same error on every rank.
+ * Errors: DMUON_EINVAL (before open), DMUON_ETIMEOUT, DMUON_ECOMM (a call
+ * in flight failed, or after a communication failure). */
+dmuon_rc dmuon_rt_discard(dmuon_rt *rt);
 
 /* ------------------------------------------------------------ parameters -- */
 

@@ -36,10 +36,14 @@ typedef struct dmuon_symm dmuon_symm;
  * DMUON_EUNSUPPORTED (t->backend is not built; the MPI backend over a
  * topology handed over from NCCL), DMUON_ENOMEM (the shared window or
  * bookkeeping could not be allocated on some rank), DMUON_ECOMM,
- * DMUON_ETIMEOUT (a rank did not reach the size agreement within the
- * default deadline, dmuon_deadline_ms).
- * On failure *out is NULL. */
-dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, dmuon_symm **out);
+ * DMUON_ETIMEOUT (a rank did not reach one of the agreements within the
+ * deadline).  deadline_ms bounds each agreement of the call (the size, the
+ * allocation's outcome, and the backend's setup: NCCL's unique id,
+ * communicators and window registration): > 0 is used as given, without
+ * reading the environment; 0 means $DMUON_DEADLINE_MS or the default
+ * (dmuon_deadline_ms, dmuon/collv.h; a bad variable is DMUON_EINVAL);
+ * negative is DMUON_EINVAL.  On failure *out is NULL. */
+dmuon_rc dmuon_symm_alloc(const dmuon_topo *t, int64_t bytes, int deadline_ms, dmuon_symm **out);
 
 /* Frees the memory (collective over t->node; every group and publish built
  * over it must be freed first).  After a failed operator call free it only

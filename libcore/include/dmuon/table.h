@@ -51,13 +51,16 @@ dmuon_rc dmuon_table_even(int parts, int64_t count, dmuon_dtype dtype, dmuon_seg
  * differs from rank 0's table, the lowest rank where it differs and both
  * versions of the segment; DMUON_ENOMEM on every rank when any rank ran out
  * of memory; DMUON_ETIMEOUT / DMUON_ECOMM from the control calls it is made
- * of (dmuon/ctl.h, default deadline).  The table is only read. */
-dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n);
+ * of (dmuon/ctl.h), each bounded by deadline_ms (> 0: as given, the
+ * environment not read; 0: $DMUON_DEADLINE_MS or the default,
+ * dmuon_deadline_ms in dmuon/collv.h).  The table is only read. */
+dmuon_rc dmuon_table_agree(MPI_Comm comm, const dmuon_segment *segs, int n, int deadline_ms);
 
 /* The same over a topology's ranks (collective over t's N ranks), through
  * the control plane of dmuon/ctl.h (dmuon_ctl_topo_*): MPI for a topology
  * from dmuon_topo_init, NCCL for one handed over (dmuon_topo_init_nccl).
  * Same results and errors as dmuon_table_agree. */
-dmuon_rc dmuon_table_agree_topo(const dmuon_topo *t, const dmuon_segment *segs, int n);
+dmuon_rc dmuon_table_agree_topo(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                int deadline_ms);
 
 #endif
