@@ -19,7 +19,7 @@ for tool in "$V" "$B"; do
 done
 
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
-    echo "note: a GPU is visible; the GPU backends are checked by tests/gpu/run.sh"
+    skip "a GPU is visible: the no-GPU refusals are not checked here (tests/gpu/run.sh checks the GPU backends)"
 else
     for tool in "$V" "$B"; do
         name=$(basename "$tool")
