@@ -1095,22 +1095,39 @@ static void layer_assert(const dmuon_rt *rt, const rt_layer *L)
  * rank, naming the hooks, with nothing acquired or started
  * (dmuon_rt_discard then ends the micro-batch).  Once packed, the recorded
  * order, agreed at the first step, is checked locally by acq_check. */
+enum { RT_HOOK_PRE_FORWARD, RT_HOOK_PRE_BACKWARD, RT_HOOK_POST_BACKWARD, RT_HOOK_DISCARD,
+       RT_HOOK_STEP, RT_HOOK_KINDS = 8 };
+
+static const char *hook_call(const dmuon_rt *rt, int64_t key, char *buf, size_t cap)
+{
+    static const char *const name[] = {"pre_forward", "pre_backward", "post_backward",
+                                       "dmuon_rt_discard", "dmuon_rt_step"};
+    const int hook = (int)(key % RT_HOOK_KINDS);
+    if (hook >= RT_HOOK_DISCARD)
+        snprintf(buf, cap, "%s", name[hook]);
+    else
+        snprintf(buf, cap, "%s('%s')", name[hook],
+                 dmuon_plan_layer_name(rt->plan, (size_t)(key / RT_HOOK_KINDS)));
+    return buf;
+}
+
 static dmuon_rc order_check(dmuon_rt *rt, int hook, size_t l)
 {
-    static const char *const name[] = {"pre_forward", "pre_backward", "post_backward"};
     if (rt->packed)
         return DMUON_OK;
-    int64_t key = (int64_t)l * 4 + hook, v[2] = {key, -key};
+    assert(hook >= 0 && hook < RT_HOOK_KINDS);
+    int64_t key = (int64_t)l * RT_HOOK_KINDS + hook, v[2] = {key, -key};
     DMUON_TRY(rt_ctl_i64(rt, v, 2, DMUON_CTL_MIN, "hook order"));
     if (v[0] == -v[1])
         return DMUON_OK;
+    char a[160], b[160], me[160];
     return DMUON_FAIL(DMUON_EMISMATCH, "runtime: the ranks call different hooks at the same "
-                      "point of the micro-batch (%s('%s') and %s('%s') among them; this rank: "
-                      "%s('%s')): every rank must call the layer hooks in the same order; "
-                      "nothing was exchanged (dmuon_rt_discard ends this micro-batch)",
-                      name[v[0] % 4], dmuon_plan_layer_name(rt->plan, (size_t)(v[0] / 4)),
-                      name[-v[1] % 4], dmuon_plan_layer_name(rt->plan, (size_t)(-v[1] / 4)),
-                      name[hook], dmuon_plan_layer_name(rt->plan, l));
+                      "point of the micro-batch (%s and %s among them; this rank: %s): every "
+                      "rank must call the layer hooks, dmuon_rt_discard and dmuon_rt_step in "
+                      "the same order; nothing was exchanged (dmuon_rt_discard ends this "
+                      "micro-batch)",
+                      hook_call(rt, v[0], a, sizeof a), hook_call(rt, -v[1], b, sizeof b),
+                      hook_call(rt, key, me, sizeof me));
 }
 
 dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
@@ -1126,7 +1143,7 @@ dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
         layer_assert(rt, L);
         return DMUON_OK;
     }
-    DMUON_TRY(order_check(rt, 0, l));
+    DMUON_TRY(order_check(rt, RT_HOOK_PRE_FORWARD, l));
     if (done_now(rt, L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_forward('%s') after its backward in this "
                           "micro-batch (missing post_backward of other layers?)",
@@ -1164,7 +1181,7 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
     if (rt->recompute)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') inside a recomputation",
                           dmuon_plan_layer_name(rt->plan, l));
-    DMUON_TRY(order_check(rt, 1, l));
+    DMUON_TRY(order_check(rt, RT_HOOK_PRE_BACKWARD, l));
     if (in_bwd(L) || done_now(rt, L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
                           dmuon_plan_layer_name(rt->plan, l));
@@ -1185,7 +1202,7 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
 {
     DMUON_TRY(usable(rt, "post_backward", l));
     rt_layer *L = &rt->layers[l];
-    DMUON_TRY(order_check(rt, 2, l));
+    DMUON_TRY(order_check(rt, RT_HOOK_POST_BACKWARD, l));
     if (!in_bwd(L))
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') without pre_backward",
                           dmuon_plan_layer_name(rt->plan, l));
@@ -1243,6 +1260,9 @@ dmuon_rc dmuon_rt_discard(dmuon_rt *rt)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: discard before open");
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: discard after a communication failure");
+    /* before the first step a discard on some ranks only would meet
+     * another collective on the others: compared like a hook */
+    DMUON_TRY(order_check(rt, RT_HOOK_DISCARD, 0));
     dmuon_rc rc = rt->elem->sync(rt->opts.stream);
     bool backward = false;
     if (rt->in_micro && rc == DMUON_OK) {
@@ -1353,12 +1373,10 @@ static dmuon_rc repack(dmuon_rt *rt)
     return DMUON_OK;
 }
 
-dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
+/* The local preconditions of a step: every micro-batch ended, at least
+ * one since the last step. */
+static dmuon_rc step_ready(const dmuon_rt *rt)
 {
-    if (!rt->opened)
-        return DMUON_FAIL(DMUON_EINVAL, "runtime: step before open");
-    if (rt->failed)
-        return DMUON_FAIL(DMUON_ECOMM, "runtime: step after a communication failure");
     if (rt->in_micro) {
         size_t l = 0;
         while (l + 1 < rt->nlayers && rt->layers[l].phase == RT_DONE)
@@ -1368,6 +1386,24 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     }
     if (rt->micro == 0)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step with no micro-batch since the last step");
+    return DMUON_OK;
+}
+
+dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
+{
+    if (!rt->opened)
+        return DMUON_FAIL(DMUON_EINVAL, "runtime: step before open");
+    if (rt->failed)
+        return DMUON_FAIL(DMUON_ECOMM, "runtime: step after a communication failure");
+    if (!rt->packed) {
+        /* before the first step: compared like a hook, and a step refused
+         * on one rank is refused on every rank (the others would wait in
+         * the step's first collective) */
+        DMUON_TRY(order_check(rt, RT_HOOK_STEP, 0));
+        DMUON_TRY(rt_agree(rt, step_ready(rt)));
+    } else {
+        DMUON_TRY(step_ready(rt));
+    }
     DMUON_TRY(rt->elem->sync(rt->opts.stream));
     /* every parameter block is given back before the step (ZeRO-2 keeps
      * them through the micro-batches) */

@@ -51,4 +51,18 @@ for args in "--line A" "--line B --zero 2" "--line C --sharding hsdp" "--line D"
         "order, $args: refused at the first difference"
     check_out '^ok   line .* 0 of [0-9]+ gathered values differ' "order, $args: equal to the reference"
 done
+
+# before the first step, a discard or a step on one rank where the others
+# begin the forward: EMISMATCH on every rank (before: two different
+# collectives met, and MPI aborted the job)
+for args in "--line C" "--line D --sharding hsdp"; do
+    # shellcheck disable=SC2086
+    run "${MPIRUN[@]}" -x RT_CHECK_VERBOSE -np 4 "$R" --deadline-ms 10000 --fault onerank $args
+    check_rc 0 "a discard and a step on one rank before the first step, $args"
+    check_out '^ok   onerank: a discard on one rank before the first step is refused on every rank' \
+        "onerank, $args: the discard refused everywhere"
+    check_out '^ok   onerank: a step on one rank before the first step is refused on every rank' \
+        "onerank, $args: the step refused everywhere"
+    check_out '^ok   line .* 0 of [0-9]+ gathered values differ' "onerank, $args: equal to the reference"
+done
 finish

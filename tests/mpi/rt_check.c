@@ -923,7 +923,7 @@ int main(int argc, char **argv)
     /* --fault overflow: a finite gradient whose Nesterov direction (or, for
      * AdamW, whose square) overflows binary32, on one rank, in one matrix */
     int fault_step = g_fault && !fault_is("slow-save") && !fault_is("late-free") &&
-                             !fault_is("order") ? 1 : -1,
+                             !fault_is("order") && !fault_is("onerank") ? 1 : -1,
         over_p = -1;
     for (size_t p = 0; p < np && fault_is("overflow"); p++)
         if (strcmp(dmuon_model_param(model, p)->name, "model.layers.0.self_attn.q_proj.weight") == 0)
@@ -971,6 +971,29 @@ int main(int argc, char **argv)
                       "discarded (%s)", rc ? dmuon_errmsg() : "ok");
                 if (rc != DMUON_OK)
                     goto out;
+            }
+            if (fault_is("onerank") && t == start && k == 0) {
+                /* before the first step one rank calls dmuon_rt_discard,
+                 * then dmuon_rt_step, where the others begin the forward:
+                 * EMISMATCH on every rank each time (not two different
+                 * collectives meeting), nothing changed */
+                for (int call = 0; call < 2; call++) {
+                    dmuon_rt_lrs z = {0.01, 0.01};
+                    if (g_rank == g_fault_rank)
+                        rc = call == 0 ? dmuon_rt_discard(rt) : dmuon_rt_step(rt, &z);
+                    else
+                        rc = dmuon_rt_pre_forward(rt, 0);
+                    /* the call is named among the differing ones (before
+                     * "among them"), not only in the advice after it */
+                    const char *msg = dmuon_errmsg(), *among = strstr(msg, " among them");
+                    const char *named = strstr(msg, call == 0 ? "dmuon_rt_discard" : "dmuon_rt_step");
+                    check(rc == DMUON_EMISMATCH && same_everywhere((int)rc) &&
+                              strstr(msg, "different hooks") && among && named && named < among,
+                          "onerank: a %s on one rank before the first step is refused on "
+                          "every rank (%s)", call == 0 ? "discard" : "step", dmuon_errmsg());
+                    if (rc != DMUON_EMISMATCH)
+                        goto out;
+                }
             }
             /* forward: root bracket around the blocks */
             for (size_t l = 0; l < L; l++) {

@@ -50,11 +50,13 @@
  * change nothing; the micro-batch stays where it was (continue it in
  * order, or end it with dmuon_rt_discard).  Before the first step (whose
  * recorded order later micro-batches are checked against locally, without
- * communication) every pre_forward, pre_backward and post_backward first
- * compares its hook and layer across the ranks (one small reduction within
- * the deadline): ranks calling the hooks in different orders get
- * DMUON_EMISMATCH on every rank at the first difference, before any data
- * moves.  A stalled or dead
+ * communication) every pre_forward, pre_backward and post_backward, and
+ * every dmuon_rt_discard and dmuon_rt_step, first compares its call and
+ * layer across the ranks (one small reduction within the deadline): ranks
+ * calling them in different orders get DMUON_EMISMATCH on every rank at the
+ * first difference, before any data moves; that first step's own
+ * preconditions (every micro-batch ended, one at least) are agreed, so a
+ * step refused on one rank is refused on every rank.  A stalled or dead
  * peer gives DMUON_ETIMEOUT within the deadline.  After a communication
  * error the runtime is unusable (free it).  Not thread-safe.
  */
@@ -313,8 +315,10 @@ dmuon_rc dmuon_rt_recompute_end(dmuon_rt *rt);
  * micro-batches of a completed backward) nothing changes.  Every rank
  * calls it at the same point.  Collective: one agreement within the
  * deadline, so a failure on any rank is the same error on every rank.
- * Errors: DMUON_EINVAL (before open), DMUON_ETIMEOUT, DMUON_ECOMM (a call
- * in flight failed, or after a communication failure). */
+ * Errors: DMUON_EINVAL (before open), DMUON_EMISMATCH (before the first
+ * step: other ranks made another call here, e.g. the discard is on some
+ * ranks only; nothing discarded), DMUON_ETIMEOUT, DMUON_ECOMM (a call in
+ * flight failed, or after a communication failure). */
 dmuon_rc dmuon_rt_discard(dmuon_rt *rt);
 
 /* ------------------------------------------------------------ parameters -- */
@@ -364,12 +368,15 @@ typedef struct {
  * communication failure also leaves the state as it was if it happens
  * before the agreement, but the runtime is then unusable (free it).
  * Collective.  Errors: DMUON_EINVAL (a micro-batch not ended, no
- * micro-batch since the last step: local, before any communication;
+ * micro-batch since the last step: local, before any communication, except
+ * at the first step, where it is agreed over the ranks;
  * non-finite learning rates, or lrs NULL, on any rank; learning rates
  * that differ between the ranks (their minimum and maximum over the world
  * are compared: the message names muon_lr or adamw_lr with both): agreed,
  * a failed step on every rank like the others, the runtime stays usable),
- * DMUON_ENUMERIC, DMUON_ETIMEOUT, DMUON_ECOMM, and a failing rank's code. */
+ * DMUON_EMISMATCH (the first step only: other ranks made another call
+ * here, see Errors at the top), DMUON_ENUMERIC, DMUON_ETIMEOUT,
+ * DMUON_ECOMM, and a failing rank's code. */
 dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 
 /* Steps taken (0 after open; restored by load). */
