@@ -33,10 +33,21 @@ if ! mpicc -shared -fPIC -o "$T_TMP/fail_win.so" "$T_TMP/fail_win.c" 2> "$T_TMP/
     finish; exit $?
 fi
 
+# under the sanitizers the ASan runtime must be the first library loaded
+PRELOAD=$T_TMP/fail_win.so
+if [ "${DMUON_SANITIZED:-0}" = 1 ]; then
+    asan=$(mpicc -print-file-name=libasan.so 2> /dev/null)
+    if [ -z "$asan" ] || [ ! -e "$asan" ]; then
+        skip "the sanitized build needs libasan preloaded before the wrapper, and mpicc names none"
+        finish; exit $?
+    fi
+    PRELOAD=$asan:$PRELOAD
+fi
+
 fails() {  # np failing-rank description command...
     local np=$1 fr=$2 what=$3; shift 3
     local t0; t0=$(date +%s)
-    run "${MPIRUN[@]}" -x LD_PRELOAD="$T_TMP/fail_win.so" -x FAIL_WIN_RANK="$fr" -np "$np" "$@"
+    run "${MPIRUN[@]}" -x LD_PRELOAD="$PRELOAD" -x FAIL_WIN_RANK="$fr" -np "$np" "$@"
     local took=$(( $(date +%s) - t0 ))
     check_rc 3 "$what: exit 3 (got $RC; 124: hang, 139: crash)"
     check_err 'error: .*MPI_Win_allocate_shared of [0-9]+ bytes per rank failed' "$what: the message"
