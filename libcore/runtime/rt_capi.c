@@ -115,6 +115,18 @@ void dmuon_capi_mpi_finalize(void)
         MPI_Finalize();
 }
 
+dmuon_rc dmuon_capi_abort(int code)
+{
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (!up || down)
+        return DMUON_FAIL(DMUON_ECOMM, "mpi: abort with MPI %s", up ? "finalized" : "not "
+                          "initialised");
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return DMUON_FAIL(DMUON_ECOMM, "mpi: MPI_Abort returned");
+}
+
 int dmuon_capi_comm_world(void)
 {
     return (int)MPI_Comm_c2f(MPI_COMM_WORLD);

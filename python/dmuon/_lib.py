@@ -85,6 +85,7 @@ def _declare(L):
         "dmuon_err_set_rank": (None, [_c_int]),
         "dmuon_capi_mpi_init": (_c_int, [P(_c_int), P(_c_int), P(_c_int)]),
         "dmuon_capi_mpi_finalize": (None, []),
+        "dmuon_capi_abort": (_c_int, [_c_int]),
         "dmuon_capi_comm_world": (_c_int, []),
         "dmuon_capi_comm_info": (_c_int, [_c_int, P(_c_int), P(_c_int)]),
         "dmuon_capi_comm_nodes": (_c_int, [_c_int, _c_int, P(_c_int), P(_c_int)]),

@@ -32,17 +32,36 @@ How it works (CPU tensors; CUDA modules are refused, see docs/python.md):
     whose output needs no gradient, or whose backward never comes before
     the next forward or step(): model.eval() without no_grad) is an
     evaluation pass, ended by dmuon_rt_discard: no backward, no
-    communication beyond its gathers, not a micro-batch.
+    communication beyond its gathers, not a micro-batch;
+  * a forward or backward that raised part way is discarded the same way
+    at the next root forward or step() (or rt.discard()); under more than
+    one rank an uncaught exception aborts the MPI job (sys.excepthook).
 """
 import ctypes
+import math
+import numbers
 import os
+import sys
 
 import torch
 
-from . import DmuonError, Plan, _live, comm_handle, world
+from . import DmuonError, Plan, _live, _mpi, comm_handle, world
 from ._lib import check, cstr, lib
 
 __all__ = ["plan", "shard", "Runtime", "Optimizer"]
+
+_DEADLINE_MAX_S = 2147483.647     # deadline_ms is a C int
+
+# Why a backward of an output is refused, by what became of its forward.
+_GONE = {
+    "step": "forward was discarded as an evaluation pass (step() came before its backward)",
+    "eval": "forward was discarded as an evaluation pass",
+    "backward": "forward has had its backward already: a second backward() of the same "
+                "output (retain_graph=True) is refused, each forward feeds one backward; run "
+                "the forward again",
+    "discarded": "micro-batch was discarded (rt.discard(), or at the next forward or step() "
+                 "after a forward or backward that raised part way)",
+}
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
            torch.float64: "f64"}
@@ -141,7 +160,7 @@ def shard(model, plan, line="D", param_dtype=None, ns="gram-pe5", deadline_s=Non
     (bf16 unless planned otherwise); a plan made by dmuon.torch.plan is
     re-planned for another, a loaded one must match.  ns: the Newton–Schulz
     variant ("gram-pe5", "direct-muon5", ...).  deadline_s: per
-    communication call (None: $DMUON_DEADLINE_MS or 60 s).  zero: 2 or 3
+    communication call (None: $DMUON_DEADLINE_MS or 10 minutes).  zero: 2 or 3
     (None: the plan's).  grad_reduce "mean" (like DDP: each rank's loss is
     the mean over its local batch) or "sum".  The parameters are freed
     when the runtime opens: at rt.optimizer(), or at the first forward."""
@@ -169,9 +188,11 @@ class Runtime:
         if not isinstance(plan, Plan):
             raise DmuonError(1, "einval", "plan: expected a dmuon.Plan (dmuon.torch.plan or "
                              "dmuon.load_plan), got %r" % type(plan).__name__)
-        if deadline_s is not None and not deadline_s > 0:
-            raise ValueError("deadline_s %r: expected a number of seconds > 0 (or None)"
-                             % (deadline_s,))
+        if deadline_s is not None and not (
+                isinstance(deadline_s, numbers.Real) and not isinstance(deadline_s, bool) and
+                math.isfinite(deadline_s) and 0 < deadline_s <= _DEADLINE_MAX_S):
+            raise ValueError("deadline_s %r: expected a finite number of seconds in (0, %.3f] "
+                             "(or None)" % (deadline_s, _DEADLINE_MAX_S))
         if param_dtype is not None and param_dtype not in ("bf16", "f32"):
             raise ValueError("param_dtype %r: expected 'bf16', 'f32' or None (the plan's)"
                              % (param_dtype,))
@@ -203,11 +224,15 @@ class Runtime:
         self._rt = ctypes.c_void_p()
         self._optimizer = None
         self._hooks = []
-        self._bwd = False        # inside a micro-batch's backward
+        self._bwd = False        # a micro-batch's backward began and has not ended
+        self._bwd_task = -1      # autograd's graph task running that backward
         self.recomputations = 0  # layer forwards run inside backward (checkpointing)
         self._fwd_grad = False
+        self._fwd_open = False   # a forward began and has not ended
         self._awaiting = False   # a forward ended whose backward has not begun
         self._gen = 0            # forwards so far (outputs of an older one are stale)
+        self._fate = "open"      # what became of forward _gen (a key of _GONE, or not)
+        self._dropped = False    # a discard since the last step dropped its gradients
         named = dict(_trainable(model))
         planned = {n: (layer, numel) for n, layer, _, numel in plan.params}
         missing = [n for n in planned if n not in named]
@@ -287,6 +312,8 @@ class Runtime:
                 p._dmuon_name = self._names[i]
                 p.__class__ = ShardedParameter
         _live.add(self)
+        if world()[1] > 1:
+            _abort_on_exception()
 
     def _ensure_open(self):
         if not self._rt.value:
@@ -341,9 +368,14 @@ class Runtime:
     def _call(self, fn, *args):
         check(getattr(lib(), fn)(self._rt, *args))
 
+    def _in_backward(self):
+        """The backward begun by _root_backward is running (a forward now is
+        a recomputation); False once it ended, or raised part way."""
+        return self._bwd and torch._C._current_graph_task_id() == self._bwd_task
+
     def _pre_forward(self, layer):
         self._ensure_open()
-        if self._bwd:            # a forward inside backward: recomputation
+        if self._in_backward():  # a forward inside backward: recomputation
             self._close_recompute()
             if layer.phase != 1:
                 self._pre_backward(layer)
@@ -353,10 +385,11 @@ class Runtime:
             layer.recompute = True
             return
         if layer is (self._root or self._layers[0]):
-            self._end_eval()
-            self._gen += 1
-            self._fwd_grad = torch.is_grad_enabled()
             self._agree(0)
+            self._gen += 1
+            self._fate = "open"
+            self._fwd_grad = torch.is_grad_enabled()
+            self._fwd_open = True
         self._call("dmuon_rt_pre_forward", layer.index)
         self._fill(layer)
 
@@ -368,8 +401,10 @@ class Runtime:
         self._free(layer)
         if layer is not (self._root or self._layers[-1]):   # not the forward's end
             return
+        self._fwd_open = False
         if not self._fwd_grad:
             self._call("dmuon_rt_discard")   # evaluation: no backward
+            self._fate = "eval"
             return
         hooked = []
         for t in _tensors(out):
@@ -380,28 +415,66 @@ class Runtime:
             self._awaiting = True
         else:
             self._call("dmuon_rt_discard")
+            self._fate = "eval"
 
-    def _end_eval(self):
-        """A forward whose backward never began (model.eval() with
-        gradients enabled, a loss never backpropagated) was an evaluation
-        pass: the runtime discards it before the next forward or step."""
+    def _unfinished(self):
+        """This rank's micro-batch is not complete: a forward that raised part
+        way, a forward whose backward never began (model.eval() with
+        gradients enabled, a loss never backpropagated: an evaluation
+        pass), or a backward that raised part way."""
+        return self._fwd_open or self._awaiting or (self._bwd and not self._in_backward())
+
+    def _end_unfinished(self, awaiting_fate):
+        """dmuon_rt_discard of the micro-batch in progress (collective), and
+        the binding's side of it: weights freed, brackets and stray .grad
+        dropped.  A backward that had begun drops every gradient
+        accumulated since the last step (dmuon/runtime.h).  awaiting_fate:
+        what a forward whose backward never began becomes (a key of _GONE)."""
         if self._awaiting:
-            self._awaiting = False
+            self._fate = awaiting_fate
+        elif self._fwd_open or self._bwd:
+            self._fate = "discarded"
+        dropped = self._bwd
+        self._fwd_open = self._awaiting = self._bwd = False
+        try:
             self._call("dmuon_rt_discard")
+        finally:
+            for L in self._layers:
+                L.phase, L.got, L.recompute = 0, 0, False
+                self._free(L)
+                for _, p in L.params:
+                    p.grad = None
+        self._dropped = self._dropped or dropped
+
+    def discard(self):
+        """Ends the micro-batch in progress without counting it
+        (dmuon_rt_discard), e.g. after catching an exception raised inside
+        its forward or backward; the next forward starts clean.  A
+        micro-batch whose backward had begun drops every gradient
+        accumulated since the last step.  Outside a micro-batch nothing
+        changes.  Collective: every rank calls it at the same point."""
+        self._ensure_open()
+        self._end_unfinished("discarded")
 
     def _root_backward(self, gen=None):
-        if self._bwd:
+        if self._in_backward():
             return
         if gen is not None and gen != self._gen:
             raise DmuonError(1, "einval", "backward of an output of an earlier forward: a "
                              "later forward began before its backward, so that forward was "
                              "taken as an evaluation pass and discarded (run each forward's "
                              "backward before the next forward)")
+        if gen is not None and self._bwd:
+            raise DmuonError(1, "einval", "backward of an output whose backward already began "
+                             "and raised part way: its micro-batch is discarded at the next "
+                             "forward, step() or rt.discard(); run the forward again")
         if gen is not None and not self._awaiting:
-            raise DmuonError(1, "einval", "backward of an output whose forward was discarded "
-                             "as an evaluation pass (step() came before its backward)")
+            raise DmuonError(1, "einval", "backward of an output whose " + _GONE.get(
+                self._fate, "forward was discarded as an evaluation pass"))
         self._awaiting = False
+        self._fate = "backward"
         self._bwd = True
+        self._bwd_task = torch._C._current_graph_task_id()
         for L in self._layers:
             L.phase, L.got, L.recompute = 0, 0, False
         if self._root is not None:
@@ -409,7 +482,7 @@ class Runtime:
         torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
 
     def _pre_backward(self, layer):
-        if not self._bwd:
+        if not self._in_backward():
             self._root_backward()
         self._close_recompute()
         if layer.phase:
@@ -524,17 +597,29 @@ class Runtime:
     def step(self, lr, adamw_lr):
         """dmuon_rt_step with these learning rates (Optimizer.step calls it)."""
         self._ensure_open()
-        self._end_eval()
         self._agree(1)
-        check(lib().dmuon_capi_rt_step(self._rt, float(lr), float(adamw_lr)))
+        try:
+            check(lib().dmuon_capi_rt_step(self._rt, float(lr), float(adamw_lr)))
+        except DmuonError as e:
+            if not self._dropped or e.name != "einval":
+                raise
+            raise DmuonError(e.code, e.name, e.message + " (a micro-batch discarded after "
+                             "its backward had begun dropped the gradients accumulated since "
+                             "the last step)") from None
+        self._dropped = False
 
     def _agree(self, what):
         """Every rank begins a micro-batch (what 0) or steps (1) together: one
         small sum over the ranks, so that ranks running different numbers
         of micro-batches fail here, all of them with the same DmuonError,
-        instead of pairing a gradient reduction with a step's collectives."""
-        v = (ctypes.c_double * 2)(1.0 if what == 0 else 0.0, 1.0 if what == 1 else 0.0)
-        check(lib().dmuon_capi_allreduce_sum(self._comm, v, 2))
+        instead of pairing a gradient reduction with a step's collectives.
+        When any rank's micro-batch is unfinished (an evaluation pass, or a
+        forward or backward that raised), every rank discards it first."""
+        v = (ctypes.c_double * 3)(1.0 if what == 0 else 0.0, 1.0 if what == 1 else 0.0,
+                                  1.0 if self._unfinished() else 0.0)
+        check(lib().dmuon_capi_allreduce_sum(self._comm, v, 3))
+        if v[2]:
+            self._end_unfinished("step" if what == 1 else "eval")
         if v[what] != self.world:
             raise DmuonError(7, "emismatch", "%d rank(s) began a micro-batch while %d called "
                              "step(): every rank must run the same number of micro-batches "
@@ -648,6 +733,38 @@ class Runtime:
                     p.__class__ = torch.nn.Parameter
 
 
+def _abort_on_exception():
+    """Chains a sys.excepthook that, after the traceback, ends the whole MPI
+    job (MPI_Abort of MPI_COMM_WORLD, exit status 1), as `python -m mpi4py`
+    does: a rank ending on an uncaught exception would otherwise free its
+    runtimes at exit (collective) and wait for the other ranks, which wait
+    for it in their next collective, each up to the deadline.  Installed
+    once, when the first runtime opens under more than one rank, unless
+    $DMUON_ABORT_ON_EXCEPTION is 0."""
+    prev = sys.excepthook
+    if getattr(prev, "_dmuon_abort", False) or \
+            os.environ.get("DMUON_ABORT_ON_EXCEPTION", "1").strip() == "0":
+        return
+
+    def hook(tp, value, tb):
+        try:
+            prev(tp, value, tb)
+        finally:
+            sys.stderr.write("dmuon: rank %d of %d ended on an uncaught %s: aborting the MPI "
+                             "job (MPI_Abort, exit status 1; DMUON_ABORT_ON_EXCEPTION=0 waits "
+                             "for the other ranks instead)\n" % (_mpi["rank"], _mpi["size"],
+                                                                  tp.__name__))
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except Exception:
+                    pass
+            lib().dmuon_capi_abort(1)     # returns only when MPI is already finalized
+
+    hook._dmuon_abort = True
+    sys.excepthook = hook
+
+
 class Optimizer(torch.optim.Optimizer):
     """torch.optim.Optimizer over a dmuon Runtime: step() is dmuon_rt_step
     with each group's current lr; zero_grad() drops any .grad left (the
@@ -682,6 +799,10 @@ class Optimizer(torch.optim.Optimizer):
         for g in self.param_groups:
             for p in g["params"]:
                 p.grad = None
+
+    def discard(self):
+        """Runtime.discard(): ends the micro-batch in progress (collective)."""
+        self._rt.discard()
 
 
 # Tensor functions that read only a tensor's metadata (or set its hooks and

@@ -37,6 +37,30 @@ for np in 1 2 4 8; do
     T_PASS=$((T_PASS + p)); T_FAIL=$((T_FAIL + f))
     [ "$p" -gt 0 ] || bad "np $np: no check ran"
 done
+# an uncaught exception on rank 1 (between forward and backward) under the
+# default deadline (10 minutes): the binding's sys.excepthook prints the
+# traceback and aborts the job, so both ranks end at once, exit non-zero
+cat > "$T_TMP/raise.py" <<'EOF'
+import dmuon, dmuon.torch, tiny_decoder as td
+m, (rank, _) = td.make(), dmuon.world()
+rt = dmuon.torch.shard(m, dmuon.torch.plan(m))
+opt = rt.optimizer()
+x, y = td.batches(1)[0]
+loss = td.loss_fn(m, x, y)
+if rank == 1:
+    raise RuntimeError("raised on purpose on rank 1")
+loss.backward()
+opt.step()
+EOF
+t0=$(date +%s)
+run env -u DMUON_DEADLINE_MS timeout 120 mpirun --oversubscribe --bind-to none \
+    --mca mpi_yield_when_idle 1 -np 2 "$PY" "$T_TMP/raise.py"
+took=$(($(date +%s) - t0))
+[ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$took" -le 60 ] && ok ||
+    bad "rank 1 raising ends the 2-rank job within 60 s, non-zero (exit $RC after $took s)"
+check_err "raised on purpose on rank 1" "the raising rank prints its traceback"
+check_err "rank 1 of 2 ended on an uncaught RuntimeError: aborting the MPI job" \
+    "the binding says it aborts the job"
 # the docs' complete script, on 4 ranks: its loss falls
 awk '/^## Using dmuon from PyTorch/{s=1} s && /^```python mpi$/{c=1; next} c && /^```$/{exit} c{print}' \
     "$DMUON_ROOT/docs/python.md" > "$T_TMP/ex.py"

@@ -287,6 +287,7 @@ def main():
         storage()
     if N in (1, 2):
         misuse()
+        recovery()
     if N == 1:
         errors()
     if rank == 0:
@@ -397,6 +398,113 @@ def odd_train(evals=(), steps=5, tied=False, noroot=False):
     return m, rt, losses
 
 
+class Boom(Exception):
+    pass
+
+
+def boom(*args):
+    raise Boom("raised on purpose")
+
+
+def odd_micro(m, s, k):
+    """Half k (0 or 1) of this rank's batch of step s, its loss halved."""
+    x, y = odd_batch(s)
+    b = x.shape[0] // 2
+    return odd_loss(m, x[k * b:(k + 1) * b], y[k * b:(k + 1) * b]) / 2
+
+
+def failing_micro(m, mode, s):
+    """A micro-batch that raises part way, caught: inside block 1's forward
+    ("fwd_inner"), from a forward hook on block 1 after the binding's
+    ("fwd"), or from a full-backward hook on block 0 during backward, when
+    the head and blocks 2 and 1 have their gradients ("bwd").  True when it
+    raised."""
+    hooks = []
+    if mode == "fwd_inner":
+        up = m.layers[1].up
+
+        def bad(x):
+            del up.forward       # once: the instance attribute shadows Linear.forward
+            boom()
+        up.forward = bad
+    elif mode == "fwd":
+        hooks.append(m.layers[1].register_forward_hook(boom))
+    else:
+        hooks.append(m.layers[0].register_full_backward_hook(boom))
+    try:
+        odd_micro(m, s, 0).backward()
+        return False
+    except Boom:
+        return True
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def recover_train(events, steps=4):
+    """OddNet trained over 2 micro-batches a step ("A", "C": the halves of
+    the step's batch); events: step -> the step's sequence instead, where
+    a failure mode (failing_micro) runs a micro-batch that raises,
+    "discard" calls rt.discard() and "step!" a step() that must raise.
+    Gives the losses of each step's last micro-batch (mean over ranks), the
+    failures that raised and the messages of the refused steps."""
+    torch.manual_seed(0)
+    m = OddNet()
+    rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32", ns="direct-muon5")
+    opt = rt.optimizer(**HYPER)
+    losses, raised, refused = [], 0, []
+    for s in range(steps):
+        last = 0.0
+        for e in events.get(s, ("A", "C")):
+            if e in ("A", "C"):
+                loss = odd_micro(m, s, "AC".index(e))
+                loss.backward()
+                last = loss.item()
+            elif e == "discard":
+                rt.discard()
+            elif e == "step!":
+                try:
+                    opt.step()
+                    refused.append("")
+                except dmuon.DmuonError as err:
+                    refused.append(err.message)
+            else:
+                raised += failing_micro(m, e, s)
+        opt.step()
+        opt.zero_grad()
+        losses.append(dmuon.allreduce_sum([last])[0] / size)
+    rt.close()
+    return losses, raised, refused
+
+
+def recovery():
+    """Every rank catches an exception raised inside a forward or backward
+    and trains on: the next forward (or rt.discard()) discards the
+    unfinished micro-batch.  A forward-only failure drops nothing; one
+    whose backward had begun drops the gradients accumulated since the
+    last step (dmuon/runtime.h), so the step is its later micro-batches'."""
+    plain, _, _ = recover_train({})
+    for mode in ("fwd_inner", "fwd", "bwd"):
+        got, raised, _ = recover_train({0: (mode, "A", "C"), 2: (mode, "A", "C")})
+        report(raised == 2 and got == plain, "%s: a micro-batch that raised before the first "
+               "step and before step 2 leaves training unchanged" % mode,
+               "%d raised; losses %r vs %r" % (raised, got[-2:], plain[-2:]))
+        got, raised, _ = recover_train({2: ("A", mode, "C")})
+        want, _, _ = recover_train({2: ("C",) if mode == "bwd" else ("A", "C")})
+        report(raised == 1 and got == want, "%s: a failure between two micro-batches of a step "
+               "%s" % (mode, "drops the earlier one's gradients" if mode == "bwd" else
+                       "keeps the earlier one"), "losses %r vs %r" % (got[-2:], want[-2:]))
+    got, raised, _ = recover_train({1: ("A", "fwd", "discard", "C")})
+    report(raised == 1 and got == plain, "rt.discard() after a forward that raised: training "
+           "unchanged", "losses %r vs %r" % (got[-2:], plain[-2:]))
+    want, _, _ = recover_train({2: ("C",)})
+    got, raised, refused = recover_train({2: ("A", "bwd", "discard", "step!", "C")})
+    report(raised == 1 and got == want and len(refused) == 1 and "dropped" in refused[0],
+           "rt.discard() after a backward that raised: step() refused until a new "
+           "micro-batch, then the step is that micro-batch's", "refused %r; losses %r vs %r" % (
+               refused, got[-2:], want[-2:]))
+
+
 def misuse():
     """What a user does with the module around the runtime."""
     _, rt, plain = odd_train(steps=4, noroot=True)
@@ -472,6 +580,18 @@ def misuse():
         msg = e.message
     report(msg == "" and rt.steps == 2, "the newer forward's backward and step then work",
            msg[:90])
+    x, y = odd_batch(2)
+    loss = odd_loss(m, x, y)
+    loss.backward(retain_graph=True)
+    try:
+        loss.backward()
+        msg = ""
+    except dmuon.DmuonError as e:
+        msg = e.message
+    report("second backward() of the same output" in msg and "step()" not in msg,
+           "a second backward of the same loss raises DmuonError saying so", msg[:100])
+    rt._optimizer.step()
+    report(rt.steps == 3, "the step after it uses the first backward", "steps %d" % rt.steps)
     rt.close()
     _, rt, _ = odd_train(steps=1)
     m = rt.model
@@ -517,6 +637,17 @@ def errors():
             report(False, "shard(%r) raises at shard()" % kw, "no exception")
         except (ValueError, dmuon.DmuonError) as e:
             report(want in str(e), "shard(%r) raises at shard()" % kw, str(e))
+    for bad in (-1, float("nan"), float("inf"), "5", True, 1e12):
+        try:
+            dmuon.torch.shard(td.make(), dmuon.torch.plan(td.make()), deadline_s=bad)
+            report(False, "shard(deadline_s=%r) raises ValueError" % (bad,), "no exception")
+        except ValueError as e:
+            report(str(e).startswith("deadline_s %r: expected a finite number of seconds" %
+                                     (bad,)), "shard(deadline_s=%r) raises ValueError" % (bad,),
+                   str(e))
+        except Exception as e:
+            report(False, "shard(deadline_s=%r) raises ValueError" % (bad,),
+                   "%s: %s" % (type(e).__name__, e))
     for kw in (dict(lr=-1.0), dict(clip_norm=-0.5), dict(adamw_lr=float("nan"))):
         rt = dmuon.torch.shard(td.make(), dmuon.torch.plan(td.make()))
         try:

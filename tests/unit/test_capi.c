@@ -163,6 +163,9 @@ static void test_rt_opts_and_create(void **state)
     dmuon_capi_rt_opts_free(o);
     dmuon_capi_mpi_finalize();
     assert_int_equal(dmuon_capi_mpi_init(&ini, &rank, &size), DMUON_ECOMM);
+    /* no MPI left to abort: the call returns and says so */
+    assert_int_equal(dmuon_capi_abort(1), DMUON_ECOMM);
+    assert_non_null(strstr(dmuon_errmsg(), "abort with MPI finalized"));
 }
 
 int main(void)

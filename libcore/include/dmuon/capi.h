@@ -30,6 +30,15 @@ dmuon_rc dmuon_capi_mpi_init(int *initialised, int *rank, int *size);
  * dmuon_capi_mpi_init initialised it, after every runtime is freed. */
 void dmuon_capi_mpi_finalize(void);
 
+/* Ends every process of MPI_COMM_WORLD at once with exit status code
+ * (MPI_Abort), for a trainer ending on an error of one rank: the other
+ * ranks stop instead of waiting in a collective until their deadline (the
+ * Python package calls it from its sys.excepthook, as `python -m mpi4py`
+ * does).  The one libdmuon call that ends the process, and only when
+ * called.  Does not return when MPI is initialised and not finalized;
+ * otherwise changes nothing and returns DMUON_ECOMM. */
+dmuon_rc dmuon_capi_abort(int code);
+
 /* MPI_COMM_WORLD as a Fortran handle (MPI_Comm_c2f). */
 int dmuon_capi_comm_world(void);
 
