@@ -117,9 +117,7 @@ static dmuon_rc host_widen(float *dst, const void *src, dmuon_dtype dt, int64_t 
         memmove(dst, src, (size_t)n * 4);
         return DMUON_OK;
     }
-    const uint16_t *s = src;
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = dmuon_bf16_to_f32(s[i]);
+    dmuon_bf16_to_f32_n(dst, src, (size_t)n);
     return DMUON_OK;
 }
 
@@ -130,9 +128,7 @@ static dmuon_rc host_narrow(void *dst, const float *src, dmuon_dtype dt, int64_t
         memmove(dst, src, (size_t)n * 4);
         return DMUON_OK;
     }
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++)
-        d[i] = dmuon_f32_to_bf16(src[i]);
+    dmuon_bf16_from_f32(dst, src, (size_t)n);
     return DMUON_OK;
 }
 
