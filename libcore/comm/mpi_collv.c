@@ -70,6 +70,9 @@
 /* control words, 64 bytes apart */
 enum { W_ARRIVE = 0, W_RESERVED, W_LANDED, W_READ, W_GRAD_READ, W_SUMMED };
 #define ALIGN64(x) (((x) + 63) & ~(int64_t)63)
+/* Elements a reduction sums per pass over its inputs: two binary32 blocks
+ * of scratch (8 KiB) stay in the first-level cache. */
+#define REDUCE_BLOCK 1024
 
 /* One queue as seen by this rank. */
 typedef struct {
@@ -100,7 +103,7 @@ typedef struct mpi_group {
     int64_t buf, winoff;        /* this call's layer buffer / owner window offsets */
     int deadline_ms, slots, fp32_accum;
     int64_t slot_bytes;
-    float *tmp;                 /* chunk-sized binary32 scratch */
+    float *tmp;                 /* 2 × REDUCE_BLOCK binary32 scratch */
     uint64_t seq;
     uint64_t gathers;           /* AllGatherV calls so far */
     uint64_t reduces;           /* ReduceScatterV calls so far */
@@ -235,7 +238,7 @@ static dmuon_rc sched_group_create(dmuon_group *pub)
     g->qs[1] = calloc((size_t)R, sizeof(queue_state));
     g->route_mem = malloc((size_t)4 * R * R * sizeof(int));
     g->slot_bytes = g->sched[0].chunk_bytes * 2;   /* bf16 chunk carried as binary32 */
-    g->tmp = malloc((size_t)g->slot_bytes * 2);
+    g->tmp = malloc(2 * REDUCE_BLOCK * sizeof(float));
     fail = !g->qs[0] || !g->qs[1] || !g->route_mem || !g->tmp;
     size_t nreq = 0, nstage = 0, npoll[2] = {0, 0};
     if (!fail) {
@@ -629,55 +632,70 @@ static dmuon_rc gather_late(mpi_group *g)
 
 /* ---------------------------------------------------- ReduceScatterV ---- */
 
-/* Computes one chunk: dst = the documented sum of the node's K inputs and
- * the nin incoming partials (binary32 partials when f32p). */
-static void reduce_chunk(mpi_group *g, const dmuon_chunk *c, dmuon_dtype dt, int f32p,
-                         unsigned char *const *in, int nin, void *dst, int dst_f32)
+/* Computes n elements of a chunk, starting `at` elements into it: dst =
+ * the documented sum of the node's K inputs and the nin incoming partials
+ * (binary32 partials when f32p).  Block by block (reduce_chunk) so the
+ * binary32 scratch stays in the first-level cache: the sum is element-wise,
+ * so the bits do not depend on the block size. */
+static void reduce_block(mpi_group *g, const dmuon_chunk *c, int64_t at, int64_t n,
+                         dmuon_dtype dt, int f32p, unsigned char *const *in, int nin,
+                         unsigned char *dst, int dst_f32)
 {
     int K = g->topo->per_node;
-    int64_t n = c->count;
+    int64_t es = dmuon_dtype_size(dt), ps = f32p ? 4 : 2, off = c->offset + at * es;
     float *l = g->tmp;
     /* L = Σ_j x_j in binary32, local-rank order */
     if (dt == DMUON_F32) {
-        memcpy(l, peer_buffer(g, 0) + c->offset, (size_t)n * 4);
+        memcpy(l, peer_buffer(g, 0) + off, (size_t)n * 4);
         for (int j = 1; j < K; j++)
-            dmuon_f32_add(l, l, (const float *)(peer_buffer(g, j) + c->offset), (size_t)n);
+            dmuon_f32_add(l, l, (const float *)(peer_buffer(g, j) + off), (size_t)n);
     } else {
-        dmuon_bf16_to_f32_n(l, (const uint16_t *)(peer_buffer(g, 0) + c->offset), (size_t)n);
+        dmuon_bf16_to_f32_n(l, (const uint16_t *)(peer_buffer(g, 0) + off), (size_t)n);
         for (int j = 1; j < K; j++)
-            dmuon_bf16_accum(l, (const uint16_t *)(peer_buffer(g, j) + c->offset), (size_t)n);
+            dmuon_bf16_accum(l, (const uint16_t *)(peer_buffer(g, j) + off), (size_t)n);
     }
     if (f32p) {
+        dst += at * (dst_f32 ? 4 : 2);
         if (nin) {
             /* a = ((in_0 + in_1) + …) + L, all binary32 */
-            float *a = l + n;
-            memcpy(a, in[0], (size_t)n * 4);
+            float *a = l + REDUCE_BLOCK;
+            memcpy(a, in[0] + at * ps, (size_t)n * 4);
             for (int i = 1; i < nin; i++)
-                dmuon_f32_add(a, a, (const float *)in[i], (size_t)n);
+                dmuon_f32_add(a, a, (const float *)(in[i] + at * ps), (size_t)n);
             dmuon_f32_add(l, a, l, (size_t)n);
         }
         if (dst_f32)
             memcpy(dst, l, (size_t)n * 4);
         else
-            dmuon_bf16_from_f32(dst, l, (size_t)n);
+            dmuon_bf16_from_f32((uint16_t *)dst, l, (size_t)n);
         return;
     }
     /* BF16 at every level: L = rnd(Σ); a = in_0; a = rnd(a + in_i); rnd(a + L) */
-    uint16_t *o = dst;
+    uint16_t *o = (uint16_t *)dst + at;
     if (!nin) {
         dmuon_bf16_from_f32(o, l, (size_t)n);
         return;
     }
-    const uint16_t *i0 = (const uint16_t *)in[0];
+    const uint16_t *i0 = (const uint16_t *)in[0] + at;
     if (nin == 1) {
         dmuon_bf16_add_rounded(o, i0, l, (size_t)n);
         return;
     }
-    uint16_t *a = (uint16_t *)(l + n);
+    uint16_t *a = (uint16_t *)(l + REDUCE_BLOCK);
     memcpy(a, i0, (size_t)n * 2);
     for (int i = 1; i < nin; i++)
-        dmuon_bf16_add(a, a, (const uint16_t *)in[i], (size_t)n);
+        dmuon_bf16_add(a, a, (const uint16_t *)in[i] + at, (size_t)n);
     dmuon_bf16_add_rounded(o, a, l, (size_t)n);
+}
+
+/* Computes one chunk (reduce_block over its blocks). */
+static void reduce_chunk(mpi_group *g, const dmuon_chunk *c, dmuon_dtype dt, int f32p,
+                         unsigned char *const *in, int nin, void *dst, int dst_f32)
+{
+    for (int64_t at = 0; at < c->count; at += REDUCE_BLOCK) {
+        int64_t n = c->count - at < REDUCE_BLOCK ? c->count - at : REDUCE_BLOCK;
+        reduce_block(g, c, at, n, dt, f32p, in, nin, dst, dst_f32);
+    }
 }
 
 static int partial_size(const mpi_group *g, dmuon_dtype dt, int *f32p)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dmuon/bf16.h"
+#include "bf16_width.h"
 #include "dmuon/layout.h"
 #include "dmuon/publish.h"
 #include "dmuon/sched.h"
@@ -45,6 +46,125 @@ static void test_bf16_rounding(void **state)
     b = dmuon_f32_to_bf16(3.0f);
     dmuon_bf16_add(&r, &a, &b, 1);
     assert_true(dmuon_bf16_to_f32(r) == 260.0f);
+}
+
+/* Random bit patterns: every class of value (NaN, ±inf, subnormals, ties)
+ * turns up; one in eight bfloat16 inputs is forced to a NaN or an inf. */
+static uint32_t next_bits(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*s >> 32);
+}
+
+static uint16_t any_bf16(uint64_t *s)
+{
+    uint32_t u = next_bits(s);
+    if ((u & 7) == 0)
+        return (uint16_t)(((u >> 8) & 1 ? 0x7f80u : 0xff80u) | ((u >> 9) & 1 ? 0x41u : 0));
+    return (uint16_t)(u >> 16);
+}
+
+static float any_f32(uint64_t *s)
+{
+    uint32_t u = next_bits(s);
+    if ((u & 3) == 0)
+        u = (u & 0xffff0000u) | 0x8000u;              /* a tie */
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int f32_same(float a, float b)
+{
+    uint32_t x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    return x == y || (a != a && b != b);   /* NaN: any NaN */
+}
+
+static int bf16_same(uint16_t a, uint16_t b)
+{
+    return a == b || (((a & 0x7fffu) > 0x7f80u) && ((b & 0x7fffu) > 0x7f80u));
+}
+
+/* Each built width of the element loops against the scalar definitions of
+ * bf16.h, for lengths across every vector remainder, misaligned starts and
+ * dst aliasing an input. */
+static void test_bf16_widths(void **state)
+{
+    enum { MAXN = 4099 + 3 };
+    uint16_t *a = malloc(MAXN * 2), *b = malloc(MAXN * 2), *o = malloc(MAXN * 2);
+    float *f = malloc(MAXN * 4), *g = malloc(MAXN * 4), *r = malloc(MAXN * 4);
+    assert_non_null(a && b && o && f && g && r);
+    const int widths[] = {DMUON_BF16_WIDTH_BASE, DMUON_BF16_WIDTH_V3, DMUON_BF16_WIDTH_V4};
+    const char *names[] = {"baseline", "x86-64-v3", "x86-64-v4"};
+    int tested = 0;
+    uint64_t seed = 12345;
+    for (int w = 0; w < 3; w++) {
+        if (dmuon_bf16_width_set(widths[w]) != widths[w]) {
+            print_message("# skip: bf16 loops at %s: not built or not supported by this CPU\n",
+                          names[w]);
+            continue;
+        }
+        tested++;
+        long checked = 0;
+        for (int n = 0; n < 4100; n = n < 70 ? n + 1 : n * 2 + 1)
+            for (int at = 0; at < 4; at++) {
+                for (int i = 0; i < n + at; i++) {
+                    a[i] = any_bf16(&seed);
+                    b[i] = any_bf16(&seed);
+                    f[i] = any_f32(&seed);
+                    g[i] = any_f32(&seed);
+                }
+                uint16_t *A = a + at, *B = b + at, *O = o + at;
+                float *F = f + at, *G = g + at, *Rr = r + at;
+                dmuon_bf16_add(O, A, B, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(bf16_same(O[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(A[i]) +
+                                                                  dmuon_bf16_to_f32(B[i]))));
+                dmuon_f32_add(Rr, F, G, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(f32_same(Rr[i], F[i] + G[i]));
+                dmuon_bf16_from_f32(O, F, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(bf16_same(O[i], dmuon_f32_to_bf16(F[i])));
+                dmuon_bf16_to_f32_n(Rr, A, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(f32_same(Rr[i], dmuon_bf16_to_f32(A[i])));
+                memcpy(Rr, G, (size_t)n * 4);
+                dmuon_bf16_accum(Rr, A, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(f32_same(Rr[i], G[i] + dmuon_bf16_to_f32(A[i])));
+                dmuon_bf16_add_rounded(O, A, F, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(bf16_same(
+                        O[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(A[i]) +
+                                                dmuon_bf16_to_f32(dmuon_f32_to_bf16(F[i])))));
+                /* dst aliasing the first input, as the reductions call them */
+                memcpy(O, A, (size_t)n * 2);
+                dmuon_bf16_add(O, O, B, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(bf16_same(O[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(A[i]) +
+                                                                  dmuon_bf16_to_f32(B[i]))));
+                memcpy(O, A, (size_t)n * 2);
+                dmuon_bf16_add_rounded(O, O, F, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(bf16_same(
+                        O[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(A[i]) +
+                                                dmuon_bf16_to_f32(dmuon_f32_to_bf16(F[i])))));
+                memcpy(Rr, F, (size_t)n * 4);
+                dmuon_f32_add(Rr, Rr, G, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    assert_true(f32_same(Rr[i], F[i] + G[i]));
+                checked += n;
+            }
+        print_message("# bf16 loops at %s: %ld elements per loop match the scalar definitions\n",
+                      names[w], checked);
+    }
+    assert_int_equal(dmuon_bf16_width_set(DMUON_BF16_WIDTH_AUTO) > 0, 1);
+    assert_int_equal(dmuon_bf16_width_set(2), -1);   /* no such width */
+    assert_true(tested >= 1);
+    free(a), free(b), free(o), free(f), free(g), free(r);
 }
 
 static void test_table_check(void **state)
@@ -372,7 +492,8 @@ static void test_publish_layout(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bf16_rounding),   cmocka_unit_test(test_table_check),
+        cmocka_unit_test(test_bf16_rounding),   cmocka_unit_test(test_bf16_widths),
+        cmocka_unit_test(test_table_check),
         cmocka_unit_test(test_table_digest),    cmocka_unit_test(test_sched_cover),
         cmocka_unit_test(test_sched_routes),    cmocka_unit_test(test_sched_auto_path),
         cmocka_unit_test(test_layout_node),     cmocka_unit_test(test_chunk_bytes_check),

@@ -6,7 +6,9 @@
  * binary32 is exact; conversion from binary32 rounds to nearest, ties to
  * even, and keeps NaN a (quiet) NaN.  Every arithmetic step below works in
  * binary32 and rounds once to bfloat16 where the function says so, which is
- * what a GPU's bf16 add (and multimem.ld_reduce on bf16) does.
+ * what a GPU's bf16 add (and multimem.ld_reduce on bf16) does.  The loops
+ * run at the widest vector width the CPU has (libcore/bf16.c); every width
+ * gives the same bits, except which NaN a NaN input becomes.
  */
 #ifndef DMUON_BF16_H
 #define DMUON_BF16_H

@@ -1,0 +1,46 @@
+/*
+ * bf16_loops.h — the element loops of dmuon/bf16.h, included by bf16.c once
+ * per instruction-set width.  Before each inclusion bf16.c defines
+ * LOOP_ATTR (the function attribute: a target level, or nothing) and
+ * LOOP(name) (the width's name for a loop); the inclusion defines the six
+ * loops and LOOP(table), their row of bf16_loops.  No include guard: it is
+ * meant to be included several times.
+ */
+LOOP_ATTR static void LOOP(add)(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + dmuon_bf16_to_f32(b[i]));
+}
+
+LOOP_ATTR static void LOOP(f32_add)(float *dst, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = a[i] + b[i];
+}
+
+LOOP_ATTR static void LOOP(from_f32)(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = to_bf16(src[i]);
+}
+
+LOOP_ATTR static void LOOP(to_f32)(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dmuon_bf16_to_f32(src[i]);
+}
+
+LOOP_ATTR static void LOOP(accum)(float *acc, const uint16_t *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] += dmuon_bf16_to_f32(x[i]);
+}
+
+LOOP_ATTR static void LOOP(add_rounded)(uint16_t *dst, const uint16_t *a, const float *l, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + dmuon_bf16_to_f32(to_bf16(l[i])));
+}
+
+static const bf16_loops LOOP(table) = {LOOP(add),   LOOP(f32_add), LOOP(from_f32),
+                                       LOOP(to_f32), LOOP(accum),  LOOP(add_rounded)};
