@@ -5,18 +5,7 @@
 # the command's exit status passed through, and after every run — success,
 # failure, SIGINT, SIGTERM — no namespace, link or process of the run left.
 # Without root or namespaces it says why and skips.
-source "$(dirname "$0")/../cli/lib.sh"
-C="$DMUON_ROOT/tests/cluster/cluster.sh"
-V="$DMUON_BIN/dmuon-verify"
-MPIRUN='mpirun --bind-to none --mca mpi_yield_when_idle 1 -np $DMUON_CLUSTER_NP --host $DMUON_CLUSTER_HOSTS'
-export DMUON_DEADLINE_MS=60000
-unset DMUON_RANKS_PER_NODE
-
-if ! why=$("$C" --check 2>&1); then
-    skip "the cluster tests need root and network namespaces: $why"
-    finish
-    exit
-fi
+source "$(dirname "$0")/lib.sh"
 
 # run_id: the run's ID from the driver's stderr
 run_id() { sed -nE 's/^cluster\.sh: (dmc-[0-9]+-[0-9a-f]{4}): .*/\1/p' "$T_TMP/err" | head -n1; }

@@ -6,14 +6,7 @@
 # publish; a 64 KiB chunk, for contrast, is counted above the limit.  The
 # publish runs one chunk per message ($DMUON_PUBLISH_MESSAGE_BYTES=0): by
 # default a chain parameter travels in larger messages (tests/cluster/65).
-source "$(dirname "$0")/../cli/lib.sh"
-if ! why=$("$DMUON_ROOT/tests/cluster/cluster.sh" --check 2>&1); then
-    skip "the cluster tests need root and network namespaces: $why"
-    finish
-    exit
-fi
-P="$DMUON_ROOT/tests/cluster/prof/run.sh"
-export DMUON_DEADLINE_MS=60000
+source "$(dirname "$0")/lib.sh"
 for op in agv rsv publish; do
     MPIRUN_EXTRA="-x DMUON_PUBLISH_MESSAGE_BYTES=0" \
         run "$P" 2 2 -b 1M -e 1M --op $op --lines ours -w 0 -n 2 --launches 1

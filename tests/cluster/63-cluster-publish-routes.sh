@@ -10,19 +10,7 @@
 # message ($DMUON_PUBLISH_MESSAGE_BYTES=0; the chain's larger messages are
 # tests/cluster/65's).  Ranks that disagree on the limit are refused at
 # create.
-source "$(dirname "$0")/../cli/lib.sh"
-C="$DMUON_ROOT/tests/cluster/cluster.sh"
-P="$DMUON_ROOT/tests/cluster/prof/run.sh"
-V="$DMUON_BIN/dmuon-verify"
-MPIRUN='mpirun --bind-to none --mca mpi_yield_when_idle 1 -np $DMUON_CLUSTER_NP --host $DMUON_CLUSTER_HOSTS'
-export DMUON_DEADLINE_MS=60000
-unset DMUON_RANKS_PER_NODE
-
-if ! why=$("$C" --check 2>&1); then
-    skip "the cluster tests need root and network namespaces: $why"
-    finish
-    exit
-fi
+source "$(dirname "$0")/lib.sh"
 
 # --- bit for bit with each route ---------------------------------------
 for lim in 0 1073741824; do

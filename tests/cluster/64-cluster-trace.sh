@@ -6,18 +6,8 @@
 # tag); tests/cluster/prof/trace.py finds as many timed calls as the shim's
 # own window count, pairs every receive with its send, and reports the
 # barrier skew and the delays.
-source "$(dirname "$0")/../cli/lib.sh"
-C="$DMUON_ROOT/tests/cluster/cluster.sh"
-P="$DMUON_ROOT/tests/cluster/prof/run.sh"
+source "$(dirname "$0")/lib.sh"
 T="$DMUON_ROOT/tests/cluster/prof/trace.py"
-export DMUON_DEADLINE_MS=60000
-unset DMUON_RANKS_PER_NODE
-
-if ! why=$("$C" --check 2>&1); then
-    skip "the cluster tests need root and network namespaces: $why"
-    finish
-    exit
-fi
 if ! command -v python3 > /dev/null; then
     skip "trace.py needs python3"
     finish
