@@ -84,6 +84,35 @@ static void test_two_nodes_one_chunk(void **state)
     assert_true(fabs(t - 24e-6 - 3e-6) < 1e-12);
 }
 
+/* A thread group's own processing (grp_bw 1 GB/s: 1 us per KB) delays a
+ * chunk's send on every node that sends it on, not the worker.  Gather on
+ * 3 × 1, one 1000-byte chunk owned on node 0: node 0 chunk_oh 1 + read 1,
+ * its store 1 → send at 3, arrives 18; node 1: 19, its store 1 → send at
+ * 20, arrives 35; node 2 (the last: nothing goes on) 36; + call 3 → 39
+ * (37 without grp_bw).  Reduce on 2 × 1: node 1 sends at 4 + 1 = 5,
+ * arrives 20; node 0: 24, its reduction 1 → 25, the window write 1 → 26;
+ * + call → 29 (27 without).  Two chunks on 2 × 1 with grp_bw 0.1 GB/s (10
+ * us per KB): chunk 0 leaves at 2 + 10 = 12 and holds the rail to 22;
+ * chunk 1's worker runs 2–4 (the worker is free of chunk 0's group), its
+ * send is ready at 14 and starts when the rail is free, 22: arrives 37;
+ * node 1: 38; + 3 → 41 (43 if the group's processing held the worker). */
+static void test_group_processing(void **state)
+{
+    dmuon_net_params p = simple();
+    dmuon_segment s = {0, DMUON_BF16, 0, 500, 0};
+    double t = predict(&p, DMUON_NET_AGV, 3, 1, &s, 1, 0, DMUON_PATH_CHAIN, DMUON_NET_OURS);
+    assert_true(fabs(t - 37e-6) < 1e-12);
+    p.v[DMUON_NP_GRP_BW] = 1e9;
+    t = predict(&p, DMUON_NET_AGV, 3, 1, &s, 1, 0, DMUON_PATH_CHAIN, DMUON_NET_OURS);
+    assert_true(fabs(t - 39e-6) < 1e-12);
+    t = predict(&p, DMUON_NET_RSV, 2, 1, &s, 1, 0, DMUON_PATH_CHAIN, DMUON_NET_OURS);
+    assert_true(fabs(t - 29e-6) < 1e-12);
+    p.v[DMUON_NP_GRP_BW] = 1e8;
+    dmuon_segment two = {0, DMUON_BF16, 0, 1000, 0};
+    t = predict(&p, DMUON_NET_AGV, 2, 1, &two, 1, 1000, DMUON_PATH_CHAIN, DMUON_NET_OURS);
+    assert_true(fabs(t - 41e-6) < 1e-12);
+}
+
 /* A chain pipelines: n chunks over R nodes take about (n + R − 2) message
  * times, far less than n·(R − 1); the rail bandwidth bounds it below. */
 static void test_chain_pipelines(void **state)
@@ -174,6 +203,8 @@ static void test_monotone(void **state)
     dmuon_net_params p;
     unsigned m;
     assert_int_equal(dmuon_net_preset("h100", &p, &m), DMUON_OK);
+    for (int gi = 0; gi < 2; gi++) {
+    p.v[DMUON_NP_GRP_BW] = gi ? 10.2e9 : 0;   /* the group term off, and as fitted */
     int64_t sizes[] = {16384, 262144, 1 << 22, 1 << 26};
     int nodes[] = {2, 4, 8};
     for (int op = DMUON_NET_AGV; op <= DMUON_NET_RSV; op++)
@@ -204,6 +235,7 @@ static void test_monotone(void **state)
             assert_true(t >= prev);
             prev = t;
         }
+    }
     }
 }
 
@@ -381,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_publish_chain),    cmocka_unit_test(test_fit_recovers),
         cmocka_unit_test(test_names),            cmocka_unit_test(test_monotone),
         cmocka_unit_test(test_replay_counts),    cmocka_unit_test(test_publish_fanout),
+        cmocka_unit_test(test_group_processing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

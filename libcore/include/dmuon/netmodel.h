@@ -32,6 +32,16 @@
  *               adds the node's inputs; red_bw 0: free), then the send (or
  *               the owner's window write, b / intra_bw); publish: the send
  *               only.
+ *   group       with grp_bw > 0, a chunk's own processing by the thread
+ *               group that serves it delays what follows it by b / grp_bw
+ *               without holding the worker (the paper's kernel runs up to 16
+ *               groups per rank on different chunks at once, C.2; the
+ *               worker is the rank's serial part): gather, on a node that
+ *               sends the chunk on, its store into the node comes before
+ *               the send (the node's copy is complete before it is put, as
+ *               kernels/nccl_dev.cu does); reduce, on every node, the
+ *               reduction-load and add come before the send or the
+ *               owner's window write.
  *   message     starts when the sender's worker issued it and the sender's
  *               rail port, the receiver's rail port and both nodes' network
  *               ports are free; holds the rail ports b / rail_bw and the node
@@ -132,6 +142,11 @@ enum {
                               route, $DMUON_PUBLISH_FANOUT_BYTES, 512 KiB by
                               default); 0: every parameter takes the chain (the
                               GPU kernel of the paper) */
+    DMUON_NP_GRP_BW,       /* bytes/s: ours, one thread group storing a gathered
+                              chunk into its node, or reduction-loading and adding
+                              a chunk, before the chunk goes on (0: free); it
+                              delays that chunk only: the rank's other groups
+                              work meanwhile */
     DMUON_NP_COUNT
 };
 
@@ -139,7 +154,7 @@ enum {
 #define DMUON_NP_OURS_MASK                                                          \
     ((1u << DMUON_NP_INTRA_BW) | (1u << DMUON_NP_INTRA_LAT) | (1u << DMUON_NP_RAIL_BW) | \
      (1u << DMUON_NP_NODE_BW) | (1u << DMUON_NP_HOP_LAT) | (1u << DMUON_NP_CHUNK_OH) |   \
-     (1u << DMUON_NP_CALL_OH) | (1u << DMUON_NP_RED_BW))
+     (1u << DMUON_NP_CALL_OH) | (1u << DMUON_NP_RED_BW) | (1u << DMUON_NP_GRP_BW))
 
 typedef struct {
     double v[DMUON_NP_COUNT];
