@@ -1439,7 +1439,13 @@ dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *
         }
     }
     for (int i = 0; i < DMUON_NP_COUNT; i++) {
-        DMUON_TRY_GOTO(rc, dmuon_doc_field_double(&doc, pm, param_names[i], true, &q.v[i]), done);
+        /* grp_bw came after version 1 files were first written: absent, it
+         * is 0 (off), which is what those files meant */
+        bool required = i != DMUON_NP_GRP_BW;
+        if (!required)
+            q.v[i] = 0;
+        DMUON_TRY_GOTO(rc, dmuon_doc_field_double(&doc, pm, param_names[i], required, &q.v[i]),
+                       done);
         if (!(q.v[i] >= 0) || !isfinite(q.v[i])) {
             rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params.%s = %g: expected a finite value >= 0",
                             path, dmuon_doc_line(pm), param_names[i], q.v[i]);

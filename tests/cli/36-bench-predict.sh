@@ -103,6 +103,25 @@ sed 's/"lat_ll":/"lat_LL":/' "$T_TMP/fit.json" > "$T_TMP/badp.json"
 run "$B" predict --params "$T_TMP/badp.json" --cells "$T_TMP/cells.json"
 check_rc 2 "a parameter file with an unknown name"
 check_err "badp.json:[0-9]*: params: unknown parameter 'lat_LL'" "names file, line and field"
+# a file saved before grp_bw existed loads, with grp_bw 0; any other missing one is refused
+python3 - "$T_TMP/fit.json" "$T_TMP/nogrp.json" "$T_TMP/nohop.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["params"].pop("grp_bw") == 0
+json.dump(d, open(sys.argv[2], "w"))
+d["params"].pop("hop_bw")
+json.dump(d, open(sys.argv[3], "w"))
+PY
+run "$B" predict --params "$T_TMP/nogrp.json" --cells "$T_TMP/cells.json" --json-file "$T_TMP/nogrp-pred.json"
+check_rc 0 "a parameter file without grp_bw"
+python3 - "$T_TMP/again.json" "$T_TMP/nogrp-pred.json" <<'PY' && ok || bad "without grp_bw: the same predictions"
+import json, sys
+a, b = (json.load(open(f))["cells"] for f in sys.argv[1:])
+assert len(a) == len(b) == 16 and all(x["predicted_us"] == y["predicted_us"] for x, y in zip(a, b))
+PY
+run "$B" predict --params "$T_TMP/nohop.json" --cells "$T_TMP/cells.json"
+check_rc 2 "a parameter file without hop_bw"
+check_err "nohop.json:[0-9]*: missing required field 'hop_bw'" "names the missing field"
 run "$B" predict --preset h100 --params "$T_TMP/fit.json" --cells "$T_TMP/cells.json"
 check_rc 2 "--preset and --params together"
 

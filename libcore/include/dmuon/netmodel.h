@@ -260,6 +260,7 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
  *    "fitted_on": TEXT, "mcast": BOOL, "tree": BOOL,
  *    "free": [names of the parameters left to fitting],
  *    "params": {"intra_bw": VALUE, ... every name of dmuon_net_param_name}}
+ * (grp_bw may be absent, meaning 0: files saved before it existed load)
  * (units as in the enum above; values with 12 significant digits).
  * dmuon_net_params_save writes it atomically (a temporary file renamed:
  * nothing half-written); preset and fitted_on may be NULL.  Errors:
