@@ -208,6 +208,7 @@ class Runtime:
         self.rank, self.world = world(comm)
         self._comm = comm_handle(comm)
         self._scale = 1.0 / self.world if grad_reduce == "mean" else 1.0
+        self._grad_reduce = grad_reduce
         self._opts = {"line": line, "ns": ns, "prefetch": int(bool(prefetch)),
                       "ranks_per_node": plan.gpus_per_node}
         if deadline_s is not None:
@@ -614,12 +615,19 @@ class Runtime:
         of micro-batches fail here, all of them with the same DmuonError,
         instead of pairing a gradient reduction with a step's collectives.
         When any rank's micro-batch is unfinished (an evaluation pass, or a
-        forward or backward that raised), every rank discards it first."""
-        v = (ctypes.c_double * 3)(1.0 if what == 0 else 0.0, 1.0 if what == 1 else 0.0,
-                                  1.0 if self._unfinished() else 0.0)
-        check(lib().dmuon_capi_allreduce_sum(self._comm, v, 3))
+        forward or backward that raised), every rank discards it first.
+        The same sum compares grad_reduce: ranks that scale their gradients
+        differently would step on a sum no rank asked for."""
+        v = (ctypes.c_double * 4)(1.0 if what == 0 else 0.0, 1.0 if what == 1 else 0.0,
+                                  1.0 if self._unfinished() else 0.0,
+                                  1.0 if self._grad_reduce == "mean" else 0.0)
+        check(lib().dmuon_capi_allreduce_sum(self._comm, v, 4))
         if v[2]:
             self._end_unfinished("step" if what == 1 else "eval")
+        if v[3] not in (0.0, float(self.world)):
+            raise DmuonError(7, "emismatch", "grad_reduce differs between the ranks: %d rank(s) "
+                             "gave 'mean', %d 'sum'; every rank must give the same" % (
+                                 int(v[3]), self.world - int(v[3])))
         if v[what] != self.world:
             raise DmuonError(7, "emismatch", "%d rank(s) began a micro-batch while %d called "
                              "step(): every rank must run the same number of micro-batches "

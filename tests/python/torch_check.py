@@ -559,6 +559,23 @@ def misuse():
         report(raised == size, "ranks running different numbers of micro-batches all raise "
                "DmuonError", "%d of %d: %s" % (raised, size, msg[:90]))
         rt.close()
+    if size > 1:        # rank 1 sums its gradients, the others average them
+        torch.manual_seed(0)
+        m = OddNet()
+        rt = dmuon.torch.shard(m, dmuon.torch.plan(m), param_dtype="f32", ns="direct-muon5",
+                               grad_reduce="sum" if rank == 1 else "mean")
+        opt = rt.optimizer(**HYPER)
+        msg = ""
+        try:
+            x, y = odd_batch(0)
+            odd_loss(m, x, y).backward()
+            opt.step()
+        except dmuon.DmuonError as e:
+            msg = e.message if e.name == "emismatch" else ""
+        rt.close()
+        raised = dmuon.allreduce_sum([1.0 if "grad_reduce differs" in msg else 0.0])[0]
+        report(raised == size, "ranks given different grad_reduce all raise DmuonError "
+               "emismatch before the first step", "%d of %d: %s" % (raised, size, msg[:90]))
     # a forward whose backward never came is discarded at the next forward;
     # backpropagating its output later is refused, the newer one trains
     m, rt, _ = odd_train(steps=1)
