@@ -3,8 +3,8 @@
  * Plain loops the compiler vectorises; no state but the width chosen.
  *
  * Widths.  The loops (bf16_loops.h) are built once for baseline x86-64
- * (SSE2, or whatever the target is elsewhere) and, with GCC on x86-64,
- * again for the x86-64-v3 (AVX2) and x86-64-v4 (AVX-512) levels.  The
+ * (SSE2, or whatever the target is elsewhere) and, with GCC 12 or later on
+ * x86-64, again for the x86-64-v3 (AVX2) and x86-64-v4 (AVX-512) levels.  The
  * first call picks the widest level the CPU reports; dmuon_bf16_width_set
  * (bf16_width.h) pins one, for tests.  Every loop is integer operations and
  * single binary32 adds (no products, so nothing the compiler could

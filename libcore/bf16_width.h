@@ -10,8 +10,8 @@
 enum {
     DMUON_BF16_WIDTH_AUTO = 0,   /* the widest this CPU has */
     DMUON_BF16_WIDTH_BASE = 1,   /* the build's baseline (x86-64: SSE2) */
-    DMUON_BF16_WIDTH_V3 = 3,     /* x86-64-v3: AVX2 (GCC on x86-64 only) */
-    DMUON_BF16_WIDTH_V4 = 4      /* x86-64-v4: AVX-512 (GCC on x86-64 only) */
+    DMUON_BF16_WIDTH_V3 = 3,     /* x86-64-v3: AVX2 (GCC 12+ on x86-64 only) */
+    DMUON_BF16_WIDTH_V4 = 4      /* x86-64-v4: AVX-512 (GCC 12+ on x86-64 only) */
 };
 
 /* Makes every later call of the bf16.h loops run at width (one of the

@@ -87,6 +87,28 @@ static int bf16_same(uint16_t a, uint16_t b)
     return a == b || (((a & 0x7fffu) > 0x7f80u) && ((b & 0x7fffu) > 0x7f80u));
 }
 
+/* The scalar definitions of dmuon_bf16_add and dmuon_bf16_add_rounded
+ * (bf16.h), checked against o[0..n). */
+static void check_add(const uint16_t *o, const uint16_t *a, const uint16_t *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_true(bf16_same(o[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(a[i]) +
+                                                      dmuon_bf16_to_f32(b[i]))));
+}
+
+static void check_add_rounded(const uint16_t *o, const uint16_t *a, const float *l, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_true(bf16_same(o[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(a[i]) +
+                                                      dmuon_bf16_to_f32(dmuon_f32_to_bf16(l[i])))));
+}
+
+static void check_f32_add(const float *r, const float *a, const float *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_true(f32_same(r[i], a[i] + b[i]));
+}
+
 /* Each built width of the element loops against the scalar definitions of
  * bf16.h, for lengths across every vector remainder, misaligned starts and
  * dst aliasing an input. */
@@ -119,12 +141,9 @@ static void test_bf16_widths(void **state)
                 uint16_t *A = a + at, *B = b + at, *O = o + at;
                 float *F = f + at, *G = g + at, *Rr = r + at;
                 dmuon_bf16_add(O, A, B, (size_t)n);
-                for (int i = 0; i < n; i++)
-                    assert_true(bf16_same(O[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(A[i]) +
-                                                                  dmuon_bf16_to_f32(B[i]))));
+                check_add(O, A, B, n);
                 dmuon_f32_add(Rr, F, G, (size_t)n);
-                for (int i = 0; i < n; i++)
-                    assert_true(f32_same(Rr[i], F[i] + G[i]));
+                check_f32_add(Rr, F, G, n);
                 dmuon_bf16_from_f32(O, F, (size_t)n);
                 for (int i = 0; i < n; i++)
                     assert_true(bf16_same(O[i], dmuon_f32_to_bf16(F[i])));
@@ -136,26 +155,17 @@ static void test_bf16_widths(void **state)
                 for (int i = 0; i < n; i++)
                     assert_true(f32_same(Rr[i], G[i] + dmuon_bf16_to_f32(A[i])));
                 dmuon_bf16_add_rounded(O, A, F, (size_t)n);
-                for (int i = 0; i < n; i++)
-                    assert_true(bf16_same(
-                        O[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(A[i]) +
-                                                dmuon_bf16_to_f32(dmuon_f32_to_bf16(F[i])))));
+                check_add_rounded(O, A, F, n);
                 /* dst aliasing the first input, as the reductions call them */
                 memcpy(O, A, (size_t)n * 2);
                 dmuon_bf16_add(O, O, B, (size_t)n);
-                for (int i = 0; i < n; i++)
-                    assert_true(bf16_same(O[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(A[i]) +
-                                                                  dmuon_bf16_to_f32(B[i]))));
+                check_add(O, A, B, n);
                 memcpy(O, A, (size_t)n * 2);
                 dmuon_bf16_add_rounded(O, O, F, (size_t)n);
-                for (int i = 0; i < n; i++)
-                    assert_true(bf16_same(
-                        O[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(A[i]) +
-                                                dmuon_bf16_to_f32(dmuon_f32_to_bf16(F[i])))));
+                check_add_rounded(O, A, F, n);
                 memcpy(Rr, F, (size_t)n * 4);
                 dmuon_f32_add(Rr, Rr, G, (size_t)n);
-                for (int i = 0; i < n; i++)
-                    assert_true(f32_same(Rr[i], F[i] + G[i]));
+                check_f32_add(Rr, F, G, n);
                 checked += n;
             }
         print_message("# bf16 loops at %s: %ld elements per loop match the scalar definitions\n",
