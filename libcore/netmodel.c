@@ -826,12 +826,14 @@ static double nccl_ring(const dmuon_net_params *p, int R, int n, ring_shape g, d
 }
 
 /* The ring of all R × K ranks: it leaves each node over the node's
- * network link and runs inside it over NVLink, the slower bounding every
- * step, with all the channels. */
-static ring_shape ring_all_ranks(const dmuon_net_params *p, int R)
+ * network link (no more than its K ranks' rails: one GPU per node has one
+ * NIC) and runs inside it over NVLink, the slower bounding every step,
+ * with all the channels. */
+static ring_shape ring_all_ranks(const dmuon_net_params *p, int R, int K)
 {
     const double *v = p->v;
-    ring_shape g = {R > 1 ? dmin(v[DMUON_NP_NODE_BW], v[DMUON_NP_INTRA_BW]) : v[DMUON_NP_INTRA_BW],
+    double net = dmin(v[DMUON_NP_NODE_BW], K * v[DMUON_NP_RAIL_BW]);
+    ring_shape g = {R > 1 ? dmin(net, v[DMUON_NP_INTRA_BW]) : v[DMUON_NP_INTRA_BW],
                     v[DMUON_NP_CHANNELS]};
     return g;
 }
@@ -894,7 +896,7 @@ static dmuon_rc nccl_predict(const dmuon_net_params *p, const dmuon_net_case *c,
         goto done;
     }
     if (!pub) {
-        ring_shape g = ring_all_ranks(p, R);
+        ring_shape g = ring_all_ranks(p, R, K);
         if (l == DMUON_NET_PER_OWNER) {
             for (int i = 0; i < c->n; i++) {
                 root[i] = (int)c->segs[i].owner;
@@ -961,8 +963,8 @@ done:
 
 /* -------------------------------------------------------------- API ---- */
 
-dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, dmuon_net_line l,
-                           double *seconds)
+static dmuon_rc predict_raw(const dmuon_net_params *p, const dmuon_net_case *c, dmuon_net_line l,
+                            double *seconds)
 {
     const double *v = p->v;
     int R = c->nodes, K = c->per_node;
@@ -984,10 +986,17 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
                              v[i] <= 0))
             return DMUON_FAIL(DMUON_EINVAL, "network model: parameter %s = %g: expected a "
                               "positive value", param_names[i], v[i]);
+    if (v[DMUON_NP_RING_EFF] > 1)
+        return DMUON_FAIL(DMUON_EINVAL, "network model: parameter ring_eff = %g: expected a "
+                          "fraction of the links, at most 1", v[DMUON_NP_RING_EFF]);
     double total = 0;
     for (int i = 0; i < c->n; i++)
         total += seg_bytes(&c->segs[i]);
     int red = c->op == DMUON_NET_RSV;
+    if (R * K == 1) {
+        *seconds = 0;   /* a group of one rank moves nothing */
+        return DMUON_OK;
+    }
 
     if (c->op == DMUON_NET_PUBLISH) {
         for (int i = 0; i < c->n; i++)
@@ -997,6 +1006,10 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
         if (l != DMUON_NET_OURS && l != DMUON_NET_PER_OWNER && l != DMUON_NET_COALESCED)
             return DMUON_FAIL(DMUON_EINVAL, "network model: the publish has no %s line",
                               line_names[l]);
+        if (R == 1) {
+            *seconds = 0;   /* one node: no other node to publish to */
+            return DMUON_OK;
+        }
         /* Rails with parameters share each node's link. */
         int *nrail = calloc((size_t)K, sizeof *nrail);
         if (!nrail)
@@ -1101,6 +1114,20 @@ dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, d
     }
 }
 
+dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, dmuon_net_line l,
+                           double *seconds)
+{
+    DMUON_TRY(predict_raw(p, c, l, seconds));
+    if (!isfinite(*seconds))
+        return DMUON_FAIL(DMUON_ENUMERIC, "network model: the %s time of %s on %d x %d is not "
+                          "finite (a parameter too large?)", line_names[l],
+                          c->op == DMUON_NET_AGV ? "a gather" : c->op == DMUON_NET_RSV
+                                                                    ? "a reduction"
+                                                                    : "the publish",
+                          c->nodes, c->per_node);
+    return DMUON_OK;
+}
+
 /* ------------------------------------------------------------ fitting ---- */
 
 typedef struct {
@@ -1130,11 +1157,13 @@ static double objective(fit_ctx *f, const double *x)
     double sum = 0;
     for (int i = 0; i < f->n; i++) {
         double t = 0;
-        dmuon_rc rc = dmuon_net_predict(&p, &f->cases[i], f->lines[i], &t);
+        dmuon_rc rc = predict_raw(&p, &f->cases[i], f->lines[i], &t);
         if (rc != DMUON_OK) {
             f->rc = rc;
             return 1e30;
         }
+        if (!isfinite(t) || !(t > 0))
+            return 1e30;   /* out of range: not a point the fit may land on */
         double e = log(t / f->meas[i]);
         sum += e * e;
     }
@@ -1421,6 +1450,20 @@ dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *
                         path, dmuon_doc_line(root), fmt, (long long)version, PARAMS_FORMAT);
         goto done;
     }
+    static const char *const keys[] = {"format", "version", "preset", "fitted_on", "mcast",
+                                       "tree", "free", "params"};
+    for (size_t i = 0; i < dmuon_doc_map_len(root); i++) {
+        const char *k = dmuon_doc_map_key(&doc, root, i);
+        size_t j = 0;
+        while (j < sizeof keys / sizeof keys[0] && (!k || strcmp(k, keys[j])))
+            j++;
+        if (j == sizeof keys / sizeof keys[0]) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: unknown field '%s' (expected format, version, "
+                            "preset, fitted_on, mcast, tree, free, params)", path,
+                            dmuon_doc_line(dmuon_doc_map_value(&doc, root, i)), k ? k : "");
+            goto done;
+        }
+    }
     DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, root, "preset", false, &name), done);
     DMUON_TRY_GOTO(rc, dmuon_doc_field_bool(&doc, root, "mcast", true, &mcast), done);
     DMUON_TRY_GOTO(rc, dmuon_doc_field_bool(&doc, root, "tree", true, &tree), done);
@@ -1449,6 +1492,16 @@ dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *
         if (!(q.v[i] >= 0) || !isfinite(q.v[i])) {
             rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params.%s = %g: expected a finite value >= 0",
                             path, dmuon_doc_line(pm), param_names[i], q.v[i]);
+            goto done;
+        }
+        if (i == DMUON_NP_RING_EFF && q.v[i] > 1) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params.ring_eff = %g: expected a fraction of "
+                            "the links, at most 1", path, dmuon_doc_line(pm), q.v[i]);
+            goto done;
+        }
+        if ((i == DMUON_NP_CHANNELS || i == DMUON_NP_COAL_SLICES) && q.v[i] != floor(q.v[i])) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params.%s = %g: expected a whole number", path,
+                            dmuon_doc_line(pm), param_names[i], q.v[i]);
             goto done;
         }
     }

@@ -139,6 +139,12 @@ dmuon_rc dmuon_net_plan_predict_jobs(const dmuon_plan *plan, const dmuon_net_par
     }
     if (rc != DMUON_OK)
         goto fail;
+    for (int k = 0; k < 3; k++)
+        if (!isfinite(out->step[k])) {
+            rc = DMUON_FAIL(DMUON_ENUMERIC, "network model: the step's communication of line %c "
+                            "is not finite (a parameter too large?)", "ACD"[k]);
+            goto fail;
+        }
     free(local);
     return DMUON_OK;
 fail:

@@ -54,18 +54,24 @@ static double predict(const dmuon_net_params *p, dmuon_net_op op, int R, int K,
     return t;
 }
 
-/* One node, one rank: every chunk costs chunk_oh + reading the window;
- * the chunk count comes from the schedule (sched.c), so a smaller chunk
- * adds exactly chunk_oh per extra chunk. */
+/* One rank: a group of one moves nothing, whatever the line.  One node of
+ * two ranks (no multicast): the owner's 10000 bytes are sliced by rail,
+ * 5000 bytes per rank, and each rank pays per chunk chunk_oh + intra_lat,
+ * and for its slice the read from the window and the copy to the other
+ * rank; the chunk count comes from the schedule (sched.c), so a smaller
+ * chunk adds exactly chunk_oh + intra_lat per extra chunk. */
 static void test_one_rank_chunks(void **state)
 {
     dmuon_net_params p = simple();
     dmuon_segment s = {0, DMUON_BF16, 0, 5000, 0};   /* 10000 bytes */
-    double t1 = predict(&p, DMUON_NET_AGV, 1, 1, &s, 1, 10000, DMUON_PATH_AUTO, DMUON_NET_OURS);
-    double t4 = predict(&p, DMUON_NET_AGV, 1, 1, &s, 1, 2504, DMUON_PATH_AUTO, DMUON_NET_OURS);
-    /* 3 + 1 + 10 us; with 2504-byte chunks 4 chunks: 3 + 4·1 + 10 us */
-    assert_true(fabs(t1 - 14e-6) < 1e-12);
-    assert_true(fabs(t4 - 17e-6) < 1e-12);
+    for (int l = 0; l < DMUON_NET_LINE_COUNT; l++)
+        assert_true(predict(&p, DMUON_NET_AGV, 1, 1, &s, 1, 0, DMUON_PATH_AUTO,
+                            (dmuon_net_line)l) == 0);
+    double t1 = predict(&p, DMUON_NET_AGV, 1, 2, &s, 1, 10000, DMUON_PATH_AUTO, DMUON_NET_OURS);
+    double t2 = predict(&p, DMUON_NET_AGV, 1, 2, &s, 1, 2504, DMUON_PATH_AUTO, DMUON_NET_OURS);
+    /* 3 + (1 + 2) + 5 + 5 us; with 2504-byte chunks 2 per rank: 3 + 2·(1 + 2) + 5 + 5 us */
+    assert_true(fabs(t1 - 16e-6) < 1e-12);
+    assert_true(fabs(t2 - 19e-6) < 1e-12);
 }
 
 /* Two nodes × one rank, one 1000-byte chunk owned on node 0:
@@ -130,8 +136,8 @@ static void test_chain_pipelines(void **state)
 }
 
 /* NCCL baselines against the header's formulas by hand, on 2 × 1 with one
- * 1000-byte segment: one channel of link min(node_bw, intra_bw) = 1 us per
- * KB (LL, payload 1/2: 2 us per KB, far below its cap of 39 GB/s).  A
+ * 1000-byte segment: one channel of link min(node_bw, K · rail_bw,
+ * intra_bw) = 1 us per KB (rail_bw raised to 1 GB/s here) (LL, payload 1/2: 2 us per KB, far below its cap of 39 GB/s).  A
  * rooted call runs with the protocol NCCL's tuner picks from its own
  * constants (base + n steps of hwLat + bytes): LL 6.6 + 2·2.7 + 2 = 14 us,
  * LL128 14 + 2·4 + 1.067 = 23.07, Simple 8.4 + 2·14 + 1 = 37.4: LL runs,
@@ -140,6 +146,7 @@ static void test_chain_pipelines(void **state)
 static void test_baselines(void **state)
 {
     dmuon_net_params p = simple();
+    p.v[DMUON_NP_RAIL_BW] = 1e9;
     dmuon_segment s = {0, DMUON_BF16, 0, 500, 0};
     double t = predict(&p, DMUON_NET_AGV, 2, 1, &s, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
     assert_true(fabs(t - 11e-6) < 1e-12);
@@ -178,6 +185,11 @@ static void test_baselines(void **state)
     dmuon_segment two[2] = {{0, DMUON_BF16, 0, 500, 0}, {1, DMUON_BF16, 1000, 500, 0}};
     double po = predict(&p, DMUON_NET_AGV, 3, 1, two, 2, 0, DMUON_PATH_AUTO, DMUON_NET_PER_OWNER);
     assert_true(fabs(po - (8e-6 + 3 * 5.016e-6 + 2 * 1.984e-6)) < 1e-12);
+    /* one GPU per node has one NIC: its rail (10 us per KB again) bounds
+     * the ring's link, so 10^6 bytes take at least 10 ms */
+    p.v[DMUON_NP_RAIL_BW] = 1e8;
+    t = predict(&p, DMUON_NET_AGV, 2, 1, &big, 1, 0, DMUON_PATH_AUTO, DMUON_NET_ROOT);
+    assert_true(t >= 10e-3);
     /* with a tree (Open MPI) the old forms: on 4 × 1 a fill over log2 4 = 2
      * hops of 5 + 10 us: call 3 + 30 + 10 = 43 us */
     p.tree = 1;
@@ -190,6 +202,24 @@ static void test_baselines(void **state)
     assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_EQUAL, &t), DMUON_EINVAL);
     c.nodes = 0;
     assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_EINVAL);
+    /* one node publishes to nobody */
+    c.nodes = 1;
+    c.per_node = 2;
+    for (int l = 0; l < 3; l++) {
+        t = -1;
+        assert_int_equal(dmuon_net_predict(&p, &c, (dmuon_net_line)l, &t), DMUON_OK);
+        assert_true(t == 0);
+    }
+    /* a baseline cannot beat its links; a result that overflows is an error */
+    c = (dmuon_net_case){DMUON_NET_AGV, 2, 1, &s, 1, NULL, &so, NULL, 0};
+    p.v[DMUON_NP_RING_EFF] = 1.5;
+    assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_EQUAL, &t), DMUON_EINVAL);
+    p.v[DMUON_NP_RING_EFF] = 1;
+    p.v[DMUON_NP_HOP_LAT] = 1e308;   /* three hops of a chain: past the largest double */
+    dmuon_sched_opts chain = {DMUON_PATH_CHAIN, 0, 0};
+    c.nodes = 4;
+    c.sched_opts = &chain;
+    assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_ENUMERIC);
 }
 
 /* Physics: more bytes never take less time, and a ring over more nodes is

@@ -129,6 +129,7 @@ typedef struct {
     dmuon_device_kind device_kind;
     const char *out;
     const char *predict;   /* network parameter file, or NULL */
+    dmuon_net_params np;   /* its parameters, read before planning */
 } cli;
 
 static int fail(const cli *c, dmuon_rc rc)
@@ -791,11 +792,8 @@ static int warn_memory(const cli *c, const dmuon_plan *p, FILE *f)
  * (dmuon/netmodel.h), into the open JSON object w, or else as a table on f. */
 static dmuon_rc predict_step(const cli *c, const dmuon_plan *p, FILE *f, dmuon_json *w)
 {
-    dmuon_net_params np;
-    unsigned mask = 0;
     dmuon_net_plan_pred r;
-    DMUON_TRY(dmuon_net_params_load(c->predict, &np, &mask, NULL, 0));
-    DMUON_TRY(dmuon_net_plan_predict(p, &np, NULL, &r));
+    DMUON_TRY(dmuon_net_plan_predict(p, &c->np, NULL, &r));
     if (w) {
         dmuon_json_kstr(w, "params", c->predict);
         dmuon_net_plan_json(&r, w);
@@ -1275,6 +1273,9 @@ static int tool_main(int argc, char **argv)
     if (c.compare && c.out)
         return usage_error("%s", "--compare writes no plan file: drop -o, or plan without "
                                  "--compare to write one");
+    if (c.compare && c.predict)
+        return usage_error("%s", "--predict prints under a plan's report and --compare makes "
+                                 "no plan: drop one of them");
     if (c.probe_missing && o.cost != DMUON_COST_DB)
         return usage_error("--probe-missing measures costs for --cost db, not --cost %s",
                            dmuon_cost_kind_name(o.cost));
@@ -1306,6 +1307,13 @@ static int tool_main(int argc, char **argv)
             return usage_error("--probe-missing measures this machine: give --device cpu or "
                                "cuda, not '%s'", device);
         o.cost_src.device = devbuf;
+    }
+    if (c.predict) {
+        /* read (and check) the parameters before planning and writing anything */
+        unsigned mask = 0;
+        dmuon_rc prc = dmuon_net_params_load(c.predict, &c.np, &mask, NULL, 0);
+        if (prc != DMUON_OK)
+            return fail(&c, prc);
     }
     return cmd_plan(&c, args[0], &o);
 }

@@ -227,10 +227,13 @@ typedef struct {
 
 /* Predicts the time in seconds of line l on case c under p.  Ours replays
  * the schedule chunk by chunk (cost O(chunks·R·K)); the baselines are the
- * closed forms above.  Errors: DMUON_EINVAL (nodes or per_node < 1, no
- * segments, a publish parameter whose owner is not on one rail, a line the
- * op has not: equal_length and root for publish), DMUON_ENOMEM, and the
- * errors of dmuon_sched_init. */
+ * closed forms above.  A group of one rank (R·K = 1), and a publish on
+ * one node, move nothing: 0 s.  Errors: DMUON_EINVAL (nodes or per_node <
+ * 1, no segments, a publish parameter whose owner is not on one rail, a
+ * line the op has not: equal_length and root for publish, a parameter <=
+ * 0 that must be positive, ring_eff > 1), DMUON_ENUMERIC (the prediction
+ * is not finite: a parameter too large), DMUON_ENOMEM, and the errors of
+ * dmuon_sched_init. */
 dmuon_rc dmuon_net_predict(const dmuon_net_params *p, const dmuon_net_case *c, dmuon_net_line l,
                            double *seconds);
 
@@ -268,8 +271,9 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
  * input of the project) into *p and *free_mask, and copies the preset's
  * name into preset (preset_len bytes; may be NULL).  Errors: DMUON_EIO or
  * DMUON_ENOTFOUND (no file), DMUON_EPARSE naming the file, line and field
- * (another format or version, a missing or negative parameter, an unknown
- * name in params or free). */
+ * (another format or version, a missing or negative parameter, ring_eff
+ * above 1, channels or coal_slices not a whole number, an unknown name in
+ * params or free, a top-level field other than those above). */
 dmuon_rc dmuon_net_params_save(const char *path, const dmuon_net_params *p, unsigned free_mask,
                                const char *preset, const char *fitted_on);
 dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *free_mask,
@@ -315,7 +319,8 @@ typedef struct {
  * dmuon_net_case.max_jobs): past it, consecutive chunks are merged.
  * Memory O(ranks + chunks of one call · nodes).  *out is released with
  * dmuon_net_plan_pred_free.  Errors: those of dmuon_net_predict and
- * dmuon_plan_rail_publish, DMUON_ENOMEM. */
+ * dmuon_plan_rail_publish, DMUON_ENUMERIC (a step total not finite),
+ * DMUON_ENOMEM. */
 dmuon_rc dmuon_net_plan_predict(const dmuon_plan *plan, const dmuon_net_params *p,
                                 const dmuon_sched_opts *sched_opts, dmuon_net_plan_pred *out);
 /* The same with each replay of ours bounded to max_jobs chunk-node jobs

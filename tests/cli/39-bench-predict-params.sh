@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Network parameter files and plans at the edges: fields outside the
+# format and values no link can have are refused naming the file, a group
+# of one rank costs nothing, an overflowing prediction is an error, and
+# dmuon-plan --predict reads its parameters before it plans or writes.
+source "$(dirname "$0")/lib.sh"
+B="$DMUON_BIN/dmuon-bench"
+PL="$DMUON_BIN/dmuon-plan"
+H="$DMUON_ROOT/tools/bench/params/h100.json"
+M="$DMUON_ROOT/models/qwen2.5-1.5b.yaml"
+
+"$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops -o "$T_TMP/p.plan" > /dev/null
+python3 - "$H" "$T_TMP" <<'PY'
+import json, sys
+src, d = sys.argv[1], sys.argv[2]
+def w(name, f):
+    p = json.load(open(src)); f(p); json.dump(p, open(f"{d}/{name}.json", "w"), indent=1)
+w("unknown", lambda p: p.update(bar=1))
+w("eff", lambda p: p["params"].update(ring_eff=2))
+w("chan", lambda p: p["params"].update(channels=2.5))
+w("huge", lambda p: p["params"].update(hop_lat=1e308))
+PY
+run "$B" predict --params "$T_TMP/unknown.json" --plan "$T_TMP/p.plan"
+check_rc 2 "a parameter file with an unknown field"
+check_err "unknown.json:[0-9]*: unknown field 'bar'" "names file and field"
+run "$B" predict --params "$T_TMP/eff.json" --plan "$T_TMP/p.plan"
+check_rc 2 "ring_eff above 1"
+check_err "eff.json:[0-9]*: params.ring_eff = 2: expected a fraction of the links, at most 1" \
+    "says what ring_eff must be"
+run "$B" predict --params "$T_TMP/chan.json" --plan "$T_TMP/p.plan"
+check_rc 2 "a fractional channel count"
+check_err "chan.json:[0-9]*: params.channels = 2.5: expected a whole number" "names the field"
+run "$B" predict --params "$T_TMP/huge.json" --plan "$T_TMP/p.plan"
+check_rc 2 "a prediction past the largest double"
+check_err "is not finite" "says the prediction overflowed"
+if grep -qwE 'inf|nan' "$T_TMP/out"; then bad "an infinite figure printed"; else ok; fi
+
+# A group of one rank moves nothing: one GPU in all, and one GPU per node
+# (the gathers inside a node are of one rank).
+"$PL" "$M" --nodes 1 -g 1 --cost flops -o "$T_TMP/one.plan" > /dev/null
+run "$B" predict --params "$H" --plan "$T_TMP/one.plan" --json-file "$T_TMP/one.json"
+check_rc 0 "a plan of one rank"
+python3 - "$T_TMP/one.json" <<'PY' && ok || bad "one rank: every time 0"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["layers"] and all(v == 0 for L in d["layers"] for k in ("gather_us", "reduce_us")
+                           for v in L[k].values()), d["layers"][0]
+assert all(v == 0 for v in d["step_us"].values()), d["step_us"]
+PY
+"$PL" "$M" --nodes 4 -g 1 --sharding hsdp --cost flops -o "$T_TMP/four.plan" > /dev/null
+run "$B" predict --params "$H" --plan "$T_TMP/four.plan" --json-file "$T_TMP/four.json"
+check_rc 0 "HSDP with one GPU per node"
+python3 - "$T_TMP/four.json" <<'PY' && ok || bad "one GPU per node: no gather inside a node, a reduction across nodes"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert all(v == 0 for L in d["layers"] for v in L["gather_us"].values())
+assert all(L["reduce_us"]["ours"] > 0 for L in d["layers"])
+assert d["step_us"]["D"] > 0 and d["rails"] and d["rails"][0]["ours"] > 0
+PY
+
+# dmuon-plan --predict: a bad parameter file is refused before the plan is
+# made or written; --predict with --compare (no plan) is refused.
+run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$T_TMP/none.json" \
+    -o "$T_TMP/q.plan"
+check_rc 2 "--predict with a missing file"
+check_err "cannot open '.*none.json'" "names the file"
+check_no_file "$T_TMP/q.plan" "no plan written"
+[ ! -s "$T_TMP/out" ] && ok || bad "no report printed before the parameters were read"
+run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$T_TMP/eff.json" \
+    -o "$T_TMP/q.plan"
+check_rc 2 "--predict with a bad parameter"
+check_no_file "$T_TMP/q.plan" "no plan written for a bad parameter either"
+run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$H" --compare
+check_rc 2 "--predict with --compare"
+check_err "drop one of them" "says to drop one"
+finish
