@@ -292,7 +292,11 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
     x -= grp / m;
     x_full -= grp / m;
     if (r->kind == 0 && K > 1)
-        x = dmax(intra(r, node, x + v[DMUON_NP_INTRA_LAT] * m, b, K - 1),
+        /* the stores into the node: the port's, the worker's own serial
+         * time (m chunks handled one after the other: each read before its
+         * store, as chunk by chunk), and the last chunk's after it arrived */
+        x = dmax(dmax(intra(r, node, x + v[DMUON_NP_INTRA_LAT] * m, b, K - 1),
+                      t + work + v[DMUON_NP_INTRA_LAT] * m + b / v[DMUON_NP_INTRA_BW]),
                  x_full + v[DMUON_NP_INTRA_LAT] + b / m / v[DMUON_NP_INTRA_BW]);
     else
         x = dmax(x, x_full);

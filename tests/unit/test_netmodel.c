@@ -331,6 +331,22 @@ static void test_replay_counts(void **state)
         assert_true(fabs(tm / t - 1) < 0.02);
     }
     free(sg);
+    /* inside one node (HSDP's gather) a merged job reads and stores its
+     * chunks one after the other, as chunk by chunk (it came out faster
+     * than chunk by chunk when its reads and stores overlapped) */
+    dmuon_net_params h;
+    unsigned hm;
+    assert_int_equal(dmuon_net_preset("h100", &h, &hm), DMUON_OK);
+    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_SPARSE, 64 << 20, DMUON_BF16, 1, 8, &sg, &n),
+                     DMUON_OK);
+    dmuon_sched_opts so = {DMUON_PATH_AUTO, 65536, 0};
+    dmuon_net_case c = {DMUON_NET_AGV, 1, 8, sg, n, NULL, &so, NULL, 0};
+    double t = 0, tm = 0;
+    assert_int_equal(dmuon_net_predict(&h, &c, DMUON_NET_OURS, &t), DMUON_OK);
+    c.max_jobs = 64;
+    assert_int_equal(dmuon_net_predict(&h, &c, DMUON_NET_OURS, &tm), DMUON_OK);
+    assert_true(fabs(tm / t - 1) < 0.02);
+    free(sg);
 }
 
 /* The publish of one rail replays a chain of whole parameters: on 3 nodes
