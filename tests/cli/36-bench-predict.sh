@@ -26,7 +26,27 @@ for k in params fit cells ratios measured_us predicted_us error baseline ring_ef
 done
 head -c 200 "$T_TMP/pred.svg" | grep -q '<svg' && ok || bad "the plot is an SVG"
 grep -q 'Produced by GNUPLOT' "$T_TMP/pred.svg" && ok || bad "the SVG is gnuplot's"
-check_no_file "$T_TMP/pred.svg.tmp" "no temporary plot left"
+left=$(cd "$T_TMP" && ls -a | grep '^pred\.svg.' | tr '\n' ' ')
+check_eq "$left" "" "nothing left beside the SVG (no script, data or temporary file)"
+grep -q "x 1.25 and x / 1.25" "$T_TMP/pred.svg" && ok || bad "the band is a factor 1.25 either way, as the test"
+
+# An output that cannot be written is refused before the fit, naming flag and path.
+for a in "--json-file /proc/x" "--json-file $T_TMP/no/dir/x.json" "--svg /proc/x" \
+    "--svg $T_TMP/no/x.svg" "--save-params /proc/x" "--svg $T_TMP/j.json --json-file $T_TMP/j.json"; do
+    # shellcheck disable=SC2086
+    run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --fit-nodes 2 --max-evals 150 $a
+    check_rc 2 "$a: refused"
+    check_err "error: ${a%% *} '" "$a: names the flag and the path"
+    if grep -q fitting "$T_TMP/err"; then bad "$a: refused only after the fit"; else ok; fi
+done
+run bash -c "cd '$T_TMP' && '$B' predict --preset h100 --cells cells.json --svg -"
+check_rc 2 "--svg -"
+check_err "the plot cannot go to standard output" "says SVG to stdout is not supported"
+check_no_file "$T_TMP/-.gp" "no script named after '-'"
+check_no_file "$T_TMP/-.dat" "no data named after '-'"
+PATH=/nonexistent run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --svg "$T_TMP/x.svg"
+check_rc 2 "--svg without gnuplot on PATH"
+check_err "gnuplot is not on PATH" "says gnuplot is missing, before any work"
 
 # Self-consistency: rows predicted by the model with the fitted parameters
 # must come back with zero error when nothing is fitted.
@@ -135,6 +155,8 @@ check_out '^model.layers.0 +[0-9]+ \|' "a row per layer"
 check_out '^rail7 +[0-9]+ ' "the publish per rail"
 check_out '^# step communication .*A [0-9.]+  C [0-9.]+  D [0-9.]+' "the step totals of A, C, D"
 head -c 200 "$T_TMP/plan.svg" | grep -q '<svg' && ok || bad "the per-layer plot is an SVG"
+left=$(cd "$T_TMP" && ls -a | grep '^plan\.svg.' | tr '\n' ' ')
+check_eq "$left" "" "nothing left beside the per-layer SVG"
 python3 - "$T_TMP/plan.json" <<'PY' && ok || bad "the step totals are the sums of the parts"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -24,11 +24,15 @@
  * model is planned again for R x K first (dmuon_plan_build with the plan's
  * options, as dmuon-plan plans it).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../common/opt.h"
@@ -453,62 +457,135 @@ static dmuon_rc write_json(FILE *f, void *ctx)
     return ferror(f) ? DMUON_FAIL(DMUON_EIO, "write failed") : DMUON_OK;
 }
 
-/* The plot's data, script and temporary output next to svg (4200 bytes each). */
-static void svg_paths(const char *svg, char *dat, char *gp, char *tmp)
+/* A plot is one gnuplot script (its data inline as datablocks) and
+ * gnuplot's output, both temporary files next to the SVG (mkstemp, so no
+ * file of the user's is touched) and both removed whatever happens; the
+ * SVG itself appears by a rename, never half-written.  Nothing else is
+ * left beside it. */
+typedef struct {
+    char gp[4200], tmp[4200];
+    FILE *f;
+} plot;
+
+/* Removes a plot's temporary files (those that were made). */
+static void plot_release(plot *pl)
 {
-    snprintf(dat, 4200, "%s.dat", svg);
-    snprintf(gp, 4200, "%s.gp", svg);
-    snprintf(tmp, 4200, "%s.tmp", svg);
+    if (pl->f)
+        fclose(pl->f);
+    pl->f = NULL;
+    if (pl->gp[0])
+        unlink(pl->gp);
+    if (pl->tmp[0])
+        unlink(pl->tmp);
+    pl->gp[0] = pl->tmp[0] = '\0';
 }
 
-/* Opens a plot's data or script file for writing, or says why not. */
-static FILE *plot_open(const char *path, const char *what, const char *prog)
+/* Makes the temporary files of a plot of svg; pl->f is the script, open
+ * for writing.  0, or 3 with a message (nothing left). */
+static int plot_begin(plot *pl, const char *svg, const char *prog)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        fprintf(stderr, "%s: error: %s: cannot write the plot %s\n", prog, path, what);
-    return f;
+    pl->f = NULL;
+    snprintf(pl->gp, sizeof pl->gp, "%s.gp.XXXXXX", svg);
+    snprintf(pl->tmp, sizeof pl->tmp, "%s.tmp.XXXXXX", svg);
+    int fg = mkstemp(pl->gp), ft = fg >= 0 ? mkstemp(pl->tmp) : -1;
+    if (fg < 0)
+        pl->gp[0] = '\0';
+    if (ft < 0)
+        pl->tmp[0] = '\0';
+    else
+        close(ft);
+    if (fg >= 0 && ft >= 0)
+        pl->f = fdopen(fg, "w");
+    else if (fg >= 0)
+        close(fg);
+    if (!pl->f) {
+        fprintf(stderr, "%s: error: --svg '%s': cannot create the plot's temporary files: %s\n",
+                prog, svg, strerror(errno));
+        plot_release(pl);
+        return 3;
+    }
+    return 0;
 }
 
-/* Closes a plot file, reporting a failed write (exit 3) like every tool. */
-static int plot_close(FILE *f, const char *path, const char *prog)
+/* Writes s as a gnuplot single-quoted string (a quote inside doubled). */
+static void gp_quoted(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputc('\'', f);
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+/* The terminal and output lines of a plot: an SVG of w x h into pl->tmp. */
+static void plot_head(plot *pl, int w, int h)
+{
+    fprintf(pl->f, "set terminal svg size %d,%d dynamic enhanced font 'sans,11'\nset output ", w, h);
+    gp_quoted(pl->f, pl->tmp);
+    fputc('\n', pl->f);
+}
+
+/* Closes the script, runs gnuplot on it and renames its output to svg;
+ * the temporary files are removed.  0, or 3 with a message. */
+static int plot_finish(plot *pl, const char *svg, const char *prog)
 {
     char err[4400];
-    if (tool_close_file(f, path, err, sizeof err)) {
+    int code = 0;
+    FILE *f = pl->f;
+    pl->f = NULL;
+    if (tool_close_file(f, pl->gp, err, sizeof err)) {
         fprintf(stderr, "%s: error: %s\n", prog, err);
-        return 3;
+        code = 3;
     }
-    return 0;
+    if (!code) {
+        char *argv[] = {"gnuplot", pl->gp, NULL};
+        pid_t pid;
+        int st = 0;
+        if (posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ) != 0 ||
+            waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+            rename(pl->tmp, svg) != 0) {
+            fprintf(stderr, "%s: error: --svg '%s': gnuplot failed (is gnuplot installed? make "
+                    "deps)\n", prog, svg);
+            code = 3;
+        } else {
+            pl->tmp[0] = '\0';   /* renamed: it is the SVG now */
+        }
+    }
+    plot_release(pl);
+    return code;
 }
 
-/* Runs gnuplot on script gp, which writes tmp, renamed to svg (nothing
- * half-written); 0, or 3 with a message. */
-static int gnuplot_render(const char *gp, const char *tmp, const char *svg, const char *prog)
+/* Whether an executable name lies on $PATH (gnuplot for --svg, looked for
+ * before any work). */
+static bool on_path(const char *name)
 {
-    char cmd[9000];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
-    int st = system(cmd);
-    if (st != 0 || rename(tmp, svg) != 0) {
-        fprintf(stderr, "%s: error: gnuplot %s failed (is gnuplot installed? make deps)\n", prog,
-                gp);
-        unlink(tmp);
-        return 3;
+    const char *path = getenv("PATH");
+    char dir[4096], file[4400];
+    while (path && *path) {
+        size_t n = strcspn(path, ":");
+        snprintf(dir, sizeof dir, "%.*s", (int)n, path);
+        snprintf(file, sizeof file, "%s/%s", n ? dir : ".", name);
+        if (access(file, X_OK) == 0)
+            return true;
+        path += n + (path[n] == ':');
     }
-    return 0;
+    return false;
 }
 
-/* The ratio plot: predicted against measured, log-log, y = x and ±25%,
- * fitted and held-out cells apart; drawn by gnuplot into svg (atomically:
- * gnuplot writes a temporary file that is renamed). */
+/* The ratio plot: predicted against measured, log-log, y = x and the
+ * accuracy test's band (a factor 1.25 either way: x * 1.25 and x / 1.25),
+ * fitted and held-out cells apart; drawn by gnuplot into svg. */
 static int plot_svg(const report *r, const char *svg, const char *prog)
 {
-    char dat[4200], gp[4200], tmp[4200];
-    svg_paths(svg, dat, gp, tmp);
-    FILE *f = plot_open(dat, "data", prog);
-    if (!f)
+    plot pl;
+    int npts[2] = {0, 0};
+    if (plot_begin(&pl, svg, prog))
         return 3;
+    plot_head(&pl, 640, 560);
     for (int pass = 0; pass < 2; pass++) {
-        fprintf(f, "# %s: measured predicted\n", pass ? "held out" : "fitted");
+        fprintf(pl.f, "$%s << EOD\n# measured predicted\n", pass ? "held" : "fitted");
         for (int k = 0; k < r->cs->n; k++) {
             const group *g = &r->cs->g[k];
             if (g->fit != !pass)
@@ -517,29 +594,32 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
                 if (has_ratio(g, l)) {
                     double m, pr;
                     ratio_err(g, l, &m, &pr);
-                    fprintf(f, "%g %g\n", m, pr);
+                    fprintf(pl.f, "%.17g %.17g\n", m, pr);
+                    npts[pass]++;
                 }
         }
-        fprintf(f, "\n\n");
+        fprintf(pl.f, "EOD\n");
     }
-    if (plot_close(f, dat, prog))
-        return 3;
-    f = plot_open(gp, "script", prog);
-    if (!f)
-        return 3;
-    fprintf(f, "set terminal svg size 640,560 dynamic enhanced font 'sans,11'\n"
-               "set output '%s'\n"
-               "set title 'baseline / ours: predicted vs measured (preset %s)'\n"
-               "set logscale xy\nset xlabel 'measured or published ratio'\n"
-               "set ylabel 'predicted ratio'\nset key top left\nset grid\n"
-               "plot x title 'y = x' lw 1 lc rgb '#777777', 1.25*x title '+/-25%%' dt 2 "
-               "lc rgb '#999999', 0.75*x notitle dt 2 lc rgb '#999999', "
-               "'%s' index 0 title 'fitted' pt 7 ps 0.6 lc rgb '#1f77b4', "
-               "'%s' index 1 title 'held out' pt 5 ps 0.6 lc rgb '#d62728'\n",
-            tmp, r->preset, dat, dat);
-    if (plot_close(f, gp, prog))
-        return 3;
-    return gnuplot_render(gp, tmp, svg, prog);
+    if (!npts[0] && !npts[1]) {
+        fprintf(stderr, "%s: error: --svg '%s': no cell has a ratio baseline / ours to plot\n",
+                prog, svg);
+        plot_release(&pl);
+        return 2;
+    }
+    char title[256];
+    snprintf(title, sizeof title, "baseline / ours: predicted vs measured (preset %s)", r->preset);
+    fprintf(pl.f, "set title ");
+    gp_quoted(pl.f, title);
+    fprintf(pl.f, "\nset logscale xy\nset xlabel 'measured or published ratio'\n"
+                  "set ylabel 'predicted ratio'\nset key top left\nset grid\n"
+                  "plot x title 'y = x' lw 1 lc rgb '#777777', x*1.25 title 'x 1.25 and x / 1.25 "
+                  "(within)' dt 2 lc rgb '#999999', x/1.25 notitle dt 2 lc rgb '#999999'");
+    if (npts[0])
+        fprintf(pl.f, ", $fitted title 'fitted' pt 7 ps 0.6 lc rgb '#1f77b4'");
+    if (npts[1])
+        fprintf(pl.f, ", $held title 'held out' pt 5 ps 0.6 lc rgb '#d62728'");
+    fputc('\n', pl.f);
+    return plot_finish(&pl, svg, prog);
 }
 
 /* ------------------------------------------------------------- main ---- */
@@ -572,41 +652,34 @@ static dmuon_rc write_plan_json(FILE *f, void *ctx)
 }
 
 /* Per-layer communication of lines A, C, D (gathers of a step and the
- * reduction), drawn by gnuplot into svg (a temporary file renamed). */
+ * reduction), drawn by gnuplot into svg. */
 static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
 {
-    char dat[4200], gp[4200], tmp[4200];
-    svg_paths(svg, dat, gp, tmp);
     const dmuon_net_plan_pred *r = pr->r;
     double g = r->zero_stage == 3 ? 2 : 1;
     int cg = r->hsdp ? DMUON_NET_COALESCED : DMUON_NET_PER_OWNER;
-    FILE *f = plot_open(dat, "data", prog);
-    if (!f)
+    plot pl;
+    if (plot_begin(&pl, svg, prog))
         return 3;
-    fprintf(f, "# layer A C D (us)\n");
+    plot_head(&pl, 800, 480);
+    fprintf(pl.f, "$layers << EOD\n# layer A C D (us)\n");
     for (int i = 0; i < r->nlayers; i++) {
         const dmuon_net_layer_pred *L = &r->layers[i];
-        fprintf(f, "%d %g %g %g\n", i, 1e6 * (g * L->gather[DMUON_NET_EQUAL] +
-                                               L->reduce[DMUON_NET_EQUAL]),
+        fprintf(pl.f, "%d %.17g %.17g %.17g\n", i,
+                1e6 * (g * L->gather[DMUON_NET_EQUAL] + L->reduce[DMUON_NET_EQUAL]),
                 1e6 * (g * L->gather[cg] + L->reduce[DMUON_NET_PER_OWNER]),
                 1e6 * (g * L->gather[DMUON_NET_OURS] + L->reduce[DMUON_NET_OURS]));
     }
-    if (plot_close(f, dat, prog))
-        return 3;
-    f = plot_open(gp, "script", prog);
-    if (!f)
-        return 3;
-    fprintf(f, "set terminal svg size 800,480 dynamic enhanced font 'sans,11'\n"
-               "set output '%s'\n"
-               "set title 'predicted gather + reduction per layer, %d x %d (%s)'\n"
-               "set xlabel 'layer'\nset ylabel 'us'\nset logscale y\nset key top left\n"
-               "set grid\nplot '%s' using 1:2 with linespoints title 'A (equal length)', "
-               "'%s' using 1:3 with linespoints title 'C (NCCL, owners)', "
-               "'%s' using 1:4 with linespoints title 'D (ours)'\n",
-            tmp, r->nodes, r->per_node, pr->preset, dat, dat, dat);
-    if (plot_close(f, gp, prog))
-        return 3;
-    return gnuplot_render(gp, tmp, svg, prog);
+    char title[256];
+    snprintf(title, sizeof title, "predicted gather + reduction per layer, %d x %d (%s)", r->nodes,
+             r->per_node, pr->preset);
+    fprintf(pl.f, "EOD\nset title ");
+    gp_quoted(pl.f, title);
+    fprintf(pl.f, "\nset xlabel 'layer'\nset ylabel 'us'\nset logscale y\nset key top left\n"
+                  "set grid\nplot $layers using 1:2 with linespoints title 'A (equal length)', "
+                  "$layers using 1:3 with linespoints title 'C (NCCL, owners)', "
+                  "$layers using 1:4 with linespoints title 'D (ours)'\n");
+    return plot_finish(&pl, svg, prog);
 }
 
 /* --nodes / -g: the plan's model planned again, as dmuon-plan plans it, for
@@ -687,6 +760,25 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
     dmuon_net_plan_pred_free(&r);
     dmuon_plan_free(plan);
     return code;
+}
+
+/* Refuses, before any work (a fit takes minutes), an output that could
+ * not be written after it: out[] are --save-params, --json-file and --svg
+ * (NULL: not given; "-": standard output, always writable), each checked
+ * by tool_check_output_path, and no two on one file.  A reason goes to
+ * bad[0..n) (left as it is when every output can be written). */
+static void check_outputs(const char *const out[3], char *bad, size_t n)
+{
+    static const char *const flag[3] = {"--save-params", "--json-file", "--svg"};
+    for (int i = 0; i < 3 && !bad[0]; i++) {
+        if (!out[i] || !strcmp(out[i], "-"))
+            continue;
+        if (tool_check_output_path(flag[i], out[i], false, bad, n))
+            return;
+        for (int j = 0; j < i && !bad[0]; j++)
+            if (out[j] && !strcmp(out[i], out[j]))
+                snprintf(bad, n, "%s '%s': the same file as %s", flag[i], out[i], flag[j]);
+    }
 }
 
 static void usage(FILE *f)
@@ -830,6 +922,16 @@ int bench_predict_main(int argc, char **argv)
         snprintf(bad, sizeof bad, "--cells FILE is required (or --plan PLAN, or --save-params)");
     if (!bad[0] && nfit && !nfiles)
         snprintf(bad, sizeof bad, "--fit-nodes needs --cells");
+    if (!bad[0] && svg && !strcmp(svg, "-"))
+        snprintf(bad, sizeof bad, "--svg -: the plot cannot go to standard output (gnuplot "
+                 "writes a file): give a file name");
+    if (!bad[0] && svg && !on_path("gnuplot"))
+        snprintf(bad, sizeof bad, "--svg '%s': gnuplot is not on PATH (make deps installs "
+                 "gnuplot-nox)", svg);
+    if (!bad[0]) {
+        const char *out[3] = {params_out, json, svg};
+        check_outputs(out, bad, sizeof bad);
+    }
     dmuon_net_params p;
     unsigned mask = 0;
     char pname[64] = "";
