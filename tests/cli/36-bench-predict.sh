@@ -39,7 +39,7 @@ for a in "--json-file /proc/x" "--json-file $T_TMP/no/dir/x.json" "--svg /proc/x
     check_err "error: ${a%% *} '" "$a: names the flag and the path"
     if grep -q fitting "$T_TMP/err"; then bad "$a: refused only after the fit"; else ok; fi
 done
-run bash -c "cd '$T_TMP' && '$B' predict --preset h100 --cells cells.json --svg -"
+run bash -c "cd '$T_TMP' && '$(realpath "$B")' predict --preset h100 --cells cells.json --svg -"
 check_rc 2 "--svg -"
 check_err "the plot cannot go to standard output" "says SVG to stdout is not supported"
 check_no_file "$T_TMP/-.gp" "no script named after '-'"
@@ -170,6 +170,26 @@ csum += max(min(r["per_owner"], r["coalesced"]) for r in d["rails"])
 for want, got in ((dsum, d["step_us"]["D"]), (asum, d["step_us"]["A"]), (csum, d["step_us"]["C"])):
     assert abs(want / got - 1) < 1e-9, (want, got)
 PY
+# flags a combination would ignore are refused, naming both
+run "$B" predict --params "$T_TMP/fit.json" --plan "$T_TMP/p.plan" --plans "$T_TMP"
+check_rc 2 "--plan with --plans and no --cells"
+check_err "error: --plans DIR .*--cells.*--plan PLAN" "names --plans, --cells and --plan"
+run "$B" predict --params "$T_TMP/fit.json" --plan "$T_TMP/p.plan" --max-evals 10
+check_rc 2 "--max-evals with nothing to fit"
+check_err "error: --max-evals .*--fit-nodes" "names --max-evals and --fit-nodes"
+run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --max-evals 10
+check_rc 2 "--max-evals with --cells but no --fit-nodes"
+run "$B" predict --preset h100 --save-params "$T_TMP/s.json" --svg "$T_TMP/s.svg"
+check_rc 2 "--svg with --save-params alone"
+check_err "error: --svg .*--cells or --plan" "says what it would draw"
+check_no_file "$T_TMP/s.json" "nothing saved either"
+run "$B" predict --params "$T_TMP/fit.json" --plan "$T_TMP/p.plan" --json --json-file -
+check_rc 2 "--json with --json-file -"
+check_err "error: --json and --json-file -" "names both"
+# --plans where no cell has a model: kept (one command line for any table), with a note
+run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --plans "$T_TMP"
+check_rc 0 "--plans with cells without a model"
+check_err "note: --plans .*no cell has a model" "says the plans are not read"
 run "$B" predict --params "$T_TMP/fit.json" --plan "$T_TMP/nope.plan"
 check_rc 2 "a missing plan"
 check_err "nope.plan: no such plan file" "names it"

@@ -827,7 +827,7 @@ int bench_predict_main(int argc, char **argv)
     const char *params_in = NULL, *params_out = NULL, *plan_path = NULL;
     int json_stdout = 0;
     const char *files[MAX_FILES];
-    int nfiles = 0, fit_nodes[MAX_FIT], nfit = 0, max_evals = 400;
+    int nfiles = 0, fit_nodes[MAX_FIT], nfit = 0, max_evals = 400, max_evals_set = 0;
     int64_t chunk = 0;
     char bad[512] = "";
     static const struct option opts[] = {
@@ -882,6 +882,7 @@ int bench_predict_main(int argc, char **argv)
             int64_t v = 0;
             tool_parse_int("--max-evals", optarg, 1, 100000, &v, bad, sizeof bad);
             max_evals = (int)v;
+            max_evals_set = 1;
             break;
         }
         case 'n':
@@ -922,6 +923,19 @@ int bench_predict_main(int argc, char **argv)
         snprintf(bad, sizeof bad, "--cells FILE is required (or --plan PLAN, or --save-params)");
     if (!bad[0] && nfit && !nfiles)
         snprintf(bad, sizeof bad, "--fit-nodes needs --cells");
+    if (!bad[0] && plans && !nfiles)
+        snprintf(bad, sizeof bad, "--plans DIR holds the plans of --cells rows with a model: give "
+                 "--cells%s, or drop --plans", plan_path ? " (--plan PLAN predicts one plan)" : "");
+    if (!bad[0] && max_evals_set && !nfit)
+        snprintf(bad, sizeof bad, "--max-evals bounds the fit of --fit-nodes: give --fit-nodes, "
+                 "or drop --max-evals (nothing is fitted)");
+    if (!bad[0] && !nfiles && !plan_path && (json_stdout || json || svg))
+        snprintf(bad, sizeof bad, "%s reports the cells or a plan: give --cells or --plan (with "
+                 "--save-params alone nothing is predicted)",
+                 json_stdout ? "--json" : json ? "--json-file" : "--svg");
+    if (!bad[0] && json_stdout && json && !strcmp(json, "-"))
+        snprintf(bad, sizeof bad, "--json and --json-file -: both write the JSON on standard "
+                 "output: give one");
     if (!bad[0] && svg && !strcmp(svg, "-"))
         snprintf(bad, sizeof bad, "--svg -: the plot cannot go to standard output (gnuplot "
                  "writes a file): give a file name");
@@ -978,6 +992,11 @@ int bench_predict_main(int argc, char **argv)
     }
     if (rc == DMUON_OK && cs.n == 0)
         rc = DMUON_FAIL(DMUON_EINVAL, "the --cells files hold no cells");
+    int nmodel = 0;
+    for (int k = 0; k < cs.n; k++)
+        nmodel += cs.g[k].model[0] != 0;
+    if (rc == DMUON_OK && plans && !nmodel)   /* a script may pass --plans for any table */
+        fprintf(stderr, "%s: note: --plans %s: no cell has a model, no plan read\n", prog, plans);
     int nf = 0;
     for (int k = 0; k < cs.n; k++)
         for (int l = 0; l < DMUON_NET_LINE_COUNT; l++)
