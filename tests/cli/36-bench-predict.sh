@@ -112,6 +112,21 @@ python3 -c "import json,sys; d=json.load(open('$T_TMP/fit.json')); sys.exit(0 if
     && ok || bad "the parameter file has format, version, params and free"
 run "$B" predict --params "$T_TMP/fit.json" --cells "$T_TMP/cells.json" --json-file "$T_TMP/again.json"
 check_rc 0 "--params FILE, no fit"
+check_out "^# dmuon-bench predict: preset h100, 4 cell groups, not fitted here: parameters from .*fit.json\$" \
+    "the header says where the parameters came from"
+python3 -c "import json,sys; d=json.load(open('$T_TMP/again.json')); sys.exit(0 if d['params_file'].endswith('fit.json') and d['fit']['cells'] == 0 and d['fit']['rms_log_error'] is None else 1)" \
+    && ok || bad "JSON without a fit: params_file, 0 cells and a null rms"
+run "$B" predict --preset h100 --cells "$T_TMP/cells.json"
+check_out "^# dmuon-bench predict: preset h100, 4 cell groups, not fitted: the preset's values\$" \
+    "without a fit nor --params: the preset's values"
+# every node count fitted: nothing held out, said so (no 0-of-0 summary)
+run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --fit-nodes 2,8 --max-evals 60 \
+    --json-file "$T_TMP/all.json"
+check_rc 0 "every node count fitted"
+check_out "^# held-out: none" "says nothing is held out"
+if grep -q "^# held-out ratios: 0\|held-out accuracy" "$T_TMP/out"; then bad "an empty accuracy summary printed"; else ok; fi
+python3 -c "import json,sys; a=json.load(open('$T_TMP/all.json'))['accuracy']; sys.exit(0 if a['ratios'] == {'held_out': 0, 'within_25': 0, 'bias': None} and a['by_cell'] == [] else 1)" \
+    && ok || bad "JSON with nothing held out: count 0, bias null"
 python3 - "$T_TMP/fit-pred.json" "$T_TMP/again.json" <<'PY' && ok || bad "--params reproduces the fitted predictions"
 import json, sys
 a, b = (json.load(open(f))["cells"] for f in sys.argv[1:])
@@ -169,6 +184,17 @@ csum = sum(L["gather_us"]["coalesced"] + L["reduce_us"]["per_owner"] for L in d[
 csum += max(min(r["per_owner"], r["coalesced"]) for r in d["rails"])
 for want, got in ((dsum, d["step_us"]["D"]), (asum, d["step_us"]["A"]), (csum, d["step_us"]["C"])):
     assert abs(want / got - 1) < 1e-9, (want, got)
+PY
+# --plan and --cells: the JSON has the plan's keys and the cells' report
+run "$B" predict --params "$T_TMP/fit.json" --plan "$T_TMP/p.plan" --cells "$T_TMP/cells.json" --json \
+    --json-file "$T_TMP/both.json"
+check_rc 0 "--plan with --cells and --json"
+python3 - "$T_TMP/out" "$T_TMP/both.json" <<'PY' && ok || bad "--plan with --cells: JSON holds both reports"
+import json, sys
+for f in sys.argv[1:]:
+    d = json.load(open(f))
+    assert all(k in d for k in ("plan", "layers", "step_us", "fit", "cells", "ratios", "accuracy")), list(d)
+    assert len(d["cells"]) == 16 and len(d["layers"]) == 28
 PY
 # flags a combination would ignore are refused, naming both
 run "$B" predict --params "$T_TMP/fit.json" --plan "$T_TMP/p.plan" --plans "$T_TMP"

@@ -251,6 +251,7 @@ static dmuon_rc build_case(group *g, const char *plans, const dmuon_sched_opts *
 
 typedef struct {
     const char *preset;
+    const char *params_file;   /* --params FILE, or NULL (the preset's values) */
     const dmuon_net_params *p;
     const cells *cs;
     const int *fit_nodes;
@@ -319,11 +320,35 @@ static accuracy acc_times(const cells *cs, int l)
     return a;
 }
 
+/* held_out, within_25 and bias (null when nothing is held out). */
 static void json_acc(dmuon_json *w, const accuracy *a)
 {
     dmuon_json_kint(w, "held_out", a->n);
     dmuon_json_kint(w, "within_25", a->within);
-    dmuon_json_kdouble(w, "bias", acc_bias(a));
+    dmuon_json_key(w, "bias");
+    if (a->n)
+        dmuon_json_double(w, acc_bias(a));
+    else
+        dmuon_json_null(w);
+}
+
+/* "preset", "params_file" (null for a preset's values) and "params":
+ * where the parameters came from and their values, in every JSON. */
+static void json_params(dmuon_json *w, const char *preset, const char *file,
+                        const dmuon_net_params *p)
+{
+    dmuon_json_kstr(w, "preset", preset);
+    dmuon_json_key(w, "params_file");
+    if (file)
+        dmuon_json_str(w, file);
+    else
+        dmuon_json_null(w);
+    dmuon_json_key(w, "params");
+    dmuon_json_begin_object(w);
+    for (int i = 0; i < DMUON_NP_COUNT; i++)
+        dmuon_json_kdouble(w, dmuon_net_param_name(i), p->v[i]);
+    dmuon_json_kbool(w, "mcast", p->mcast);
+    dmuon_json_end_object(w);
 }
 
 /* Node counts of the held-out cells, ascending, into nodes[]; returns how many. */
@@ -345,97 +370,92 @@ static int held_nodes(const cells *cs, int *nodes, int max)
     return n;
 }
 
-static dmuon_rc write_json(FILE *f, void *ctx)
+/* The cells' keys of the JSON: fit (rms_log_error null when nothing was
+ * fitted), cells, ratios and accuracy; written inside an open object. */
+static void json_cells(dmuon_json *w, const report *r)
 {
-    const report *r = ctx;
-    dmuon_json w;
-    dmuon_json_init(&w, f, true);
-    dmuon_json_begin_object(&w);
-    dmuon_json_kstr(&w, "preset", r->preset);
-    dmuon_json_key(&w, "params");
-    dmuon_json_begin_object(&w);
-    for (int i = 0; i < DMUON_NP_COUNT; i++)
-        dmuon_json_kdouble(&w, dmuon_net_param_name(i), r->p->v[i]);
-    dmuon_json_kbool(&w, "mcast", r->p->mcast);
-    dmuon_json_end_object(&w);
-    dmuon_json_key(&w, "fit");
-    dmuon_json_begin_object(&w);
-    dmuon_json_key(&w, "nodes");
-    dmuon_json_begin_array(&w);
+    dmuon_json_key(w, "fit");
+    dmuon_json_begin_object(w);
+    dmuon_json_key(w, "nodes");
+    dmuon_json_begin_array(w);
     for (int i = 0; i < r->nfit; i++)
-        dmuon_json_int(&w, r->fit_nodes[i]);
-    dmuon_json_end_array(&w);
-    dmuon_json_kint(&w, "cells", r->nfit_cells);
-    dmuon_json_kdouble(&w, "rms_log_error", r->rms);
-    dmuon_json_end_object(&w);
-    dmuon_json_key(&w, "cells");
-    dmuon_json_begin_array(&w);
+        dmuon_json_int(w, r->fit_nodes[i]);
+    dmuon_json_end_array(w);
+    dmuon_json_kint(w, "cells", r->nfit_cells);
+    dmuon_json_key(w, "rms_log_error");
+    if (r->nfit_cells)
+        dmuon_json_double(w, r->rms);
+    else
+        dmuon_json_null(w);
+    dmuon_json_end_object(w);
+    dmuon_json_key(w, "cells");
+    dmuon_json_begin_array(w);
     for (int k = 0; k < r->cs->n; k++) {
         const group *g = &r->cs->g[k];
         for (int l = 0; l < DMUON_NET_LINE_COUNT; l++) {
             if (!(g->meas[l] > 0))
                 continue;
-            dmuon_json_begin_object(&w);
-            dmuon_json_kstr(&w, "op", op_name(g->op));
-            dmuon_json_kint(&w, "bytes", g->bytes);
-            dmuon_json_kint(&w, "nodes", g->nodes);
-            dmuon_json_kint(&w, "ranks", g->ranks);
+            dmuon_json_begin_object(w);
+            dmuon_json_kstr(w, "op", op_name(g->op));
+            dmuon_json_kint(w, "bytes", g->bytes);
+            dmuon_json_kint(w, "nodes", g->nodes);
+            dmuon_json_kint(w, "ranks", g->ranks);
             if (g->model[0])
-                dmuon_json_kstr(&w, "model", g->model);
-            dmuon_json_kstr(&w, "line", dmuon_net_line_name((dmuon_net_line)l));
-            dmuon_json_kdouble(&w, "measured_us", g->meas[l] * 1e6);
-            dmuon_json_kdouble(&w, "predicted_us", g->pred[l] * 1e6);
-            dmuon_json_kdouble(&w, "error", g->pred[l] / g->meas[l] - 1);
-            dmuon_json_kbool(&w, "fit", g->fit);
-            dmuon_json_end_object(&w);
+                dmuon_json_kstr(w, "model", g->model);
+            dmuon_json_kstr(w, "line", dmuon_net_line_name((dmuon_net_line)l));
+            dmuon_json_kdouble(w, "measured_us", g->meas[l] * 1e6);
+            dmuon_json_kdouble(w, "predicted_us", g->pred[l] * 1e6);
+            dmuon_json_kdouble(w, "error", g->pred[l] / g->meas[l] - 1);
+            dmuon_json_kbool(w, "fit", g->fit);
+            dmuon_json_end_object(w);
         }
     }
-    dmuon_json_end_array(&w);
-    dmuon_json_key(&w, "ratios");
-    dmuon_json_begin_array(&w);
+    dmuon_json_end_array(w);
+    dmuon_json_key(w, "ratios");
+    dmuon_json_begin_array(w);
     for (int k = 0; k < r->cs->n; k++) {
         const group *g = &r->cs->g[k];
         for (int l = 1; l < DMUON_NET_LINE_COUNT; l++) {
             if (!has_ratio(g, l))
                 continue;
             double m, pr, e = ratio_err(g, l, &m, &pr);
-            dmuon_json_begin_object(&w);
-            dmuon_json_kstr(&w, "op", op_name(g->op));
-            dmuon_json_kint(&w, "bytes", g->bytes);
-            dmuon_json_kint(&w, "nodes", g->nodes);
-            dmuon_json_kint(&w, "ranks", g->ranks);
+            dmuon_json_begin_object(w);
+            dmuon_json_kstr(w, "op", op_name(g->op));
+            dmuon_json_kint(w, "bytes", g->bytes);
+            dmuon_json_kint(w, "nodes", g->nodes);
+            dmuon_json_kint(w, "ranks", g->ranks);
             if (g->model[0])
-                dmuon_json_kstr(&w, "model", g->model);
-            dmuon_json_kstr(&w, "baseline", dmuon_net_line_name((dmuon_net_line)l));
-            dmuon_json_kdouble(&w, "measured", m);
-            dmuon_json_kdouble(&w, "predicted", pr);
-            dmuon_json_kdouble(&w, "error", e);
-            dmuon_json_kbool(&w, "fit", g->fit);
-            dmuon_json_end_object(&w);
+                dmuon_json_kstr(w, "model", g->model);
+            dmuon_json_kstr(w, "baseline", dmuon_net_line_name((dmuon_net_line)l));
+            dmuon_json_kdouble(w, "measured", m);
+            dmuon_json_kdouble(w, "predicted", pr);
+            dmuon_json_kdouble(w, "error", e);
+            dmuon_json_kbool(w, "fit", g->fit);
+            dmuon_json_end_object(w);
         }
     }
-    dmuon_json_end_array(&w);
-    dmuon_json_key(&w, "accuracy");
-    dmuon_json_begin_object(&w);
+    dmuon_json_end_array(w);
+    dmuon_json_key(w, "accuracy");
+    dmuon_json_begin_object(w);
     accuracy all = acc_ratios(r->cs, -1, -1, 0);
-    dmuon_json_key(&w, "ratios");
-    dmuon_json_begin_object(&w);
-    json_acc(&w, &all);
-    dmuon_json_end_object(&w);
-    dmuon_json_key(&w, "times");
-    dmuon_json_begin_object(&w);
+    dmuon_json_key(w, "ratios");
+    dmuon_json_begin_object(w);
+    json_acc(w, &all);
+    dmuon_json_end_object(w);
+    dmuon_json_key(w, "times");
+    dmuon_json_begin_object(w);
     for (int l = 0; l < DMUON_NET_LINE_COUNT; l++) {
         accuracy a = acc_times(r->cs, l);
         if (!a.n)
             continue;
-        dmuon_json_key(&w, dmuon_net_line_name((dmuon_net_line)l));
-        dmuon_json_begin_object(&w);
-        json_acc(&w, &a);
-        dmuon_json_end_object(&w);
+        dmuon_json_key(w, dmuon_net_line_name((dmuon_net_line)l));
+        dmuon_json_begin_object(w);
+        json_acc(w, &a);
+        dmuon_json_end_object(w);
     }
-    dmuon_json_end_object(&w);
-    dmuon_json_key(&w, "by_cell");
-    dmuon_json_begin_array(&w);
+    dmuon_json_end_object(w);
+    dmuon_json_key(w, "by_cell");
+    dmuon_json_begin_array(w);
     int nodes[64], nn = held_nodes(r->cs, nodes, 64);
     for (int op = 0; op <= DMUON_NET_PUBLISH; op++)
         for (int l = 1; l < DMUON_NET_LINE_COUNT; l++)
@@ -443,15 +463,25 @@ static dmuon_rc write_json(FILE *f, void *ctx)
                 accuracy a = acc_ratios(r->cs, op, l, nodes[i]);
                 if (!a.n)
                     continue;
-                dmuon_json_begin_object(&w);
-                dmuon_json_kstr(&w, "op", op_name((dmuon_net_op)op));
-                dmuon_json_kstr(&w, "baseline", dmuon_net_line_name((dmuon_net_line)l));
-                dmuon_json_kint(&w, "nodes", nodes[i]);
-                json_acc(&w, &a);
-                dmuon_json_end_object(&w);
+                dmuon_json_begin_object(w);
+                dmuon_json_kstr(w, "op", op_name((dmuon_net_op)op));
+                dmuon_json_kstr(w, "baseline", dmuon_net_line_name((dmuon_net_line)l));
+                dmuon_json_kint(w, "nodes", nodes[i]);
+                json_acc(w, &a);
+                dmuon_json_end_object(w);
             }
-    dmuon_json_end_array(&w);
-    dmuon_json_end_object(&w);
+    dmuon_json_end_array(w);
+    dmuon_json_end_object(w);
+}
+
+static dmuon_rc write_json(FILE *f, void *ctx)
+{
+    const report *r = ctx;
+    dmuon_json w;
+    dmuon_json_init(&w, f, true);
+    dmuon_json_begin_object(&w);
+    json_params(&w, r->preset, r->params_file, r->p);
+    json_cells(&w, r);
     dmuon_json_end_object(&w);
     fputc('\n', f);
     return ferror(f) ? DMUON_FAIL(DMUON_EIO, "write failed") : DMUON_OK;
@@ -629,7 +659,8 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
 typedef struct {
     const dmuon_net_plan_pred *r;
     const dmuon_net_params *p;
-    const char *preset, *plan;
+    const char *preset, *params_file, *plan;
+    const report *cells;   /* with --cells too: their keys follow the plan's; else NULL */
 } plan_report;
 
 static dmuon_rc write_plan_json(FILE *f, void *ctx)
@@ -639,13 +670,10 @@ static dmuon_rc write_plan_json(FILE *f, void *ctx)
     dmuon_json_init(&w, f, true);
     dmuon_json_begin_object(&w);
     dmuon_json_kstr(&w, "plan", pr->plan);
-    dmuon_json_kstr(&w, "preset", pr->preset);
-    dmuon_json_key(&w, "params");
-    dmuon_json_begin_object(&w);
-    for (int i = 0; i < DMUON_NP_COUNT; i++)
-        dmuon_json_kdouble(&w, dmuon_net_param_name(i), pr->p->v[i]);
-    dmuon_json_end_object(&w);
+    json_params(&w, pr->preset, pr->params_file, pr->p);
     dmuon_net_plan_json(pr->r, &w);
+    if (pr->cells)
+        json_cells(&w, pr->cells);
     dmuon_json_end_object(&w);
     fputc('\n', f);
     return ferror(f) ? DMUON_FAIL(DMUON_EIO, "write failed") : DMUON_OK;
@@ -715,10 +743,12 @@ static dmuon_rc replan(dmuon_plan **plan, const char *path, int nodes, int gpus)
 }
 
 /* --plan: the plan's step under p, no measured rows (with nodes or gpus
- * > 0 the plan's model planned again for that cluster first). */
+ * > 0 the plan's model planned again for that cluster first); with
+ * --cells, cells_r is their report, whose keys the JSON adds (else NULL). */
 static int plan_run(const char *prog, const char *path, const dmuon_net_params *p,
-                    const char *preset, const dmuon_sched_opts *so, int nodes, int gpus,
-                    int64_t jobs, int json_stdout, const char *json, const char *svg)
+                    const char *preset, const char *params_file, const report *cells_r,
+                    const dmuon_sched_opts *so, int nodes, int gpus, int64_t jobs,
+                    int json_stdout, const char *json, const char *svg)
 {
     dmuon_plan *plan = NULL;
     if (access(path, F_OK) != 0) {
@@ -741,7 +771,7 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
         dmuon_plan_free(plan);
         return dmuon_rc_exit_code(rc);
     }
-    plan_report pr = {&r, p, preset, path};
+    plan_report pr = {&r, p, preset, params_file, path, cells_r};
     if (json_stdout) {
         rc = write_plan_json(stdout, &pr);
     } else {
@@ -972,8 +1002,8 @@ int bench_predict_main(int argc, char **argv)
             return 3;
         }
         if (plan_path)
-            code = plan_run(prog, plan_path, &p, preset, &so, rnodes, rgpus, jobs, json_stdout,
-                            json, svg);
+            code = plan_run(prog, plan_path, &p, preset, params_in, NULL, &so, rnodes, rgpus,
+                            jobs, json_stdout, json, svg);
         return code;
     }
 
@@ -1060,7 +1090,7 @@ int bench_predict_main(int argc, char **argv)
             goto out;
         }
     }
-    report r = {preset, &p, &cs, fit_nodes, nfit, rms, nf};
+    report r = {preset, params_in, &p, &cs, fit_nodes, nfit, rms, nf};
     if (json_stdout && !plan_path) {
         rc = write_json(stdout, &r);
         if (rc != DMUON_OK) {
@@ -1072,10 +1102,17 @@ int bench_predict_main(int argc, char **argv)
     }
     if (json_stdout)
         goto files;   /* the plan's JSON alone on stdout */
-    printf("# dmuon-bench predict: preset %s, %d cell groups, fitted on nodes", preset, cs.n);
-    for (int i = 0; i < nfit; i++)
-        printf("%s%d", i ? "," : " ", fit_nodes[i]);
-    printf("%s (%d cells, rms log error %.3f)\n", nfit ? "" : " (none)", nf, rms);
+    printf("# dmuon-bench predict: preset %s, %d cell groups, ", preset, cs.n);
+    if (nf) {
+        printf("fitted on nodes");
+        for (int i = 0; i < nfit; i++)
+            printf("%s%d", i ? "," : " ", fit_nodes[i]);
+        printf(" (%d cells, rms log error %.3f)\n", nf, rms);
+    } else if (params_in) {
+        printf("not fitted here: parameters from %s\n", params_in);
+    } else {
+        printf("not fitted: the preset's values\n");
+    }
     printf("# params:");
     for (int i = 0; i < DMUON_NP_COUNT; i++)
         printf(" %s=%.4g", dmuon_net_param_name(i), p.v[i]);
@@ -1095,10 +1132,15 @@ int bench_predict_main(int argc, char **argv)
                    dmuon_net_line_name((dmuon_net_line)l), m, pr, 100 * e, g->fit ? "yes" : "no");
         }
     }
+    int nodes[64], nn = held_nodes(&cs, nodes, 64);
+    if (!nn) {
+        printf("# held-out: none (every cell's node count is in --fit-nodes: nothing checks the "
+               "fit)\n");
+        goto files;
+    }
     printf("# held-out accuracy (within: |log(predicted/measured)| <= log 1.25; bias: "
            "geometric mean of predicted/measured)\n");
     printf("%-9s %-13s %5s %5s %6s %6s\n", "#op", "baseline", "nodes", "cells", "within", "bias");
-    int nodes[64], nn = held_nodes(&cs, nodes, 64);
     for (int op = 0; op <= DMUON_NET_PUBLISH; op++)
         for (int l = 1; l < DMUON_NET_LINE_COUNT; l++)
             for (int i = 0; i < nn; i++) {
@@ -1116,13 +1158,16 @@ int bench_predict_main(int argc, char **argv)
                    100.0 * a.within / a.n, acc_bias(&a));
     }
     accuracy all = acc_ratios(&cs, -1, -1, 0);
-    printf("# held-out ratios: %d, within +/-25%%: %d (%.0f%%), bias %.3f, worst |log error| "
-           "%.3f\n", all.n, all.within, all.n ? 100.0 * all.within / all.n : 0.0,
-           acc_bias(&all), all.worst);
+    if (all.n)
+        printf("# held-out ratios: %d, within +/-25%%: %d (%.0f%%), bias %.3f, worst |log error| "
+               "%.3f\n", all.n, all.within, 100.0 * all.within / all.n, acc_bias(&all),
+               all.worst);
+    else
+        printf("# held-out ratios: none (no held-out cell has ours and a baseline)\n");
 files:
     if (plan_path) {
-        code = plan_run(prog, plan_path, &p, preset, &so, rnodes, rgpus, jobs, json_stdout,
-                            json, svg);
+        code = plan_run(prog, plan_path, &p, preset, params_in, &r, &so, rnodes, rgpus, jobs,
+                        json_stdout, json, svg);
         goto out;
     }
     if (json) {
