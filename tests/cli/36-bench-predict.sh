@@ -89,6 +89,11 @@ run "$B" predict --preset h100 --cells "$T_TMP/t7.json.noload"
 check_rc 2 "a model row without its load or --plans"
 check_err "need --plans DIR" "says what is missing"
 
+run "$B" predict --help
+check_rc 0 "--help"
+check_out "^exit: 0 ok, 2 bad input or usage, 3 runtime error" "--help lists the exit codes"
+check_out "with --plan the communication of" "--help: --svg in --plan mode draws A, C, D per layer"
+check_out "'-': standard output" "--help: --json-file - writes standard output"
 run "$B" predict --cells "$T_TMP/cells.json"
 check_rc 2 "no --preset"
 check_err "error: --preset is required" "names the flag"

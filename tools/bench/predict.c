@@ -18,7 +18,8 @@
  * their error against the measured or published ones.  Table 7's rows
  * carrying load_params / load_bytes / load_largest replay that load instead.
  *
- *   dmuon-bench predict --params tools/bench/params/h100.json --plan p.yaml  *       [--nodes R] [-g K] [--replay-jobs N]
+ *   dmuon-bench predict --params tools/bench/params/h100.json --plan p.yaml \
+ *       [--nodes R] [-g K] [--replay-jobs N]
  *
  * predicts a plan's step from the plan alone; with --nodes / -g the plan's
  * model is planned again for R x K first (dmuon_plan_build with the plan's
@@ -840,15 +841,25 @@ static void usage(FILE *f)
 "                         tools/bench/paper/tables.json holds Tables 5-7\n"
 "      --fit-nodes LIST   node counts whose cells fit the model (e.g. 2,4);\n"
 "                         none: the preset's values as they are\n"
-"      --plans DIR        plans DIR/MODEL-RxK.plan for cells with a model\n"
-"                         (Table 7; tools/bench/paper/plans.sh writes them)\n"
+"      --plans DIR        with --cells: plans DIR/MODEL-RxK.plan for cells with\n"
+"                         a model (Table 7; tools/bench/paper/plans.sh writes them)\n"
 "      --chunk-bytes B    chunk size of ours (default 64K)\n"
-"      --max-evals N      fit evaluations (default 400)\n"
+"      --max-evals N      with --fit-nodes: fit evaluations (default 400)\n"
 "      --json             parameters, cells and ratios (or the plan's\n"
-"                         prediction) as JSON on stdout instead of the table\n"
-"      --json-file FILE   also write that JSON to FILE\n"
-"      --svg FILE         ratio plot (gnuplot)\n"
-"  -h, --help             this text\n");
+"                         prediction; with --plan and --cells both, one object)\n"
+"                         as JSON on stdout instead of the table\n"
+"      --json-file FILE   also write that JSON to FILE ('-': standard output,\n"
+"                         after the table)\n"
+"      --svg FILE         draw with gnuplot into FILE (nothing else is left\n"
+"                         beside it): with --cells the ratio plot, predicted\n"
+"                         against measured; with --plan the communication of\n"
+"                         lines A, C, D per layer (with both, the plan's)\n"
+"  -h, --help             this text\n"
+"\n"
+"A flag a combination would ignore is refused; --save-params, --json-file and\n"
+"--svg paths are checked before any work (exit 2 when one cannot be written).\n"
+"\n"
+"exit: 0 ok, 2 bad input or usage, 3 runtime error (a write or gnuplot failed)\n");
 }
 
 int bench_predict_main(int argc, char **argv)
