@@ -1469,6 +1469,9 @@ dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *
         }
     }
     DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, root, "preset", false, &name), done);
+    const char *fitted = "";
+    DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, root, "fitted_on", false, &fitted), done);
+    snprintf(q.fitted_on, sizeof q.fitted_on, "%s", fitted);
     DMUON_TRY_GOTO(rc, dmuon_doc_field_bool(&doc, root, "mcast", true, &mcast), done);
     DMUON_TRY_GOTO(rc, dmuon_doc_field_bool(&doc, root, "tree", true, &tree), done);
     pm = dmuon_doc_get(&doc, root, "params");

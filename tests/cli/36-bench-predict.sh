@@ -117,7 +117,7 @@ python3 -c "import json,sys; d=json.load(open('$T_TMP/fit.json')); sys.exit(0 if
     && ok || bad "the parameter file has format, version, params and free"
 run "$B" predict --params "$T_TMP/fit.json" --cells "$T_TMP/cells.json" --json-file "$T_TMP/again.json"
 check_rc 0 "--params FILE, no fit"
-check_out "^# dmuon-bench predict: preset h100, 4 cell groups, not fitted here: parameters from .*fit.json\$" \
+check_out "^# dmuon-bench predict: preset h100, 4 cell groups, not fitted here: parameters from .*fit.json \\(fitted on 8 cells of nodes 2 " \
     "the header says where the parameters came from"
 python3 -c "import json,sys; d=json.load(open('$T_TMP/again.json')); sys.exit(0 if d['params_file'].endswith('fit.json') and d['fit']['cells'] == 0 and d['fit']['rms_log_error'] is None else 1)" \
     && ok || bad "JSON without a fit: params_file, 0 cells and a null rms"

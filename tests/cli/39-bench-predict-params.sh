@@ -58,6 +58,32 @@ assert all(L["reduce_us"]["ours"] > 0 for L in d["layers"])
 assert d["step_us"]["D"] > 0 and d["rails"] and d["rails"][0]["ours"] > 0
 PY
 
+# A parameter file read and saved again keeps what it was fitted on; the
+# preset's starting values are said to be so.
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --save-params "$T_TMP/again.json"
+check_rc 0 "--params with --save-params"
+python3 -c "import json,sys; a,b=(json.load(open(f))['fitted_on'] for f in sys.argv[1:]); sys.exit(0 if a==b and a.startswith('79 cells') else 1)" \
+    "$H" "$T_TMP/again.json" && ok || bad "the saved file keeps fitted_on"
+run "$B" predict --params "$H" --cells "$DMUON_ROOT/tools/bench/paper/tables.json"
+check_rc 0 "--params with --cells"
+check_out "not fitted here: parameters from .*h100.json \\(fitted on 79 cells" "says what the file was fitted on"
+run "$B" predict --preset h100 --plan "$T_TMP/p.plan"
+check_rc 0 "--preset with --plan"
+check_err "note: --preset h100 predicts with the preset's starting values" "says the preset is not fitted"
+
+# Planned again for one node, an HSDP plan has no publish: said so.
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --nodes 1
+check_rc 0 "an HSDP plan planned again for one node"
+check_err "warning: HSDP on one node has no replicas" "warns that there is no publish"
+# A relative model path that is not found says where it is looked for.
+mkdir -p "$T_TMP/w" && (cd "$DMUON_ROOT" && "$PL" models/qwen2.5-1.5b.yaml --nodes 2 -g 4 \
+    --cost flops -o "$T_TMP/w/rel.plan" > /dev/null)
+pushd "$T_TMP" > /dev/null
+run "$B" predict --params "$H" --plan w/rel.plan --nodes 4
+popd > /dev/null
+check_rc 2 "a relative model path from another directory"
+check_err "run from where dmuon-plan ran" "says where a relative path is read from"
+
 # dmuon-plan --predict: a bad parameter file is refused before the plan is
 # made or written; --predict with --compare (no plan) is refused.
 run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$T_TMP/none.json" \

@@ -724,7 +724,15 @@ static dmuon_rc replan(dmuon_plan **plan, const char *path, int nodes, int gpus)
         o.gpus_per_node = gpus;
     dmuon_model *m = NULL;
     dmuon_plan *np = NULL;
-    char why[1024];
+    char why[1024], beside[4096];
+    /* a relative model path is the one dmuon-plan was given, from the
+     * directory it ran in; failing that, try it beside the plan */
+    if (o.model_path && o.model_path[0] != '/' && access(o.model_path, F_OK) != 0) {
+        const char *slash = strrchr(path, '/');
+        if (slash && snprintf(beside, sizeof beside, "%.*s/%s", (int)(slash - path), path,
+                              o.model_path) < (int)sizeof beside && access(beside, F_OK) == 0)
+            o.model_path = beside;
+    }
     dmuon_rc rc = dmuon_model_load(o.model_path, NULL, &m);
     if (rc == DMUON_OK)
         rc = dmuon_plan_match_model(*plan, m);
@@ -732,9 +740,13 @@ static dmuon_rc replan(dmuon_plan **plan, const char *path, int nodes, int gpus)
         rc = dmuon_plan_build(m, &o, &np);
     if (rc != DMUON_OK) {
         snprintf(why, sizeof why, "%s", dmuon_errmsg());
-        rc = DMUON_FAIL(rc, "%s: planning its model %s again for %d x %d: %s", path,
+        rc = DMUON_FAIL(rc, "%s: planning its model %s again for %d x %d: %s%s", path,
                         o.model_path ? o.model_path : "(none)", (int)o.nodes,
-                        (int)o.gpus_per_node, why);
+                        (int)o.gpus_per_node, why,
+                        o.model_path && o.model_path[0] != '/' && access(o.model_path, F_OK)
+                            ? " (a relative model path is read from the current directory or "
+                              "the plan's: run from where dmuon-plan ran)"
+                            : "");
     } else {
         dmuon_plan_free(*plan);
         *plan = np;
@@ -757,8 +769,13 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
         return 2;
     }
     dmuon_rc rc = dmuon_plan_load(path, &plan);
+    int was_hsdp = rc == DMUON_OK && dmuon_plan_sharding(plan) == DMUON_SHARD_HSDP;
     if (rc == DMUON_OK && (nodes > 0 || gpus > 0))
         rc = replan(&plan, path, nodes, gpus);
+    if (rc == DMUON_OK && was_hsdp && dmuon_plan_nodes(plan) == 1)
+        fprintf(stderr, "%s: warning: HSDP on one node has no replicas: predicted as %d x %d "
+                "without a publish\n", prog, dmuon_plan_nodes(plan),
+                dmuon_plan_gpus_per_node(plan));
     if (rc != DMUON_OK) {
         fprintf(stderr, "%s: error: %s\n", prog, dmuon_errmsg());
         dmuon_plan_free(plan);
@@ -1008,10 +1025,15 @@ int bench_predict_main(int argc, char **argv)
     if (!nfiles) {
         int code = 0;
         if (params_out &&
-            dmuon_net_params_save(params_out, &p, mask, preset, "not fitted") != DMUON_OK) {
+            dmuon_net_params_save(params_out, &p, mask, preset,
+                                  p.fitted_on[0] ? p.fitted_on : "not fitted") != DMUON_OK) {
             fprintf(stderr, "%s: error: --save-params: %s\n", prog, dmuon_errmsg());
             return 3;
         }
+        if (plan_path && !params_in)
+            fprintf(stderr, "%s: note: --preset %s predicts with the preset's starting values, "
+                    "not fitted ones; tools/bench/params/%s.json holds the fitted parameters "
+                    "(--params)\n", prog, preset, preset);
         if (plan_path)
             code = plan_run(prog, plan_path, &p, preset, params_in, NULL, &so, rnodes, rgpus,
                             jobs, json_stdout, json, svg);
@@ -1094,7 +1116,8 @@ int bench_predict_main(int argc, char **argv)
         if (w < (int)sizeof what)
             snprintf(what + w, sizeof what - (size_t)w, " of %s (rms log error %.3f)", files[0],
                      rms);
-        rc = dmuon_net_params_save(params_out, &p, mask, preset, nf ? what : "not fitted");
+        rc = dmuon_net_params_save(params_out, &p, mask, preset,
+                                   nf ? what : p.fitted_on[0] ? p.fitted_on : "not fitted");
         if (rc != DMUON_OK) {
             fprintf(stderr, "%s: error: --save-params: %s\n", prog, dmuon_errmsg());
             code = 3;
@@ -1120,7 +1143,8 @@ int bench_predict_main(int argc, char **argv)
             printf("%s%d", i ? "," : " ", fit_nodes[i]);
         printf(" (%d cells, rms log error %.3f)\n", nf, rms);
     } else if (params_in) {
-        printf("not fitted here: parameters from %s\n", params_in);
+        printf("not fitted here: parameters from %s%s%s%s\n", params_in,
+               p.fitted_on[0] ? " (fitted on " : "", p.fitted_on, p.fitted_on[0] ? ")" : "");
     } else {
         printf("not fitted: the preset's values\n");
     }

@@ -162,6 +162,8 @@ typedef struct {
                               (NVLink SHARP multimem); 0: one per rank */
     int tree;              /* baselines' latency: 0 rings (NCCL), 1 trees of
                               ceil(log2 N) steps (Open MPI's tuned collectives) */
+    char fitted_on[256];   /* what a parameter file says they were fitted on
+                              ("" for a preset; cut to 255 bytes) */
 } dmuon_net_params;
 
 /* Name of parameter i ("intra_bw", ...); NULL out of range. */
@@ -268,8 +270,8 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
  * dmuon_net_params_save writes it atomically (a temporary file renamed:
  * nothing half-written); preset and fitted_on may be NULL.  Errors:
  * DMUON_EIO.  dmuon_net_params_load reads one (libyaml, as every JSON
- * input of the project) into *p and *free_mask, and copies the preset's
- * name into preset (preset_len bytes; may be NULL).  Errors: DMUON_EIO or
+ * input of the project) into *p (its fitted_on too) and *free_mask, and
+ * copies the preset's name into preset (preset_len bytes; may be NULL).  Errors: DMUON_EIO or
  * DMUON_ENOTFOUND (no file), DMUON_EPARSE naming the file, line and field
  * (another format or version, a missing or negative parameter, ring_eff
  * above 1, channels or coal_slices not a whole number, an unknown name in
