@@ -6,6 +6,7 @@
 #include "dmuon/netmodel.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,10 +179,14 @@ void dmuon_net_plan_print(const dmuon_net_plan_pred *r, FILE *f)
             fprintf(f, "rail%-4d %14lld %11.1f %11.1f %11.1f\n", s, (long long)r->rail_bytes[s],
                     r->rail[s][0] * 1e6, r->rail[s][1] * 1e6, r->rail[s][2] * 1e6);
     }
+    char dc[32] = "-", da[32] = "-";   /* no ratio to a line that moves nothing */
+    if (r->step[1] > 0)
+        snprintf(dc, sizeof dc, "%.3f", r->step[2] / r->step[1]);
+    if (r->step[0] > 0)
+        snprintf(da, sizeof da, "%.3f", r->step[2] / r->step[0]);
     fprintf(f, "# step communication (us, operators added, no overlap): A %.1f  C %.1f  D %.1f"
-            "  (D/C %.3f, D/A %.3f)\n", r->step[0] * 1e6, r->step[1] * 1e6, r->step[2] * 1e6,
-            r->step[1] > 0 ? r->step[2] / r->step[1] : 0, r->step[0] > 0 ? r->step[2] / r->step[0]
-                                                                        : 0);
+            "  (D/C %s, D/A %s)\n", r->step[0] * 1e6, r->step[1] * 1e6, r->step[2] * 1e6, dc,
+            da);
 }
 
 void dmuon_net_plan_json(const dmuon_net_plan_pred *r, dmuon_json *w)

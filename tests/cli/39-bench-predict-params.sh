@@ -40,6 +40,7 @@ if grep -qwE 'inf|nan' "$T_TMP/out"; then bad "an infinite figure printed"; else
 "$PL" "$M" --nodes 1 -g 1 --cost flops -o "$T_TMP/one.plan" > /dev/null
 run "$B" predict --params "$H" --plan "$T_TMP/one.plan" --json-file "$T_TMP/one.json"
 check_rc 0 "a plan of one rank"
+check_out "D 0.0  \\(D/C -, D/A -\\)" "no ratio to lines that move nothing"
 python3 - "$T_TMP/one.json" <<'PY' && ok || bad "one rank: every time 0"
 import json, sys
 d = json.load(open(sys.argv[1]))
