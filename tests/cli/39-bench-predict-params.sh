@@ -35,6 +35,18 @@ check_rc 2 "a prediction past the largest double"
 check_err "is not finite" "says the prediction overflowed"
 if grep -qwE 'inf|nan' "$T_TMP/out"; then bad "an infinite figure printed"; else ok; fi
 
+# A cell given twice (two rows of one operator, size, cluster and line) is
+# refused, naming the second row.
+python3 - "$DMUON_ROOT/tools/bench/paper/tables.json" "$T_TMP/dup.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))[:3]
+json.dump(rows + rows[:1], open(sys.argv[2], "w"), indent=1)
+PY
+run "$B" predict --params "$H" --cells "$T_TMP/dup.json"
+check_rc 2 "a cell given twice"
+check_err "dup.json:[0-9]+: a second row for agv of 16384 bytes on 2 nodes x 8 ranks, line per_owner" \
+    "names the row and the cell"
+
 # A group of one rank moves nothing: one GPU in all, and one GPU per node
 # (the gathers inside a node are of one rank).
 "$PL" "$M" --nodes 1 -g 1 --cost flops -o "$T_TMP/one.plan" > /dev/null

@@ -162,6 +162,13 @@ static dmuon_rc read_rows(cells *cs, const char *path)
             g->load_bytes = lb;
             g->load_largest = ll;
         }
+        if (g->meas[l] > 0) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: a second row for %s of %lld bytes on %lld "
+                            "nodes x %lld ranks, line %s%s%s: expected each cell once", path,
+                            ln, op, (long long)bytes, (long long)nodes, (long long)(ranks / nodes),
+                            line, model[0] ? ", model " : "", model);
+            goto done;
+        }
         g->meas[l] = us * 1e-6;
     }
 done:
