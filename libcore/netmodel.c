@@ -1430,6 +1430,40 @@ static int param_index(const char *name)
     return -1;
 }
 
+/* The range a loaded parameter must lie in (NULL: x is in it), wide
+ * enough for any machine, narrow enough that no prediction overflows:
+ * bandwidths at least 1 kB/s (0 where 0 means off), times at most 1000 s,
+ * ring_eff a fraction, sizes from 1 byte to 2^50, counts whole from 1 to
+ * 4096 (0 allowed with tree for what trees do not use). */
+static const char *param_range(int i, double x, int tree)
+{
+    switch (i) {
+    case DMUON_NP_INTRA_BW:
+    case DMUON_NP_RAIL_BW:
+    case DMUON_NP_NODE_BW:
+        return x >= 1e3 ? NULL : "a bandwidth of at least 1e3 bytes/s";
+    case DMUON_NP_RED_BW:
+    case DMUON_NP_NCCL_RED_BW:
+    case DMUON_NP_HOP_BW:
+    case DMUON_NP_GRP_BW:
+        return x == 0 || x >= 1e3 ? NULL : "0 (off) or a bandwidth of at least 1e3 bytes/s";
+    case DMUON_NP_RING_EFF:
+        return x > 0 && x <= 1 ? NULL : "a fraction of the links, above 0 and at most 1";
+    case DMUON_NP_RING_CHUNK:
+        return x >= 1 && x <= 0x1p50 ? NULL : "bytes from 1 to 2^50";
+    case DMUON_NP_CH_BYTES:
+        return (x >= 1 || (tree && x == 0)) && x <= 0x1p50 ? NULL : "bytes from 1 to 2^50";
+    case DMUON_NP_PUB_FANOUT:
+        return x <= 0x1p62 ? NULL : "bytes from 0 to 2^62";
+    case DMUON_NP_CHANNELS:
+    case DMUON_NP_COAL_SLICES:
+        return x == floor(x) && (x >= 1 || (tree && x == 0)) && x <= 4096
+                   ? NULL : "a whole number from 1 to 4096";
+    default:   /* the latencies and overheads, in seconds */
+        return x <= 1e3 ? NULL : "at most 1000 seconds";
+    }
+}
+
 dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *free_mask,
                                char *preset, size_t preset_len)
 {
@@ -1501,14 +1535,10 @@ dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *
                             path, dmuon_doc_line(pm), param_names[i], q.v[i]);
             goto done;
         }
-        if (i == DMUON_NP_RING_EFF && q.v[i] > 1) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params.ring_eff = %g: expected a fraction of "
-                            "the links, at most 1", path, dmuon_doc_line(pm), q.v[i]);
-            goto done;
-        }
-        if ((i == DMUON_NP_CHANNELS || i == DMUON_NP_COAL_SLICES) && q.v[i] != floor(q.v[i])) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params.%s = %g: expected a whole number", path,
-                            dmuon_doc_line(pm), param_names[i], q.v[i]);
+        const char *want = param_range(i, q.v[i], tree);
+        if (want) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: params.%s = %g: expected %s", path,
+                            dmuon_doc_line(pm), param_names[i], q.v[i], want);
             goto done;
         }
     }

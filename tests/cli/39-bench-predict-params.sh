@@ -19,21 +19,86 @@ w("unknown", lambda p: p.update(bar=1))
 w("eff", lambda p: p["params"].update(ring_eff=2))
 w("chan", lambda p: p["params"].update(channels=2.5))
 w("huge", lambda p: p["params"].update(hop_lat=1e308))
+w("ch0", lambda p: p["params"].update(channels=0))
+w("slow", lambda p: p["params"].update(rail_bw=1e-300))
+w("bigoh", lambda p: p["params"].update(call_oh=1e300))
 PY
 run "$B" predict --params "$T_TMP/unknown.json" --plan "$T_TMP/p.plan"
 check_rc 2 "a parameter file with an unknown field"
 check_err "unknown.json:[0-9]*: unknown field 'bar'" "names file and field"
 run "$B" predict --params "$T_TMP/eff.json" --plan "$T_TMP/p.plan"
 check_rc 2 "ring_eff above 1"
-check_err "eff.json:[0-9]*: params.ring_eff = 2: expected a fraction of the links, at most 1" \
+check_err "eff.json:[0-9]*: params.ring_eff = 2: expected a fraction of the links, above 0 and at most 1" \
     "says what ring_eff must be"
 run "$B" predict --params "$T_TMP/chan.json" --plan "$T_TMP/p.plan"
 check_rc 2 "a fractional channel count"
 check_err "chan.json:[0-9]*: params.channels = 2.5: expected a whole number" "names the field"
 run "$B" predict --params "$T_TMP/huge.json" --plan "$T_TMP/p.plan"
-check_rc 2 "a prediction past the largest double"
-check_err "is not finite" "says the prediction overflowed"
+check_rc 2 "a hop latency past any machine's"
+check_err "huge.json:[0-9]*: params.hop_lat = 1e\+308: expected at most 1000 seconds" "names the range"
+for f in ch0:channels slow:rail_bw bigoh:call_oh; do
+    run "$B" predict --params "$T_TMP/${f%%:*}.json" --plan "$T_TMP/p.plan" --save-params "$T_TMP/sv.json"
+    check_rc 2 "params.${f#*:} out of its range"
+    check_err "${f%%:*}.json:[0-9]*: params.${f#*:} = .*: expected " "names file, field and range"
+    check_no_file "$T_TMP/sv.json" "an out-of-range file is not saved again"
+done
+# a chain of 1000-second hops: past the largest double only in the total
+python3 - "$H" "$T_TMP/long.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p["params"]["hop_lat"] = 1e3; p["params"]["call_oh"] = 1e3
+json.dump(p, open(sys.argv[2], "w"))
+PY
+run "$B" predict --params "$T_TMP/long.json" --plan "$T_TMP/p.plan"
+check_rc 0 "the largest times in range still predict"
 if grep -qwE 'inf|nan' "$T_TMP/out"; then bad "an infinite figure printed"; else ok; fi
+# rows: a cell of more than 1 TiB is refused (its replay would not fit)
+python3 - "$DMUON_ROOT/tools/bench/paper/tables.json" "$T_TMP/big.json" <<'PY'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r["nodes"] == 2][:2]
+for r in rows:
+    r["bytes"] = 1 << 48
+json.dump(rows, open(sys.argv[2], "w"))
+PY
+run "$B" predict --params "$H" --cells "$T_TMP/big.json"
+check_rc 2 "a cell of 2^48 bytes"
+check_err "big.json:[0-9]+: expected .*bytes from 1 to 2\^40" "names the row and the bound"
+# outputs: a name with a newline is refused before any work; --save-params
+# with a plan that is not there saves nothing; the SVG follows the umask
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --svg "$T_TMP/a"$'\n'"b.svg"
+check_rc 2 "an --svg name with a newline"
+check_err "control character" "says why"
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --json-file "$T_TMP/o.json" --svg "$T_TMP/./o.json"
+check_rc 2 "two outputs on one file, spelt differently"
+check_err "the same file as --json-file" "names the other flag"
+cp "$H" "$T_TMP/in.json"
+run "$B" predict --params "$T_TMP/in.json" --plan "$T_TMP/p.plan" --svg "$T_TMP/in.json"
+check_rc 2 "an output on an input"
+check_err "the same file as the input" "says it would overwrite an input"
+check_cmp "$H" "$T_TMP/in.json" "the input is left as it was"
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --json-file "$T_TMP/newdir/"
+check_rc 2 "an output path ending in /"
+ln -s "$T_TMP/nowhere/x" "$T_TMP/dangling"
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --json-file "$T_TMP/dangling"
+check_rc 2 "an output on a symbolic link to nothing"
+check_err "a symbolic link to nothing" "says so"
+python3 - "$DMUON_ROOT/tools/bench/paper/tables.json" "$T_TMP/wrong.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))[:2]
+rows[1]["wrong"] = 5
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+PY
+run "$B" predict --params "$H" --cells "$T_TMP/wrong.json"
+check_rc 2 "a row whose results were wrong"
+check_err "wrong.json:[0-9]+: wrong = 5: a run whose results were wrong is not a measurement" \
+    "names the row"
+run "$B" predict --params "$H" --plan "$T_TMP/none.plan" --save-params "$T_TMP/sv.json"
+check_rc 2 "--save-params with a missing plan"
+check_no_file "$T_TMP/sv.json" "nothing saved when the plan is missing"
+(umask 022; "$B" predict --params "$H" --plan "$T_TMP/p.plan" --svg "$T_TMP/m.svg" > /dev/null 2>&1)
+check_eq "$(stat -c %a "$T_TMP/m.svg" 2>/dev/null)" 644 "the SVG's mode follows the umask"
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan"
+check_out "^# dmuon-bench predict: plan .*p.plan, 2 x 4, parameters h100 from .*h100.json$" \
+    "the plan's header says where the parameters came from"
 
 # A cell given twice (two rows of one operator, size, cluster and line) is
 # refused, naming the second row.
@@ -109,6 +174,10 @@ run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$T_TMP/eff
     -o "$T_TMP/q.plan"
 check_rc 2 "--predict with a bad parameter"
 check_no_file "$T_TMP/q.plan" "no plan written for a bad parameter either"
+run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$T_TMP/ch0.json" \
+    -o "$T_TMP/q.plan"
+check_rc 2 "--predict with channels 0"
+check_no_file "$T_TMP/q.plan" "no plan written for a parameter out of range"
 run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$H" --compare
 check_rc 2 "--predict with --compare"
 check_err "drop one of them" "says to drop one"

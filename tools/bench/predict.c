@@ -27,12 +27,14 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,6 +77,10 @@ static const char *op_name(dmuon_net_op op)
 
 /* --------------------------------------------------------- reading ---- */
 
+/* The largest cell a row may ask for: 1 TiB (the paper's largest is a
+ * 7.3 GiB publish); a replay's memory grows with the bytes it chunks. */
+#define MAX_CELL_BYTES (INT64_C(1) << 40)
+
 static dmuon_rc read_rows(cells *cs, const char *path)
 {
     dmuon_doc doc;
@@ -89,7 +95,7 @@ static dmuon_rc read_rows(cells *cs, const char *path)
     for (size_t i = 0; i < dmuon_doc_seq_len(root); i++) {
         yaml_node_t *m = dmuon_doc_seq_at(&doc, root, i);
         const char *op = NULL, *line = NULL, *model = "", *sharding = "", *layer = "";
-        int64_t bytes = 0, nodes = 0, ranks = 0, lp = 0, lb = 0, ll = 0;
+        int64_t bytes = 0, nodes = 0, ranks = 0, lp = 0, lb = 0, ll = 0, wrong = 0;
         double us = 0;
         DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, m, "op", true, &op), done);
         DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, m, "line", true, &line), done);
@@ -103,7 +109,14 @@ static dmuon_rc read_rows(cells *cs, const char *path)
         DMUON_TRY_GOTO(rc, dmuon_doc_field_int(&doc, m, "load_params", false, &lp), done);
         DMUON_TRY_GOTO(rc, dmuon_doc_field_int(&doc, m, "load_bytes", false, &lb), done);
         DMUON_TRY_GOTO(rc, dmuon_doc_field_int(&doc, m, "load_largest", false, &ll), done);
+        DMUON_TRY_GOTO(rc, dmuon_doc_field_int(&doc, m, "wrong", false, &wrong), done);
         int ln = dmuon_doc_line(m);
+        if (wrong != 0) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: wrong = %lld: a run whose results were wrong "
+                            "is not a measurement (expected 0 or no field)", path, ln,
+                            (long long)wrong);
+            goto done;
+        }
         if (lp && (lp < 1 || lp > 1 << 20 || ll < 1 || lb < ll || (lp == 1 && lb != ll) ||
                    (lp > 1 && lb == ll))) {
             rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: load_params, load_bytes, load_largest: "
@@ -130,9 +143,9 @@ static dmuon_rc read_rows(cells *cs, const char *path)
             goto done;
         }
         if (nodes < 1 || ranks < nodes || ranks % nodes || ranks > 1 << 16 || !(us > 0) ||
-            bytes < 0 || (o != DMUON_NET_PUBLISH && bytes < 1)) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: expected nodes >= 1 dividing ranks, bytes > 0 "
-                            "and time_us > 0", path, ln);
+            bytes < 0 || (o != DMUON_NET_PUBLISH && bytes < 1) || bytes > MAX_CELL_BYTES) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: expected nodes >= 1 dividing ranks (at most "
+                            "65536), bytes from 1 to 2^40 and time_us > 0", path, ln);
             goto done;
         }
         /* a plan replay without the model's name cannot be rebuilt */
@@ -581,9 +594,11 @@ static int plot_finish(plot *pl, const char *svg, const char *prog)
         char *argv[] = {"gnuplot", pl->gp, NULL};
         pid_t pid;
         int st = 0;
+        mode_t mask = umask(0);
+        umask(mask);
         if (posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ) != 0 ||
             waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
-            rename(pl->tmp, svg) != 0) {
+            chmod(pl->tmp, 0666 & ~mask) != 0 || rename(pl->tmp, svg) != 0) {
             fprintf(stderr, "%s: error: --svg '%s': gnuplot failed (is gnuplot installed? make "
                     "deps)\n", prog, svg);
             code = 3;
@@ -800,8 +815,10 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
     if (json_stdout) {
         rc = write_plan_json(stdout, &pr);
     } else {
-        printf("# dmuon-bench predict: plan %s%s, %d x %d, parameters %s\n", path,
-               nodes > 0 || gpus > 0 ? " planned again" : "", r.nodes, r.per_node, preset);
+        printf("# dmuon-bench predict: plan %s%s, %d x %d, parameters %s%s%s\n", path,
+               nodes > 0 || gpus > 0 ? " planned again" : "", r.nodes, r.per_node, preset,
+               params_file ? " from " : " (the preset's starting values)",
+               params_file ? params_file : "");
         dmuon_net_plan_print(&r, stdout);
     }
     if (rc == DMUON_OK && json)
@@ -820,19 +837,57 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
 /* Refuses, before any work (a fit takes minutes), an output that could
  * not be written after it: out[] are --save-params, --json-file and --svg
  * (NULL: not given; "-": standard output, always writable), each checked
- * by tool_check_output_path, and no two on one file.  A reason goes to
+ * by tool_check_output_path, no two on one file and none on an input of
+ * in[0..nin) (the --cells files, --plan, then --params last, which
+ * --save-params alone may name).  A reason goes to
  * bad[0..n) (left as it is when every output can be written). */
-static void check_outputs(const char *const out[3], char *bad, size_t n)
+/* Whether paths a and b name one existing file (the same device and inode,
+ * whatever the spelling). */
+static bool same_file(const char *a, const char *b)
+{
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* Whether two output paths, existing or not, would be one file: the same
+ * file, or the same name in the same directory however spelt. */
+static bool same_output(const char *a, const char *b)
+{
+    if (!strcmp(a, b) || same_file(a, b))
+        return true;
+    const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+    const char *na = sa ? sa + 1 : a, *nb = sb ? sb + 1 : b;
+    if (strcmp(na, nb))
+        return false;
+    char da[4096], db[4096], ra[PATH_MAX], rb[PATH_MAX];
+    snprintf(da, sizeof da, "%.*s", sa ? (int)(sa - a) + 1 : 1, sa ? a : ".");
+    snprintf(db, sizeof db, "%.*s", sb ? (int)(sb - b) + 1 : 1, sb ? b : ".");
+    return realpath(da, ra) && realpath(db, rb) && !strcmp(ra, rb);
+}
+
+static void check_outputs(const char *const out[3], const char *const *in, int nin, char *bad,
+                          size_t n)
 {
     static const char *const flag[3] = {"--save-params", "--json-file", "--svg"};
     for (int i = 0; i < 3 && !bad[0]; i++) {
         if (!out[i] || !strcmp(out[i], "-"))
             continue;
+        for (const char *c = out[i]; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+                snprintf(bad, n, "%s: the file name has a control character (a newline?): "
+                         "expected a plain file name", flag[i]);
+                return;
+            }
         if (tool_check_output_path(flag[i], out[i], false, bad, n))
             return;
         for (int j = 0; j < i && !bad[0]; j++)
-            if (out[j] && !strcmp(out[i], out[j]))
+            if (out[j] && strcmp(out[j], "-") && same_output(out[i], out[j]))
                 snprintf(bad, n, "%s '%s': the same file as %s", flag[i], out[i], flag[j]);
+        /* in[nin - 1] is --params: --save-params may rewrite it (a refit) */
+        for (int j = 0; j < nin - (i == 0) && !bad[0]; j++)
+            if (in[j] && same_file(out[i], in[j]))
+                snprintf(bad, n, "%s '%s': the same file as the input '%s': it would be "
+                         "overwritten", flag[i], out[i], in[j]);
     }
 }
 
@@ -1009,7 +1064,13 @@ int bench_predict_main(int argc, char **argv)
                  "gnuplot-nox)", svg);
     if (!bad[0]) {
         const char *out[3] = {params_out, json, svg};
-        check_outputs(out, bad, sizeof bad);
+        const char *in[MAX_FILES + 2];
+        int nin = 0;
+        for (int i = 0; i < nfiles; i++)
+            in[nin++] = files[i];
+        in[nin++] = plan_path;
+        in[nin++] = params_in;
+        check_outputs(out, in, nin, bad, sizeof bad);
     }
     dmuon_net_params p;
     unsigned mask = 0;
@@ -1031,19 +1092,20 @@ int bench_predict_main(int argc, char **argv)
     dmuon_sched_opts so = {DMUON_PATH_AUTO, chunk, 0};
     if (!nfiles) {
         int code = 0;
-        if (params_out &&
-            dmuon_net_params_save(params_out, &p, mask, preset,
-                                  p.fitted_on[0] ? p.fitted_on : "not fitted") != DMUON_OK) {
-            fprintf(stderr, "%s: error: --save-params: %s\n", prog, dmuon_errmsg());
-            return 3;
-        }
         if (plan_path && !params_in)
             fprintf(stderr, "%s: note: --preset %s predicts with the preset's starting values, "
-                    "not fitted ones; tools/bench/params/%s.json holds the fitted parameters "
+                    "not fitted ones; tools/bench/params/%s.json holds the shipped parameters "
                     "(--params)\n", prog, preset, preset);
         if (plan_path)
             code = plan_run(prog, plan_path, &p, preset, params_in, NULL, &so, rnodes, rgpus,
                             jobs, json_stdout, json, svg);
+        if (!code && params_out) {   /* after the plan: a failed run saves nothing */
+            if (dmuon_net_params_save(params_out, &p, mask, preset,
+                                      p.fitted_on[0] ? p.fitted_on : "not fitted") != DMUON_OK) {
+                fprintf(stderr, "%s: error: --save-params: %s\n", prog, dmuon_errmsg());
+                return 3;
+            }
+        }
         return code;
     }
 
@@ -1120,9 +1182,10 @@ int bench_predict_main(int argc, char **argv)
         int w = snprintf(what, sizeof what, "%d cells of nodes", nf);
         for (int i = 0; i < nfit && w < (int)sizeof what; i++)
             w += snprintf(what + w, sizeof what - (size_t)w, "%s%d", i ? "," : " ", fit_nodes[i]);
+        for (int i = 0; i < nfiles && w < (int)sizeof what; i++)
+            w += snprintf(what + w, sizeof what - (size_t)w, "%s%s", i ? ", " : " of ", files[i]);
         if (w < (int)sizeof what)
-            snprintf(what + w, sizeof what - (size_t)w, " of %s (rms log error %.3f)", files[0],
-                     rms);
+            snprintf(what + w, sizeof what - (size_t)w, " (rms log error %.3f)", rms);
         rc = dmuon_net_params_save(params_out, &p, mask, preset,
                                    nf ? what : p.fitted_on[0] ? p.fitted_on : "not fitted");
         if (rc != DMUON_OK) {
@@ -1150,8 +1213,9 @@ int bench_predict_main(int argc, char **argv)
             printf("%s%d", i ? "," : " ", fit_nodes[i]);
         printf(" (%d cells, rms log error %.3f)\n", nf, rms);
     } else if (params_in) {
+        bool said = p.fitted_on[0] && strcmp(p.fitted_on, "not fitted");
         printf("not fitted here: parameters from %s%s%s%s\n", params_in,
-               p.fitted_on[0] ? " (fitted on " : "", p.fitted_on, p.fitted_on[0] ? ")" : "");
+               said ? " (fitted on " : "", said ? p.fitted_on : "", said ? ")" : "");
     } else {
         printf("not fitted: the preset's values\n");
     }

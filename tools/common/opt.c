@@ -233,8 +233,16 @@ int tool_check_output_path(const char *flag, const char *path, bool dir, char *e
         snprintf(err, n, "%s '': expected a path", flag);
         return -1;
     }
-    /* the directory part: everything before the last '/' (trailing ones dropped) */
     size_t len = strlen(path);
+    if (!dir && path[len - 1] == '/') {
+        snprintf(err, n, "%s '%s': expected a file name, not a directory's", flag, path);
+        return -1;
+    }
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
+        snprintf(err, n, "%s '%s': a symbolic link to nothing", flag, path);
+        return -1;
+    }
+    /* the directory part: everything before the last '/' (trailing ones dropped) */
     while (len > 1 && path[len - 1] == '/')
         len--;
     char parent[4096];

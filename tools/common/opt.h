@@ -81,9 +81,11 @@ void tool_cleanup_on_signal(void);
 /* Checks, before any work, that path can be written later: its directory
  * exists, is a directory and is writable, and path itself is absent or of
  * the kind it will be (a directory when dir is true — it is replaced
- * atomically —, else a regular file).  Returns 0, or -1 with "FLAG 'PATH':
- * the directory 'D' does not exist" (or "is not a directory", "is not
- * writable", "exists and is not a ...") in err[0..n). */
+ * atomically —, else a regular file: a path ending in '/' is refused), and
+ * not a symbolic link to nothing.  Returns 0, or -1 with "FLAG 'PATH': the
+ * directory 'D' does not exist" (or "is not a directory", "is not
+ * writable", "exists and is not a ...", "expected a file name", "a
+ * symbolic link to nothing") in err[0..n). */
 int tool_check_output_path(const char *flag, const char *path, bool dir, char *err, size_t n);
 
 /* Lowercases s in place (an enum value such as a variant name, which the

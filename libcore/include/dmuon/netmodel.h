@@ -273,9 +273,11 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
  * input of the project) into *p (its fitted_on too) and *free_mask, and
  * copies the preset's name into preset (preset_len bytes; may be NULL).  Errors: DMUON_EIO or
  * DMUON_ENOTFOUND (no file), DMUON_EPARSE naming the file, line and field
- * (another format or version, a missing or negative parameter, ring_eff
- * above 1, channels or coal_slices not a whole number, an unknown name in
- * params or free, a top-level field other than those above). */
+ * (another format or version, a missing or negative parameter, one out of
+ * its range: bandwidths of at least 1e3 bytes/s (0 where 0 means off),
+ * times of at most 1000 s, ring_eff in (0, 1], sizes up to 2^50 bytes,
+ * channels and coal_slices whole from 1 to 4096; an unknown name in params
+ * or free, a top-level field other than those above). */
 dmuon_rc dmuon_net_params_save(const char *path, const dmuon_net_params *p, unsigned free_mask,
                                const char *preset, const char *fitted_on);
 dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *free_mask,
