@@ -570,6 +570,14 @@ static void gp_quoted(FILE *f, const char *s)
     fputc('\'', f);
 }
 
+/* A plot's title line (title quoted for gnuplot). */
+static void plot_title(plot *pl, const char *title)
+{
+    fprintf(pl->f, "set title ");
+    gp_quoted(pl->f, title);
+    fputc('\n', pl->f);
+}
+
 /* The terminal and output lines of a plot: an SVG of w x h into pl->tmp. */
 static void plot_head(plot *pl, int w, int h)
 {
@@ -661,9 +669,8 @@ static int plot_svg(const report *r, const char *svg, const char *prog)
     }
     char title[256];
     snprintf(title, sizeof title, "baseline / ours: predicted vs measured (preset %s)", r->preset);
-    fprintf(pl.f, "set title ");
-    gp_quoted(pl.f, title);
-    fprintf(pl.f, "\nset logscale xy\nset xlabel 'measured or published ratio'\n"
+    plot_title(&pl, title);
+    fprintf(pl.f, "set logscale xy\nset xlabel 'measured or published ratio'\n"
                   "set ylabel 'predicted ratio'\nset key top left\nset grid\n"
                   "plot x title 'y = x' lw 1 lc rgb '#777777', x*1.25 title 'x 1.25 and x / 1.25 "
                   "(within)' dt 2 lc rgb '#999999', x/1.25 notitle dt 2 lc rgb '#999999'");
@@ -724,9 +731,9 @@ static int plan_svg(const plan_report *pr, const char *svg, const char *prog)
     char title[256];
     snprintf(title, sizeof title, "predicted gather + reduction per layer, %d x %d (%s)", r->nodes,
              r->per_node, pr->preset);
-    fprintf(pl.f, "EOD\nset title ");
-    gp_quoted(pl.f, title);
-    fprintf(pl.f, "\nset xlabel 'layer'\nset ylabel 'us'\nset logscale y\nset key top left\n"
+    fprintf(pl.f, "EOD\n");
+    plot_title(&pl, title);
+    fprintf(pl.f, "set xlabel 'layer'\nset ylabel 'us'\nset logscale y\nset key top left\n"
                   "set grid\nplot $layers using 1:2 with linespoints title 'A (equal length)', "
                   "$layers using 1:3 with linespoints title 'C (NCCL, owners)', "
                   "$layers using 1:4 with linespoints title 'D (ours)'\n");
