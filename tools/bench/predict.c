@@ -547,7 +547,7 @@ static int plot_begin(plot *pl, const char *svg, const char *prog)
         close(ft);
     if (fg >= 0 && ft >= 0)
         pl->f = fdopen(fg, "w");
-    else if (fg >= 0)
+    if (fg >= 0 && !pl->f)
         close(fg);
     if (!pl->f) {
         fprintf(stderr, "%s: error: --svg '%s': cannot create the plot's temporary files: %s\n",
@@ -841,13 +841,6 @@ static int plan_run(const char *prog, const char *path, const dmuon_net_params *
     return code;
 }
 
-/* Refuses, before any work (a fit takes minutes), an output that could
- * not be written after it: out[] are --save-params, --json-file and --svg
- * (NULL: not given; "-": standard output, always writable), each checked
- * by tool_check_output_path, no two on one file and none on an input of
- * in[0..nin) (the --cells files, --plan, then --params last, which
- * --save-params alone may name).  A reason goes to
- * bad[0..n) (left as it is when every output can be written). */
 /* Whether paths a and b name one existing file (the same device and inode,
  * whatever the spelling). */
 static bool same_file(const char *a, const char *b)
@@ -872,6 +865,13 @@ static bool same_output(const char *a, const char *b)
     return realpath(da, ra) && realpath(db, rb) && !strcmp(ra, rb);
 }
 
+/* Refuses, before any work (a fit takes minutes), an output that could
+ * not be written after it: out[] are --save-params, --json-file and --svg
+ * (NULL: not given; "-": standard output, always writable), each checked
+ * by tool_check_output_path, no two on one file and none on an input of
+ * in[0..nin) (the --cells files, --plan, then --params last, which
+ * --save-params alone may name).  A reason goes to
+ * bad[0..n) (left as it is when every output can be written). */
 static void check_outputs(const char *const out[3], const char *const *in, int nin, char *bad,
                           size_t n)
 {
