@@ -45,6 +45,7 @@ typedef struct {
     void (*to_f32)(float *, const uint16_t *, size_t);
     void (*accum)(float *, const uint16_t *, size_t);
     void (*add_rounded)(uint16_t *, const uint16_t *, const float *, size_t);
+    void (*add_pair)(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, size_t);
 } bf16_loops;
 
 /* ------------------------------------------------------------ widths ---- */
@@ -158,4 +159,10 @@ void dmuon_bf16_accum(float *acc, const uint16_t *x, size_t n)
 void dmuon_bf16_add_rounded(uint16_t *dst, const uint16_t *a, const float *l, size_t n)
 {
     loops()->add_rounded(dst, a, l, n);
+}
+
+void dmuon_bf16_add_pair(uint16_t *dst, const uint16_t *a, const uint16_t *x0,
+                         const uint16_t *x1, size_t n)
+{
+    loops()->add_pair(dst, a, x0, x1, n);
 }

@@ -2,7 +2,7 @@
  * bf16_loops.h — the element loops of dmuon/bf16.h, included by bf16.c once
  * per instruction-set width.  Before each inclusion bf16.c defines
  * LOOP_ATTR (the function attribute: a target level, or nothing) and
- * LOOP(name) (the width's name for a loop); the inclusion defines the six
+ * LOOP(name) (the width's name for a loop); the inclusion defines the seven
  * loops and LOOP(table), their row of bf16_loops.  No include guard: it is
  * meant to be included several times.
  */
@@ -42,5 +42,15 @@ LOOP_ATTR static void LOOP(add_rounded)(uint16_t *dst, const uint16_t *a, const 
         dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + dmuon_bf16_to_f32(to_bf16(l[i])));
 }
 
+LOOP_ATTR static void LOOP(add_pair)(uint16_t *dst, const uint16_t *a, const uint16_t *x0,
+                                     const uint16_t *x1, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float l = dmuon_bf16_to_f32(x0[i]) + dmuon_bf16_to_f32(x1[i]);
+        dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + dmuon_bf16_to_f32(to_bf16(l)));
+    }
+}
+
 static const bf16_loops LOOP(table) = {LOOP(add),   LOOP(f32_add), LOOP(from_f32),
-                                       LOOP(to_f32), LOOP(accum),  LOOP(add_rounded)};
+                                       LOOP(to_f32), LOOP(accum),  LOOP(add_rounded),
+                                       LOOP(add_pair)};

@@ -644,6 +644,27 @@ static void reduce_block(mpi_group *g, const dmuon_chunk *c, int64_t at, int64_t
     int K = g->topo->per_node;
     int64_t es = dmuon_dtype_size(dt), ps = f32p ? 4 : 2, off = c->offset + at * es;
     float *l = g->tmp;
+    if (!f32p && K == 2) {
+        /* BF16 at every level, two ranks a node: the bits of the general
+         * form below (bf16(L) = bf16(x_0 + x_1)), in one pass */
+        const uint16_t *x0 = (const uint16_t *)(peer_buffer(g, 0) + off);
+        const uint16_t *x1 = (const uint16_t *)(peer_buffer(g, 1) + off);
+        uint16_t *o = (uint16_t *)dst + at;
+        if (!nin) {
+            dmuon_bf16_add(o, x0, x1, (size_t)n);
+            return;
+        }
+        const uint16_t *a = (const uint16_t *)in[0] + at;
+        if (nin > 1) {
+            uint16_t *s = (uint16_t *)(l + REDUCE_BLOCK);
+            memcpy(s, a, (size_t)n * 2);
+            for (int i = 1; i < nin; i++)
+                dmuon_bf16_add(s, s, (const uint16_t *)in[i] + at, (size_t)n);
+            a = s;
+        }
+        dmuon_bf16_add_pair(o, a, x0, x1, (size_t)n);
+        return;
+    }
     /* L = Σ_j x_j in binary32, local-rank order */
     if (dt == DMUON_F32) {
         memcpy(l, peer_buffer(g, 0) + off, (size_t)n * 4);

@@ -103,6 +103,17 @@ static void check_add_rounded(const uint16_t *o, const uint16_t *a, const float 
                                                       dmuon_bf16_to_f32(dmuon_f32_to_bf16(l[i])))));
 }
 
+/* dmuon_bf16_add_pair's scalar definition (bf16.h). */
+static void check_add_pair(const uint16_t *o, const uint16_t *a, const uint16_t *x0,
+                           const uint16_t *x1, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float l = dmuon_bf16_to_f32(x0[i]) + dmuon_bf16_to_f32(x1[i]);
+        assert_true(bf16_same(o[i], dmuon_f32_to_bf16(dmuon_bf16_to_f32(a[i]) +
+                                                      dmuon_bf16_to_f32(dmuon_f32_to_bf16(l)))));
+    }
+}
+
 static void check_f32_add(const float *r, const float *a, const float *b, int n)
 {
     for (int i = 0; i < n; i++)
@@ -115,9 +126,10 @@ static void check_f32_add(const float *r, const float *a, const float *b, int n)
 static void test_bf16_widths(void **state)
 {
     enum { MAXN = 4099 + 3 };
-    uint16_t *a = malloc(MAXN * 2), *b = malloc(MAXN * 2), *o = malloc(MAXN * 2);
+    uint16_t *a = malloc(MAXN * 2), *b = malloc(MAXN * 2), *c = malloc(MAXN * 2);
+    uint16_t *o = malloc(MAXN * 2);
     float *f = malloc(MAXN * 4), *g = malloc(MAXN * 4), *r = malloc(MAXN * 4);
-    assert_non_null(a && b && o && f && g && r);
+    assert_non_null(a && b && c && o && f && g && r);
     const int widths[] = {DMUON_BF16_WIDTH_BASE, DMUON_BF16_WIDTH_V3, DMUON_BF16_WIDTH_V4};
     const char *names[] = {"baseline", "x86-64-v3", "x86-64-v4"};
     int tested = 0;
@@ -135,10 +147,11 @@ static void test_bf16_widths(void **state)
                 for (int i = 0; i < n + at; i++) {
                     a[i] = any_bf16(&seed);
                     b[i] = any_bf16(&seed);
+                    c[i] = any_bf16(&seed);
                     f[i] = any_f32(&seed);
                     g[i] = any_f32(&seed);
                 }
-                uint16_t *A = a + at, *B = b + at, *O = o + at;
+                uint16_t *A = a + at, *B = b + at, *C = c + at, *O = o + at;
                 float *F = f + at, *G = g + at, *Rr = r + at;
                 dmuon_bf16_add(O, A, B, (size_t)n);
                 check_add(O, A, B, n);
@@ -156,6 +169,9 @@ static void test_bf16_widths(void **state)
                     assert_true(f32_same(Rr[i], G[i] + dmuon_bf16_to_f32(A[i])));
                 dmuon_bf16_add_rounded(O, A, F, (size_t)n);
                 check_add_rounded(O, A, F, n);
+                /* the pair form against add_rounded of the widened pair sum */
+                dmuon_bf16_add_pair(O, A, B, C, (size_t)n);
+                check_add_pair(O, A, B, C, n);
                 /* dst aliasing the first input, as the reductions call them */
                 memcpy(O, A, (size_t)n * 2);
                 dmuon_bf16_add(O, O, B, (size_t)n);
@@ -163,6 +179,9 @@ static void test_bf16_widths(void **state)
                 memcpy(O, A, (size_t)n * 2);
                 dmuon_bf16_add_rounded(O, O, F, (size_t)n);
                 check_add_rounded(O, A, F, n);
+                memcpy(O, A, (size_t)n * 2);
+                dmuon_bf16_add_pair(O, O, B, B, (size_t)n);
+                check_add_pair(O, A, B, B, n);
                 memcpy(Rr, F, (size_t)n * 4);
                 dmuon_f32_add(Rr, Rr, G, (size_t)n);
                 check_f32_add(Rr, F, G, n);
@@ -174,7 +193,7 @@ static void test_bf16_widths(void **state)
     assert_int_equal(dmuon_bf16_width_set(DMUON_BF16_WIDTH_AUTO) > 0, 1);
     assert_int_equal(dmuon_bf16_width_set(2), -1);   /* no such width */
     assert_true(tested >= 1);
-    free(a), free(b), free(o), free(f), free(g), free(r);
+    free(a), free(b), free(c), free(o), free(f), free(g), free(r);
 }
 
 static void test_table_check(void **state)
