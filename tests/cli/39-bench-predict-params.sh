@@ -162,6 +162,41 @@ popd > /dev/null
 check_rc 2 "a relative model path from another directory"
 check_err "run from where dmuon-plan ran" "says where a relative path is read from"
 
+# --fitted-nodes: the cells a shipped file was fitted on are scored
+# in-sample without a fit, with the rms its fitted_on gives
+TAB="$DMUON_ROOT/tools/bench/paper/tables.json"
+run "$B" predict --params "$H" --cells "$TAB" --json-file "$T_TMP/all.json"
+check_rc 0 "--params with --cells, nothing marked"
+check_out "no cell is in-sample: every cell is scored as held out" "says nothing is in-sample"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2 --json-file "$T_TMP/fn.json"
+check_rc 0 "--fitted-nodes 2"
+rms=$(python3 -c 'import json,re,sys; print(re.search(r"rms log error ([0-9.]+)", json.load(open(sys.argv[1]))["fitted_on"]).group(1))' "$H")
+check_out "in-sample \(--fitted-nodes\): nodes 2 \([0-9]* cells, rms log error $rms\)" \
+    "the in-sample rms is the one the file was fitted with ($rms)"
+python3 - "$T_TMP/all.json" "$T_TMP/fn.json" "$TAB" > "$T_TMP/fn.txt" <<'PY'
+import json, sys
+a, f, tab = (json.load(open(x)) for x in sys.argv[1:])
+def held(j): return sum(1 for r in j["ratios"] if not r["fit"])
+print(f["fit"]["nodes"] == [2], f["fit"]["fitted_here"] is False,
+      f["fit"]["cells"] == sum(1 for c in f["cells"] if c["nodes"] == 2),
+      all(c["fit"] == (c["nodes"] == 2) for c in f["cells"]),
+      held(a) == len(a["ratios"]), held(f) == sum(1 for r in f["ratios"] if r["nodes"] != 2) > 0,
+      a["fit"]["rms_log_error"] is None)
+PY
+check_eq "$(cat "$T_TMP/fn.txt")" "True True True True True True True" \
+    "JSON: the marked cells are in-sample, the rest held out, fitted_here false"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2 --fit-nodes 2
+check_rc 2 "--fitted-nodes with --fit-nodes"
+check_err "give one" "says to give one"
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --fitted-nodes 2
+check_rc 2 "--fitted-nodes without --cells"
+check_err "fitted-nodes marks --cells rows" "says it needs --cells"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 7
+check_rc 2 "--fitted-nodes matching no cell"
+check_err "no cell has the --fitted-nodes node counts" "says so"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2,x
+check_rc 2 "a bad --fitted-nodes list"
+check_err "fitted-nodes '2,x': expected node counts" "names the flag"
 # dmuon-plan --predict: a bad parameter file is refused before the plan is
 # made or written; --predict with --compare (no plan) is refused.
 run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$T_TMP/none.json" \

@@ -275,10 +275,11 @@ typedef struct {
     const char *params_file;   /* --params FILE, or NULL (the preset's values) */
     const dmuon_net_params *p;
     const cells *cs;
-    const int *fit_nodes;
+    const int *fit_nodes;      /* the in-sample node counts: --fit-nodes or --fitted-nodes */
     int nfit;
-    double rms;
+    double rms;                /* rms log error of the in-sample cells' times */
     int nfit_cells;
+    int fitted_here;           /* 1: fitted in this run (--fit-nodes) */
 } report;
 
 static double ratio_err(const group *g, int l, double *meas, double *pred)
@@ -403,6 +404,7 @@ static void json_cells(dmuon_json *w, const report *r)
         dmuon_json_int(w, r->fit_nodes[i]);
     dmuon_json_end_array(w);
     dmuon_json_kint(w, "cells", r->nfit_cells);
+    dmuon_json_kbool(w, "fitted_here", r->fitted_here);
     dmuon_json_key(w, "rms_log_error");
     if (r->nfit_cells)
         dmuon_json_double(w, r->rms);
@@ -898,6 +900,23 @@ static void check_outputs(const char *const out[3], const char *const *in, int n
     }
 }
 
+/* A node-count list of --fit-nodes or --fitted-nodes ("2,4"), appended to
+ * out[*n]; on a bad element or more than MAX_FIT counts, bad says so. */
+static void parse_nodes(const char *flag, const char *arg, int *out, int *n, char *bad,
+                        size_t bad_size)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    for (char *t = strtok(buf, ","); t && !bad[0]; t = strtok(NULL, ",")) {
+        char *end = NULL;
+        long v = strtol(t, &end, 10);
+        if (end == t || *end || v < 1 || v > 4096 || *n == MAX_FIT)
+            snprintf(bad, bad_size, "%s '%s': expected node counts such as 2,4", flag, arg);
+        else
+            out[(*n)++] = (int)v;
+    }
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -927,6 +946,10 @@ static void usage(FILE *f)
 "                         tools/bench/paper/tables.json holds Tables 5-7\n"
 "      --fit-nodes LIST   node counts whose cells fit the model (e.g. 2,4);\n"
 "                         none: the preset's values as they are\n"
+"      --fitted-nodes LIST  without --fit-nodes: node counts whose cells the\n"
+"                         parameters were fitted on elsewhere (what --params\n"
+"                         FILE's fitted_on names); they are scored as in-sample,\n"
+"                         not held out, as in the run that fitted them\n"
 "      --plans DIR        with --cells: plans DIR/MODEL-RxK.plan for cells with\n"
 "                         a model (Table 7; tools/bench/paper/plans.sh writes them)\n"
 "      --chunk-bytes B    chunk size of ours (default 64K)\n"
@@ -955,6 +978,7 @@ int bench_predict_main(int argc, char **argv)
     int json_stdout = 0;
     const char *files[MAX_FILES];
     int nfiles = 0, fit_nodes[MAX_FIT], nfit = 0, max_evals = 400, max_evals_set = 0;
+    int fitted[MAX_FIT], nfitted = 0;   /* --fitted-nodes */
     int64_t chunk = 0;
     char bad[512] = "";
     static const struct option opts[] = {
@@ -965,12 +989,11 @@ int bench_predict_main(int argc, char **argv)
         {"svg", required_argument, 0, 's'}, {"params", required_argument, 0, 'q'},
         {"save-params", required_argument, 0, 'S'}, {"plan", required_argument, 0, 'L'},
         {"nodes", required_argument, 0, 'n'}, {"gpus-per-node", required_argument, 0, 'g'},
-        {"replay-jobs", required_argument, 0, 'R'},
+        {"replay-jobs", required_argument, 0, 'R'}, {"fitted-nodes", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt, rnodes = 0, rgpus = 0;
     int64_t jobs = 0;
     while (!bad[0] && (opt = getopt_long(argc, argv, "hg:", opts, NULL)) != -1) {
-        char *end = NULL;
         switch (opt) {
         case 'p': preset = optarg; break;
         case 'q': params_in = optarg; break;
@@ -982,19 +1005,8 @@ int bench_predict_main(int argc, char **argv)
             else
                 files[nfiles++] = optarg;
             break;
-        case 'F': {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", optarg);
-            for (char *t = strtok(buf, ","); t && !bad[0]; t = strtok(NULL, ",")) {
-                long v = strtol(t, &end, 10);
-                if (end == t || *end || v < 1 || v > 4096 || nfit == MAX_FIT)
-                    snprintf(bad, sizeof bad, "--fit-nodes '%s': expected node counts such as "
-                             "2,4", optarg);
-                else
-                    fit_nodes[nfit++] = (int)v;
-            }
-            break;
-        }
+        case 'F': parse_nodes("--fit-nodes", optarg, fit_nodes, &nfit, bad, sizeof bad); break;
+        case 'D': parse_nodes("--fitted-nodes", optarg, fitted, &nfitted, bad, sizeof bad); break;
         case 'P': plans = optarg; break;
         case 'B': {
             int64_t v = 0;
@@ -1050,6 +1062,11 @@ int bench_predict_main(int argc, char **argv)
         snprintf(bad, sizeof bad, "--cells FILE is required (or --plan PLAN, or --save-params)");
     if (!bad[0] && nfit && !nfiles)
         snprintf(bad, sizeof bad, "--fit-nodes needs --cells");
+    if (!bad[0] && nfitted && !nfiles)
+        snprintf(bad, sizeof bad, "--fitted-nodes marks --cells rows: give --cells");
+    if (!bad[0] && nfitted && nfit)
+        snprintf(bad, sizeof bad, "--fitted-nodes and --fit-nodes: a fit marks the cells it "
+                 "fits; give one");
     if (!bad[0] && plans && !nfiles)
         snprintf(bad, sizeof bad, "--plans DIR holds the plans of --cells rows with a model: give "
                  "--cells%s, or drop --plans", plan_path ? " (--plan PLAN predicts one plan)" : "");
@@ -1178,6 +1195,23 @@ int bench_predict_main(int argc, char **argv)
         for (int l = 0; l < DMUON_NET_LINE_COUNT && rc == DMUON_OK; l++)
             if (cs.g[k].meas[l] > 0)
                 rc = dmuon_net_predict(&p, &cs.g[k].c, (dmuon_net_line)l, &cs.g[k].pred[l]);
+    /* --fitted-nodes: the cells the parameters were fitted on elsewhere are
+     * in-sample here too, and the rms log error is theirs, as a fit reports */
+    int nin = 0;
+    double insq = 0;
+    for (int k = 0; k < cs.n && rc == DMUON_OK; k++) {
+        for (int i = 0; i < nfitted; i++)
+            cs.g[k].fit |= cs.g[k].nodes == fitted[i];
+        for (int l = 0; l < DMUON_NET_LINE_COUNT && nfitted && cs.g[k].fit; l++)
+            if (cs.g[k].meas[l] > 0) {
+                double e = log(cs.g[k].pred[l] / cs.g[k].meas[l]);
+                insq += e * e;
+                nin++;
+            }
+    }
+    if (rc == DMUON_OK && nfitted && !nin)
+        rc = DMUON_FAIL(DMUON_EINVAL, "no cell has the --fitted-nodes node counts");
+    double in_rms = nin ? sqrt(insq / nin) : 0;
     if (rc != DMUON_OK) {
         fprintf(stderr, "%s: error: %s\n", prog, dmuon_errmsg());
         code = dmuon_rc_exit_code(rc);
@@ -1201,7 +1235,8 @@ int bench_predict_main(int argc, char **argv)
             goto out;
         }
     }
-    report r = {preset, params_in, &p, &cs, fit_nodes, nfit, rms, nf};
+    report r = {preset, params_in, &p, &cs, nfitted ? fitted : fit_nodes, nfitted ? nfitted : nfit,
+                nfitted ? in_rms : rms, nfitted ? nin : nf, nfit > 0};
     if (json_stdout && !plan_path) {
         rc = write_json(stdout, &r);
         if (rc != DMUON_OK) {
@@ -1226,6 +1261,15 @@ int bench_predict_main(int argc, char **argv)
     } else {
         printf("not fitted: the preset's values\n");
     }
+    if (nfitted) {
+        printf("# in-sample (--fitted-nodes): nodes");
+        for (int i = 0; i < nfitted; i++)
+            printf("%s%d", i ? "," : " ", fitted[i]);
+        printf(" (%d cells, rms log error %.3f); the other cells are held out\n", nin, in_rms);
+    } else if (!nf) {
+        printf("# no cell is in-sample: every cell is scored as held out, also any the "
+               "parameters were fitted on (--fitted-nodes LIST marks those)\n");
+    }
     printf("# params:");
     for (int i = 0; i < DMUON_NP_COUNT; i++)
         printf(" %s=%.4g", dmuon_net_param_name(i), p.v[i]);
@@ -1247,8 +1291,8 @@ int bench_predict_main(int argc, char **argv)
     }
     int nodes[64], nn = held_nodes(&cs, nodes, 64);
     if (!nn) {
-        printf("# held-out: none (every cell's node count is in --fit-nodes: nothing checks the "
-               "fit)\n");
+        printf("# held-out: none (every cell's node count is in %s: nothing checks the "
+               "fit)\n", nfitted ? "--fitted-nodes" : "--fit-nodes");
         goto files;
     }
     printf("# held-out accuracy (within: |log(predicted/measured)| <= log 1.25; bias: "
