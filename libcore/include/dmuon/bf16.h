@@ -52,10 +52,12 @@ void dmuon_bf16_accum(float *acc, const uint16_t *x, size_t n);
  * dst may alias a. */
 void dmuon_bf16_add_rounded(uint16_t *dst, const uint16_t *a, const float *l, size_t n);
 
-/* dst[i] = bf16(a[i] + bf16(x0[i] + x1[i])), the sums in binary32: the
- * bits of dmuon_bf16_add_rounded(dst, a, l, n) with l = x0 + x1 widened
- * (a node of two ranks), in one pass.  dst may alias a; x0 and x1 are
- * read only. */
+/* dst[i] = bf16(a[i] + bf16(x0[i] + x1[i])) for n elements, the sums in
+ * binary32: the bits of dmuon_bf16_add_rounded(dst, a, l, n) with
+ * l = x0 + x1 widened, in one pass (ReduceScatterV on a node of two ranks:
+ * the summation order of docs/operators.md).  All four arrays are the
+ * caller's, n elements each, nothing kept; dst may alias a, x0 and x1 are
+ * only read.  No errors. */
 void dmuon_bf16_add_pair(uint16_t *dst, const uint16_t *a, const uint16_t *x0,
                          const uint16_t *x1, size_t n);
 
