@@ -106,7 +106,7 @@ check_rc 2 "unknown line"
 check_err "bad.json:1: line 'ring'" "names file, line and value"
 run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --fit-nodes 5
 check_rc 2 "fit nodes without cells"
-check_err "no cell has the --fit-nodes" "says so"
+check_err "fit-nodes: no cell has 5 nodes \\(the cells have 2 8\\)" "says so"
 # Fit once, predict many: the fitted parameters saved and read back give
 # the same predictions without fitting.
 run "$B" predict --preset h100 --cells "$T_TMP/cells.json" --fit-nodes 2 --max-evals 150 \

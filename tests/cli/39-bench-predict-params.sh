@@ -193,10 +193,44 @@ check_rc 2 "--fitted-nodes without --cells"
 check_err "fitted-nodes marks --cells rows" "says it needs --cells"
 run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 7
 check_rc 2 "--fitted-nodes matching no cell"
-check_err "no cell has the --fitted-nodes node counts" "says so"
-run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2,x
-check_rc 2 "a bad --fitted-nodes list"
-check_err "fitted-nodes '2,x': expected node counts" "names the flag"
+check_err "no cell has 7 nodes \(the cells have 2 4 8 16 32\)" "names the count and those there are"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2,3
+check_rc 2 "a list of which one count matches no cell"
+check_err "no cell has 3 nodes" "names the count that matches none"
+for a in "2,x" "" "," " 2" "2," "2,,8" "+2" "0" "65537"; do
+    run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes "$a" --json-file "$T_TMP/no.json"
+    check_rc 2 "--fitted-nodes '$a'"
+    check_err "fitted-nodes '.*': expected distinct node counts from 1 to 65536" "names flag and range"
+done
+check_no_file "$T_TMP/no.json" "a refused list writes nothing"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2,2
+check_rc 2 "a count given twice"
+check_err "one is given twice" "says so"
+run "$B" predict --params "$H" --cells "$TAB" --fit-nodes 2,3 --max-evals 1
+check_rc 2 "--fit-nodes with a count no cell has"
+check_err "fit-nodes: no cell has 3 nodes" "names it"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 8 --fitted-nodes 2
+check_rc 0 "--fitted-nodes twice: the last one counts"
+check_out "in-sample \(--fitted-nodes\): nodes 2 \(" "as every flag given twice"
+if grep -q "differs from what" "$T_TMP/err"; then bad "a note for the list the file names"; else ok; fi
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 8
+check_rc 0 "--fitted-nodes other than the file's fitted_on"
+check_err "note: --fitted-nodes differs from what .*h100.json says it was fitted on \(nodes 2\)" \
+    "notes the difference"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2,4,8,16,32
+check_rc 0 "every node count in-sample"
+check_out "; no cell is held out" "the in-sample line says nothing is held out"
+run "$B" predict --preset h100 --cells "$TAB" --fitted-nodes 2
+check_rc 2 "--fitted-nodes with a preset"
+check_err "give --params FILE \(a preset's values were not fitted\)" "says why"
+run "$B" predict --params "$DMUON_ROOT/tools/bench/params/namespace.json" --cells "$TAB" \
+    --fitted-nodes 2
+check_rc 2 "--fitted-nodes with a file that was not fitted"
+check_err "namespace.json says it was not fitted" "says so"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes
+check_rc 2 "--fitted-nodes without its value"
+check_err "option '--fitted-nodes' needs a value" "says the value is missing, as every tool does"
+if grep -q "did you mean" "$T_TMP/err"; then bad "suggests the flag itself"; else ok; fi
 # dmuon-plan --predict: a bad parameter file is refused before the plan is
 # made or written; --predict with --compare (no plan) is refused.
 run "$PL" "$M" --nodes 2 -g 4 --sharding hsdp --cost flops --predict "$T_TMP/none.json" \

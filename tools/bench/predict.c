@@ -900,21 +900,90 @@ static void check_outputs(const char *const out[3], const char *const *in, int n
     }
 }
 
-/* A node-count list of --fit-nodes or --fitted-nodes ("2,4"), appended to
- * out[*n]; on a bad element or more than MAX_FIT counts, bad says so. */
+/* A node-count list of --fit-nodes or --fitted-nodes ("2,4"): whole
+ * numbers 1..65536 (a cell's most), comma separated, none twice, at most
+ * MAX_FIT; a later flag replaces an earlier one, as every flag does.  On a
+ * bad list, bad says so. */
 static void parse_nodes(const char *flag, const char *arg, int *out, int *n, char *bad,
                         size_t bad_size)
 {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", arg);
-    for (char *t = strtok(buf, ","); t && !bad[0]; t = strtok(NULL, ",")) {
-        char *end = NULL;
-        long v = strtol(t, &end, 10);
-        if (end == t || *end || v < 1 || v > 4096 || *n == MAX_FIT)
-            snprintf(bad, bad_size, "%s '%s': expected node counts such as 2,4", flag, arg);
-        else
-            out[(*n)++] = (int)v;
+    *n = 0;
+    const char *t = arg;
+    for (;;) {
+        size_t len = strspn(t, "0123456789");
+        long v = len && len <= 5 ? strtol(t, NULL, 10) : 0;
+        bool dup = false;
+        for (int i = 0; i < *n; i++)
+            dup |= out[i] == v;
+        if (v < 1 || v > 65536 || (t[len] != ',' && t[len] != '\0') || dup || *n == MAX_FIT) {
+            snprintf(bad, bad_size, "%s '%s': expected distinct node counts from 1 to 65536, "
+                     "comma separated, at most %d (such as 2,4)%s", flag, arg, MAX_FIT,
+                     dup ? ": one is given twice" : "");
+            *n = 0;
+            return;
+        }
+        out[(*n)++] = (int)v;
+        if (!t[len])
+            return;
+        t += len + 1;
     }
+}
+
+/* Every count of a --fit-nodes / --fitted-nodes list must have a measured
+ * cell: else bad names the first that has none and the counts there are. */
+static void check_nodes_present(const char *flag, const int *list, int n, const cells *cs,
+                                char *bad, size_t bad_size)
+{
+    for (int i = 0; i < n; i++) {
+        bool found = false;
+        for (int k = 0; k < cs->n && !found; k++)
+            found = cs->g[k].nodes == list[i];
+        if (found)
+            continue;
+        int w = snprintf(bad, bad_size, "%s: no cell has %d nodes (the cells have", flag, list[i]);
+        int last = 0;   /* the node counts present, ascending */
+        for (;;) {
+            int next = 0;
+            for (int k = 0; k < cs->n; k++)
+                if (cs->g[k].nodes > last && (!next || cs->g[k].nodes < next))
+                    next = cs->g[k].nodes;
+            if (!next || w >= (int)bad_size)
+                break;
+            w += snprintf(bad + w, bad_size - (size_t)w, " %d", next);
+            last = next;
+        }
+        if (w < (int)bad_size)
+            snprintf(bad + w, bad_size - (size_t)w, ")");
+        return;
+    }
+}
+
+/* A note when a file's fitted_on, as --save-params writes it ("N cells of
+ * nodes 2,8 of FILE ..."), names other node counts than --fitted-nodes;
+ * silent when it names none (fitted_on is free text). */
+static void note_fitted_on(const char *prog, const char *file, const char *fitted_on,
+                           const int *list, int n)
+{
+    const char *at = strstr(fitted_on, " of nodes ");
+    if (!at)
+        return;
+    at += strlen(" of nodes ");
+    size_t len = strspn(at, "0123456789,");
+    char names[256];
+    snprintf(names, sizeof names, "%.*s", (int)(len < 255 ? len : 255), at);
+    int theirs[MAX_FIT], nt = 0;
+    char bad[256] = "";
+    parse_nodes("fitted_on", names, theirs, &nt, bad, sizeof bad);
+    bool same = !bad[0] && nt == n;
+    for (int i = 0; i < n && same; i++) {
+        bool found = false;
+        for (int j = 0; j < nt; j++)
+            found |= theirs[j] == list[i];
+        same = found;
+    }
+    if (!same)
+        fprintf(stderr, "%s: note: --fitted-nodes differs from what %s says it was fitted on "
+                "(nodes %s)\n", prog, file, names);
 }
 
 static void usage(FILE *f)
@@ -1042,9 +1111,9 @@ int bench_predict_main(int argc, char **argv)
         case 's': svg = optarg; break;
         case 'h': usage(stdout); return 0;
         default: {
-            char hint[128];
-            snprintf(bad, sizeof bad, "unknown option or missing value '%s'%s (see --help)",
-                     argv[optind - 1], tool_suggest_option(argv[optind - 1], opts, hint, sizeof hint));
+            char msg[400];
+            snprintf(bad, sizeof bad, "%s (see --help)",
+                     tool_bad_option(argv[optind - 1], opts, msg, sizeof msg));
         }
         }
     }
@@ -1067,6 +1136,9 @@ int bench_predict_main(int argc, char **argv)
     if (!bad[0] && nfitted && nfit)
         snprintf(bad, sizeof bad, "--fitted-nodes and --fit-nodes: a fit marks the cells it "
                  "fits; give one");
+    if (!bad[0] && nfitted && !params_in)
+        snprintf(bad, sizeof bad, "--fitted-nodes marks the cells a parameter file was fitted "
+                 "on: give --params FILE (a preset's values were not fitted)");
     if (!bad[0] && plans && !nfiles)
         snprintf(bad, sizeof bad, "--plans DIR holds the plans of --cells rows with a model: give "
                  "--cells%s, or drop --plans", plan_path ? " (--plan PLAN predicts one plan)" : "");
@@ -1112,6 +1184,13 @@ int bench_predict_main(int argc, char **argv)
             return dmuon_rc_exit_code(lrc);
         }
         preset = pname[0] ? pname : params_in;
+        if (nfitted && (!p.fitted_on[0] || !strcmp(p.fitted_on, "not fitted"))) {
+            fprintf(stderr, "%s: error: --fitted-nodes: %s says it was not fitted (fitted_on "
+                    "'%s'): no cell is in-sample\n", prog, params_in, p.fitted_on);
+            return 2;
+        }
+        if (nfitted)
+            note_fitted_on(prog, params_in, p.fitted_on, fitted, nfitted);
     }
     dmuon_sched_opts so = {DMUON_PATH_AUTO, chunk, 0};
     if (!nfiles) {
@@ -1148,6 +1227,14 @@ int bench_predict_main(int argc, char **argv)
     }
     if (rc == DMUON_OK && cs.n == 0)
         rc = DMUON_FAIL(DMUON_EINVAL, "the --cells files hold no cells");
+    if (rc == DMUON_OK) {
+        char nb[512] = "";
+        check_nodes_present("--fit-nodes", fit_nodes, nfit, &cs, nb, sizeof nb);
+        if (!nb[0])
+            check_nodes_present("--fitted-nodes", fitted, nfitted, &cs, nb, sizeof nb);
+        if (nb[0])
+            rc = DMUON_FAIL(DMUON_EINVAL, "%s", nb);
+    }
     int nmodel = 0;
     for (int k = 0; k < cs.n; k++)
         nmodel += cs.g[k].model[0] != 0;
@@ -1257,7 +1344,8 @@ int bench_predict_main(int argc, char **argv)
     } else if (params_in) {
         bool said = p.fitted_on[0] && strcmp(p.fitted_on, "not fitted");
         printf("not fitted here: parameters from %s%s%s%s\n", params_in,
-               said ? " (fitted on " : "", said ? p.fitted_on : "", said ? ")" : "");
+               said ? " (fitted on " : " (the file says it was not fitted",
+               said ? p.fitted_on : "", ")");
     } else {
         printf("not fitted: the preset's values\n");
     }
@@ -1265,7 +1353,9 @@ int bench_predict_main(int argc, char **argv)
         printf("# in-sample (--fitted-nodes): nodes");
         for (int i = 0; i < nfitted; i++)
             printf("%s%d", i ? "," : " ", fitted[i]);
-        printf(" (%d cells, rms log error %.3f); the other cells are held out\n", nin, in_rms);
+        int hn[64];
+        printf(" (%d cells, rms log error %.3f); %s\n", nin, in_rms,
+               held_nodes(&cs, hn, 64) ? "the other cells are held out" : "no cell is held out");
     } else if (!nf) {
         printf("# no cell is in-sample: every cell is scored as held out, also any the "
                "parameters were fitted on (--fitted-nodes LIST marks those)\n");

@@ -328,18 +328,25 @@ void tool_stop_on_signal(volatile sig_atomic_t *flag)
     }
 }
 
-void tool_unknown_option(const char *prog, const char *arg, const struct option *opts)
+const char *tool_bad_option(const char *arg, const struct option *opts, char *buf, size_t n)
 {
     char hint[128];
     /* a known option at the end of the line, or before another option: its value is missing */
     if (arg && arg[0] == '-' && arg[1] == '-' && !strchr(arg, '='))
         for (const struct option *o = opts; o->name; o++)
             if (o->has_arg == required_argument && !strcmp(o->name, arg + 2)) {
-                fprintf(stderr, "%s: error: option '%s' needs a value\n", prog, arg);
-                return;
+                snprintf(buf, n, "option '%s' needs a value", arg);
+                return buf;
             }
-    fprintf(stderr, "%s: error: unknown option or missing value '%s'%s\n", prog, arg,
-            tool_suggest_option(arg, opts, hint, sizeof hint));
+    snprintf(buf, n, "unknown option or missing value '%s'%s", arg ? arg : "",
+             tool_suggest_option(arg, opts, hint, sizeof hint));
+    return buf;
+}
+
+void tool_unknown_option(const char *prog, const char *arg, const struct option *opts)
+{
+    char msg[512];
+    fprintf(stderr, "%s: error: %s\n", prog, tool_bad_option(arg, opts, msg, sizeof msg));
 }
 
 /* msg without its leading "rank N: " prefixes */

@@ -99,9 +99,15 @@ char *tool_lower(char *s);
 const char *tool_suggest_option(const char *arg, const struct option *opts, char *buf,
                                 size_t n);
 
-/* Prints "PROG: error: unknown option or missing value 'ARG'" and the
- * suggestion of tool_suggest_option on stderr: every tool's message for an
- * option getopt_long did not take. */
+/* Writes into buf[0..n) what is wrong with an option getopt_long did not
+ * take: "option 'ARG' needs a value" when ARG is a long option of opts that
+ * takes one (given last, or before another option), else "unknown option or
+ * missing value 'ARG'" and the suggestion of tool_suggest_option; returns
+ * buf. */
+const char *tool_bad_option(const char *arg, const struct option *opts, char *buf, size_t n);
+
+/* Prints "PROG: error: " and tool_bad_option's text on stderr: every tool's
+ * message for an option getopt_long did not take. */
 void tool_unknown_option(const char *prog, const char *arg, const struct option *opts);
 
 /* Prints a failure that every rank of comm reached: "TOOL: error: MSG" once
