@@ -61,7 +61,7 @@ json.dump(rows, open(sys.argv[2], "w"))
 PY
 run "$B" predict --params "$H" --cells "$T_TMP/big.json"
 check_rc 2 "a cell of 2^48 bytes"
-check_err "big.json:[0-9]+: expected .*bytes from 1 to 2\^40" "names the row and the bound"
+check_err "big.json:[0-9]+: bytes = 281474976710656: expected .*bytes from 1 .*to 2\^40" "names the row and the bound"
 # outputs: a name with a newline is refused before any work; --save-params
 # with a plan that is not there saves nothing; the SVG follows the umask
 run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --svg "$T_TMP/a"$'\n'"b.svg"
@@ -205,7 +205,52 @@ done
 check_no_file "$T_TMP/no.json" "a refused list writes nothing"
 run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2,2
 check_rc 2 "a count given twice"
-check_err "one is given twice" "says so"
+check_err ": 2 is given twice" "names the count"
+run "$B" predict --params "$H" --cells "$TAB" --fitted-nodes 2,3
+if grep -q "note:" "$T_TMP/err"; then bad "a note on a refused run"; else ok; fi
+python3 - "$H" "$T_TMP" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+e = dict(d); del e["fitted_on"]; json.dump(e, open(f"{sys.argv[2]}/nofo.json", "w"))
+e = dict(d); e["fitted_on"] = "hello"; json.dump(e, open(f"{sys.argv[2]}/hello.json", "w"))
+e = dict(d); e["fitted_on"] = " Not Fitted "; json.dump(e, open(f"{sys.argv[2]}/nf.json", "w"))
+PY
+run "$B" predict --params "$T_TMP/nofo.json" --cells "$TAB" --fitted-nodes 2 --save-params "$T_TMP/re.json"
+check_rc 0 "--fitted-nodes with a file without fitted_on"
+check_err "nofo.json has no fitted_on: nothing to check --fitted-nodes against" "notes it"
+check_out "\(the file does not say what it was fitted on\)" "the header does not make one up"
+grep -q '"fitted_on": "not stated in the file it was read from"' "$T_TMP/re.json" && ok ||
+    bad "--save-params wrote another fitted_on than 'not stated'"
+run "$B" predict --params "$T_TMP/hello.json" --cells "$TAB" --fitted-nodes 2
+check_rc 0 "a fitted_on naming no node counts"
+check_err "names no node counts in its fitted_on" "notes it"
+run "$B" predict --params "$T_TMP/nf.json" --cells "$TAB" --fitted-nodes 2
+check_rc 2 "a fitted_on of ' Not Fitted '"
+check_err "says it was not fitted" "read as not fitted, any case and blanks"
+run "$B" predict --preset H100 --plan "$T_TMP/p.plan"
+check_rc 0 "--preset in upper case"
+check_err "tools/bench/params/h100.json holds the shipped" "points to the file that exists"
+python3 - "$TAB" "$T_TMP/t0.json" <<'PY'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r["nodes"] == 2][:2]
+rows[1]["time_us"] = 0
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+PY
+run "$B" predict --params "$H" --cells "$T_TMP/t0.json"
+check_rc 2 "a row with time_us 0"
+check_err "^dmuon-bench predict: error: --cells: .*t0.json:[0-9]*: time_us = 0: expected" \
+    "names flag, file, line, field and value"
+run "$B" predict --params "$H" --cells "$T_TMP/none.json"
+check_rc 2 "a missing --cells file"
+check_err "error: --cells: cannot open" "says which flag"
+run "$B" predict --params "$H" --plan "$T_TMP/p.plan" -g
+check_rc 2 "-g without its value"
+check_err "option '-g' needs a value" "says so"
+run "$PL" "$M" -g
+check_rc 2 "dmuon-plan -g without its value"
+check_err "option '-g' needs a value" "says so, as for its long options"
+run "$PL" "$M" --gpus-per-node
+check_err "option '--gpus-per-node' needs a value" "names the option as typed"
 run "$B" predict --params "$H" --cells "$TAB" --fit-nodes 2,3 --max-evals 1
 check_rc 2 "--fit-nodes with a count no cell has"
 check_err "fit-nodes: no cell has 3 nodes" "names it"

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -142,10 +143,22 @@ static dmuon_rc read_rows(cells *cs, const char *path)
                             "coalesced, equal_length or root", path, ln, line);
             goto done;
         }
-        if (nodes < 1 || ranks < nodes || ranks % nodes || ranks > 1 << 16 || !(us > 0) ||
-            bytes < 0 || (o != DMUON_NET_PUBLISH && bytes < 1) || bytes > MAX_CELL_BYTES) {
-            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: expected nodes >= 1 dividing ranks (at most "
-                            "65536), bytes from 1 to 2^40 and time_us > 0", path, ln);
+        const char *field = nodes < 1 || nodes > 1 << 16 ? "nodes"
+                          : ranks < nodes || ranks % nodes || ranks > 1 << 16 ? "ranks"
+                          : !(us > 0) ? "time_us"
+                          : bytes < 0 || (o != DMUON_NET_PUBLISH && bytes < 1) ||
+                                    bytes > MAX_CELL_BYTES ? "bytes" : NULL;
+        if (field) {
+            char val[64];
+            if (!strcmp(field, "time_us"))
+                snprintf(val, sizeof val, "%g", us);
+            else
+                snprintf(val, sizeof val, "%lld", (long long)(!strcmp(field, "nodes") ? nodes
+                                                              : !strcmp(field, "ranks") ? ranks
+                                                              : bytes));
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s:%d: %s = %s: expected nodes from 1 to 65536, "
+                            "ranks a multiple of nodes up to 65536, bytes from 1 (0 for a "
+                            "publish) to 2^40 and time_us > 0", path, ln, field, val);
             goto done;
         }
         /* a plan replay without the model's name cannot be rebuilt */
@@ -916,9 +929,11 @@ static void parse_nodes(const char *flag, const char *arg, int *out, int *n, cha
         for (int i = 0; i < *n; i++)
             dup |= out[i] == v;
         if (v < 1 || v > 65536 || (t[len] != ',' && t[len] != '\0') || dup || *n == MAX_FIT) {
+            char why[64] = "";
+            if (dup)
+                snprintf(why, sizeof why, ": %ld is given twice", v);
             snprintf(bad, bad_size, "%s '%s': expected distinct node counts from 1 to 65536, "
-                     "comma separated, at most %d (such as 2,4)%s", flag, arg, MAX_FIT,
-                     dup ? ": one is given twice" : "");
+                     "comma separated, at most %d (such as 2,4)%s", flag, arg, MAX_FIT, why);
             *n = 0;
             return;
         }
@@ -940,7 +955,8 @@ static void check_nodes_present(const char *flag, const int *list, int n, const 
             found = cs->g[k].nodes == list[i];
         if (found)
             continue;
-        int w = snprintf(bad, bad_size, "%s: no cell has %d nodes (the cells have", flag, list[i]);
+        int w = snprintf(bad, bad_size, "%s: no cell has %d node%s (the cells have", flag,
+                         list[i], list[i] == 1 ? "" : "s");
         int last = 0;   /* the node counts present, ascending */
         for (;;) {
             int next = 0;
@@ -958,6 +974,17 @@ static void check_nodes_present(const char *flag, const int *list, int n, const 
     }
 }
 
+/* fitted_on says "not fitted" (any case, blanks around it). */
+static bool says_not_fitted(const char *f)
+{
+    while (*f == ' ' || *f == '\t')
+        f++;
+    size_t n = strlen(f);
+    while (n && (f[n - 1] == ' ' || f[n - 1] == '\t'))
+        n--;
+    return n == 10 && !strncasecmp(f, "not fitted", 10);
+}
+
 /* A note when a file's fitted_on, as --save-params writes it ("N cells of
  * nodes 2,8 of FILE ..."), names other node counts than --fitted-nodes;
  * silent when it names none (fitted_on is free text). */
@@ -965,8 +992,12 @@ static void note_fitted_on(const char *prog, const char *file, const char *fitte
                            const int *list, int n)
 {
     const char *at = strstr(fitted_on, " of nodes ");
-    if (!at)
+    if (!at) {
+        fprintf(stderr, "%s: note: %s %s: nothing to check --fitted-nodes against\n", prog,
+                file, fitted_on[0] ? "names no node counts in its fitted_on"
+                                   : "has no fitted_on");
         return;
+    }
     at += strlen(" of nodes ");
     size_t len = strspn(at, "0123456789,");
     char names[256];
@@ -1013,8 +1044,9 @@ static void usage(FILE *f)
 "                         (default 2^20; 0: chunk by chunk, slow at scale)\n"
 "      --cells FILE       rows as dmuon-bench --json writes them (repeatable);\n"
 "                         tools/bench/paper/tables.json holds Tables 5-7\n"
-"      --fit-nodes LIST   node counts whose cells fit the model (e.g. 2,4);\n"
-"                         none: the preset's values as they are\n"
+"      --fit-nodes LIST   node counts whose cells fit the model (e.g. 2,4; at\n"
+"                         most 16 counts, each 1 to 65536); without it the\n"
+"                         parameters are used as they are\n"
 "      --fitted-nodes LIST  without --fit-nodes: node counts whose cells the\n"
 "                         parameters were fitted on elsewhere (what --params\n"
 "                         FILE's fitted_on names); they are scored as in-sample,\n"
@@ -1062,9 +1094,10 @@ int bench_predict_main(int argc, char **argv)
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int opt, rnodes = 0, rgpus = 0;
     int64_t jobs = 0;
+    opterr = 0;   /* our message, once */
     while (!bad[0] && (opt = getopt_long(argc, argv, "hg:", opts, NULL)) != -1) {
         switch (opt) {
-        case 'p': preset = optarg; break;
+        case 'p': preset = tool_lower(optarg); break;
         case 'q': params_in = optarg; break;
         case 'S': params_out = optarg; break;
         case 'L': plan_path = optarg; break;
@@ -1113,7 +1146,7 @@ int bench_predict_main(int argc, char **argv)
         default: {
             char msg[400];
             snprintf(bad, sizeof bad, "%s (see --help)",
-                     tool_bad_option(argv[optind - 1], opts, msg, sizeof msg));
+                     tool_bad_option(argv[optind - 1], opts, "hg:", msg, sizeof msg));
         }
         }
     }
@@ -1184,14 +1217,16 @@ int bench_predict_main(int argc, char **argv)
             return dmuon_rc_exit_code(lrc);
         }
         preset = pname[0] ? pname : params_in;
-        if (nfitted && (!p.fitted_on[0] || !strcmp(p.fitted_on, "not fitted"))) {
+        if (nfitted && says_not_fitted(p.fitted_on)) {
             fprintf(stderr, "%s: error: --fitted-nodes: %s says it was not fitted (fitted_on "
                     "'%s'): no cell is in-sample\n", prog, params_in, p.fitted_on);
             return 2;
         }
-        if (nfitted)
-            note_fitted_on(prog, params_in, p.fitted_on, fitted, nfitted);
     }
+    /* what --save-params writes when nothing is fitted here */
+    const char *keep_fitted_on = p.fitted_on[0] ? p.fitted_on
+                               : params_in ? "not stated in the file it was read from"
+                               : "not fitted";
     dmuon_sched_opts so = {DMUON_PATH_AUTO, chunk, 0};
     if (!nfiles) {
         int code = 0;
@@ -1204,7 +1239,7 @@ int bench_predict_main(int argc, char **argv)
                             jobs, json_stdout, json, svg);
         if (!code && params_out) {   /* after the plan: a failed run saves nothing */
             if (dmuon_net_params_save(params_out, &p, mask, preset,
-                                      p.fitted_on[0] ? p.fitted_on : "not fitted") != DMUON_OK) {
+                                      keep_fitted_on) != DMUON_OK) {
                 fprintf(stderr, "%s: error: --save-params: %s\n", prog, dmuon_errmsg());
                 return 3;
             }
@@ -1218,8 +1253,14 @@ int bench_predict_main(int argc, char **argv)
     dmuon_net_case *fc = NULL;
     dmuon_net_line *fl = NULL;
     double *fm = NULL;
-    for (int i = 0; i < nfiles && rc == DMUON_OK; i++)
+    for (int i = 0; i < nfiles && rc == DMUON_OK; i++) {
         rc = read_rows(&cs, files[i]);
+        if (rc != DMUON_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", dmuon_errmsg());
+            rc = DMUON_FAIL(rc, "--cells: %s", why);
+        }
+    }
     for (int k = 0; k < cs.n && rc == DMUON_OK; k++) {
         rc = build_case(&cs.g[k], plans, &so);
         for (int i = 0; i < nfit; i++)
@@ -1234,6 +1275,8 @@ int bench_predict_main(int argc, char **argv)
             check_nodes_present("--fitted-nodes", fitted, nfitted, &cs, nb, sizeof nb);
         if (nb[0])
             rc = DMUON_FAIL(DMUON_EINVAL, "%s", nb);
+        else if (nfitted)
+            note_fitted_on(prog, params_in, p.fitted_on, fitted, nfitted);
     }
     int nmodel = 0;
     for (int k = 0; k < cs.n; k++)
@@ -1315,7 +1358,7 @@ int bench_predict_main(int argc, char **argv)
         if (w < (int)sizeof what)
             snprintf(what + w, sizeof what - (size_t)w, " (rms log error %.3f)", rms);
         rc = dmuon_net_params_save(params_out, &p, mask, preset,
-                                   nf ? what : p.fitted_on[0] ? p.fitted_on : "not fitted");
+                                   nf ? what : keep_fitted_on);
         if (rc != DMUON_OK) {
             fprintf(stderr, "%s: error: --save-params: %s\n", prog, dmuon_errmsg());
             code = 3;
@@ -1342,9 +1385,11 @@ int bench_predict_main(int argc, char **argv)
             printf("%s%d", i ? "," : " ", fit_nodes[i]);
         printf(" (%d cells, rms log error %.3f)\n", nf, rms);
     } else if (params_in) {
-        bool said = p.fitted_on[0] && strcmp(p.fitted_on, "not fitted");
+        bool said = p.fitted_on[0] && !says_not_fitted(p.fitted_on);
         printf("not fitted here: parameters from %s%s%s%s\n", params_in,
-               said ? " (fitted on " : " (the file says it was not fitted",
+               said ? " (fitted on " : p.fitted_on[0] ? " (the file says it was not fitted"
+                                                      : " (the file does not say what it was "
+                                                        "fitted on",
                said ? p.fitted_on : "", ")");
     } else {
         printf("not fitted: the preset's values\n");

@@ -328,9 +328,16 @@ void tool_stop_on_signal(volatile sig_atomic_t *flag)
     }
 }
 
-const char *tool_bad_option(const char *arg, const struct option *opts, char *buf, size_t n)
+const char *tool_bad_option(const char *arg, const struct option *opts, const char *shorts,
+                            char *buf, size_t n)
 {
     char hint[128];
+    const char *s = arg && arg[0] == '-' && arg[1] && arg[1] != '-' && arg[1] != ':' && !arg[2] &&
+                            shorts ? strchr(shorts, arg[1]) : NULL;
+    if (s && s[1] == ':') {
+        snprintf(buf, n, "option '%s' needs a value", arg);
+        return buf;
+    }
     /* a known option at the end of the line, or before another option: its value is missing */
     if (arg && arg[0] == '-' && arg[1] == '-' && !strchr(arg, '='))
         for (const struct option *o = opts; o->name; o++)
@@ -346,7 +353,7 @@ const char *tool_bad_option(const char *arg, const struct option *opts, char *bu
 void tool_unknown_option(const char *prog, const char *arg, const struct option *opts)
 {
     char msg[512];
-    fprintf(stderr, "%s: error: %s\n", prog, tool_bad_option(arg, opts, msg, sizeof msg));
+    fprintf(stderr, "%s: error: %s\n", prog, tool_bad_option(arg, opts, NULL, msg, sizeof msg));
 }
 
 /* msg without its leading "rank N: " prefixes */
@@ -438,7 +445,7 @@ const char *tool_suggest_option(const char *arg, const struct option *opts, char
         return buf;
     const char *name = arg + (arg[1] == '-' ? 2 : 1);
     size_t len = strcspn(name, "=");
-    if (len == 0 || len >= 64)
+    if (len < 2 || len >= 64)   /* "-x": nothing to go by */
         return buf;
     const char *best = NULL;
     int best_d = 1 << 30;

@@ -100,11 +100,12 @@ const char *tool_suggest_option(const char *arg, const struct option *opts, char
                                 size_t n);
 
 /* Writes into buf[0..n) what is wrong with an option getopt_long did not
- * take: "option 'ARG' needs a value" when ARG is a long option of opts that
- * takes one (given last, or before another option), else "unknown option or
- * missing value 'ARG'" and the suggestion of tool_suggest_option; returns
- * buf. */
-const char *tool_bad_option(const char *arg, const struct option *opts, char *buf, size_t n);
+ * take: "option 'ARG' needs a value" when ARG is a long option of opts, or a
+ * short option of the getopt string shorts (NULL: none), that takes one
+ * (given last, or before another option), else "unknown option or missing
+ * value 'ARG'" and the suggestion of tool_suggest_option; returns buf. */
+const char *tool_bad_option(const char *arg, const struct option *opts, const char *shorts,
+                            char *buf, size_t n);
 
 /* Prints "PROG: error: " and tool_bad_option's text on stderr: every tool's
  * message for an option getopt_long did not take. */

@@ -27,6 +27,8 @@
 #include "dmuon/plan.h"
 #include "common/opt.h"
 
+/* dmuon-plan's short options, for getopt_long and tool_bad_option */
+#define PLAN_SHORTS "n:g:N:o:vh"
 #define MAX_PATTERNS 64
 
 static const char usage[] =
@@ -1073,7 +1075,7 @@ static int tool_main(int argc, char **argv)
             return usage_error("%s", err);                                             \
         dst = v;                                                                       \
     } while (0)
-    while ((ch = getopt_long(argc, argv, "n:g:N:o:vh", opts, &li)) != -1) {
+    while ((ch = getopt_long(argc, argv, PLAN_SHORTS, opts, &li)) != -1) {
         if (ch != '?' && ch != ':' && nflags < 64)
             flags_seen[nflags++] = opt_name(opts, li, ch);
         li = -1;
@@ -1222,14 +1224,12 @@ static int tool_main(int argc, char **argv)
         case O_VERSION:
             tool_print_version("dmuon-plan", argc, argv);
             return 0;
-        default:
-            if (optopt > 0 && optopt < 128 && isprint(optopt))
-                fprintf(stderr, "dmuon-plan: error: unknown option '-%c' or missing value\n",
-                        optopt);
-            else
-                tool_unknown_option("dmuon-plan", argv[optind - 1], opts);
-            fprintf(stderr, "(see dmuon-plan --help)\n");
+        default: {
+            char msg[400];
+            fprintf(stderr, "dmuon-plan: error: %s\n(see dmuon-plan --help)\n",
+                    tool_bad_option(argv[optind - 1], opts, PLAN_SHORTS, msg, sizeof msg));
             return 2;
+        }
         }
     }
     int rest = argc - optind;
