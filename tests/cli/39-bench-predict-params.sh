@@ -81,12 +81,16 @@ ln -s "$T_TMP/nowhere/x" "$T_TMP/dangling"
 run "$B" predict --params "$H" --plan "$T_TMP/p.plan" --json-file "$T_TMP/dangling"
 check_rc 2 "an output on a symbolic link to nothing"
 check_err "a symbolic link to nothing" "says so"
-python3 - "$DMUON_ROOT/tools/bench/paper/tables.json" "$T_TMP/wrong.json" <<'PY'
+# two rows of the paper's 2-node cells, the second with FIELD = VALUE
+two_rows() {   # OUT FIELD VALUE
+    python3 - "$DMUON_ROOT/tools/bench/paper/tables.json" "$@" <<'PY'
 import json, sys
-rows = json.load(open(sys.argv[1]))[:2]
-rows[1]["wrong"] = 5
+rows = [r for r in json.load(open(sys.argv[1])) if r["nodes"] == 2][:2]
+rows[1][sys.argv[3]] = int(sys.argv[4])
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
 PY
+}
+two_rows "$T_TMP/wrong.json" wrong 5
 run "$B" predict --params "$H" --cells "$T_TMP/wrong.json"
 check_rc 2 "a row whose results were wrong"
 check_err "wrong.json:[0-9]+: wrong = 5: a run whose results were wrong is not a measurement" \
@@ -230,12 +234,7 @@ check_err "says it was not fitted" "read as not fitted, any case and blanks"
 run "$B" predict --preset H100 --plan "$T_TMP/p.plan"
 check_rc 0 "--preset in upper case"
 check_err "tools/bench/params/h100.json holds the shipped" "points to the file that exists"
-python3 - "$TAB" "$T_TMP/t0.json" <<'PY'
-import json, sys
-rows = [r for r in json.load(open(sys.argv[1])) if r["nodes"] == 2][:2]
-rows[1]["time_us"] = 0
-json.dump(rows, open(sys.argv[2], "w"), indent=1)
-PY
+two_rows "$T_TMP/t0.json" time_us 0
 run "$B" predict --params "$H" --cells "$T_TMP/t0.json"
 check_rc 2 "a row with time_us 0"
 check_err "^dmuon-bench predict: error: --cells: .*t0.json:[0-9]*: time_us = 0: expected" \
