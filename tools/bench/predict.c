@@ -986,8 +986,8 @@ static bool says_not_fitted(const char *f)
 }
 
 /* A note when a file's fitted_on, as --save-params writes it ("N cells of
- * nodes 2,8 of FILE ..."), names other node counts than --fitted-nodes;
- * silent when it names none (fitted_on is free text). */
+ * nodes 2,8 of FILE ..."), names other node counts than --fitted-nodes, or
+ * names none (fitted_on is free text) or is missing. */
 static void note_fitted_on(const char *prog, const char *file, const char *fitted_on,
                            const int *list, int n)
 {
