@@ -632,6 +632,21 @@ static dmuon_rc gather_late(mpi_group *g)
 
 /* ---------------------------------------------------- ReduceScatterV ---- */
 
+/* The nin ≥ 1 incoming BF16 partials of n elements from `at`, summed
+ * a = in_0; a = rnd(a + in_i) in scratch (n elements): in_0 itself when
+ * there is one. */
+static const uint16_t *bf16_partials(unsigned char *const *in, int nin, int64_t at, int64_t n,
+                                     uint16_t *scratch)
+{
+    const uint16_t *i0 = (const uint16_t *)in[0] + at;
+    if (nin == 1)
+        return i0;
+    memcpy(scratch, i0, (size_t)n * 2);
+    for (int i = 1; i < nin; i++)
+        dmuon_bf16_add(scratch, scratch, (const uint16_t *)in[i] + at, (size_t)n);
+    return scratch;
+}
+
 /* Computes n elements of a chunk, starting `at` elements into it: dst =
  * the documented sum of the node's K inputs and the nin incoming partials
  * (binary32 partials when f32p).  Block by block (reduce_chunk) so the
@@ -654,15 +669,8 @@ static void reduce_block(mpi_group *g, const dmuon_chunk *c, int64_t at, int64_t
             dmuon_bf16_add(o, x0, x1, (size_t)n);
             return;
         }
-        const uint16_t *a = (const uint16_t *)in[0] + at;
-        if (nin > 1) {
-            uint16_t *s = (uint16_t *)(l + REDUCE_BLOCK);
-            memcpy(s, a, (size_t)n * 2);
-            for (int i = 1; i < nin; i++)
-                dmuon_bf16_add(s, s, (const uint16_t *)in[i] + at, (size_t)n);
-            a = s;
-        }
-        dmuon_bf16_add_pair(o, a, x0, x1, (size_t)n);
+        dmuon_bf16_add_pair(o, bf16_partials(in, nin, at, n, (uint16_t *)(l + REDUCE_BLOCK)),
+                            x0, x1, (size_t)n);
         return;
     }
     /* L = Σ_j x_j in binary32, local-rank order */
@@ -697,16 +705,8 @@ static void reduce_block(mpi_group *g, const dmuon_chunk *c, int64_t at, int64_t
         dmuon_bf16_from_f32(o, l, (size_t)n);
         return;
     }
-    const uint16_t *i0 = (const uint16_t *)in[0] + at;
-    if (nin == 1) {
-        dmuon_bf16_add_rounded(o, i0, l, (size_t)n);
-        return;
-    }
-    uint16_t *a = (uint16_t *)(l + REDUCE_BLOCK);
-    memcpy(a, i0, (size_t)n * 2);
-    for (int i = 1; i < nin; i++)
-        dmuon_bf16_add(a, a, (const uint16_t *)in[i] + at, (size_t)n);
-    dmuon_bf16_add_rounded(o, a, l, (size_t)n);
+    dmuon_bf16_add_rounded(o, bf16_partials(in, nin, at, n, (uint16_t *)(l + REDUCE_BLOCK)), l,
+                           (size_t)n);
 }
 
 /* Computes one chunk (reduce_block over its blocks). */

@@ -1287,8 +1287,6 @@ int bench_predict_main(int argc, char **argv)
     for (int k = 0; k < cs.n; k++)
         for (int l = 0; l < DMUON_NET_LINE_COUNT; l++)
             nf += cs.g[k].fit && cs.g[k].meas[l] > 0;
-    if (rc == DMUON_OK && nfit && !nf)
-        rc = DMUON_FAIL(DMUON_EINVAL, "no cell has the --fit-nodes node counts");
     double rms = 0;
     if (rc == DMUON_OK && nf) {
         fc = malloc((size_t)nf * sizeof *fc);
@@ -1339,8 +1337,6 @@ int bench_predict_main(int argc, char **argv)
                 nin++;
             }
     }
-    if (rc == DMUON_OK && nfitted && !nin)
-        rc = DMUON_FAIL(DMUON_EINVAL, "no cell has the --fitted-nodes node counts");
     double in_rms = nin ? sqrt(insq / nin) : 0;
     if (rc != DMUON_OK) {
         fprintf(stderr, "%s: error: %s\n", prog, dmuon_errmsg());
