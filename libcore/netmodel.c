@@ -1464,6 +1464,23 @@ static const char *param_range(int i, double x, int tree)
     }
 }
 
+/* A text field of a parameter file (preset, fitted_on): absent, or a JSON
+ * string.  libyaml reads null, true and numbers as text too; those are
+ * refused here, naming the field and what was found. */
+static dmuon_rc text_field(dmuon_doc *doc, yaml_node_t *root, const char *path, const char *key,
+                           const char **out)
+{
+    yaml_node_t *n = dmuon_doc_get(doc, root, key);
+    if (n && (n->type != YAML_SCALAR_NODE || n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)) {
+        const char *s = dmuon_doc_str(n);
+        return DMUON_FAIL(DMUON_EPARSE, "%s:%d: field '%s': expected a string in quotes, got "
+                          "%s%.60s", path, dmuon_doc_line(n), key,
+                          s ? "" : n->type == YAML_SEQUENCE_NODE ? "a list" : "an object",
+                          s ? s : "");
+    }
+    return dmuon_doc_field_str(doc, root, key, false, out);
+}
+
 dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *free_mask,
                                char *preset, size_t preset_len)
 {
@@ -1502,9 +1519,9 @@ dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *
             goto done;
         }
     }
-    DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, root, "preset", false, &name), done);
+    DMUON_TRY_GOTO(rc, text_field(&doc, root, path, "preset", &name), done);
     const char *fitted = "";
-    DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&doc, root, "fitted_on", false, &fitted), done);
+    DMUON_TRY_GOTO(rc, text_field(&doc, root, path, "fitted_on", &fitted), done);
     snprintf(q.fitted_on, sizeof q.fitted_on, "%s", fitted);
     DMUON_TRY_GOTO(rc, dmuon_doc_field_bool(&doc, root, "mcast", true, &mcast), done);
     DMUON_TRY_GOTO(rc, dmuon_doc_field_bool(&doc, root, "tree", true, &tree), done);

@@ -218,7 +218,19 @@ d = json.load(open(sys.argv[1]))
 e = dict(d); del e["fitted_on"]; json.dump(e, open(f"{sys.argv[2]}/nofo.json", "w"))
 e = dict(d); e["fitted_on"] = "hello"; json.dump(e, open(f"{sys.argv[2]}/hello.json", "w"))
 e = dict(d); e["fitted_on"] = " Not Fitted "; json.dump(e, open(f"{sys.argv[2]}/nf.json", "w"))
+for name, v in (("fonull", None), ("fonum", 2), ("fotrue", True)):
+    e = dict(d); e["fitted_on"] = v; json.dump(e, open(f"{sys.argv[2]}/{name}.json", "w"))
+e = dict(d); e["preset"] = 7; json.dump(e, open(f"{sys.argv[2]}/prenum.json", "w"))
 PY
+for f in fonull:null fonum:2 fotrue:true; do
+    run "$B" predict --params "$T_TMP/${f%%:*}.json" --cells "$TAB" --fitted-nodes 2
+    check_rc 2 "fitted_on ${f#*:} (not a string)"
+    check_err "${f%%:*}.json:[0-9]*: field 'fitted_on': expected a string in quotes, got ${f#*:}" \
+        "names file, line, field and value"
+done
+run "$B" predict --params "$T_TMP/prenum.json" --cells "$TAB"
+check_rc 2 "preset 7 (not a string)"
+check_err "prenum.json:[0-9]*: field 'preset': expected a string in quotes, got 7" "names the field"
 run "$B" predict --params "$T_TMP/nofo.json" --cells "$TAB" --fitted-nodes 2 --save-params "$T_TMP/re.json"
 check_rc 0 "--fitted-nodes with a file without fitted_on"
 check_err "nofo.json has no fitted_on: nothing to check --fitted-nodes against" "notes it"

@@ -277,7 +277,8 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
  * its range: bandwidths of at least 1e3 bytes/s (0 where 0 means off),
  * times of at most 1000 s, ring_eff in (0, 1], sizes up to 2^50 bytes,
  * channels and coal_slices whole from 1 to 4096; an unknown name in params
- * or free, a top-level field other than those above). */
+ * or free, a top-level field other than those above, a preset or
+ * fitted_on that is not a string in quotes: null, true or a number). */
 dmuon_rc dmuon_net_params_save(const char *path, const dmuon_net_params *p, unsigned free_mask,
                                const char *preset, const char *fitted_on);
 dmuon_rc dmuon_net_params_load(const char *path, dmuon_net_params *p, unsigned *free_mask,
