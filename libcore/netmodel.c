@@ -137,8 +137,8 @@ typedef struct {
     int *srail;                 /* per stream: its rail */
     const dmuon_sched *cs;      /* the schedule replayed (gather, reduce) */
     const dmuon_pub_sched *ps;  /* or the publish schedule */
-    unsigned char *sfan;        /* publish: per stream, 1 when it takes the fan-out
-                                   route (NULL: none does) */
+    unsigned char *sroute;      /* publish: per stream, its dmuon_pub_route (NULL:
+                                   every stream takes the chain) */
     int *rin, *rout;            /* scratch: one route (R entries each) */
     int *need;                  /* per job: inputs still to arrive */
     double *ready;              /* per job: latest input arrival (of its first part, when
@@ -155,34 +155,21 @@ typedef struct {
     dmuon_net_counts *cnt;      /* NULL: not counted */
 } replay;
 
-/* The route of stream st at node: fills r->rin (nodes it receives from)
- * and r->rout (nodes it sends to), asked of the schedule each time (no
- * table of routes is kept: memory stays linear in the ranks); returns the
- * input count and stores the output count in *nout. */
-static int route_at(replay *r, int st, int node, int *nout)
+/* The route of chunk c of stream st at node: fills r->rin (nodes it
+ * receives from) and r->rout (nodes it sends to), asked of the schedule
+ * each time (no table of routes is kept: memory stays linear in the
+ * ranks); returns the input count and stores the output count in *nout.
+ * A publish chunk is a message of dmuon_pub_sched_msg (on the relay, the
+ * stream's k-th job is its message k, merged chunks or not). */
+static int route_at(replay *r, int st, int64_t c, int node, int *nout)
 {
     if (r->cs)
         return dmuon_sched_route(r->cs, st / r->K, node, r->rin, r->rout, nout);
-    int prev = -1, next = -1, nin = 0;
-    *nout = 0;
-    if (r->sfan && r->sfan[st]) {
-        /* fan-out: the owner's node sends to the R − 1 others itself, in
-         * the order of mpi_publish.c (owner's node + 1, + 2, ...) */
-        int q = r->ps->params[st].route[0];
-        if (node != q) {
-            r->rin[0] = q;
-            return 1;
-        }
-        for (int j = 0; j < r->R - 1; j++)
-            r->rout[(*nout)++] = (q + 1 + j) % r->R;
-        return 0;
-    }
-    dmuon_pub_sched_hop(r->ps, st, node, &prev, &next);
-    if (prev >= 0)
-        r->rin[nin++] = prev;
-    if (next >= 0)
-        r->rout[(*nout)++] = next;
-    return nin;
+    dmuon_pub_route rt = r->sroute ? (dmuon_pub_route)r->sroute[st] : DMUON_PUB_CHAIN;
+    int from = dmuon_pub_sched_msg(r->ps, st, rt, (int)(c - r->sfirst[st]), node, r->rout,
+                                   nout);
+    r->rin[0] = from;
+    return from >= 0;
 }
 
 /* A message of b bytes from node a to node z on rail s, issued at t:
@@ -244,7 +231,7 @@ static int run_job(replay *r, int64_t j, double t, double *free_at)
     int64_t c = j % r->nc;
     int st = r->stream_of[c], s = r->srail[st], K = r->K;
     double b = r->bytes[c];
-    int nout = 0, nin = route_at(r, st, node, &nout);
+    int nout = 0, nin = route_at(r, st, c, node, &nout);
     int *out = r->rout;
     double m = r->mult[c], x = t + v[DMUON_NP_CHUNK_OH] * m;
     if (r->kind == 0) {
@@ -334,7 +321,7 @@ static void replay_free(replay *r)
     free(r->node_tx);
     free(r->node_rx);
     free(r->node_in);
-    free(r->sfan);
+    free(r->sroute);
     free(r->h.v);
 }
 
@@ -404,11 +391,11 @@ static dmuon_rc replay_run(replay *r, int by_stream, double *seconds)
     for (int st = 0; st < r->ns; st++) {
         for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++)
             r->stream_of[c] = st;
-        for (int node = 0; node < R; node++) {
-            int nout = 0, nin = route_at(r, st, node, &nout);
-            for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++)
-                r->need[node * r->nc + c] = nin;
-        }
+        for (int node = 0; node < R; node++)
+            for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++) {
+                int nout = 0;
+                r->need[node * r->nc + c] = route_at(r, st, c, node, &nout);
+            }
         maxn = dmax((double)maxn, (double)(r->sfirst[st + 1] - r->sfirst[st]));
     }
     dmuon_rc rc = DMUON_OK;
@@ -548,7 +535,9 @@ static dmuon_rc replay_collv(const dmuon_net_params *p, const dmuon_sched *s, in
 }
 
 /* Replays a publish schedule: one stream per parameter, on its rail,
- * along its route (dmuon_pub_sched_hop). */
+ * along its route: the chain, or with pub_fanout > 0 on R > 2 nodes the
+ * MPI backend's routes by size (fan-out up to pub_fanout bytes, the relay
+ * above; dmuon_pub_sched_msg). */
 static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched *s,
                                int64_t max_jobs, dmuon_net_counts *cnt, double *seconds)
 {
@@ -561,7 +550,7 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
     r.ps = s;
     r.cnt = cnt;
     double fan = p->v[DMUON_NP_PUB_FANOUT];
-    if (R > 2 && fan > 0 && !(r.sfan = calloc((size_t)s->nparams + 1, 1))) {
+    if (R > 2 && fan > 0 && !(r.sroute = calloc((size_t)s->nparams + 1, 1))) {
         replay_free(&r);
         return DMUON_FAIL(DMUON_ENOMEM, "network model: out of memory");
     }
@@ -569,11 +558,11 @@ static dmuon_rc replay_publish(const dmuon_net_params *p, const dmuon_pub_sched 
     int64_t c = 0;
     for (int i = 0; i < s->nparams; i++) {
         const dmuon_pub_param *pp = &s->params[i];
-        if (r.sfan) {
+        if (r.sroute) {
             double pb = 0;
             for (int k = 0; k < pp->nchunks; k++)
                 pb += (double)s->chunks[pp->first + k].bytes;
-            r.sfan[i] = pb <= fan;
+            r.sroute[i] = (unsigned char)(pb <= fan ? DMUON_PUB_FANOUT : DMUON_PUB_RELAY);
         }
         r.sfirst[i] = c;
         r.srail[i] = pp->rail;

@@ -4,25 +4,39 @@
  * the public layer (publish.c) checked.
  *
  * The chunks come from the publish schedule (sched.c, dmuon_pub_sched).
- * The route is chosen here, per parameter, by size:
+ * The route is chosen here, per parameter, by size (R > 2 nodes; with two
+ * every route is the same single hop):
  *   chain    (the schedule's route) route[0] → route[1] → … → route[R−1]:
  *            every link carries the parameter once; R − 1 hops in a row,
  *            each forwarding a chunk the moment it has arrived;
  *   fan-out  the owner's rank sends every chunk to the R − 1 leaders
- *            itself: one hop, the owner's link carries it R − 1 times.
+ *            itself: one hop, the owner's link carries it R − 1 times;
+ *   relay    the owner's rank sends message m to one leader only, the
+ *            (m mod (R − 1))-th after its own node, which forwards it to
+ *            the R − 2 other leaders the moment it has arrived: two hops,
+ *            the owner's link carries the parameter once and each leader's
+ *            about (R − 2)/(R − 1) of it (a scatter, then an all-gather
+ *            whose pieces go on as they land).
  * A parameter of at most fanout_bytes takes the fan-out (a step of small
- * parameters pays per-hop latency, not link time); larger ones the chain.
- * The limit is DMUON_PUBLISH_FANOUT_BYTES (bytes; 0: never) or
- * FANOUT_BYTES_DEFAULT, the same on every rank (create checks it).
+ * parameters pays per-hop latency, not link time); a larger one the relay,
+ * which bounds every rank's sends by about the parameter's size in two
+ * hops, where the chain needs R − 1.  The limit is
+ * DMUON_PUBLISH_FANOUT_BYTES (bytes; 0: no parameter fans out) or
+ * FANOUT_BYTES_DEFAULT; DMUON_PUBLISH_ROUTE (auto, fan-out, relay or chain;
+ * unset: auto, the rule above) sends every parameter by one route.  Both
+ * must be the same on every rank (create checks them).
  *
  * Messages: a fan-out parameter travels one schedule chunk per message
- * (eager-sized: no handshake).  A chain parameter travels in messages of
- * whole chunks of up to message_bytes (DMUON_PUBLISH_MESSAGE_BYTES or
- * MESSAGE_BYTES_DEFAULT; 0: one chunk each), then its last chunk alone: a
- * message above Open MPI's TCP pipeline size (192 KiB) lands in the
- * receiver's copy straight from the socket, where an eager chunk is copied
- * once more out of the transport's buffer, and the chain's per-byte CPU is
- * what bounds it when ranks outnumber cores (docs/operators.md).
+ * (eager-sized: no handshake).  A chain or relay parameter travels in
+ * messages of whole chunks of up to message_bytes
+ * (DMUON_PUBLISH_MESSAGE_BYTES or MESSAGE_BYTES_DEFAULT; 0: one chunk each;
+ * on the relay also at most ⌈(chunks − 1)/(R − 1)⌉ chunks, so that every
+ * leader relays a message when there are enough), then its last chunk
+ * alone: a message above Open MPI's TCP pipeline size (192 KiB) lands in
+ * the receiver's copy straight from the socket, where an eager chunk is
+ * copied once more out of the transport's buffer, and the per-byte CPU is
+ * what bounds a large parameter when ranks outnumber cores
+ * (docs/operators.md).
  *
  * Wire format, per parameter p of rail s, on the publish's own duplicate of
  * the rail communicator with tag p: the chunks of p in increasing offset;
@@ -30,16 +44,18 @@
  * parameter of one chunk costs one message per hop.  Each hop receives the
  * chunks straight into its copy, the last one into a small per-parameter
  * tail buffer, and forwards every chunk the moment it has arrived, in
- * chunk order; MPI's non-overtaking order matches the i-th message to the
- * i-th receive, so the step can only complete a round after every chunk of
- * that round.
+ * chunk order; MPI's non-overtaking order matches the i-th message from a
+ * source to the i-th receive posted for that source (on the relay a leader
+ * receives from the owner and from every other leader, each in increasing
+ * message order), so the step can only complete a round after every chunk
+ * of that round.
  *
  * One persistent pipeline per rail: create builds every message of a step
  * this rank takes part in once, as persistent requests (MPI_Recv_init /
  * MPI_Send_init on the copy and the tail buffers), in two arrays — the
  * rail's receives and its sends.  begin starts every receive of the step
  * with one MPI_Startall; post starts the parameter's prebuilt sends; an
- * arrival starts the prebuilt forwards of its chunk.  Consecutive
+ * arrival starts the prebuilt forwards of its message.  Consecutive
  * parameters of a step therefore stream through requests that already
  * exist, with nothing set up per call; every chunk of every posted
  * parameter is in flight at once (eager-sized chunks, as deep as the step).
@@ -58,6 +74,7 @@
  */
 #include "dmuon/publish.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,28 +91,41 @@
 /* The largest message of a chain parameter by default (see above). */
 #define MESSAGE_BYTES_DEFAULT (1024 * 1024)
 
+/* $DMUON_PUBLISH_ROUTE unset or auto: each parameter's route by its size */
+#define ROUTE_AUTO (-1)
+
 typedef struct {
     int idx;                 /* parameter index in the table */
     int owner_node;
     int lead;                /* 1: this rank receives it; 0: this rank owns it */
     int prev, next;          /* rail ranks (= node ids) on the schedule's chain;
-                                next −1 when last */
-    int fan;                 /* 1: the fan-out route (prev = the owner's node) */
-    int nout;                /* sends per chunk: R − 1 (fan-out owner), 1 or 0 */
+                                next −1 when last (chain only) */
+    dmuon_pub_route route;   /* chain, fan-out or relay (dmuon/sched.h) */
+    int pos;                 /* relay: this leader relays the messages m with
+                                m mod (R − 1) = pos (its hop − 1); −1 for the
+                                owner */
+    int nout;                /* sends per message (relay leader: per message it
+                                relays): R − 1 (fan-out owner), R − 2 (relay
+                                leader), 1 or 0 */
     int nchunks;
     const dmuon_pub_chunk *chunks;   /* its chunks in the schedule */
     int group;               /* chunks per message, the last chunk apart */
     int nmsg;                /* messages: ⌈(nchunks − 1) / group⌉ + 1 */
     /* per-step state */
-    int got;                 /* messages received and forwarded, in order (lead) */
+    int got;                 /* messages received (and on the chain forwarded), in
+                                order (lead) */
+    int fwd;                 /* relay leader: the next message it relays that is
+                                not forwarded yet */
     int round_done;
     int64_t flag;            /* arrival flag: step of the last complete round */
     int64_t in_step;
     unsigned char *tail;     /* last chunk + 8-byte step */
     int tail_bytes;          /* data bytes of the last chunk */
     int rx0;                 /* its receives: rx[rx0 .. rx0 + nmsg) (lead) */
-    MPI_Request *sreq;       /* nmsg × nout persistent sends: message m to
-                                destination j at m·nout + j */
+    MPI_Request *sreq;       /* persistent sends, nout per message: message m to
+                                destination j at m·nout + j; for a relay
+                                leader only the messages it relays, m at
+                                (m / (R − 1))·nout + j */
 } param_state;
 
 typedef struct {
@@ -113,7 +143,9 @@ typedef struct {
     unsigned char *copy;
     int64_t copy_bytes, chunk_bytes;
     int64_t fanout_bytes;    /* parameters of at most this many bytes fan out */
-    int64_t message_bytes;   /* chain messages of up to this many bytes */
+    int64_t message_bytes;   /* chain and relay messages of up to this many bytes */
+    int route;               /* ROUTE_AUTO, or the dmuon_pub_route every
+                                parameter takes */
     int deadline_ms;
     int64_t step;            /* current step (0 before the first) */
     int open;                /* between begin and end */
@@ -138,6 +170,26 @@ typedef struct {
 static void mpi_publish_free(dmuon_publish *pub);
 static int pipeline_init(mpi_pub *p);
 
+/* The route of a parameter of `bytes` bytes (see the top of the file). */
+static dmuon_pub_route route_of(const mpi_pub *p, int64_t bytes)
+{
+    if (p->topo->nodes <= 2)
+        return DMUON_PUB_CHAIN;   /* one leader: every route is the same one hop */
+    if (p->route != ROUTE_AUTO)
+        return (dmuon_pub_route)p->route;
+    return bytes <= p->fanout_bytes ? DMUON_PUB_FANOUT : DMUON_PUB_RELAY;
+}
+
+/* The messages ps sends on: every message for the owner, the ones it
+ * relays (m ≡ pos mod R − 1) for a relay leader, every one for a chain
+ * leader that forwards; a fan-out leader sends nothing (nout 0). */
+static int relayed(const param_state *ps, int R)
+{
+    if (ps->route != DMUON_PUB_RELAY || !ps->lead)
+        return ps->nmsg;
+    return ps->pos < ps->nmsg ? (ps->nmsg - 1 - ps->pos) / (R - 1) + 1 : 0;
+}
+
 static int64_t param_bytes(const dmuon_segment *s)
 {
     return s->count * (int64_t)dmuon_dtype_size(s->dtype);
@@ -157,6 +209,22 @@ static int env_bytes(const char *name, int64_t dflt, int64_t max, int64_t *bytes
         return -1;
     *bytes = v;
     return 0;
+}
+
+/* The route $DMUON_PUBLISH_ROUTE names: unset or empty is auto.  Returns 0,
+ * or −1 for a name that is not one. */
+static int route_parse(const char *val, int *route)
+{
+    static const char *const names[] = {"auto", "chain", "fan-out", "relay"};
+    *route = ROUTE_AUTO;
+    if (!val || !*val)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(val, names[i])) {
+            *route = i - 1;
+            return 0;
+        }
+    return -1;
 }
 
 /* Agrees one variable over the world: every rank read it well and the same.
@@ -218,6 +286,16 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             goto fail;
         }
     }
+    {
+        const char *val = getenv("DMUON_PUBLISH_ROUTE");
+        int bad = route_parse(val, &p->route) != 0;
+        if (env_agree(t, bad, p->route)) {
+            rc = DMUON_FAIL(DMUON_EINVAL, "DMUON_PUBLISH_ROUTE: expected the same route on every "
+                            "rank, one of auto, fan-out, relay or chain (this rank: '%s')",
+                            val ? val : "unset");
+            goto fail;
+        }
+    }
     p->slot_of = malloc((n ? (size_t)n : 1) * sizeof *p->slot_of);
     p->mine = calloc(n ? (size_t)n : 1, sizeof *p->mine);
     fail = !p->slot_of || !p->mine;
@@ -231,21 +309,26 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             ps->idx = i;
             ps->owner_node = params[i].owner / K;
             ps->lead = ps->owner_node != r;
-            dmuon_pub_sched_hop(p->sched, i, r, &ps->prev, &ps->next);
-            ps->fan = R > 2 && param_bytes(&params[i]) <= p->fanout_bytes;
-            if (ps->fan) {
-                ps->prev = ps->lead ? ps->owner_node : -1;
-                ps->next = -1;
-            }
-            ps->nout = ps->fan && !ps->lead ? R - 1 : ps->next >= 0;
+            ps->pos = dmuon_pub_sched_hop(p->sched, i, r, &ps->prev, &ps->next) - 1;
+            ps->route = route_of(p, param_bytes(&params[i]));
+            ps->nout = ps->route == DMUON_PUB_FANOUT ? (ps->lead ? 0 : R - 1)
+                       : ps->route == DMUON_PUB_RELAY ? (ps->lead ? R - 2 : 1)
+                                                      : ps->next >= 0;
             ps->nchunks = p->sched->params[i].nchunks;
             ps->chunks = p->sched->chunks + p->sched->params[i].first;
-            const int64_t per = p->message_bytes / p->sched->chunk_bytes;
-            ps->group = ps->fan || per < 1 ? 1 : per > INT_MAX ? INT_MAX : (int)per;
+            int64_t per = p->message_bytes / p->sched->chunk_bytes;
+            if (ps->route == DMUON_PUB_RELAY) {
+                /* at least one message for each of the R − 1 relays where
+                 * the chunks allow it */
+                const int64_t even = (ps->nchunks - 1 + R - 2) / (R - 1);
+                per = per < even ? per : even;
+            }
+            ps->group = ps->route == DMUON_PUB_FANOUT || per < 1 ? 1
+                        : per > INT_MAX ? INT_MAX : (int)per;
             ps->nmsg = 1 + (ps->nchunks - 1 + ps->group - 1) / ps->group;
             ps->rx0 = (int)nrx;
             nrx += ps->lead ? (size_t)ps->nmsg : 0;
-            ntx += (size_t)ps->nmsg * (size_t)ps->nout;
+            ntx += (size_t)relayed(ps, R) * (size_t)ps->nout;
             p->slot_of[i] = p->nmine++;
         }
         fail = nrx > INT_MAX || ntx > INT_MAX;
@@ -283,7 +366,7 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
         for (int m = 0; ps->lead && m < ps->nmsg; m++)
             p->rx_slot[ps->rx0 + m] = i;
         ps->sreq = sq;
-        sq += (size_t)ps->nmsg * (size_t)ps->nout;
+        sq += (size_t)relayed(ps, p->topo->nodes) * (size_t)ps->nout;
     }
     fail = MPI_Comm_dup(t->rail, &p->rail) != MPI_SUCCESS ||
            MPI_Comm_dup(t->node, &p->node) != MPI_SUCCESS;
@@ -379,25 +462,30 @@ static void msg_wire(const mpi_pub *p, const param_state *ps, int m, unsigned ch
  * failed (what was built is freed by pub_free). */
 static int pipeline_init(mpi_pub *p)
 {
-    const int R = p->topo->nodes;
-    for (int i = 0; i < p->nmine; i++) {
+    const int R = p->topo->nodes, r = p->topo->node_id;
+    int *to = malloc((size_t)R * sizeof *to), rc = to ? 0 : -1;
+    for (int i = 0; i < p->nmine && !rc; i++) {
         param_state *ps = &p->mine[i];
-        for (int m = 0; m < ps->nmsg; m++) {
+        const int by_relay = ps->route == DMUON_PUB_RELAY && ps->lead;
+        for (int m = 0; m < ps->nmsg && !rc; m++) {
             unsigned char *ptr;
-            int bytes;
+            int bytes, nto = 0;
             msg_wire(p, ps, m, &ptr, &bytes);
-            if (ps->lead && MPI_Recv_init(ptr, bytes, MPI_BYTE, ps->prev, ps->idx, p->rail,
+            const int from = dmuon_pub_sched_msg(p->sched, ps->idx, ps->route, m, r, to, &nto);
+            assert(nto == ps->nout || (by_relay && nto == 0));
+            if (ps->lead && MPI_Recv_init(ptr, bytes, MPI_BYTE, from, ps->idx, p->rail,
                                           &p->rx[ps->rx0 + m]) != MPI_SUCCESS)
-                return -1;
-            for (int j = 0; j < ps->nout; j++) {
-                const int to = ps->fan ? (ps->owner_node + 1 + j) % R : ps->next;
-                if (MPI_Send_init(ptr, bytes, MPI_BYTE, to, ps->idx, p->rail,
-                                  &ps->sreq[(size_t)m * ps->nout + j]) != MPI_SUCCESS)
-                    return -1;
-            }
+                rc = -1;
+            /* a relay leader holds sends for the messages it relays only */
+            const size_t at = (size_t)(by_relay ? m / (R - 1) : m) * ps->nout;
+            for (int j = 0; j < nto && !rc; j++)
+                if (MPI_Send_init(ptr, bytes, MPI_BYTE, to[j], ps->idx, p->rail,
+                                  &ps->sreq[at + j]) != MPI_SUCCESS)
+                    rc = -1;
         }
     }
-    return 0;
+    free(to);
+    return rc;
 }
 
 /* Starts the prebuilt sends of messages [m0, m1) of ps to every
@@ -425,6 +513,7 @@ static dmuon_rc pub_begin(mpi_pub *p, int64_t step)
     p->open = 1;
     for (int i = 0; i < p->nmine; i++) {
         p->mine[i].got = 0;
+        p->mine[i].fwd = p->mine[i].pos;
         p->mine[i].round_done = 0;
     }
     memset(p->rx_done, 0, (size_t)p->nrx);
@@ -475,6 +564,14 @@ static dmuon_rc pub_post(mpi_pub *p, int param, int64_t step)
 static dmuon_rc advance(mpi_pub *p, param_state *ps)
 {
     const int m0 = ps->got;
+    const int relay = ps->route == DMUON_PUB_RELAY, R = p->topo->nodes;
+    /* relay: the messages this leader relays come from the owner in order,
+     * and go on the moment they arrive, whatever else is still out */
+    for (; relay && ps->fwd < ps->nmsg && p->rx_done[ps->rx0 + ps->fwd]; ps->fwd += R - 1)
+        if (MPI_Startall(ps->nout, &ps->sreq[(size_t)(ps->fwd / (R - 1)) * ps->nout]) !=
+            MPI_SUCCESS)
+            return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Startall of parameter %d's forwards "
+                              "of message %d failed", ps->idx, ps->fwd);
     while (ps->got < ps->nmsg && p->rx_done[ps->rx0 + ps->got])
         ps->got++;
     if (ps->got == m0)
@@ -486,7 +583,8 @@ static dmuon_rc advance(mpi_pub *p, param_state *ps)
         memcpy(ptr, ps->tail, (size_t)bytes);
         memcpy(&ps->in_step, ps->tail + bytes, 8);
     }
-    DMUON_TRY(start_msgs(p, ps, m0, ps->got));
+    if (!relay)
+        DMUON_TRY(start_msgs(p, ps, m0, ps->got));
     if (ps->got == ps->nmsg) {
         ps->flag = ps->in_step;
         ps->round_done = 1;
@@ -535,12 +633,16 @@ static dmuon_rc stale(const mpi_pub *p, const param_state *ps, int64_t step)
 static dmuon_rc late(const mpi_pub *p, const param_state *ps, int64_t step)
 {
     const dmuon_topo *t = p->topo;
+    int nto = 0;
+    const int from = dmuon_pub_sched_msg(p->sched, ps->idx, ps->route,
+                                         ps->got < ps->nmsg ? ps->got : 0, t->node_id, NULL,
+                                         &nto);
     return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d, owner rank %d) of step "
-                      "%lld: %d of %d messages arrived from rank %d (node %d) within the %d "
-                      "ms deadline; the arrival flag holds step %lld", ps->idx, t->local,
-                      (int)p->params[ps->idx].owner, (long long)step, ps->got, ps->nmsg,
-                      dmuon_topo_rank_of(t->per_node, ps->prev, t->local), ps->prev,
-                      p->deadline_ms, (long long)ps->flag);
+                      "%lld: %d of %d messages arrived within the %d ms deadline, the next "
+                      "one from rank %d (node %d); the arrival flag holds step %lld", ps->idx,
+                      t->local, (int)p->params[ps->idx].owner, (long long)step, ps->got,
+                      ps->nmsg, p->deadline_ms, dmuon_topo_rank_of(t->per_node, from, t->local),
+                      from, (long long)ps->flag);
 }
 
 static dmuon_rc pub_wait(mpi_pub *p, int param, int64_t step)
@@ -605,13 +707,15 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
             for (int i = 0; i < p->nmine; i++) {
                 const param_state *ps = &p->mine[i];
                 int all = 1;
-                if (ps->nout == 0 || MPI_Testall(ps->nmsg * ps->nout, ps->sreq, &all,
-                                                 MPI_STATUSES_IGNORE) != MPI_SUCCESS || all)
+                if (ps->nout == 0 ||
+                    MPI_Testall(relayed(ps, t->nodes) * ps->nout, ps->sreq, &all,
+                                MPI_STATUSES_IGNORE) != MPI_SUCCESS || all)
                     continue;
-                if (ps->fan)
+                if (ps->route != DMUON_PUB_CHAIN)
                     return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d) could "
-                                      "not be sent to the leaders of the other %d nodes within "
-                                      "the %d ms deadline", ps->idx, t->local, t->nodes - 1,
+                                      "not be %s the leaders of the other %d nodes within "
+                                      "the %d ms deadline", ps->idx, t->local,
+                                      ps->lead ? "relayed to" : "sent to", t->nodes - 1,
                                       p->deadline_ms);
                 return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d) could not be "
                                   "forwarded to rank %d (node %d) within the %d ms deadline",

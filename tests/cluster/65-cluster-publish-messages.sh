@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# The chain route's messages across namespace hosts: a chain parameter
-# travels in messages of whole chunks of up to $DMUON_PUBLISH_MESSAGE_BYTES
-# (default 1 MiB), then its last chunk alone; 0 sends one chunk per message.
-# dmuon-verify checks the publish bit for bit on 4 hosts x 2 with every
-# parameter on the chain (fan-out limit 0) under the default, a size that
-# is not a multiple of the chunk, and 0.  The PMPI shim of tests/cluster/prof
+# The chain and relay routes' messages across namespace hosts: such a
+# parameter travels in messages of whole chunks of up to
+# $DMUON_PUBLISH_MESSAGE_BYTES (default 1 MiB; the relay also at most a
+# (R - 1)-th of the parameter), then its last chunk alone; 0 sends one chunk
+# per message.  dmuon-verify checks the publish bit for bit on 4 hosts x 2
+# with every parameter on the chain, then on the relay
+# ($DMUON_PUBLISH_ROUTE), under the default, a size that is not a multiple
+# of the chunk, and 0.  The PMPI shim of tests/cluster/prof
 # counts one step on 2 hosts x 2 (R = 2: the chain only): larger messages
 # mean fewer of them and some above the eager size, one chunk per message
 # none above it.  Ranks that disagree, and a value above 1 GiB, are refused.
 source "$(dirname "$0")/lib.sh"
-unset DMUON_PUBLISH_FANOUT_BYTES DMUON_PUBLISH_MESSAGE_BYTES
+unset DMUON_PUBLISH_FANOUT_BYTES DMUON_PUBLISH_MESSAGE_BYTES DMUON_PUBLISH_ROUTE
 
-# --- bit for bit on the chain, per message size --------------------------
-for mb in default 200000 0; do
-    env=$([ $mb = default ] || echo "-x DMUON_PUBLISH_MESSAGE_BYTES=$mb")
-    run timeout 300 "$C" -q --hosts 4 --ranks 2 -- \
-        sh -c "$MPIRUN -x DMUON_PUBLISH_FANOUT_BYTES=0 $env $V --op publish --line ours"
-    check_rc 0 "message bytes $mb: dmuon-verify --op publish passes on 4 hosts x 2 (chain)"
-    check_out '^dmuon-verify: [0-9]+ passed, 0 failed(, [0-9]+ skipped)? \(8 ranks as 4 nodes x 2' \
-        "message bytes $mb: summary line"
+# --- bit for bit on the chain and the relay, per message size ------------
+for route in chain relay; do
+    for mb in default 200000 0; do
+        env=$([ $mb = default ] || echo "-x DMUON_PUBLISH_MESSAGE_BYTES=$mb")
+        run timeout 300 "$C" -q --hosts 4 --ranks 2 -- \
+            sh -c "$MPIRUN -x DMUON_PUBLISH_ROUTE=$route $env $V --op publish --line ours --sizes 2K,96K,1M+6,3M+2"
+        check_rc 0 "$route, message bytes $mb: dmuon-verify --op publish passes on 4 hosts x 2"
+        check_out '^dmuon-verify: [0-9]+ passed, 0 failed(, [0-9]+ skipped)? \(8 ranks as 4 nodes x 2' \
+            "$route, message bytes $mb: summary line"
+    done
 done
 
 # --- messages of one step (whole run: 2 steps) ----------------------------

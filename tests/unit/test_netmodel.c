@@ -360,14 +360,18 @@ static void test_publish_chain(void **state)
     assert_true(fabs(t - 36e-6) < 1e-12);
 }
 
-/* The MPI backend's fan-out route: on 4 nodes × 1 a parameter of 1000
- * bytes owned by rank 0 goes from node 0 to nodes 1, 2, 3 itself when
+/* The MPI backend's routes: on 4 nodes × 1 a parameter of 1000 bytes
+ * owned by rank 0 goes from node 0 to nodes 1, 2, 3 itself when
  * pub_fanout >= 1000.  The owner issues its sends 1 us apart (chunk_oh)
  * but its rail port serves them one after the other, 10 us each: they
  * arrive at 16, 26, 36 us, the last leader is done at 37: 40 us with the
  * call; the owner's rail carries 3000 bytes in 3 messages.  One byte
- * under the limit the chain runs: 3 hops of 1 + 15, the last leader's 1
- * and the call: 52 us, 3000 bytes over three rails. */
+ * under the limit it takes the relay: node 0 sends it to node 1 (arrives
+ * at 1 + 10 + 5 = 16), which issues its two sends at 17 and 18; its port
+ * serves them 17–27 and 27–37, so they arrive at 32 and 42; the last
+ * leader's 1 and the call: 46 us, node 0's rail carries 1000 bytes and
+ * node 1's 2000.  With pub_fanout 0 the chain runs: 3 hops of 1 + 15, the
+ * last leader's 1 and the call: 52 us, 3000 bytes over three rails. */
 static void test_publish_fanout(void **state)
 {
     dmuon_net_params p = simple();
@@ -383,6 +387,11 @@ static void test_publish_fanout(void **state)
     assert_int_equal(cnt.messages, 3);
     assert_true(rail[0] == 3000 && rail[1] == 0 && rail[2] == 0 && rail[3] == 0);
     p.v[DMUON_NP_PUB_FANOUT] = 999;
+    assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_OK);
+    assert_true(fabs(t - 46e-6) < 1e-12);
+    assert_int_equal(cnt.messages, 3);
+    assert_true(rail[0] == 1000 && rail[1] == 2000 && rail[2] == 0 && rail[3] == 0);
+    p.v[DMUON_NP_PUB_FANOUT] = 0;
     assert_int_equal(dmuon_net_predict(&p, &c, DMUON_NET_OURS, &t), DMUON_OK);
     assert_true(fabs(t - 52e-6) < 1e-12);
     assert_int_equal(cnt.messages, 3);

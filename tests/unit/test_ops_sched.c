@@ -487,6 +487,67 @@ static void test_pub_sched(void **state)
     assert_int_equal(dmuon_pub_sched_init(&s, one, 1, 0, 4, 0), DMUON_EINVAL);
 }
 
+/* Checks message m of parameter 0 by route at node: its source and the
+ * nodes it goes on to (want: nw entries), also with out NULL. */
+static void check_msg(const dmuon_pub_sched *s, dmuon_pub_route route, int m, int node,
+                      int from, const int *want, int nw)
+{
+    int out[8] = {-9, -9, -9, -9, -9, -9, -9, -9}, nout = -1;
+    assert_int_equal(dmuon_pub_sched_msg(s, 0, route, m, node, out, &nout), from);
+    assert_int_equal(nout, nw);
+    for (int i = 0; i < nw; i++)
+        assert_int_equal(out[i], want[i]);
+    assert_int_equal(out[nw], -9);   /* nothing written past them */
+    nout = -1;
+    assert_int_equal(dmuon_pub_sched_msg(s, 0, route, m, node, NULL, &nout), from);
+    assert_int_equal(nout, nw);
+}
+
+/* The publish routes (dmuon_pub_sched_msg): a parameter of owner node 2 on
+ * 4 nodes (route 2, 3, 0, 1).  Chain: hop by hop; fan-out: the owner's
+ * node sends to 3, 0, 1; relay: message m goes to route[1 + m mod 3] and
+ * on from there to the two other leaders in route order.  Every leader
+ * receives each message exactly once.  On 2 nodes every route is the one
+ * hop. */
+static void test_pub_routes(void **state)
+{
+    dmuon_segment ps[] = {{4, DMUON_BF16, 0, 300, 0}};   /* rank 4 of 4 x 2: node 2 */
+    dmuon_pub_sched s;
+    assert_int_equal(dmuon_pub_sched_init(&s, ps, 1, 4, 2, 256), DMUON_OK);
+    const int none[1] = {0}, to3[] = {3}, to0[] = {0}, to1[] = {1}, fan[] = {3, 0, 1};
+    const int r0[] = {0, 1}, r1[] = {3, 1}, r2[] = {3, 0};
+    for (int m = 0; m < 5; m++) {
+        check_msg(&s, DMUON_PUB_CHAIN, m, 2, -1, to3, 1);
+        check_msg(&s, DMUON_PUB_CHAIN, m, 3, 2, to0, 1);
+        check_msg(&s, DMUON_PUB_CHAIN, m, 0, 3, to1, 1);
+        check_msg(&s, DMUON_PUB_CHAIN, m, 1, 0, none, 0);
+        check_msg(&s, DMUON_PUB_FANOUT, m, 2, -1, fan, 3);
+        for (int node = 0; node < 4; node++)
+            if (node != 2)
+                check_msg(&s, DMUON_PUB_FANOUT, m, node, 2, none, 0);
+    }
+    /* relay: m = 0 and 3 via node 3, m = 1 and 4 via node 0, m = 2 via node 1 */
+    for (int m = 0; m < 5; m++) {
+        const int relay = m % 3 == 0 ? 3 : m % 3 == 1 ? 0 : 1;
+        const int *on = m % 3 == 0 ? r0 : m % 3 == 1 ? r1 : r2;
+        const int one[1] = {relay};
+        check_msg(&s, DMUON_PUB_RELAY, m, 2, -1, one, 1);
+        for (int node = 0; node < 4; node++)
+            if (node == relay)
+                check_msg(&s, DMUON_PUB_RELAY, m, node, 2, on, 2);
+            else if (node != 2)
+                check_msg(&s, DMUON_PUB_RELAY, m, node, relay, none, 0);
+    }
+    dmuon_pub_sched_release(&s);
+    /* two nodes: the fan-out and the relay are the chain's single hop */
+    assert_int_equal(dmuon_pub_sched_init(&s, ps, 1, 2, 4, 256), DMUON_OK);   /* node 1 */
+    for (int r = DMUON_PUB_CHAIN; r <= DMUON_PUB_RELAY; r++) {
+        check_msg(&s, (dmuon_pub_route)r, 3, 1, -1, to0, 1);
+        check_msg(&s, (dmuon_pub_route)r, 3, 0, 1, none, 0);
+    }
+    dmuon_pub_sched_release(&s);
+}
+
 /* The publish copy layout: each rail's parameters back to back, aligned to
  * their element size, from 0 on every rail. */
 static void test_publish_layout(void **state)
@@ -527,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_sched_routes),    cmocka_unit_test(test_sched_auto_path),
         cmocka_unit_test(test_layout_node),     cmocka_unit_test(test_chunk_bytes_check),
         cmocka_unit_test(test_parse_per_node),  cmocka_unit_test(test_pub_sched),
+        cmocka_unit_test(test_pub_routes),
         cmocka_unit_test(test_publish_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

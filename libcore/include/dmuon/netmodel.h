@@ -13,9 +13,11 @@
  * (dmuon_pub_sched_init over the copy layout of dmuon_publish_layout, routes
  * from dmuon_pub_sched_hop): each parameter a stream of chunks along its
  * rail, every rail at once; the owners post in table order.  With
- * pub_fanout > 0 (the MPI backend, namespace preset) a parameter of at most
- * that many bytes on R > 2 nodes takes mpi_publish.c's fan-out route
- * instead: the owner's rank sends each chunk to the R − 1 leaders itself.
+ * pub_fanout > 0 (the MPI backend, namespace preset) a parameter on R > 2
+ * nodes takes the MPI backend's route instead (dmuon_pub_sched_msg): up to
+ * pub_fanout bytes the fan-out (the owner's rank sends each chunk to the
+ * R − 1 leaders itself), above it the relay (chunk k to one leader, the
+ * (k mod (R − 1))-th, which sends it on to the R − 2 others).
  *
  * Per chunk of b bytes handled by a rank (times in seconds):
  *   worker      chunk_oh, and chunk_oh more for each send past the first
@@ -136,12 +138,13 @@ enum {
     DMUON_NP_HOP_BW,       /* bytes/s: ours, a chunk's latency per byte on each
                               cross-node hop on top of its port time, holding no
                               port (0: none) */
-    DMUON_NP_PUB_FANOUT,   /* bytes: ours' publish on R > 2 nodes sends a parameter
-                              of at most this many bytes from the owner's rank to
-                              the R − 1 leaders itself (the MPI backend's fan-out
-                              route, $DMUON_PUBLISH_FANOUT_BYTES, 512 KiB by
-                              default); 0: every parameter takes the chain (the
-                              GPU kernel of the paper) */
+    DMUON_NP_PUB_FANOUT,   /* bytes: ours' publish on R > 2 nodes takes the MPI
+                              backend's routes: a parameter of at most this many
+                              bytes goes from the owner's rank to the R − 1
+                              leaders itself (fan-out,
+                              $DMUON_PUBLISH_FANOUT_BYTES, 512 KiB by default), a
+                              larger one by the relay; 0: every parameter takes
+                              the chain (the GPU kernel of the paper) */
     DMUON_NP_GRP_BW,       /* bytes/s: ours, one thread group storing a gathered
                               chunk into its node, or reduction-loading and adding
                               a chunk, before the chunk goes on (0: free); it

@@ -97,7 +97,9 @@ dmuon_rc dmuon_publish_copy_bytes_needed(const dmuon_topo *t, const dmuon_segmen
  * another topology or backend, copy_offset negative, not a multiple of 8,
  * the copy not inside mem, or, for the scheduled publish on mpi,
  * $DMUON_PUBLISH_FANOUT_BYTES or $DMUON_PUBLISH_MESSAGE_BYTES not the same
- * non-negative decimal on every rank, the latter at most 2^30),
+ * non-negative decimal on every rank, the latter at most 2^30, or
+ * $DMUON_PUBLISH_ROUTE not the same one of auto, fan-out, relay and chain
+ * on every rank),
  * DMUON_EUNSUPPORTED (t->backend not built),
  * DMUON_ENOMEM, DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach create's
  * agreements, dmuon/ctl.h, within opts->deadline_ms — used as given when
@@ -120,12 +122,15 @@ int64_t dmuon_publish_copy_bytes(const dmuon_publish *p);
 dmuon_algo dmuon_publish_algo(const dmuon_publish *p);
 
 /* The schedule the publish runs (chunks and chain routes, dmuon/sched.h),
- * valid until dmuon_publish_free.  The scheduled publish on mpi sends a
- * parameter of at most $DMUON_PUBLISH_FANOUT_BYTES (default 512 KiB) from
- * its owner to every leader directly instead of along the chain, in the
- * same chunks, and a chain parameter in messages of several whole chunks
- * (up to $DMUON_PUBLISH_MESSAGE_BYTES, default 1 MiB) with its last chunk
- * alone (docs/operators.md, "Publish routes"). */
+ * valid until dmuon_publish_free.  The scheduled publish on mpi over more
+ * than two nodes sends a parameter of at most $DMUON_PUBLISH_FANOUT_BYTES
+ * (default 512 KiB) from its owner to every leader directly (fan-out), a
+ * larger one by the relay (the owner sends each message to one leader,
+ * which forwards it to the others) instead of along the chain, in the same
+ * chunks; $DMUON_PUBLISH_ROUTE (fan-out, relay or chain) sends every
+ * parameter by one route.  Chain and relay parameters travel in messages
+ * of several whole chunks (up to $DMUON_PUBLISH_MESSAGE_BYTES, default
+ * 1 MiB) with the last chunk alone (docs/operators.md, "Publish routes"). */
 const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p);
 
 /* Arms the receives of step `step` (> the previous step; on mpi, starts

@@ -174,4 +174,31 @@ void dmuon_pub_sched_release(dmuon_pub_sched *s);
  * the last hop). */
 int dmuon_pub_sched_hop(const dmuon_pub_sched *s, int param, int node, int *prev, int *next);
 
+/* The routes a parameter's messages can take on its rail.  With R ≤ 2
+ * nodes they are all the same single hop.
+ *   DMUON_PUB_CHAIN   along the route (dmuon_pub_sched_hop): R − 1 hops in
+ *                     a row, every link carries the parameter once — the
+ *                     schedule's own route, run by the GPU kernels and
+ *                     replayed by the network model;
+ *   DMUON_PUB_FANOUT  the owner's node sends every message to route[1],
+ *                     …, route[R − 1] itself: one hop, the owner's link
+ *                     carries the parameter R − 1 times;
+ *   DMUON_PUB_RELAY   message m goes from the owner's node to the leader
+ *                     route[1 + m mod (R − 1)], which sends it on to the
+ *                     R − 2 other leaders in route order: two hops (a
+ *                     scatter, then an all-gather whose pieces go on as
+ *                     they land); the owner's link carries the parameter
+ *                     once, each leader's about (R − 2)/(R − 1) of it.
+ * The MPI backend picks one per parameter by size (docs/operators.md,
+ * "Publish routes"). */
+typedef enum { DMUON_PUB_CHAIN = 0, DMUON_PUB_FANOUT, DMUON_PUB_RELAY } dmuon_pub_route;
+
+/* Message m (≥ 0; a message is one chunk or several, as the caller cuts
+ * the parameter) of parameter param by `route`, seen at `node`: returns
+ * the node it arrives from (−1 at the owner's node) and stores in
+ * out[0 .. *nout) the nodes this node sends it on to, in the order above
+ * (out holds at least R − 1 entries, or is NULL: then only *nout is set). */
+int dmuon_pub_sched_msg(const dmuon_pub_sched *s, int param, dmuon_pub_route route, int m,
+                        int node, int *out, int *nout);
+
 #endif
