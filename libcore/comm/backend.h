@@ -76,6 +76,9 @@ struct dmuon_publish {
     int deadline_ms;          /* resolved */
     int64_t chunk_bytes;      /* resolved: > 0 */
     dmuon_pub_sched sched;    /* routes and chunks (sched.c) */
+    char routes[160];         /* how parameters travel, for reports
+                                 (dmuon_publish_routes): the public layer
+                                 writes a default, create may refine it */
     void *impl;
 };
 

@@ -54,7 +54,9 @@
  * this rank takes part in once, as persistent requests (MPI_Recv_init /
  * MPI_Send_init on the copy and the tail buffers), in two arrays — the
  * rail's receives and its sends.  begin starts every receive of the step
- * with one MPI_Startall; post starts the parameter's prebuilt sends; an
+ * (MPI_Start in array order, so that receives of one source match its
+ * messages in order: MPI_Startall may start them in any order); post
+ * starts the parameter's prebuilt sends; an
  * arrival starts the prebuilt forwards of its message.  Consecutive
  * parameters of a step therefore stream through requests that already
  * exist, with nothing set up per call; every chunk of every posted
@@ -157,7 +159,7 @@ typedef struct {
     int *rx_slot;            /* receive → index in mine */
     unsigned char *rx_done;  /* receive → 1 once it completed (inactive) */
     int *rx_idx;             /* MPI_Testsome's output */
-    int *touched;            /* slots with new arrivals in one pass */
+    int *touched;            /* slots with new arrivals in one pass (up to nrx) */
     /* the node load in flight (see "node half" below) */
     int nl_phase;
     int nl_n, nl_next, nl_cap;     /* listed, the next to test for arrival, allocated */
@@ -195,7 +197,7 @@ static int64_t param_bytes(const dmuon_segment *s)
     return s->count * (int64_t)dmuon_dtype_size(s->dtype);
 }
 
-/* A byte count from the environment: $name (decimal, 0 ≤ v ≤ max) or dflt.
+/* A byte count from the environment: $name (decimal digits only, 0 ≤ v ≤ max) or dflt.
  * Returns 0, or −1 for a value that is not one. */
 static int env_bytes(const char *name, int64_t dflt, int64_t max, int64_t *bytes)
 {
@@ -203,10 +205,12 @@ static int env_bytes(const char *name, int64_t dflt, int64_t max, int64_t *bytes
     *bytes = dflt;
     if (!env || !*env)
         return 0;
-    char *end = NULL;
-    long long v = strtoll(env, &end, 10);
-    if (*end || v < 0 || v > max)
-        return -1;
+    int64_t v = 0;
+    for (const char *c = env; *c; c++) {   /* digits only: no sign, space or suffix */
+        if (*c < '0' || *c > '9' || v > (max - (*c - '0')) / 10)
+            return -1;
+        v = v * 10 + (*c - '0');
+    }
     *bytes = v;
     return 0;
 }
@@ -296,6 +300,24 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             goto fail;
         }
     }
+    if (R >= 2) {   /* the routes in words (dmuon_publish_routes) */
+        static const char *const names[] = {"chain", "fan-out", "relay"};
+        char msgs[64];
+        if (p->message_bytes < p->chunk_bytes)
+            snprintf(msgs, sizeof msgs, "one chunk per message");
+        else
+            snprintf(msgs, sizeof msgs, "messages of up to %lld bytes",
+                     (long long)p->message_bytes);
+        if (R == 2)
+            snprintf(pub->routes, sizeof pub->routes, "one hop (two nodes), %s", msgs);
+        else if (p->route == ROUTE_AUTO)
+            snprintf(pub->routes, sizeof pub->routes, "fan-out up to %lld bytes, relay above "
+                     "(%s)", (long long)p->fanout_bytes, msgs);
+        else
+            snprintf(pub->routes, sizeof pub->routes, "%s for every parameter "
+                     "(DMUON_PUBLISH_ROUTE), %s", names[p->route],
+                     p->route == DMUON_PUB_FANOUT ? "one chunk per message" : msgs);
+    }
     p->slot_of = malloc((n ? (size_t)n : 1) * sizeof *p->slot_of);
     p->mine = calloc(n ? (size_t)n : 1, sizeof *p->mine);
     fail = !p->slot_of || !p->mine;
@@ -339,7 +361,7 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
         p->rx_slot = malloc((nrx ? nrx : 1) * sizeof *p->rx_slot);
         p->rx_done = malloc(nrx ? nrx : 1);
         p->rx_idx = malloc((nrx ? nrx : 1) * sizeof *p->rx_idx);
-        p->touched = malloc((n ? (size_t)n : 1) * sizeof *p->touched);
+        p->touched = malloc((nrx ? nrx : 1) * sizeof *p->touched);
         fail = fail || !p->rx || !p->tx || !p->rx_slot || !p->rx_done || !p->rx_idx ||
                !p->touched;
         for (int i = 0; i < p->nmine && !fail; i++) {
@@ -488,13 +510,24 @@ static int pipeline_init(mpi_pub *p)
     return rc;
 }
 
+/* Starts n persistent requests one after the other, in array order:
+ * messages of one source, destination and tag must be started in the
+ * order they match (MPI_Startall may start its requests in any order).
+ * Returns 0, or −1 when an MPI call failed. */
+static int start_in_order(int n, MPI_Request *req)
+{
+    for (int i = 0; i < n; i++)
+        if (MPI_Start(&req[i]) != MPI_SUCCESS)
+            return -1;
+    return 0;
+}
+
 /* Starts the prebuilt sends of messages [m0, m1) of ps to every
  * destination of its route. */
 static dmuon_rc start_msgs(mpi_pub *p, param_state *ps, int m0, int m1)
 {
-    const int n = (m1 - m0) * ps->nout;
-    if (n > 0 && MPI_Startall(n, &ps->sreq[(size_t)m0 * ps->nout]) != MPI_SUCCESS)
-        return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Startall of parameter %d's sends "
+    if (start_in_order((m1 - m0) * ps->nout, &ps->sreq[(size_t)m0 * ps->nout]))
+        return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Start of parameter %d's sends "
                           "(messages %d..%d) failed", ps->idx, m0, m1 - 1);
     return DMUON_OK;
 }
@@ -517,9 +550,9 @@ static dmuon_rc pub_begin(mpi_pub *p, int64_t step)
         p->mine[i].round_done = 0;
     }
     memset(p->rx_done, 0, (size_t)p->nrx);
-    if (p->nrx > 0 && MPI_Startall(p->nrx, p->rx) != MPI_SUCCESS) {
+    if (start_in_order(p->nrx, p->rx)) {
         p->broken = 1;
-        return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Startall of step %lld's %d receives "
+        return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Start of step %lld's %d receives "
                           "failed", (long long)step, p->nrx);
     }
     return DMUON_OK;
@@ -568,9 +601,8 @@ static dmuon_rc advance(mpi_pub *p, param_state *ps)
     /* relay: the messages this leader relays come from the owner in order,
      * and go on the moment they arrive, whatever else is still out */
     for (; relay && ps->fwd < ps->nmsg && p->rx_done[ps->rx0 + ps->fwd]; ps->fwd += R - 1)
-        if (MPI_Startall(ps->nout, &ps->sreq[(size_t)(ps->fwd / (R - 1)) * ps->nout]) !=
-            MPI_SUCCESS)
-            return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Startall of parameter %d's forwards "
+        if (start_in_order(ps->nout, &ps->sreq[(size_t)(ps->fwd / (R - 1)) * ps->nout]))
+            return DMUON_FAIL(DMUON_ECOMM, "publish: MPI_Start of parameter %d's forwards "
                               "of message %d failed", ps->idx, ps->fwd);
     while (ps->got < ps->nmsg && p->rx_done[ps->rx0 + ps->got])
         ps->got++;
@@ -630,19 +662,27 @@ static dmuon_rc stale(const mpi_pub *p, const param_state *ps, int64_t step)
                       (long long)ps->flag, (long long)step);
 }
 
+/* The deadline message of a led parameter: how many of its messages
+ * arrived (in any order: on the relay they come from several ranks) and
+ * where the first missing one comes from. */
 static dmuon_rc late(const mpi_pub *p, const param_state *ps, int64_t step)
 {
     const dmuon_topo *t = p->topo;
-    int nto = 0;
-    const int from = dmuon_pub_sched_msg(p->sched, ps->idx, ps->route,
-                                         ps->got < ps->nmsg ? ps->got : 0, t->node_id, NULL,
-                                         &nto);
+    int arrived = 0, missing = -1, nto = 0;
+    for (int m = 0; m < ps->nmsg; m++) {
+        arrived += p->rx_done[ps->rx0 + m];
+        if (missing < 0 && !p->rx_done[ps->rx0 + m])
+            missing = m;
+    }
+    const int from = dmuon_pub_sched_msg(p->sched, ps->idx, ps->route, missing < 0 ? 0 : missing,
+                                         t->node_id, NULL, &nto);
     return DMUON_FAIL(DMUON_ETIMEOUT, "publish: parameter %d (rail %d, owner rank %d) of step "
-                      "%lld: %d of %d messages arrived within the %d ms deadline, the next "
-                      "one from rank %d (node %d); the arrival flag holds step %lld", ps->idx,
-                      t->local, (int)p->params[ps->idx].owner, (long long)step, ps->got,
-                      ps->nmsg, p->deadline_ms, dmuon_topo_rank_of(t->per_node, from, t->local),
-                      from, (long long)ps->flag);
+                      "%lld: %d of %d messages arrived within the %d ms deadline, message %d "
+                      "not, due from rank %d (node %d); the arrival flag holds step %lld",
+                      ps->idx, t->local, (int)p->params[ps->idx].owner, (long long)step,
+                      arrived, ps->nmsg, p->deadline_ms, missing + 1,
+                      dmuon_topo_rank_of(t->per_node, from, t->local), from,
+                      (long long)ps->flag);
 }
 
 static dmuon_rc pub_wait(mpi_pub *p, int param, int64_t step)

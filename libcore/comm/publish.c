@@ -11,6 +11,7 @@
  */
 #include "dmuon/publish.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +127,12 @@ dmuon_rc dmuon_publish_create(const dmuon_topo *t, const dmuon_segment *params, 
     memcpy(p->params, params, (size_t)n * sizeof *params);
     p->n = n;
     p->copy = mem->base + copy_offset;
+    if (t->nodes == 1)
+        snprintf(p->routes, sizeof p->routes, "none (one node)");
+    else if (p->algorithm == DMUON_ALGO_SCHEDULED)
+        snprintf(p->routes, sizeof p->routes, "chain");
+    else
+        snprintf(p->routes, sizeof p->routes, "%s", dmuon_algo_name(p->algorithm));
     DMUON_TRY_GOTO(rc, p->pops->create(p), fail);
     *out = p;
     return DMUON_OK;
@@ -148,6 +155,7 @@ void dmuon_publish_free(dmuon_publish *p)
 void *dmuon_publish_copy(const dmuon_publish *p) { return p->copy; }
 int64_t dmuon_publish_copy_bytes(const dmuon_publish *p) { return p->copy_bytes; }
 const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p) { return &p->sched; }
+const char *dmuon_publish_routes(const dmuon_publish *p) { return p->routes; }
 dmuon_algo dmuon_publish_algo(const dmuon_publish *p) { return p->algorithm; }
 
 dmuon_rc dmuon_publish_begin(dmuon_publish *p, int64_t step)

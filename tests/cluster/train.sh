@@ -130,6 +130,8 @@ mkdir -p "$out/logs"
 {
     echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# $prog --hosts $hosts --ranks $ranks ${rate:+--rate $rate }--rounds $rounds --steps $steps --warm $warm --lines '$lines' --configs '$configs' --model '$model' --batch $batch"
+    # the library's settings from the environment, which the runs inherit
+    env | sed -n 's/^\(DMUON_[A-Z_]*=\|OMPI_MCA_[a-z_]*=\)/# environment: \1/p' | sort
 } > "$out/run.txt"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1

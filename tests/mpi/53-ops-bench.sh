@@ -21,6 +21,18 @@ for k in op bytes dtype line ranks nodes time_us wrong; do
     grep -q "\"$k\": " "$T_TMP/rows.json" && ok || bad "JSON lacks key $k"
 done
 grep -q '"line": "equal_length"' "$T_TMP/rows.json" && ok || bad "JSON has equal_length rows"
+# the publish rows say how the parameters travelled; the table says it once
+check_out '^# publish routes of ours: fan-out up to 524288 bytes, relay above \(messages of up to 1048576 bytes\)$' \
+    "the table names ours' publish routes"
+check_eq "$(grep -c '"routes": ' "$T_TMP/rows.json")" 6 "JSON: every publish row has its routes"
+check_eq "$(grep -c '"routes": "fan-out up to 524288 bytes, relay above' "$T_TMP/rows.json")" 2 \
+    "JSON: ours' publish rows name the routes and limits"
+DMUON_PUBLISH_ROUTE=relay DMUON_PUBLISH_MESSAGE_BYTES=0 run "${MPIRUN[@]}" -np 8 \
+    -x DMUON_PUBLISH_ROUTE -x DMUON_PUBLISH_MESSAGE_BYTES "$B" --ranks-per-node 2 --op publish \
+    -b 300K -e 300K "${QUICK[@]}"
+check_rc 0 "a forced route runs"
+check_out '^# publish routes of ours: relay for every parameter \(DMUON_PUBLISH_ROUTE\), one chunk per message$' \
+    "the table names the forced route and the messages"
 
 run "${MPIRUN[@]}" -np 4 "$B" --ranks-per-node 2 --dtype f32 --op rsv --layout rank -b 64K -e 64K "${QUICK[@]}"
 check_rc 0 "f32 reduce, one segment per rank"
@@ -89,6 +101,17 @@ else
     run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 --replay-publish "$T_TMP/tiny.plan" --rail 1 "${QUICK[@]}"
     check_rc 0 "publish replay of rail 1"
     check_out '^rail1 +[0-9]+ +bf16 .* 0$' "the rail's row"
+    run "${MPIRUN[@]}" -np 8 "$B" --replay-publish "$T_TMP/tiny.plan" --rail 1 "${QUICK[@]}"
+    check_rc 0 "publish replay without --ranks-per-node"
+    check_err "2 ranks per node, from the plan" "the publish replay takes the ranks per node from the plan"
+    run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 --replay-publish "$T_TMP/tiny.plan" --rail 1 --op rsv
+    check_rc 2 "--op rsv with --replay-publish"
+    once "--op rsv does not apply to --replay-publish" "--op rsv with --replay-publish"
+    "$DMUON_BIN/dmuon-plan" "$T_TMP/tiny.yaml" --nodes 4 -g 2 --sharding fsdp --cost elements \
+        --small-unit-bytes 0 -o "$T_TMP/fsdp.plan" > /dev/null 2>&1
+    run "${MPIRUN[@]}" -np 8 "$B" --replay-publish "$T_TMP/fsdp.plan" --rail 0 "${QUICK[@]}"
+    check_rc 0 "publish replay of an FSDP plan"
+    check_err "has sharding fsdp, which publishes nothing in training" "an FSDP plan's publish replay is noted"
     run "${MPIRUN[@]}" -np 4 "$B" --ranks-per-node 2 --plan "$T_TMP/tiny.plan" "${QUICK[@]}"
     check_rc 2 "a plan for another world size"
     check_err 'the plan is for 8 ranks as 4 nodes x 2, this run has 4 ranks' "names both"

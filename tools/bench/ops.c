@@ -87,6 +87,8 @@ dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
                 dmuon_err_trace_add(rc, __FILE__, __LINE__);
                 goto out;   /* no teardown: freeing may be collective */
             }
+            const char *routes = bench_line_routes(st);
+            snprintf(res->routes[l], sizeof res->routes[l], "%s", routes ? routes : "");
             long long wrong = (long long)bench_line_check(st);
             MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, t->world);
             res->wrong[l] += wrong;
@@ -157,6 +159,12 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
         snprintf(bw[1], 16, r->ran[0] ? "%.3f" : "n/a", bus);
         if (o->opt.json)
             ;   /* rows only, as JSON at the end */
+        else if (r->ran[0] && r->routes[0][0] && strcmp(r->routes[0], o->routes_said)) {
+            printf("# publish routes of ours: %s\n", r->routes[0]);
+            snprintf(o->routes_said, sizeof o->routes_said, "%s", r->routes[0]);
+        }
+        if (o->opt.json)
+            ;
         else if (o->layer_col)
             printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7lld  %s\n",
                    op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0], cell[1],
@@ -185,6 +193,7 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
             row->wrong = r->wrong[l];
             bandwidths(t, op, bytes, r->time_us[l], &row->algbw, &row->busbw);
             snprintf(row->label, sizeof row->label, "%s", label ? label : "");
+            snprintf(row->routes, sizeof row->routes, "%s", r->routes[l]);
         }
     }
     return wrong != 0;
@@ -211,6 +220,8 @@ static dmuon_rc write_rows(FILE *f, void *ctx)
         dmuon_json_kint(&w, "wrong", r->wrong);
         if (r->label[0])
             dmuon_json_kstr(&w, "layer", r->label);
+        if (r->routes[0])
+            dmuon_json_kstr(&w, "routes", r->routes);
         dmuon_json_end_object(&w);
     }
     dmuon_json_end_array(&w);
@@ -265,8 +276,8 @@ static void usage(FILE *f)
 "  -n, --iters N          timed iterations per launch (1 to 1000000, default 30;\n"
 "                         as in nccl-tests: -n is not the rank count)\n"
 "      --launches N       launches, median taken (1 to 10000, default 5)\n"
-"      --ranks-per-node K virtual nodes of K consecutive ranks (with --plan,\n"
-"                         default: the plan's gpus_per_node)\n"
+"      --ranks-per-node K virtual nodes of K consecutive ranks (with --plan or\n"
+"                         --replay-publish, default: the plan's gpus_per_node)\n"
 "      --backend B        ours on mpi (default), nccl (NCCL host API, GPU) or\n"
 "                         nccl-dev (NCCL device API, GPU, one node); on a GPU\n"
 "                         backend ours and equal_length (ncclAllGather /\n"
@@ -326,6 +337,10 @@ static void flags_check(opdrv_opts *f, void *ctx, char *bad, size_t cap)
     else if (f->replay_publish && (f->size_flag || f->dtype_flag || f->layout_flag))
         snprintf(bad, cap, "%s does not apply to --replay-publish", f->size_flag ? f->size_flag
                  : f->dtype_flag ? f->dtype_flag : f->layout_flag);
+    else if (f->replay_publish && f->op_mask != (1 << OPDRV_NOPS) - 1 && !op_publish)
+        snprintf(bad, cap, "--op %s does not apply to --replay-publish (it replays the "
+                 "publish; --plan replays the gathers and reductions)",
+                 f->op_mask == 1 << OPDRV_AGV ? "agv" : "rsv");
     else if (f->layer_hi >= 0 && !f->plan)
         snprintf(bad, cap, "--layers goes with --plan");
     else if (f->nlayouts > 1)
@@ -362,18 +377,27 @@ int bench_ops_main(int argc, char **argv)
     int wrank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
 
-    /* a replayed plan knows its ranks per node */
+    /* a replayed plan knows its ranks per node; a publish replay of an FSDP
+     * plan is said to be one (its units replayed as if HSDP published them) */
     const char *env_rpn = getenv("DMUON_RANKS_PER_NODE");
-    if (f->plan && f->per_node == 0 && !(env_rpn && *env_rpn)) {
+    const char *replayed = f->plan ? f->plan : f->replay_publish;
+    if (replayed) {
         dmuon_plan *pl = NULL;
         int wsize = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &wsize);
-        if (dmuon_plan_load(f->plan, &pl) == DMUON_OK && dmuon_plan_ranks(pl) == wsize &&
-            dmuon_plan_nodes(pl) > 1) {
-            f->per_node = dmuon_plan_gpus_per_node(pl);
-            if (wrank == 0)
-                fprintf(stderr, "dmuon-bench: %d ranks per node, from the plan (give "
-                        "--ranks-per-node to override)\n", f->per_node);
+        if (dmuon_plan_load(replayed, &pl) == DMUON_OK) {
+            if (f->per_node == 0 && !(env_rpn && *env_rpn) && dmuon_plan_ranks(pl) == wsize &&
+                dmuon_plan_nodes(pl) > 1) {
+                f->per_node = dmuon_plan_gpus_per_node(pl);
+                if (wrank == 0)
+                    fprintf(stderr, "dmuon-bench: %d rank%s per node, from the plan (give "
+                            "--ranks-per-node to override)\n", f->per_node,
+                            f->per_node == 1 ? "" : "s");
+            }
+            if (f->replay_publish && dmuon_plan_sharding(pl) != DMUON_SHARD_HSDP && wrank == 0)
+                fprintf(stderr, "dmuon-bench: note: %s has sharding %s, which publishes "
+                        "nothing in training; its units are replayed as an HSDP publish would "
+                        "move them\n", replayed, dmuon_sharding_name(dmuon_plan_sharding(pl)));
         }
         dmuon_plan_free(pl);
         dmuon_err_clear();   /* a plan that does not load fails in the replay, with its message */

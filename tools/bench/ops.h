@@ -19,6 +19,7 @@ typedef struct {
     double algbw, busbw;   /* GB/s of this line (see ops.c) */
     long long wrong;
     char label[64];
+    char routes[160];      /* publish: dmuon_publish_routes of the line */
 } bench_row;
 
 typedef struct {
@@ -27,12 +28,14 @@ typedef struct {
     int layer_col;         /* the table has a layer column (plan replay) */
     bench_row *rows;       /* rank 0: every reported row, for --json */
     int nrows;
+    char routes_said[160]; /* rank 0: the publish routes last printed */
 } bench_opts;
 
 typedef struct {
     int ran[OPDRV_NLINES];
     double time_us[OPDRV_NLINES];
     long long wrong[OPDRV_NLINES];
+    char routes[OPDRV_NLINES][160];   /* publish: how each line's parameters travel */
 } bench_result;
 
 /* One line on one case (ops_group.c): setup makes the line's group or
@@ -44,6 +47,8 @@ dmuon_rc bench_line_setup(const opdrv_line *l, const opdrv_case *c, void **state
 dmuon_rc bench_line_run(void *state);
 int64_t bench_line_check(void *state);
 void bench_line_teardown(void *state);
+/* The publish's dmuon_publish_routes, or NULL for AGV and RSV. */
+const char *bench_line_routes(void *state);
 
 /* Runs every selected line that supports c: launches × (setup, warm-up,
  * timed iterations, check, teardown).  Collective. */

@@ -90,6 +90,12 @@ dmuon_rc bench_line_run(void *st)
     return opdrv_group_call(&s->grp, s->c->op == OPDRV_AGV, 0);
 }
 
+const char *bench_line_routes(void *st)
+{
+    bench_state *s = st;
+    return s->c->op == OPDRV_PUB ? dmuon_publish_routes(s->pub.p) : NULL;
+}
+
 int64_t bench_line_check(void *st)
 {
     bench_state *s = st;

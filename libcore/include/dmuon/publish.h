@@ -10,10 +10,14 @@
  * gives at create (dmuon/symm.h), [copy_offset, copy_offset +
  * dmuon_publish_copy_bytes_needed), at the same offset on every rank; the
  * publish allocates no copy of its own.  When the owner has written the new values of a parameter
- * into its own copy it posts it; the parameter travels along rail s, node by
- * node from the owner's node (q → q+1 → … → q+R−1), in chunks, and every
- * leader forwards each chunk as it arrives.  Posts do not wait for each
- * other: several parameters are in flight at once and the rail streams.
+ * into its own copy it posts it; the parameter travels on rail s, in
+ * chunks, to every other node: along the schedule's chain, node by node
+ * from the owner's node (q → q+1 → … → q+R−1), every leader forwarding each
+ * chunk as it arrives, or on mpi by the route its size picks (fan-out from
+ * the owner, or the relay through one leader per message: dmuon/sched.h,
+ * dmuon_pub_route; dmuon_publish_routes says which).  Posts do not wait
+ * for each other: several parameters are in flight at once and the rail
+ * streams.
  *
  * Each parameter has an arrival flag on every leader holding the step number
  * of the last complete arrival; flags are never reset.  A wait for step t
@@ -132,6 +136,15 @@ dmuon_algo dmuon_publish_algo(const dmuon_publish *p);
  * of several whole chunks (up to $DMUON_PUBLISH_MESSAGE_BYTES, default
  * 1 MiB) with the last chunk alone (docs/operators.md, "Publish routes"). */
 const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p);
+
+/* How this publish's parameters travel, in words for reports and logs
+ * (the same on every rank), valid until dmuon_publish_free: on mpi's
+ * scheduled publish over more than two nodes the routes it picks and their
+ * limits, e.g. "fan-out up to 524288 bytes, relay above (messages of up
+ * to 1048576 bytes)" (see dmuon_publish_sched above); "chain" for the
+ * schedule's route alone; the algorithm's name for the others; "none (one
+ * node)" on one node. */
+const char *dmuon_publish_routes(const dmuon_publish *p);
 
 /* Arms the receives of step `step` (> the previous step; on mpi, starts
  * the rail's receives that create built as persistent requests).  Errors:
