@@ -28,6 +28,27 @@ for route in relay chain fan-out auto; do
     done
 done
 
+# a leader past the deadline counts the messages that arrived in any order
+# and names the first missing one and its sender: on 8 x 1, rank 2 stalls;
+# it relays messages m = 1, 8, 15 (m mod 7 = 1) of parameter 0 (owner node
+# 0, 18 chunks of 4 KiB), which never come, while the 15 others do
+DMUON_PUBLISH_ROUTE=relay DMUON_PUBLISH_MESSAGE_BYTES=0 run "${MPIRUN[@]}" -np 8 \
+    -x DMUON_PUBLISH_ROUTE -x DMUON_PUBLISH_MESSAGE_BYTES "$V" --op publish --ranks-per-node 1 \
+    --sizes 1M+6 --layouts node --dtypes bf16 --chunk-bytes 4096 --deadline-ms 3000 --fault stall:2
+check_rc 3 "a stalled relay: the leaders time out"
+check_err 'parameter 0 \(rail 0, owner rank 0\) of step 1: 15 of 18 messages arrived within the 3000 ms deadline, message 2 not, due from rank 2 \(node 2\)' \
+    "the deadline counts the messages that arrived and names the missing one's sender"
+
+# byte counts are decimal digits only
+for v in " 1000" "1000 " "+5" "-1" "1e6" "99999999999999999999"; do
+    DMUON_PUBLISH_FANOUT_BYTES=$v run "${MPIRUN[@]}" -np 2 -x DMUON_PUBLISH_FANOUT_BYTES "$V" \
+        --op publish --line ours --ranks-per-node 1
+    check_rc 2 "fan-out limit '$v' is refused"
+    re=$(printf '%s' "$v" | sed 's/[+.]/\\&/g')
+    check_err "DMUON_PUBLISH_FANOUT_BYTES: expected the same non-negative number of bytes on every rank \\(this rank: '$re'\\)" \
+        "fan-out limit '$v': named"
+done
+
 DMUON_PUBLISH_ROUTE=ring run "${MPIRUN[@]}" -np 4 -x DMUON_PUBLISH_ROUTE "$V" --op publish --line ours \
     --ranks-per-node 1
 check_rc 2 "an unknown route is a usage error"
