@@ -158,7 +158,8 @@ typedef struct {
 /* The route of chunk c of stream st at node: fills r->rin (nodes it
  * receives from) and r->rout (nodes it sends to), asked of the schedule
  * each time (no table of routes is kept: memory stays linear in the
- * ranks); returns the input count and stores the output count in *nout.
+ * ranks); returns the input count and stores the output count in *nout
+ * (a publish may pass nout NULL: then only the input count).
  * A publish chunk is a message of dmuon_pub_sched_msg (on the relay, the
  * stream's k-th job is its message k, merged chunks or not). */
 static int route_at(replay *r, int st, int64_t c, int node, int *nout)
@@ -166,8 +167,10 @@ static int route_at(replay *r, int st, int64_t c, int node, int *nout)
     if (r->cs)
         return dmuon_sched_route(r->cs, st / r->K, node, r->rin, r->rout, nout);
     dmuon_pub_route rt = r->sroute ? (dmuon_pub_route)r->sroute[st] : DMUON_PUB_CHAIN;
-    int from = dmuon_pub_sched_msg(r->ps, st, rt, (int)(c - r->sfirst[st]), node, r->rout,
-                                   nout);
+    /* nout NULL: the input count only (the destinations are not listed) */
+    int dummy = 0;
+    int from = dmuon_pub_sched_msg(r->ps, st, rt, (int)(c - r->sfirst[st]), node,
+                                   nout ? r->rout : NULL, nout ? nout : &dummy);
     r->rin[0] = from;
     return from >= 0;
 }
@@ -391,11 +394,16 @@ static dmuon_rc replay_run(replay *r, int by_stream, double *seconds)
     for (int st = 0; st < r->ns; st++) {
         for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++)
             r->stream_of[c] = st;
-        for (int node = 0; node < R; node++)
+        for (int node = 0; node < R; node++) {
+            int nout = 0, nin = 0;
             for (int64_t c = r->sfirst[st]; c < r->sfirst[st + 1]; c++) {
-                int nout = 0;
-                r->need[node * r->nc + c] = route_at(r, st, c, node, &nout);
+                /* a gather or reduce queue has one route; a publish
+                 * message's may depend on the message (the relay) */
+                if (c == r->sfirst[st] || !r->cs)
+                    nin = route_at(r, st, c, node, r->cs ? &nout : NULL);
+                r->need[node * r->nc + c] = nin;
             }
+        }
         maxn = dmax((double)maxn, (double)(r->sfirst[st + 1] - r->sfirst[st]));
     }
     dmuon_rc rc = DMUON_OK;

@@ -261,6 +261,14 @@ int dmuon_pub_sched_hop(const dmuon_pub_sched *s, int param, int node, int *prev
     return h;
 }
 
+/* Appends node to out (when given) as its *n-th entry. */
+static void send_to(int *out, int *n, int node)
+{
+    if (out)
+        out[*n] = node;
+    (*n)++;
+}
+
 int dmuon_pub_sched_msg(const dmuon_pub_sched *s, int param, dmuon_pub_route route, int m,
                         int node, int *out, int *nout)
 {
@@ -268,32 +276,27 @@ int dmuon_pub_sched_msg(const dmuon_pub_sched *s, int param, dmuon_pub_route rou
     int prev = -1, next = -1, R = s->nodes;
     int h = dmuon_pub_sched_hop(s, param, node, &prev, &next);
     const int32_t *rt = s->params[param].route;
-    int n = 0, dummy[1], *o = out ? out : dummy;
-#define SEND_TO(x) (o[out ? n : 0] = (x), n++)
     *nout = 0;
     if (route == DMUON_PUB_CHAIN || R <= 2) {
         if (next >= 0)
-            SEND_TO(next);
-        *nout = n;
+            send_to(out, nout, next);
         return prev;
     }
     const int relay = 1 + m % (R - 1);   /* the hop of the leader relaying m */
-    int from = rt[0];
-    if (h == 0) {   /* the owner's node */
-        from = -1;
+    if (h == 0) {   /* the owner's node: m to its relay, or to every leader */
         if (route == DMUON_PUB_RELAY)
-            SEND_TO(rt[relay]);
+            send_to(out, nout, rt[relay]);
         else
             for (int j = 1; j < R; j++)
-                SEND_TO(rt[j]);
-    } else if (route == DMUON_PUB_RELAY && h != relay) {
-        from = rt[relay];
-    } else if (route == DMUON_PUB_RELAY) {
-        for (int j = 1; j < R; j++)
-            if (j != h)
-                SEND_TO(rt[j]);
+                send_to(out, nout, rt[j]);
+        return -1;
     }
-#undef SEND_TO
-    *nout = n;
-    return from;
+    if (route == DMUON_PUB_FANOUT)
+        return rt[0];
+    if (h != relay)   /* another leader relays m */
+        return rt[relay];
+    for (int j = 1; j < R; j++)
+        if (j != h)
+            send_to(out, nout, rt[j]);
+    return rt[0];
 }
