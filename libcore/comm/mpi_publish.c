@@ -90,7 +90,7 @@
 /* The largest parameter that takes the fan-out route by default (see
  * above); measured on namespace hosts over TCP (docs/operators.md). */
 #define FANOUT_BYTES_DEFAULT (512 * 1024)
-/* The largest message of a chain parameter by default (see above). */
+/* The largest message of a chain or relay parameter by default (see above). */
 #define MESSAGE_BYTES_DEFAULT (1024 * 1024)
 
 /* $DMUON_PUBLISH_ROUTE unset or auto: each parameter's route by its size */
@@ -100,8 +100,8 @@ typedef struct {
     int idx;                 /* parameter index in the table */
     int owner_node;
     int lead;                /* 1: this rank receives it; 0: this rank owns it */
-    int prev, next;          /* rail ranks (= node ids) on the schedule's chain;
-                                next −1 when last (chain only) */
+    int next;                /* the chain's next hop (rail rank = node id), −1
+                                when last (the chain's route only) */
     dmuon_pub_route route;   /* chain, fan-out or relay (dmuon/sched.h) */
     int pos;                 /* relay: this leader relays the messages m with
                                 m mod (R − 1) = pos (its hop − 1); −1 for the
@@ -185,7 +185,7 @@ static dmuon_pub_route route_of(const mpi_pub *p, int64_t bytes)
 /* The messages ps sends on: every message for the owner, the ones it
  * relays (m ≡ pos mod R − 1) for a relay leader, every one for a chain
  * leader that forwards; a fan-out leader sends nothing (nout 0). */
-static int relayed(const param_state *ps, int R)
+static int msgs_sent(const param_state *ps, int R)
 {
     if (ps->route != DMUON_PUB_RELAY || !ps->lead)
         return ps->nmsg;
@@ -331,7 +331,8 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             ps->idx = i;
             ps->owner_node = params[i].owner / K;
             ps->lead = ps->owner_node != r;
-            ps->pos = dmuon_pub_sched_hop(p->sched, i, r, &ps->prev, &ps->next) - 1;
+            int prev = -1;
+            ps->pos = dmuon_pub_sched_hop(p->sched, i, r, &prev, &ps->next) - 1;
             ps->route = route_of(p, param_bytes(&params[i]));
             ps->nout = ps->route == DMUON_PUB_FANOUT ? (ps->lead ? 0 : R - 1)
                        : ps->route == DMUON_PUB_RELAY ? (ps->lead ? R - 2 : 1)
@@ -350,7 +351,7 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             ps->nmsg = 1 + (ps->nchunks - 1 + ps->group - 1) / ps->group;
             ps->rx0 = (int)nrx;
             nrx += ps->lead ? (size_t)ps->nmsg : 0;
-            ntx += (size_t)relayed(ps, R) * (size_t)ps->nout;
+            ntx += (size_t)msgs_sent(ps, R) * (size_t)ps->nout;
             p->slot_of[i] = p->nmine++;
         }
         fail = nrx > INT_MAX || ntx > INT_MAX;
@@ -388,7 +389,7 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
         for (int m = 0; ps->lead && m < ps->nmsg; m++)
             p->rx_slot[ps->rx0 + m] = i;
         ps->sreq = sq;
-        sq += (size_t)relayed(ps, p->topo->nodes) * (size_t)ps->nout;
+        sq += (size_t)msgs_sent(ps, p->topo->nodes) * (size_t)ps->nout;
     }
     fail = MPI_Comm_dup(t->rail, &p->rail) != MPI_SUCCESS ||
            MPI_Comm_dup(t->node, &p->node) != MPI_SUCCESS;
@@ -748,7 +749,7 @@ static dmuon_rc pub_end(mpi_pub *p, int64_t step)
                 const param_state *ps = &p->mine[i];
                 int all = 1;
                 if (ps->nout == 0 ||
-                    MPI_Testall(relayed(ps, t->nodes) * ps->nout, ps->sreq, &all,
+                    MPI_Testall(msgs_sent(ps, t->nodes) * ps->nout, ps->sreq, &all,
                                 MPI_STATUSES_IGNORE) != MPI_SUCCESS || all)
                     continue;
                 if (ps->route != DMUON_PUB_CHAIN)

@@ -157,14 +157,13 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
         bandwidths(t, op, bytes, r->ran[0] ? r->time_us[0] : 0, &alg, &bus);
         snprintf(bw[0], 16, r->ran[0] ? "%.3f" : "n/a", alg);
         snprintf(bw[1], 16, r->ran[0] ? "%.3f" : "n/a", bus);
-        if (o->opt.json)
-            ;   /* rows only, as JSON at the end */
-        else if (r->ran[0] && r->routes[0][0] && strcmp(r->routes[0], o->routes_said)) {
+        /* ours' publish routes, said above the rows whenever they change */
+        if (!o->opt.json && r->ran[0] && r->routes[0][0] && strcmp(r->routes[0], o->routes_said)) {
             printf("# publish routes of ours: %s\n", r->routes[0]);
             snprintf(o->routes_said, sizeof o->routes_said, "%s", r->routes[0]);
         }
         if (o->opt.json)
-            ;
+            ;   /* rows only, as JSON at the end */
         else if (o->layer_col)
             printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7lld  %s\n",
                    op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0], cell[1],
