@@ -8,7 +8,13 @@
  */
 LOOP_ATTR static void LOOP(add)(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t m = PAIRS(n);
+    for (size_t i = 0; i < m; i++) {
+        uint32_t wa = pair_at(a, i), wb = pair_at(b, i);
+        pair_put(dst, i, rnd_bits(f32_bits(lo_f32(wa) + lo_f32(wb))),
+                 rnd_bits(f32_bits(hi_f32(wa) + hi_f32(wb))));
+    }
+    for (size_t i = 2 * m; i < n; i++)
         dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + dmuon_bf16_to_f32(b[i]));
 }
 
@@ -38,16 +44,29 @@ LOOP_ATTR static void LOOP(accum)(float *acc, const uint16_t *x, size_t n)
 
 LOOP_ATTR static void LOOP(add_rounded)(uint16_t *dst, const uint16_t *a, const float *l, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + dmuon_bf16_to_f32(to_bf16(l[i])));
+    size_t m = PAIRS(n);
+    for (size_t i = 0; i < m; i++) {
+        uint32_t wa = pair_at(a, i);
+        pair_put(dst, i, rnd_bits(f32_bits(lo_f32(wa) + rnd_f32(l[2 * i]))),
+                 rnd_bits(f32_bits(hi_f32(wa) + rnd_f32(l[2 * i + 1]))));
+    }
+    for (size_t i = 2 * m; i < n; i++)
+        dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + rnd_f32(l[i]));
 }
 
 LOOP_ATTR static void LOOP(add_pair)(uint16_t *dst, const uint16_t *a, const uint16_t *x0,
                                      const uint16_t *x1, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
+    size_t m = PAIRS(n);
+    for (size_t i = 0; i < m; i++) {
+        uint32_t wa = pair_at(a, i), w0 = pair_at(x0, i), w1 = pair_at(x1, i);
+        float llo = rnd_f32(lo_f32(w0) + lo_f32(w1)), lhi = rnd_f32(hi_f32(w0) + hi_f32(w1));
+        pair_put(dst, i, rnd_bits(f32_bits(lo_f32(wa) + llo)),
+                 rnd_bits(f32_bits(hi_f32(wa) + lhi)));
+    }
+    for (size_t i = 2 * m; i < n; i++) {
         float l = dmuon_bf16_to_f32(x0[i]) + dmuon_bf16_to_f32(x1[i]);
-        dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + dmuon_bf16_to_f32(to_bf16(l)));
+        dst[i] = to_bf16(dmuon_bf16_to_f32(a[i]) + rnd_f32(l));
     }
 }
 

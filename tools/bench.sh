@@ -2,6 +2,9 @@
 # make bench: every benchmark family, side by side.
 set -euo pipefail
 bin=${1:-bin}
+echo "== element loops of the reductions (BF16 sums, conversions) at this CPU's vector width"
+"$bin/dmuon-bench" loops
+echo
 echo "== Newton-Schulz: Gram vs direct next to sgemm (Qwen2.5-1.5B Muon shapes)"
 "$bin/dmuon-bench" ns
 echo

@@ -8,6 +8,7 @@
  *   dmuon-bench plan [options]          planner speed on real and synthetic models
  *   dmuon-bench step [options]          the runtime's optimizer step per rank (MPI)
  *   dmuon-bench predict [options]       the network model, fitted and checked
+ *   dmuon-bench loops [options]         the BF16/FP32 element loops of the reductions
  *
  * This file only dispatches; each family lives in its own file here.
  */
@@ -41,13 +42,18 @@ static int tool_main(int argc, char **argv)
         argv[1] = "dmuon-bench predict";
         return bench_predict_main(argc - 1, argv + 1);
     }
+    if (argc > 1 && !strcmp(argv[1], "loops")) {
+        argv[1] = "dmuon-bench loops";
+        return bench_loops_main(argc - 1, argv + 1);
+    }
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
         printf("dmuon-bench: benchmarks measured side by side in one run.\n\n"
                "  dmuon-bench [options]             the communication operators (below)\n"
                "  dmuon-bench ns [options]          Gram vs direct Newton-Schulz, sgemm rate\n"
                "  dmuon-bench plan [options]        planner speed (real and synthetic models)\n"
                "  dmuon-bench predict [options]     the network model, fitted and checked\n"
-               "  dmuon-bench step [options]        the runtime's optimizer step per rank (MPI)\n\n");
+               "  dmuon-bench step [options]        the runtime's optimizer step per rank (MPI)\n"
+               "  dmuon-bench loops [options]       the BF16/FP32 element loops of the reductions\n\n");
     return bench_ops_main(argc, argv);
 }
 

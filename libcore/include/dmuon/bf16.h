@@ -65,4 +65,9 @@ void dmuon_bf16_add_pair(uint16_t *dst, const uint16_t *a, const uint16_t *x0,
 void dmuon_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 void dmuon_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 
+/* The instruction-set width the loops above run at in this process:
+ * "baseline", "x86-64-v3" or "x86-64-v4" (a static string; chosen on the
+ * first call of any loop, or of this function).  No errors. */
+const char *dmuon_bf16_width_name(void);
+
 #endif
