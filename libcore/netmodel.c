@@ -1315,7 +1315,7 @@ dmuon_rc dmuon_net_preset(const char *name, dmuon_net_params *p, unsigned *free_
         p->v[DMUON_NP_CHANNELS] = 1;           /* not used by the trees */
         p->v[DMUON_NP_CH_BYTES] = 64 * 1024;
         p->v[DMUON_NP_COAL_SLICES] = 1;
-        p->v[DMUON_NP_PUB_FANOUT] = 512 * 1024;   /* the MPI backend's default route */
+        p->v[DMUON_NP_PUB_FANOUT] = 128 * 1024;   /* the MPI backend's default route */
         p->mcast = 0;
         p->tree = 1;
         /* grp_bw stays 0: the MPI backend's progress loop is the worker

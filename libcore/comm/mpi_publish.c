@@ -18,7 +18,8 @@
  *            about (R − 2)/(R − 1) of it (a scatter, then an all-gather
  *            whose pieces go on as they land).
  * A parameter of at most fanout_bytes takes the fan-out (a step of small
- * parameters pays per-hop latency, not link time); a larger one the relay,
+ * parameters pays per-hop latency, not link time; a parameter of one or
+ * two chunks cannot spread over the relays); a larger one the relay,
  * which bounds every rank's sends by about the parameter's size in two
  * hops, where the chain needs R − 1.  The limit is
  * DMUON_PUBLISH_FANOUT_BYTES (bytes; 0: no parameter fans out) or
@@ -36,7 +37,10 @@
  * the receiver's copy straight from the socket, where an eager chunk is
  * copied once more out of the transport's buffer, and the per-byte CPU is
  * what bounds a large parameter when ranks outnumber cores
- * (docs/operators.md).
+ * (docs/operators.md).  A group of fewer than MIN_GROUP chunks travels one
+ * chunk per message instead: at the default chunk (64 KiB less 128 bytes)
+ * it would not reach that size, so it would pay the handshake's round trip
+ * and still be copied out of the transport's buffers.
  *
  * Wire format, per parameter p of rail s, on the publish's own duplicate of
  * the rail communicator with tag p: the chunks of p in increasing offset;
@@ -88,10 +92,15 @@
 #include "wait.h"
 
 /* The largest parameter that takes the fan-out route by default (see
- * above); measured on namespace hosts over TCP (docs/operators.md). */
-#define FANOUT_BYTES_DEFAULT (512 * 1024)
+ * above): two default chunks; measured on namespace hosts over TCP
+ * (docs/operators.md, "Publish routes"). */
+#define FANOUT_BYTES_DEFAULT (128 * 1024)
 /* The largest message of a chain or relay parameter by default (see above). */
 #define MESSAGE_BYTES_DEFAULT (1024 * 1024)
+/* The fewest chunks a grouped message carries (see above): 3 default
+ * chunks are 196224 bytes, not above Open MPI's btl_tcp_min_rdma_pipeline_size
+ * (196608 by default), 4 are. */
+#define MIN_GROUP 4
 
 /* $DMUON_PUBLISH_ROUTE unset or auto: each parameter's route by its size */
 #define ROUTE_AUTO (-1)
@@ -302,12 +311,14 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
     }
     if (R >= 2) {   /* the routes in words (dmuon_publish_routes) */
         static const char *const names[] = {"chain", "fan-out", "relay"};
-        char msgs[64];
-        if (p->message_bytes < p->chunk_bytes)
-            snprintf(msgs, sizeof msgs, "one chunk per message");
+        char msgs[96];
+        if (p->message_bytes < MIN_GROUP * p->chunk_bytes)
+            snprintf(msgs, sizeof msgs, "one chunk of %lld bytes per message",
+                     (long long)p->chunk_bytes);
         else
-            snprintf(msgs, sizeof msgs, "messages of up to %lld bytes",
-                     (long long)p->message_bytes);
+            snprintf(msgs, sizeof msgs, "messages of %d to %lld chunks of %lld bytes, "
+                     "else of one", MIN_GROUP, (long long)(p->message_bytes / p->chunk_bytes),
+                     (long long)p->chunk_bytes);
         if (R == 2)
             snprintf(pub->routes, sizeof pub->routes, "one hop (two nodes), %s", msgs);
         else if (p->route == ROUTE_AUTO)
@@ -339,14 +350,17 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
                                                       : ps->next >= 0;
             ps->nchunks = p->sched->params[i].nchunks;
             ps->chunks = p->sched->chunks + p->sched->params[i].first;
+            /* chunks per message before the last chunk: as many as
+             * message_bytes holds, no more than there are, and on the
+             * relay at least one message for each of the R − 1 relays
+             * where the chunks allow it; fewer than MIN_GROUP: one each */
             int64_t per = p->message_bytes / p->sched->chunk_bytes;
+            per = per < ps->nchunks - 1 ? per : ps->nchunks - 1;
             if (ps->route == DMUON_PUB_RELAY) {
-                /* at least one message for each of the R − 1 relays where
-                 * the chunks allow it */
                 const int64_t even = (ps->nchunks - 1 + R - 2) / (R - 1);
                 per = per < even ? per : even;
             }
-            ps->group = ps->route == DMUON_PUB_FANOUT || per < 1 ? 1
+            ps->group = ps->route == DMUON_PUB_FANOUT || per < MIN_GROUP ? 1
                         : per > INT_MAX ? INT_MAX : (int)per;
             ps->nmsg = 1 + (ps->nchunks - 1 + ps->group - 1) / ps->group;
             ps->rx0 = (int)nrx;

@@ -2,20 +2,23 @@
 # The chain and relay routes' messages across namespace hosts: such a
 # parameter travels in messages of whole chunks of up to
 # $DMUON_PUBLISH_MESSAGE_BYTES (default 1 MiB; the relay also at most a
-# (R - 1)-th of the parameter), then its last chunk alone; 0 sends one chunk
-# per message.  dmuon-verify checks the publish bit for bit on 4 hosts x 2
-# with every parameter on the chain, then on the relay
-# ($DMUON_PUBLISH_ROUTE), under the default, a size that is not a multiple
-# of the chunk, and 0.  The PMPI shim of tests/cluster/prof
-# counts one step on 2 hosts x 2 (R = 2: the chain only): larger messages
-# mean fewer of them and some above the eager size, one chunk per message
-# none above it.  Ranks that disagree, and a value above 1 GiB, are refused.
+# (R - 1)-th of the parameter; fewer than 4 chunks: one each), then its
+# last chunk alone; 0 sends one chunk per message.  dmuon-verify checks
+# the publish bit for bit on 4 hosts x 2 with every parameter on the
+# chain, then on the relay ($DMUON_PUBLISH_ROUTE), under the default, a
+# size that is not a multiple of the chunk (300000: 4 chunks a message),
+# one of 3 chunks (200000: one chunk each), and 0.  The PMPI shim of
+# tests/cluster/prof counts one step on 2 hosts x 2 (R = 2: the chain
+# only): larger messages mean fewer of them and some above the eager size,
+# one chunk per message none above it, and messages of 3 chunks (200000)
+# go as single chunks.  Ranks that disagree, and a value above 1 GiB, are
+# refused.
 source "$(dirname "$0")/lib.sh"
 unset DMUON_PUBLISH_FANOUT_BYTES DMUON_PUBLISH_MESSAGE_BYTES DMUON_PUBLISH_ROUTE
 
 # --- bit for bit on the chain and the relay, per message size ------------
 for route in chain relay; do
-    for mb in default 200000 0; do
+    for mb in default 300000 200000 0; do
         env=$([ $mb = default ] || echo "-x DMUON_PUBLISH_MESSAGE_BYTES=$mb")
         run timeout 300 "$C" -q --hosts 4 --ranks 2 -- \
             sh -c "$MPIRUN -x DMUON_PUBLISH_ROUTE=$route $env $V --op publish --line ours --sizes 3M+2,1M+6 --dtypes bf16"
@@ -29,7 +32,7 @@ done
 # per rank "isends above-eager", summed over the ranks
 count() { sed -nE 's/^n[0-9]+ rank [0-9]+: isend ([0-9]+) \([0-9]+ bytes, ([0-9]+) above eager\).*/\1 \2/p' "$1" |
           awk '{s += $1; b += $2; n++} END {print n, s, b}'; }
-for mb in default 0; do
+for mb in default 0 200000; do
     extra=$([ $mb = default ] || echo "-x DMUON_PUBLISH_MESSAGE_BYTES=$mb")
     MPIRUN_EXTRA="$extra" run timeout 300 "$P" 2 2 -b 1M -e 1M --op publish --lines ours \
         -w 0 -n 2 --launches 1
@@ -44,6 +47,8 @@ check_eq "$([ "$s0" -gt 0 ] && [ "$sd" -lt "$s0" ] && echo fewer || echo "$sd vs
 check_eq "$([ "$bd" -gt 0 ] && echo some || echo none)" some \
     "the default sends messages above the eager size"
 check_eq "$b0" 0 "one chunk per message: none above the eager size"
+read -r n3 s3 b3 < "$T_TMP/200000"
+check_eq "$s3 $b3" "$s0 0" "messages of 3 chunks go as single chunks: as many as with 0, none above eager"
 
 # --- the size must agree and be in range ----------------------------------
 run timeout 120 "$C" -q --hosts 2 --ranks 2 -- \

@@ -22,16 +22,16 @@ for k in op bytes dtype line ranks nodes time_us wrong; do
 done
 grep -q '"line": "equal_length"' "$T_TMP/rows.json" && ok || bad "JSON has equal_length rows"
 # the publish rows say how the parameters travelled; the table says it once
-check_out '^# publish routes of ours: fan-out up to 524288 bytes, relay above \(messages of up to 1048576 bytes\)$' \
+check_out '^# publish routes of ours: fan-out up to 131072 bytes, relay above \(messages of 4 to 16 chunks of 65408 bytes, else of one\)$' \
     "the table names ours' publish routes"
 check_eq "$(grep -c '"routes": ' "$T_TMP/rows.json")" 6 "JSON: every publish row has its routes"
-check_eq "$(grep -c '"routes": "fan-out up to 524288 bytes, relay above' "$T_TMP/rows.json")" 2 \
+check_eq "$(grep -c '"routes": "fan-out up to 131072 bytes, relay above' "$T_TMP/rows.json")" 2 \
     "JSON: ours' publish rows name the routes and limits"
 DMUON_PUBLISH_ROUTE=relay DMUON_PUBLISH_MESSAGE_BYTES=0 run "${MPIRUN[@]}" -np 8 \
     -x DMUON_PUBLISH_ROUTE -x DMUON_PUBLISH_MESSAGE_BYTES "$B" --ranks-per-node 2 --op publish \
     -b 300K -e 300K "${QUICK[@]}"
 check_rc 0 "a forced route runs"
-check_out '^# publish routes of ours: relay for every parameter \(DMUON_PUBLISH_ROUTE\), one chunk per message$' \
+check_out '^# publish routes of ours: relay for every parameter \(DMUON_PUBLISH_ROUTE\), one chunk of 65408 bytes per message$' \
     "the table names the forced route and the messages"
 
 run "${MPIRUN[@]}" -np 4 "$B" --ranks-per-node 2 --dtype f32 --op rsv --layout rank -b 64K -e 64K "${QUICK[@]}"

@@ -142,7 +142,7 @@ enum {
                               backend's routes: a parameter of at most this many
                               bytes goes from the owner's rank to the R − 1
                               leaders itself (fan-out,
-                              $DMUON_PUBLISH_FANOUT_BYTES, 512 KiB by default), a
+                              $DMUON_PUBLISH_FANOUT_BYTES, 128 KiB by default), a
                               larger one by the relay; 0: every parameter takes
                               the chain (the GPU kernel of the paper) */
     DMUON_NP_GRP_BW,       /* bytes/s: ours, one thread group storing a gathered

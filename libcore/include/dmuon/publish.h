@@ -128,20 +128,22 @@ dmuon_algo dmuon_publish_algo(const dmuon_publish *p);
 /* The schedule the publish runs (chunks and chain routes, dmuon/sched.h),
  * valid until dmuon_publish_free.  The scheduled publish on mpi over more
  * than two nodes sends a parameter of at most $DMUON_PUBLISH_FANOUT_BYTES
- * (default 512 KiB) from its owner to every leader directly (fan-out), a
+ * (default 128 KiB) from its owner to every leader directly (fan-out), a
  * larger one by the relay (the owner sends each message to one leader,
  * which forwards it to the others) instead of along the chain, in the same
  * chunks; $DMUON_PUBLISH_ROUTE (fan-out, relay or chain) sends every
  * parameter by one route.  Chain and relay parameters travel in messages
- * of several whole chunks (up to $DMUON_PUBLISH_MESSAGE_BYTES, default
- * 1 MiB) with the last chunk alone (docs/operators.md, "Publish routes"). */
+ * of 4 or more whole chunks (up to $DMUON_PUBLISH_MESSAGE_BYTES, default
+ * 1 MiB), or of one chunk where fewer would make a message, with the last
+ * chunk alone (docs/operators.md, "Publish routes"). */
 const dmuon_pub_sched *dmuon_publish_sched(const dmuon_publish *p);
 
 /* How this publish's parameters travel, in words for reports and logs
  * (the same on every rank), valid until dmuon_publish_free: on mpi's
  * scheduled publish over more than two nodes the routes it picks and their
- * limits, e.g. "fan-out up to 524288 bytes, relay above (messages of up
- * to 1048576 bytes)" (see dmuon_publish_sched above); "chain" for the
+ * limits, e.g. "fan-out up to 131072 bytes, relay above (messages of 4
+ * to 16 chunks of 65408 bytes, else of one)" (see dmuon_publish_sched
+ * above); "chain" for the
  * schedule's route alone; the algorithm's name for the others; "none (one
  * node)" on one node. */
 const char *dmuon_publish_routes(const dmuon_publish *p);
