@@ -37,10 +37,12 @@
  * the receiver's copy straight from the socket, where an eager chunk is
  * copied once more out of the transport's buffer, and the per-byte CPU is
  * what bounds a large parameter when ranks outnumber cores
- * (docs/operators.md).  A group of fewer than MIN_GROUP chunks travels one
- * chunk per message instead: at the default chunk (64 KiB less 128 bytes)
- * it would not reach that size, so it would pay the handshake's round trip
- * and still be copied out of the transport's buffers.
+ * (docs/operators.md).  Where that would make a message of 2 to
+ * MIN_GROUP − 1 chunks (a group, or the chunks left after the last whole
+ * group) they travel one chunk per message instead: at the default chunk
+ * (64 KiB less 128 bytes) such a message would not reach that size, so it
+ * would pay the handshake's round trip and still be copied out of the
+ * transport's buffers.
  *
  * Wire format, per parameter p of rail s, on the publish's own duplicate of
  * the rail communicator with tag p: the chunks of p in increasing offset;
@@ -92,7 +94,7 @@
 #include "wait.h"
 
 /* The largest parameter that takes the fan-out route by default (see
- * above): two default chunks; measured on namespace hosts over TCP
+ * above): 128 KiB, about two default chunks; measured on namespace hosts over TCP
  * (docs/operators.md, "Publish routes"). */
 #define FANOUT_BYTES_DEFAULT (128 * 1024)
 /* The largest message of a chain or relay parameter by default (see above). */
@@ -120,8 +122,12 @@ typedef struct {
                                 leader), 1 or 0 */
     int nchunks;
     const dmuon_pub_chunk *chunks;   /* its chunks in the schedule */
-    int group;               /* chunks per message, the last chunk apart */
-    int nmsg;                /* messages: ⌈(nchunks − 1) / group⌉ + 1 */
+    int group;               /* chunks per grouped message */
+    int ngrouped;            /* messages 0 .. ngrouped − 1: chunks [m·group,
+                                (m + 1)·group), the last of them cut at the
+                                last chunk; then one message per chunk up to
+                                the last chunk (a leftover of 2 or 3) */
+    int nmsg;                /* messages, the last chunk's included */
     /* per-step state */
     int got;                 /* messages received (and on the chain forwarded), in
                                 order (lead) */
@@ -312,13 +318,17 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
     if (R >= 2) {   /* the routes in words (dmuon_publish_routes) */
         static const char *const names[] = {"chain", "fan-out", "relay"};
         char msgs[96];
-        if (p->message_bytes < MIN_GROUP * p->chunk_bytes)
-            snprintf(msgs, sizeof msgs, "one chunk of %lld bytes per message",
-                     (long long)p->chunk_bytes);
+        const int64_t most = p->message_bytes / p->chunk_bytes;
+        char one[64];
+        snprintf(one, sizeof one, "one chunk of %lld bytes per message", (long long)p->chunk_bytes);
+        if (most < MIN_GROUP)
+            snprintf(msgs, sizeof msgs, "%s", one);
+        else if (most == MIN_GROUP)
+            snprintf(msgs, sizeof msgs, "messages of %d chunks of %lld bytes, else of one",
+                     MIN_GROUP, (long long)p->chunk_bytes);
         else
             snprintf(msgs, sizeof msgs, "messages of %d to %lld chunks of %lld bytes, "
-                     "else of one", MIN_GROUP, (long long)(p->message_bytes / p->chunk_bytes),
-                     (long long)p->chunk_bytes);
+                     "else of one", MIN_GROUP, (long long)most, (long long)p->chunk_bytes);
         if (R == 2)
             snprintf(pub->routes, sizeof pub->routes, "one hop (two nodes), %s", msgs);
         else if (p->route == ROUTE_AUTO)
@@ -327,7 +337,7 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
         else
             snprintf(pub->routes, sizeof pub->routes, "%s for every parameter "
                      "(DMUON_PUBLISH_ROUTE), %s", names[p->route],
-                     p->route == DMUON_PUB_FANOUT ? "one chunk per message" : msgs);
+                     p->route == DMUON_PUB_FANOUT ? one : msgs);
     }
     p->slot_of = malloc((n ? (size_t)n : 1) * sizeof *p->slot_of);
     p->mine = calloc(n ? (size_t)n : 1, sizeof *p->mine);
@@ -362,7 +372,11 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             }
             ps->group = ps->route == DMUON_PUB_FANOUT || per < MIN_GROUP ? 1
                         : per > INT_MAX ? INT_MAX : (int)per;
-            ps->nmsg = 1 + (ps->nchunks - 1 + ps->group - 1) / ps->group;
+            /* after the whole groups, a leftover of one chunk or of at
+             * least MIN_GROUP is one more message; of 2 or 3, one each */
+            const int rest = (ps->nchunks - 1) % ps->group;
+            ps->ngrouped = (ps->nchunks - 1) / ps->group + (rest == 1 || rest >= MIN_GROUP);
+            ps->nmsg = ps->ngrouped + (rest == 1 || rest >= MIN_GROUP ? 0 : rest) + 1;
             ps->rx0 = (int)nrx;
             nrx += ps->lead ? (size_t)ps->nmsg : 0;
             ntx += (size_t)msgs_sent(ps, R) * (size_t)ps->nout;
@@ -476,14 +490,18 @@ static void chunk_span(const mpi_pub *p, const param_state *ps, int k, unsigned 
 }
 
 /* The bytes message m of ps travels in: chunks [m·group, (m + 1)·group)
- * of the copy (the last chunk excluded), or for the last message the tail
- * buffer, the last chunk with its step word. */
+ * of the copy (the last chunk excluded) for a grouped message, one chunk
+ * for each message after them, or for the last message the tail buffer,
+ * the last chunk with its step word. */
 static void msg_wire(const mpi_pub *p, const param_state *ps, int m, unsigned char **ptr,
                      int *bytes)
 {
     if (m < ps->nmsg - 1) {
-        const int k0 = m * ps->group;
-        const int k1 = k0 + ps->group < ps->nchunks - 1 ? k0 + ps->group : ps->nchunks - 1;
+        const int k0 = m < ps->ngrouped ? m * ps->group
+                                        : ps->ngrouped * ps->group + (m - ps->ngrouped);
+        const int k1 = m >= ps->ngrouped                   ? k0 + 1
+                       : k0 + ps->group < ps->nchunks - 1 ? k0 + ps->group
+                                                            : ps->nchunks - 1;
         const dmuon_pub_chunk *a = &ps->chunks[k0], *b = &ps->chunks[k1 - 1];
         *ptr = p->copy + a->offset;
         *bytes = (int)(b->offset + b->bytes - a->offset);

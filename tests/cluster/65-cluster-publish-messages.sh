@@ -10,8 +10,10 @@
 # one of 3 chunks (200000: one chunk each), and 0.  The PMPI shim of
 # tests/cluster/prof counts one step on 2 hosts x 2 (R = 2: the chain
 # only): larger messages mean fewer of them and some above the eager size,
-# one chunk per message none above it, and messages of 3 chunks (200000)
-# go as single chunks.  Ranks that disagree, and a value above 1 GiB, are
+# one chunk per message none above it, messages of 3 chunks (200000)
+# go as single chunks, and no run sends a message above the eager size
+# but not above the pipeline size (a leftover of 2 or 3 chunks at 300000
+# goes one by one).  Ranks that disagree, and a value above 1 GiB, are
 # refused.
 source "$(dirname "$0")/lib.sh"
 unset DMUON_PUBLISH_FANOUT_BYTES DMUON_PUBLISH_MESSAGE_BYTES DMUON_PUBLISH_ROUTE
@@ -29,26 +31,34 @@ for route in chain relay; do
 done
 
 # --- messages of one step (whole run: 2 steps) ----------------------------
-# per rank "isends above-eager", summed over the ranks
-count() { sed -nE 's/^n[0-9]+ rank [0-9]+: isend ([0-9]+) \([0-9]+ bytes, ([0-9]+) above eager\).*/\1 \2/p' "$1" |
-          awk '{s += $1; b += $2; n++} END {print n, s, b}'; }
-for mb in default 0 200000; do
+# per rank "isends above-eager mid" (mid: above eager, not above the
+# transport's pipeline size), summed over the ranks
+count() { sed -nE 's/^n[0-9]+ rank [0-9]+: isend ([0-9]+) \([0-9]+ bytes, ([0-9]+) above eager\).*not above [0-9]+ bytes: ([0-9]+)$/\1 \2 \3/p' "$1" |
+          awk '{s += $1; b += $2; m += $3; n++} END {print n, s, b, m}'; }
+for mb in default 0 200000 300000; do
     extra=$([ $mb = default ] || echo "-x DMUON_PUBLISH_MESSAGE_BYTES=$mb")
     MPIRUN_EXTRA="$extra" run timeout 300 "$P" 2 2 -b 1M -e 1M --op publish --lines ours \
         -w 0 -n 2 --launches 1
     check_rc 0 "message bytes $mb: the publish under the shim"
     count "$T_TMP/out" > "$T_TMP/$mb"
 done
-read -r nd sd bd < "$T_TMP/default"
-read -r n0 s0 b0 < "$T_TMP/0"
+read -r nd sd bd md < "$T_TMP/default"
+read -r n0 s0 b0 m0 < "$T_TMP/0"
 check_eq "$nd $n0" "4 4" "every rank reports its calls, both runs"
 check_eq "$([ "$s0" -gt 0 ] && [ "$sd" -lt "$s0" ] && echo fewer || echo "$sd vs $s0")" fewer \
     "the default sends fewer messages than one chunk per message"
 check_eq "$([ "$bd" -gt 0 ] && echo some || echo none)" some \
     "the default sends messages above the eager size"
 check_eq "$b0" 0 "one chunk per message: none above the eager size"
-read -r n3 s3 b3 < "$T_TMP/200000"
+read -r n3 s3 b3 m3 < "$T_TMP/200000"
 check_eq "$s3 $b3" "$s0 0" "messages of 3 chunks go as single chunks: as many as with 0, none above eager"
+# 300000: groups of 4 chunks; the 7-chunk parameter (6 before its last
+# chunk) leaves 2 after its group, which go one by one: no message is
+# above eager yet not above the pipeline size, in any run
+read -r n4 s4 b4 m4 < "$T_TMP/300000"
+check_eq "$([ "$b4" -gt 0 ] && echo some || echo none)" some "300000: some messages of 4 chunks"
+check_eq "$md $m0 $m3 $m4" "0 0 0 0" \
+    "no message between the eager and the pipeline size (default, 0, 200000, 300000)"
 
 # --- the size must agree and be in range ----------------------------------
 run timeout 120 "$C" -q --hosts 2 --ranks 2 -- \

@@ -1,7 +1,8 @@
 /*
  * mpiprof.c — a profiling shim for the operators (LD_PRELOAD, PMPI): per
  * rank, the messages posted (count, bytes, how many above the TCP eager
- * size; a start of a persistent request counts as one), the MPI_Test /
+ * size, and how many of those not above Open MPI's TCP pipeline size; a
+ * start of a persistent request counts as one), the MPI_Test /
  * MPI_Testsome calls and how many requests they completed, the time spent
  * inside them and MPI_Testall, the idle waits (sched_yield, nanosleep and
  * their time), and the process CPU time (user + system, every thread) in
@@ -32,7 +33,7 @@
 #include <unistd.h>
 
 typedef struct {
-    long isend, isend_big, irecv, test, test_done, testall, yield, sleep;
+    long isend, isend_big, isend_mid, irecv, test, test_done, testall, yield, sleep;
     long long isend_bytes, test_ns, yield_ns, sleep_ns, cpu_ns;
 } counters;
 static counters st, win;       /* whole run; timed windows together */
@@ -42,6 +43,10 @@ static long long win_ns, win_t0;
 
 #define ADD(field, v) do { st.field += (v); if (cur[1]) win.field += (v); } while (0)
 static long eager = 65536 - 64;   /* TCP BTL eager limit less the match header, about */
+/* Open MPI's btl_tcp_min_rdma_pipeline_size (its default): a message above
+ * eager and at most this long pays the rendezvous handshake and is still
+ * copied out of the transport's fragments */
+static long pipeline = 196608;
 
 static long long now_ns(void)
 {
@@ -147,6 +152,7 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MP
     ADD(isend, 1);
     ADD(isend_bytes, (long long)count * sz);
     ADD(isend_big, (long)count * sz > eager);
+    ADD(isend_mid, (long)count * sz > eager && (long)count * sz <= pipeline);
     ev('S', world_of(comm, dest), tag, (long long)count * sz);
     return PMPI_Isend(buf, count, dt, dest, tag, comm, req);
 }
@@ -204,6 +210,7 @@ static void pstart(MPI_Request r)
         ADD(isend, 1);
         ADD(isend_bytes, ptab[j].bytes);
         ADD(isend_big, ptab[j].bytes > eager);
+        ADD(isend_mid, ptab[j].bytes > eager && ptab[j].bytes <= pipeline);
     }
 }
 
@@ -378,9 +385,10 @@ int MPI_Finalize(void)
     gethostname(host, sizeof host);
     fprintf(stderr, "mpiprof rank %d host %s: isend %ld (%lld bytes, %ld above eager) irecv %ld "
             "test %ld (%ld completed, %.1f ms) testall %ld yield %ld (%.1f ms) sleep %ld "
-            "(%.1f ms)\n", rank, host, st.isend, st.isend_bytes, st.isend_big, st.irecv, st.test,
-            st.test_done, st.test_ns / 1e6, st.testall, st.yield, st.yield_ns / 1e6, st.sleep,
-            st.sleep_ns / 1e6);
+            "(%.1f ms); above eager and not above %ld bytes: %ld\n", rank, host, st.isend,
+            st.isend_bytes, st.isend_big, st.irecv, st.test, st.test_done, st.test_ns / 1e6,
+            st.testall, st.yield, st.yield_ns / 1e6, st.sleep, st.sleep_ns / 1e6, pipeline,
+            st.isend_mid);
     if (windows) {
         double w = (double)windows;
         fprintf(stderr, "mpiprof rank %d host %s: per call (%ld calls): %.2f ms; isend %.1f "
