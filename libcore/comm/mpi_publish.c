@@ -84,6 +84,7 @@
 
 #include <assert.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,8 +376,9 @@ static dmuon_rc mpi_publish_create(dmuon_publish *pub)
             /* after the whole groups, a leftover of one chunk or of at
              * least MIN_GROUP is one more message; of 2 or 3, one each */
             const int rest = (ps->nchunks - 1) % ps->group;
-            ps->ngrouped = (ps->nchunks - 1) / ps->group + (rest == 1 || rest >= MIN_GROUP);
-            ps->nmsg = ps->ngrouped + (rest == 1 || rest >= MIN_GROUP ? 0 : rest) + 1;
+            const bool one_more = rest == 1 || rest >= MIN_GROUP;
+            ps->ngrouped = (ps->nchunks - 1) / ps->group + one_more;
+            ps->nmsg = ps->ngrouped + (one_more ? 0 : rest) + 1;
             ps->rx0 = (int)nrx;
             nrx += ps->lead ? (size_t)ps->nmsg : 0;
             ntx += (size_t)msgs_sent(ps, R) * (size_t)ps->nout;

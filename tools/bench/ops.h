@@ -11,6 +11,10 @@
 
 #include "common/opdrv.h"
 
+/* Room for a publish's dmuon_publish_routes text (backend.h keeps it in
+ * 160 bytes). */
+#define BENCH_ROUTES 160
+
 typedef struct {
     int op, line, ranks, nodes;
     int64_t bytes;
@@ -19,7 +23,7 @@ typedef struct {
     double algbw, busbw;   /* GB/s of this line (see ops.c) */
     long long wrong;
     char label[64];
-    char routes[160];      /* publish: dmuon_publish_routes of the line */
+    char routes[BENCH_ROUTES];   /* publish: dmuon_publish_routes of the line */
 } bench_row;
 
 typedef struct {
@@ -28,14 +32,14 @@ typedef struct {
     int layer_col;         /* the table has a layer column (plan replay) */
     bench_row *rows;       /* rank 0: every reported row, for --json */
     int nrows;
-    char routes_said[160]; /* rank 0: the publish routes last printed */
+    char routes_said[BENCH_ROUTES];   /* rank 0: the publish routes last printed */
 } bench_opts;
 
 typedef struct {
     int ran[OPDRV_NLINES];
     double time_us[OPDRV_NLINES];
     long long wrong[OPDRV_NLINES];
-    char routes[OPDRV_NLINES][160];   /* publish: how each line's parameters travel */
+    char routes[OPDRV_NLINES][BENCH_ROUTES];   /* publish: how each line's parameters travel */
 } bench_result;
 
 /* One line on one case (ops_group.c): setup makes the line's group or
