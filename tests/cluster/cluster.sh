@@ -24,7 +24,10 @@
 #   DMUON_CLUSTER_AGENT   the rsh agent (rsh-agent.sh beside this script)
 #   OMPI_MCA_plm_rsh_agent, OMPI_MCA_plm_rsh_no_tree_spawn=1,
 #   OMPI_MCA_btl=self,vader,tcp, OMPI_MCA_btl_tcp_if_include and
-#   OMPI_MCA_oob_tcp_if_include = 198.18.0.0/24
+#   OMPI_MCA_oob_tcp_if_include = 198.18.0.0/24,
+#   OMPI_MCA_mpi_yield_when_idle=1 and OMPI_MCA_hwloc_base_binding_policy=none
+#   (all hosts share this machine's cores; values already set are kept),
+#   OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # so "mpirun -np $DMUON_CLUSTER_NP --host $DMUON_CLUSTER_HOSTS prog" starts an
 # Open MPI daemon in every host namespace through the agent: ranks of one host
 # share memory (vader), ranks of different hosts talk TCP over the bridge,
@@ -224,6 +227,13 @@ export OMPI_MCA_plm_rsh_agent=$here/rsh-agent.sh
 export OMPI_MCA_plm_rsh_no_tree_spawn=1
 export OMPI_MCA_btl=self,vader,tcp
 export OMPI_MCA_btl_tcp_if_include=$NET_CIDR OMPI_MCA_oob_tcp_if_include=$NET_CIDR
+# Every host is this machine's cores: Open MPI sees K slots per host and
+# would bind ranks of different hosts to the same core and let idle ones
+# spin; a value already set is kept.
+export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
+export OMPI_MCA_hwloc_base_binding_policy=${OMPI_MCA_hwloc_base_binding_policy:-none}
+# the driver runs as root (namespaces), so mpirun does too
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ip netns exec "$HEAD" unshare --uts -- /bin/sh -c 'hostname "$0" && exec "$@"' "$HEAD" "$@" &
 child=$!
 wait "$child"

@@ -7,7 +7,9 @@
  *
  * On the operator driver (common/opdrv.h: the flags, the cases, the lines,
  * the check), this file adds the timing (barrier, then the slowest rank's
- * time of each iteration; median over iterations, then median over
+ * time of each iteration, both through dmuon/ctl.h, whose waits give the CPU
+ * away: a rank done early must not spin on a core that a slower rank of the
+ * same host still needs; median over iterations, then median over
  * launches; lines interleaved launch by launch so ratios come from the same
  * run), the check after every launch (#wrong, summed over ranks), the table
  * (with nccl-tests' algbw and busbw of ours) and --json / --json-file.
@@ -29,6 +31,7 @@
 #include "bench.h"
 #include "common/opt.h"
 #include "dmuon/bf16.h"
+#include "dmuon/ctl.h"
 #include "dmuon/io.h"
 #include "dmuon/layout.h"
 #include "dmuon/plan.h"
@@ -76,11 +79,19 @@ dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
             for (int w = 0; w < f->warmup && rc == DMUON_OK; w++)
                 rc = bench_line_run(st);
             for (int i = 0; i < f->iters && rc == DMUON_OK; i++) {
-                MPI_Barrier(t->world);
+                double dt = 0;
+                rc = dmuon_ctl_allreduce_f64(t->world, &dt, 1, DMUON_CTL_MAX, 0,
+                                             "dmuon-bench: the barrier before an iteration");
+                if (rc != DMUON_OK)
+                    break;
                 double t0 = MPI_Wtime();
                 rc = bench_line_run(st);
-                double dt = MPI_Wtime() - t0;
-                MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, t->world);
+                dt = MPI_Wtime() - t0;
+                /* every rank takes part, a failed one too: none is left waiting */
+                dmuon_rc slowest = dmuon_ctl_allreduce_f64(t->world, &dt, 1, DMUON_CTL_MAX, 0,
+                                                           "dmuon-bench: the slowest rank's "
+                                                           "time");
+                rc = rc != DMUON_OK ? rc : slowest;
                 iters[i] = dt;
             }
             if (rc != DMUON_OK) {
@@ -89,8 +100,10 @@ dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
             }
             const char *routes = bench_line_routes(st);
             snprintf(res->routes[l], sizeof res->routes[l], "%s", routes ? routes : "");
-            long long wrong = (long long)bench_line_check(st);
-            MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, t->world);
+            int64_t wrong = (int64_t)bench_line_check(st);
+            DMUON_TRY_GOTO(rc, dmuon_ctl_allreduce_i64(t->world, &wrong, 1, DMUON_CTL_SUM, 0,
+                                                       "dmuon-bench: the count of wrong "
+                                                       "elements"), out);
             res->wrong[l] += wrong;
             bench_line_teardown(st);
             per_launch[l * L + launch] = median(iters, f->iters);
