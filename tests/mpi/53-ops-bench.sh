@@ -38,6 +38,25 @@ run "${MPIRUN[@]}" -np 4 "$B" --ranks-per-node 2 --dtype f32 --op rsv --layout r
 check_rc 0 "f32 reduce, one segment per rank"
 check_out '^rsv +65536 +f32 .* 0$' "f32 row with 0 wrong"
 
+# every launch's median is in the JSON, and time_us is their median
+run "${MPIRUN[@]}" -np 4 "$B" --ranks-per-node 2 --op agv -b 16K -e 16K -w 1 -n 3 --launches 3 \
+    --json-file "$T_TMP/launches.json"
+check_rc 0 "three launches"
+python3 - "$T_TMP/launches.json" > "$T_TMP/launches.txt" 2>&1 <<'PY'
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 4, "%d rows, expected 4 lines" % len(rows)
+for r in rows:
+    assert (r["warmup"], r["iters"], r["launches"]) == (1, 3, 3), r
+    assert len(r["launch_us"]) == 3 and min(r["launch_us"]) > 0, r
+    assert abs(statistics.median(r["launch_us"]) - r["time_us"]) < 1e-3, r
+print("ok")
+PY
+check_eq "$(cat "$T_TMP/launches.txt")" ok "JSON: warmup, iters, launches, launch_us with time_us their median"
+run "${MPIRUN[@]}" -np 2 "$B" --op publish --lines equal_length
+check_rc 2 "--op publish with only equal_length"
+check_err "equal_length has no publish form, so nothing would be timed" "says nothing would be timed"
+
 run "${MPIRUN[@]}" -np 2 "$B" -b 0
 check_rc 2 "-b 0 is refused"
 check_err "dmuon-bench: error: -b '0': expected a size from 1 B to 1 TiB" "names the flag and the range"

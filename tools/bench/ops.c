@@ -59,15 +59,17 @@ dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
     const dmuon_topo *t = c->topo;
     const opdrv_opts *f = &o->opt;
     int L = f->launches;
+    memset(res, 0, sizeof *res);
     double *per_launch = calloc((size_t)OPDRV_NLINES * L, sizeof(double));
     double *iters = calloc((size_t)(f->iters > 0 ? f->iters : 1), sizeof(double));
-    if (!per_launch || !iters) {
+    double *sorted = calloc((size_t)L, sizeof(double));
+    if (!per_launch || !iters || !sorted) {
         free(per_launch);
         free(iters);
+        free(sorted);
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
     }
     dmuon_rc rc = DMUON_OK;
-    memset(res, 0, sizeof *res);
     for (int l = 0; l < OPDRV_NLINES; l++)
         res->ran[l] = (f->lines & (1 << l)) && opdrv_line_supports(opdrv_lines[l], c);
     for (int launch = 0; launch < L && rc == DMUON_OK; launch++)
@@ -108,13 +110,32 @@ dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
             bench_line_teardown(st);
             per_launch[l * L + launch] = median(iters, f->iters);
         }
-    for (int l = 0; l < OPDRV_NLINES; l++)
-        if (res->ran[l])
-            res->time_us[l] = 1e6 * median(per_launch + l * L, L);
+    for (int l = 0; l < OPDRV_NLINES; l++) {
+        for (int i = 0; i < L; i++)
+            per_launch[l * L + i] *= 1e6;
+        if (res->ran[l]) {
+            memcpy(sorted, per_launch + l * L, (size_t)L * sizeof *sorted);
+            res->time_us[l] = median(sorted, L);   /* sorts in place */
+        }
+    }
 out:
-    free(per_launch);
+    if (rc == DMUON_OK) {
+        res->launches = L;
+        res->launch_us = per_launch;
+    } else {
+        free(per_launch);
+    }
     free(iters);
+    free(sorted);
     return rc;
+}
+
+void bench_result_release(bench_result *r)
+{
+    if (r) {
+        free(r->launch_us);
+        r->launch_us = NULL;
+    }
 }
 
 /* ----------------------------------------------------------- report ---- */
@@ -206,6 +227,15 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
             bandwidths(t, op, bytes, r->time_us[l], &row->algbw, &row->busbw);
             snprintf(row->label, sizeof row->label, "%s", label ? label : "");
             snprintf(row->routes, sizeof row->routes, "%s", r->routes[l]);
+            row->warmup = o->opt.warmup;
+            row->iters = o->opt.iters;
+            row->launches = 0;
+            row->launch_us = r->launches ? malloc((size_t)r->launches * sizeof(double)) : NULL;
+            if (row->launch_us) {
+                row->launches = r->launches;
+                memcpy(row->launch_us, r->launch_us + (size_t)l * r->launches,
+                       (size_t)r->launches * sizeof(double));
+            }
         }
     }
     return wrong != 0;
@@ -230,6 +260,14 @@ static dmuon_rc write_rows(FILE *f, void *ctx)
         dmuon_json_kdouble(&w, "algbw_gbps", r->algbw);
         dmuon_json_kdouble(&w, "busbw_gbps", r->busbw);
         dmuon_json_kint(&w, "wrong", r->wrong);
+        dmuon_json_kint(&w, "warmup", r->warmup);
+        dmuon_json_kint(&w, "iters", r->iters);
+        dmuon_json_kint(&w, "launches", r->launches);
+        dmuon_json_key(&w, "launch_us");
+        dmuon_json_begin_array(&w);
+        for (int k = 0; k < r->launches; k++)
+            dmuon_json_double(&w, r->launch_us[k]);
+        dmuon_json_end_array(&w);
         if (r->label[0])
             dmuon_json_kstr(&w, "layer", r->label);
         if (r->routes[0])
@@ -332,6 +370,15 @@ static void usage(FILE *f)
 "refused.\n");
 }
 
+/* How many of the lines asked for have a publish form. */
+static int publish_lines(const opdrv_opts *f)
+{
+    int n = 0;
+    for (int l = 0; l < OPDRV_NLINES; l++)
+        n += (f->lines & (1 << l)) && opdrv_lines[l]->pub_algo != DMUON_ALGO_DEFAULT;
+    return n;
+}
+
 /* The checks of flags that go together (the option table has parsed each
  * flag on its own); bad filled on the first error. */
 static void flags_check(opdrv_opts *f, void *ctx, char *bad, size_t cap)
@@ -358,6 +405,9 @@ static void flags_check(opdrv_opts *f, void *ctx, char *bad, size_t cap)
     else if (f->nlayouts > 1)
         snprintf(bad, cap, "%s: dmuon-bench runs one layout (its table has no layout column)",
                  f->layout_flag);
+    else if ((op_publish || f->replay_publish) && !publish_lines(f))
+        snprintf(bad, cap, "--lines: the publish runs on ours, per_owner and coalesced; "
+                 "equal_length has no publish form, so nothing would be timed");
     else if (f->json_file)
         json_path_check(f->json_file, bad, cap);
     if (bad[0])
@@ -459,6 +509,7 @@ int bench_ops_main(int argc, char **argv)
             rc = bench_measure(&o, &c, &r);
             if (rc == DMUON_OK)
                 wrong |= bench_record(&o, &t, c.op, NULL, bytes, f->dtypes[k.dtype], &r);
+            bench_result_release(&r);
             free(segs);
         }
         if (rc == DMUON_OK && tried == 0)
@@ -490,6 +541,8 @@ int bench_ops_main(int argc, char **argv)
     }
     code = rc != DMUON_OK ? dmuon_rc_exit_code(rc) : wrong ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &code, 1, MPI_INT, MPI_MAX, t.world);
+    for (int i = 0; i < o.nrows; i++)
+        free(o.rows[i].launch_us);
     free(o.rows);
     dmuon_topo_release(&t);
     MPI_Finalize();

@@ -24,6 +24,8 @@ typedef struct {
     long long wrong;
     char label[64];
     char routes[BENCH_ROUTES];   /* publish: dmuon_publish_routes of the line */
+    int warmup, iters, launches;
+    double *launch_us;     /* owned: each launch's median (us), `launches` of them */
 } bench_row;
 
 typedef struct {
@@ -40,7 +42,14 @@ typedef struct {
     double time_us[OPDRV_NLINES];
     long long wrong[OPDRV_NLINES];
     char routes[OPDRV_NLINES][BENCH_ROUTES];   /* publish: how each line's parameters travel */
+    int launches;
+    /* owned (bench_result_release): line l's median of launch i, in us, at
+     * [l * launches + i]; time_us is the median of these */
+    double *launch_us;
 } bench_result;
+
+/* Frees r's launch_us (r itself is the caller's); NULL-safe. */
+void bench_result_release(bench_result *r);
 
 /* One line on one case (ops_group.c): setup makes the line's group or
  * publish over its table and fills the inputs (collective); run is one

@@ -128,6 +128,18 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int *wrong)
             rc = bench_measure(o, &c, &r);
             if (rc != DMUON_OK)
                 break;
+            if (!total.launch_us) {
+                total.launches = r.launches;
+                total.launch_us = calloc((size_t)OPDRV_NLINES * r.launches, sizeof(double));
+                if (!total.launch_us) {
+                    bench_result_release(&r);
+                    rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+                    break;
+                }
+            }
+            /* the same launches on every layer: the total of launch i sums launch i's */
+            for (int j = 0; j < OPDRV_NLINES * r.launches; j++)
+                total.launch_us[j] += r.launch_us[j];
             char label[64];
             snprintf(label, sizeof label, "%s", dmuon_plan_layer_name(p, i));
             *wrong |= bench_record(o, t, op, label, dmuon_plan_layer_bytes(p, i), segs[0].dtype, &r);
@@ -138,9 +150,11 @@ static dmuon_rc replay_layers(bench_opts *o, const dmuon_topo *t, int *wrong)
                 total.time_us[l] += r.time_us[l];
                 total.wrong[l] += r.wrong[l];
             }
+            bench_result_release(&r);
         }
         if (rc == DMUON_OK)
             *wrong |= bench_record(o, t, op, "(all layers)", total_bytes, dt, &total);
+        bench_result_release(&total);
     }
     dmuon_plan_free(p);
     return rc;
@@ -189,6 +203,7 @@ static dmuon_rc replay_publish(bench_opts *o, const dmuon_topo *t, int *wrong)
         snprintf(label, sizeof label, "rail%d", o->opt.rail);
         *wrong |= bench_record(o, t, OPDRV_PUB, label, off, dt, &r);
     }
+    bench_result_release(&r);
 done:
     free(params);
     free(layer_of);
