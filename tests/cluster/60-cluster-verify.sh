@@ -70,6 +70,18 @@ for sig in $sigs; do
     check_gone "$id" "SIG$sig during an mpirun"
 done
 
+# --- the environment of the command: a bare mpirun works as root, its ranks
+# yield when idle and are bound to no core (every host is this machine's cores)
+run env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM -u OMPI_MCA_mpi_yield_when_idle \
+    -u OMPI_MCA_hwloc_base_binding_policy "$C" -q --hosts 2 --ranks 1 -- sh -c \
+    'mpirun -np $DMUON_CLUSTER_NP --host $DMUON_CLUSTER_HOSTS sh -c "echo rank env \$OMPI_MCA_mpi_yield_when_idle \$OMPI_MCA_hwloc_base_binding_policy"'
+check_rc 0 "a bare mpirun runs as root"
+check_eq "$(grep -c '^rank env 1 none$' "$T_TMP/out")" 2 "both ranks yield when idle and are bound to no core"
+run "$C" --validate --hosts 65
+check_rc 2 "--validate checks the flags"
+run "$C" --validate --hosts 4 --ranks 2 --rate 2gbit
+check_rc 0 "--validate passes good flags without running anything"
+
 # --- refusals --------------------------------------------------------------
 run "$C" --hosts 0 -- true
 check_rc 2 "--hosts 0 refused"

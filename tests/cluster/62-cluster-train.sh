@@ -7,7 +7,9 @@
 # the run is left; a SIGINT during a run ends it with 130, leaving nothing
 # and writing no report.  Then the report alone on doctored logs: a step-0 loss
 # changed in one run, and one line's losses moved above the control, each
-# make it fail naming the check.  Without root or namespaces it skips.
+# make it fail naming the check.  Bad usage (host count, rate, a missing
+# value, an --out that is a file) exits 2 and leaves the earlier report; the
+# plot's bars stack to the step wall.  Without root or namespaces it skips.
 source "$(dirname "$0")/lib.sh"
 S="$DMUON_ROOT/tests/cluster/train.sh"
 if ! command -v python3 > /dev/null; then
@@ -15,7 +17,20 @@ if ! command -v python3 > /dev/null; then
     finish
     exit
 fi
+# --- bad usage: exit 2, named, before anything in --out is touched ---------
 O="$T_TMP/ct"
+mkdir -p "$O"; echo keep > "$O/cluster-train.md"
+for args in "--hosts 65" "--rate garbage" "--hosts --ranks 2" "--ranks 0" "--out $T_TMP/ct/cluster-train.md"; do
+    run bash "$S" --bin "$DMUON_BIN" --out "$O" $args
+    check_rc 2 "train.sh $args"
+done
+run bash "$S" --bin "$DMUON_BIN" --out "$O" --rate garbage
+check_err "--rate 'garbage': expected a tc rate" "a bad rate is named"
+run bash "$S" --bin "$DMUON_BIN" --out "$O" --hosts --ranks 2
+check_err "--hosts needs a value \(got the option '--ranks'\)" "a missing value is named"
+check_eq "$(cat "$O/cluster-train.md")" keep "bad usage leaves the earlier report as it was"
+run bash "$DMUON_ROOT/tests/cluster/cluster.sh" --validate --hosts 3 --ranks 2 --rate 1gbit
+check_rc 0 "cluster.sh --validate accepts good flags"
 run timeout 300 bash "$S" --bin "$DMUON_BIN" --out "$O" --hosts 2 --ranks 2 --rounds 1 --steps 2 \
     --warm 1 --lines "C D" --configs hsdp --model "--layers 2 --dim 64"
 check_rc 0 "2 hosts x 2, lines C and D: every check passes"
@@ -35,6 +50,22 @@ check_eq "$s0" "True 2 2" "JSON: both checks (step-0 loss, C vs D) passed"
 l0=$(for l in C D; do awk -F, 'NR == 2 { print $2 }' "$O/logs/hsdp-$l-r1.csv"; done | sort -u | wc -l)
 check_eq "$l0" 1 "the step-0 loss of C and D is one value"
 check_eq "$(head -c 5 "$O/cluster-train.svg")" "<?xml" "the plot is an SVG"
+# each bar stacks to its line's step wall (or its exposed comm, when that is larger)
+bars=$(python3 - "$O" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1] + "/cluster-train.json"))
+for row in open(sys.argv[1] + "/cluster-train.dat"):
+    if row.startswith("#"):
+        continue
+    c, l, *v = row.split()
+    f = d["configs"][c]["lines"][l]
+    want = 1e3 * max(f["step_s"], f["exposed_comm_s"])
+    print("%s %s %s" % (c, l, "ok" if abs(sum(map(float, v)) - want) <= 0.25 else
+                        "bar %.1f, step %.1f ms" % (sum(map(float, v)), want)))
+PY
+)
+check_eq "$bars" "$(printf 'hsdp C ok\nhsdp D ok')" "the plot's bars stack to the step wall"
+check_eq "$(grep -c 'only 2 steps: too few' "$md")" 1 "the equivalence check says 2 steps are too few"
 id=$(sed -nE 's/^cluster\.sh: (dmc-[0-9]+-[0-9a-f]{4}): .*/\1/p' "$T_TMP/err" | head -n1)
 if [ -n "$id" ]; then
     check_eq "$(ip netns list | awk '{print $1}' | grep -cE "^$id-")" 0 "no namespace of $id left"
@@ -74,6 +105,8 @@ else
     bad "SIGINT: no run ID in train.sh's stderr"
 fi
 check_no_file "$T_TMP/int/cluster-train.md" "SIGINT: no report written"
+check_eq "$(tail -n1 "$T_TMP/int/run.txt" | grep -c '^# interrupted .*no report$')" 1 \
+    "SIGINT: run.txt says the runs are incomplete"
 
 # --- the report refuses what is wrong --------------------------------------
 report() {

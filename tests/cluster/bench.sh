@@ -21,6 +21,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_TH
 unset DMUON_RANKS_PER_NODE
 "$root/tests/cluster/cluster.sh" --check > /dev/null
 for t in $topos; do
+    [[ "$t" =~ ^[0-9]+x[0-9]+$ ]] || { echo "bench.sh: error: CLUSTER_TOPOS: '$t': expected RxK, e.g. 4x2" >&2; exit 2; }
+done
+for t in $topos; do
     r=${t%x*}; k=${t#*x}
     echo "== dmuon-bench on $r hosts x $k ranks${CLUSTER_RATE:+, $CLUSTER_RATE per link}: $args"
     "$root/tests/cluster/cluster.sh" -q --hosts "$r" --ranks "$k" ${CLUSTER_RATE:+--rate "$CLUSTER_RATE"} -- \

@@ -5,6 +5,8 @@
 #   tests/cluster/cluster.sh [--hosts R] [--ranks K] [--rate RATE] -- COMMAND...
 #   tests/cluster/cluster.sh --check            can this machine run it? (exit 0/2)
 #   tests/cluster/cluster.sh --clean-stale      remove what killed runs left behind
+#   tests/cluster/cluster.sh --validate [--hosts R] [--ranks K] [--rate RATE]
+#                                               check the flags only (exit 0/2)
 #
 # Layout of one run (ID = dmc-<driver pid>-<4 random hex digits>, unique per run):
 #   namespace ID-sw      the switch: bridge br0 and one port pI per host
@@ -128,7 +130,7 @@ case "${1:-}" in
 -h|--help) usage; exit 0 ;;
 esac
 
-R=2; K=2; RATE=""; BURST=""; MTU=1500; QUIET=0
+R=2; K=2; RATE=""; BURST=""; MTU=1500; QUIET=0; VALIDATE=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --hosts) R=${2:-}; shift 2 || die_usage "--hosts needs a value" ;;
@@ -137,6 +139,7 @@ while [ $# -gt 0 ]; do
     --burst) BURST=${2:-}; shift 2 || die_usage "--burst needs a value" ;;
     --mtu) MTU=${2:-}; shift 2 || die_usage "--mtu needs a value" ;;
     -q|--quiet) QUIET=1; shift ;;
+    --validate) VALIDATE=1; shift ;;
     --) shift; break ;;
     *) die_usage "unknown option '$1' (see --help)" ;;
     esac
@@ -148,6 +151,7 @@ done
     die_usage "--rate '$RATE': expected a tc rate such as 500mbit or 2gbit"
 [ -z "$BURST" ] || [ -n "$RATE" ] || die_usage "--burst goes with --rate"
 [ -z "$BURST" ] || [[ "$BURST" =~ ^[0-9]+[kmg]?b?$ ]] || die_usage "--burst '$BURST': expected a size such as 256kb"
+[ "$VALIDATE" = 0 ] || exit 0
 [ $# -gt 0 ] || die_usage "no command given (usage: $prog [--hosts R] [--ranks K] [--rate RATE] -- COMMAND...)"
 why=$(why_not)
 [ -z "$why" ] || { echo "$prog: $why" >&2; exit 2; }

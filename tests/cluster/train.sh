@@ -17,7 +17,8 @@
 #     --model "ARGS"   dmuon-train model flags (default "--layers 4 --dim 256")
 #     --batch B        sequences per step over all ranks (default 2 x R x K)
 #     --bin DIR        the built tools (default bin)
-#     --out DIR        output folder (default build/cluster-train; emptied first)
+#     --out DIR        output folder (default build/cluster-train); its logs/, run.txt
+#                      and cluster-train.* are replaced, nothing else is touched
 #     --no-control     no control run (see below); the equivalence check then only
 #                      reports the differences
 # Environment: CLUSTER_TRAIN_TIMEOUT (seconds per run, default 600),
@@ -89,6 +90,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --hosts|--ranks|--rate|--rounds|--steps|--warm|--lines|--configs|--model|--batch|--bin|--out)
         [ $# -ge 2 ] || die_usage "$1 needs a value"
+        # only --model's value is itself flags
+        [ "$1" = --model ] || [[ "$2" != --* ]] || die_usage "$1 needs a value (got the option '$2')"
         v=$2; f=${1#--}; shift 2
         case "$f" in
         hosts) hosts=$v ;; ranks) ranks=$v ;; rate) rate=$v ;; rounds) rounds=$v ;;
@@ -120,13 +123,16 @@ batch=${batch:-$((2 * np))}
     die_usage "--batch '$batch': expected a positive multiple of the $np ranks"
 [ -x "$bin/dmuon-train" ] || die_usage "--bin '$bin': no dmuon-train there (run make first)"
 command -v python3 > /dev/null || die_usage "needs python3 for the report (make deps installs it)"
+# the cluster's own flags (host and rank counts, rate), before anything is removed
+"$here/cluster.sh" --validate --hosts "$hosts" --ranks "$ranks" ${rate:+--rate "$rate"} || exit 2
 "$here/cluster.sh" --check > /dev/null || exit 2
 
 bin=$(cd "$bin" && pwd)
-mkdir -p "$out"
+[ ! -e "$out" ] || [ -d "$out" ] || die_usage "--out '$out': exists and is not a folder"
+mkdir -p "$out" 2> /dev/null && [ -w "$out" ] || die_usage "--out '$out': cannot create or write this folder"
 out=$(cd "$out" && pwd)
 rm -rf "$out/logs" "$out"/cluster-train.* "$out/run.txt"
-mkdir -p "$out/logs"
+mkdir -p "$out/logs" 2> /dev/null || die_usage "--out '$out': cannot create $out/logs"
 {
     echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# $prog --hosts $hosts --ranks $ranks ${rate:+--rate $rate }--rounds $rounds --steps $steps --warm $warm --lines '$lines' --configs '$configs' --model '$model' --batch $batch"
@@ -146,7 +152,14 @@ echo "$prog: $hosts hosts x $ranks ranks${rate:+, $rate per link}: lines $lines;
 # passed on to it as SIGTERM (a background job of a script ignores SIGINT,
 # so Ctrl-C reaches cluster.sh only this way), and the report is not written
 child=""
-on_signal() { trap - INT TERM HUP; [ -n "$child" ] && kill -TERM "$child" 2> /dev/null; wait "$child" 2> /dev/null || true; exit "$1"; }
+on_signal() {
+    trap - INT TERM HUP
+    [ -n "$child" ] && kill -TERM "$child" 2> /dev/null
+    wait "$child" 2> /dev/null || true
+    echo "# interrupted $(date -u '+%H:%M:%S UTC') (exit $1): the runs are incomplete, no report" >> "$out/run.txt"
+    echo "$prog: interrupted; $out holds the logs so far and no report" >&2
+    exit "$1"
+}
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 trap 'on_signal 129' HUP
