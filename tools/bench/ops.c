@@ -150,12 +150,12 @@ void bench_print_header(const bench_opts *o, const dmuon_topo *t, const char *wh
            o->opt.launches,
            o->replay_defaults ? " (replay defaults)" : "");
     printf("# time: median over launches of the median over iterations of the slowest rank "
-           "(us); xN = baseline time / ours\n");
+           "(us); xN = baseline time / ours; x_own_range: each launch's x_owner, lowest-highest\n");
     printf("# algbw = bytes / time of ours, busbw = algbw x (N-1)/N (agv, rsv; N ranks) or "
            "x (R-1)/R (publish; R nodes), GB/s\n");
-    printf("%-8s %12s %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7s%s\n", "#op", "bytes",
-           "dtype", "ours", "per_owner", "coalesced", "equal_len", "x_owner", "x_coal", "x_equal",
-           "algbw", "busbw", "#wrong", o->layer_col ? "  layer" : "");
+    printf("%-8s %12s %5s %11s %11s %11s %11s %8s %11s %8s %8s %8s %8s %7s%s\n", "#op", "bytes",
+           "dtype", "ours", "per_owner", "coalesced", "equal_len", "x_owner", "x_own_range",
+           "x_coal", "x_equal", "algbw", "busbw", "#wrong", o->layer_col ? "  layer" : "");
 }
 
 /* nccl-tests' bandwidths of ours (see the top of this file), GB/s; 0 when
@@ -186,6 +186,18 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
             else
                 snprintf(ratio[l], 16, "n/a");
         }
+        /* the spread of x_owner: each launch's per_owner / ours, lowest-highest */
+        char spread[32] = "n/a";
+        if (r->ran[0] && r->ran[1] && r->launches > 0) {
+            double lo = 0, hi = 0;
+            for (int i = 0; i < r->launches; i++) {
+                double x0 = r->launch_us[i], x1 = r->launch_us[r->launches + i];
+                double x = x0 > 0 ? x1 / x0 : 0;
+                lo = i == 0 || x < lo ? x : lo;
+                hi = i == 0 || x > hi ? x : hi;
+            }
+            snprintf(spread, sizeof spread, "%.2f-%.2f", lo, hi);
+        }
         double alg = 0, bus = 0;
         char bw[2][16];
         bandwidths(t, op, bytes, r->ran[0] ? r->time_us[0] : 0, &alg, &bus);
@@ -199,14 +211,15 @@ int bench_record(bench_opts *o, const dmuon_topo *t, int op, const char *label, 
         if (o->opt.json)
             ;   /* rows only, as JSON at the end */
         else if (o->layer_col)
-            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7lld  %s\n",
+            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %11s %8s %8s %8s %8s %7lld  %s\n",
                    op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0], cell[1],
-                   cell[2], cell[3], ratio[1], ratio[2], ratio[3], bw[0], bw[1], wrong,
+                   cell[2], cell[3], ratio[1], spread, ratio[2], ratio[3], bw[0], bw[1], wrong,
                    label ? label : "");
         else
-            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %8s %8s %8s %8s %7lld\n",
+            printf("%-8s %12lld %5s %11s %11s %11s %11s %8s %11s %8s %8s %8s %8s %7lld\n",
                    label ? label : op_names[op], (long long)bytes, dmuon_dtype_name(dt), cell[0],
-                   cell[1], cell[2], cell[3], ratio[1], ratio[2], ratio[3], bw[0], bw[1], wrong);
+                   cell[1], cell[2], cell[3], ratio[1], spread, ratio[2], ratio[3], bw[0], bw[1],
+                   wrong);
         fflush(stdout);
         for (int l = 0; l < OPDRV_NLINES; l++) {
             if (!r->ran[l])
