@@ -100,6 +100,11 @@ FIGS = [
 ]
 
 
+def n_of(n, word):
+    """'1 run', '3 runs'."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--logs", required=True)
@@ -206,7 +211,7 @@ def main():
           for r in range(1, a.rounds + 1)}
     distinct = sorted(set(s0.values()))
     check("step-0 loss bit-identical in every run (seed 1)", len(distinct) == 1,
-          f"{len(s0)} runs, step-0 loss {', '.join(distinct)}")
+          f"{n_of(len(s0), 'run')}, step-0 loss {', '.join(distinct)}")
     for c in configs:
         for l in lines:
             same = all([row["loss"] for row in logs[c, l, r]] ==
@@ -249,8 +254,6 @@ def main():
     kib = lambda v: f"{v / 1024:.1f}"
     timed_n = a.rounds * (a.steps - a.warm)
     md = []
-    def n_of(n, word):
-        return f"{n} {word}" + ("" if n == 1 else "s")
     md.append(f"# dmuon-train across {n_of(a.hosts, 'host')} x {n_of(a.ranks, 'rank')} "
               f"(namespace cluster, TCP"
               f"{', ' + a.rate + ' per host link' if a.rate != 'none' else ''})")

@@ -117,6 +117,16 @@ for c in $configs; do
     *) die_usage "--configs: '$c' is not a configuration (expected fsdp-z2, fsdp-z3 or hsdp)" ;; esac
 done
 [ -n "$configs" ] || die_usage "--configs: no configuration given"
+# the control run serves the equivalence check: B or C against D, or D of
+# one configuration against another's
+if [ "$control" = 1 ]; then
+    compared=0
+    if [[ " $lines " == *" D "* ]]; then
+        [[ " $lines " == *" B "* || " $lines " == *" C "* ]] && compared=1
+        [ "$(wc -w <<< "$configs")" -gt 1 ] && compared=1
+    fi
+    [ "$compared" = 1 ] || { control=0; echo "$prog: nothing is compared with line D: no control run" >&2; }
+fi
 np=$((hosts * ranks))
 batch=${batch:-$((2 * np))}
 [[ "$batch" =~ ^[0-9]+$ ]] && [ "$batch" -ge "$np" ] && [ $((batch % np)) -eq 0 ] ||
@@ -146,7 +156,8 @@ unset DMUON_RANKS_PER_NODE
 export CT_BIN=$bin CT_OUT=$out CT_LOGS=$out/logs CT_MODEL=$model CT_BATCH=$batch CT_STEPS=$steps
 export CT_ROUNDS=$rounds CT_CONFIGS=$configs CT_LINES=$lines CT_CONTROL=$control
 export CT_TIMEOUT=${CLUSTER_TRAIN_TIMEOUT:-600}
-echo "$prog: $hosts hosts x $ranks ranks${rate:+, $rate per link}: lines $lines; $configs; $rounds rounds of $steps steps; model $model, batch $batch" >&2
+n_of() { [ "$1" = 1 ] && echo "$1 $2" || echo "$1 $2s"; }   # "1 round", "3 rounds"
+echo "$prog: $(n_of "$hosts" host) x $(n_of "$ranks" rank)${rate:+, $rate per link}: lines $lines; $configs; $(n_of "$rounds" round) of $(n_of "$steps" step); model $model, batch $batch" >&2
 
 # cluster.sh removes its namespaces on any exit; a signal to this script is
 # passed on to it as SIGTERM (a background job of a script ignores SIGINT,
