@@ -81,6 +81,12 @@ run "$C" --validate --hosts 65
 check_rc 2 "--validate checks the flags"
 run "$C" --validate --hosts 4 --ranks 2 --rate 2gbit
 check_rc 0 "--validate passes good flags without running anything"
+for args in "--hosts 08" "--ranks 010" "--rate 0bit" "--rate 99999999999999999999tbit" \
+            "--hosts --ranks 2" "--hosts 2 --check"; do
+    run "$C" --validate $args
+    check_rc 2 "--validate $args refused"
+done
+check_err "'--check' goes first and alone|--check goes first and alone" "a mode flag after others is named"
 
 # --- refusals --------------------------------------------------------------
 run "$C" --hosts 0 -- true

@@ -20,12 +20,21 @@ fi
 # --- bad usage: exit 2, named, before anything in --out is touched ---------
 O="$T_TMP/ct"
 mkdir -p "$O"; echo keep > "$O/cluster-train.md"
-for args in "--hosts 65" "--rate garbage" "--hosts --ranks 2" "--ranks 0" "--out $T_TMP/ct/cluster-train.md"; do
+for args in "--hosts 65" "--rate garbage" "--rate 0bit" "--hosts --ranks 2" "--ranks 0" "--hosts 08" \
+            "--out $T_TMP/ct/cluster-train.md"; do
     run bash "$S" --bin "$DMUON_BIN" --out "$O" $args
     check_rc 2 "train.sh $args"
 done
+run bash "$S" --bin "$DMUON_BIN" --out "$O" --lines "C C D"
+check_rc 2 "a line given twice"
+run bash "$S" --bin "$DMUON_BIN" --out "$O" --model "--layers 2 --dim 63"
+check_rc 2 "model flags dmuon-train refuses"
+check_err "--model '--layers 2 --dim 63': dmuon-train: error: heads: 4 does not divide dim 63" \
+    "dmuon-train's own reason"
+CLUSTER_TRAIN_TIMEOUT=abc run bash "$S" --bin "$DMUON_BIN" --out "$O"
+check_rc 2 "a timeout that is not seconds"
 run bash "$S" --bin "$DMUON_BIN" --out "$O" --rate garbage
-check_err "--rate 'garbage': expected a tc rate" "a bad rate is named"
+check_err "--rate 'garbage': expected a positive tc rate" "a bad rate is named"
 run bash "$S" --bin "$DMUON_BIN" --out "$O" --hosts --ranks 2
 check_err "--hosts needs a value \(got the option '--ranks'\)" "a missing value is named"
 check_eq "$(cat "$O/cluster-train.md")" keep "bad usage leaves the earlier report as it was"

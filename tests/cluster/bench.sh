@@ -21,7 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_TH
 unset DMUON_RANKS_PER_NODE
 "$root/tests/cluster/cluster.sh" --check > /dev/null
 for t in $topos; do
-    [[ "$t" =~ ^[0-9]+x[0-9]+$ ]] || { echo "bench.sh: error: CLUSTER_TOPOS: '$t': expected RxK, e.g. 4x2" >&2; exit 2; }
+    [[ "$t" =~ ^[1-9][0-9]?x[1-9][0-9]?$ ]] || { echo "bench.sh: error: CLUSTER_TOPOS: '$t': expected RxK, e.g. 4x2" >&2; exit 2; }
 done
 for t in $topos; do
     r=${t%x*}; k=${t#*x}

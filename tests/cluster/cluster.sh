@@ -2,7 +2,11 @@
 # tests/cluster/cluster.sh — R hosts on one machine from Linux network
 # namespaces, and one command run across them.
 #
-#   tests/cluster/cluster.sh [--hosts R] [--ranks K] [--rate RATE] -- COMMAND...
+#   tests/cluster/cluster.sh [--hosts R] [--ranks K] [--rate RATE [--burst B]] [--mtu M] [-q]
+#                            -- COMMAND...
+#     --hosts R (1..64, default 2), --ranks K (1..64, default 2): mpirun's slots per host;
+#     --rate: a tc rate (500mbit, 2gbit); --burst: its bucket (default 256kb);
+#     --mtu: the links' MTU (576..65535, default 1500); -q: no progress lines
 #   tests/cluster/cluster.sh --check            can this machine run it? (exit 0/2)
 #   tests/cluster/cluster.sh --clean-stale      remove what killed runs left behind
 #   tests/cluster/cluster.sh --validate [--hosts R] [--ranks K] [--rate RATE]
@@ -126,6 +130,14 @@ case "${1:-}" in
             remove_run "$id"
         fi
     done
+    # the machine check's probe namespace, when a signal came between its add and its del
+    for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep -E "^$PREFIX-probe-[0-9]+$"); do
+        pid=${ns##*-}
+        if ! kill -0 "$pid" 2> /dev/null; then
+            echo "$prog: removing $ns (its driver, pid $pid, is gone)"
+            ip netns del "$ns" 2> /dev/null || echo "$prog: warning: could not delete namespace $ns" >&2
+        fi
+    done
     exit 0 ;;
 -h|--help) usage; exit 0 ;;
 esac
@@ -133,24 +145,29 @@ esac
 R=2; K=2; RATE=""; BURST=""; MTU=1500; QUIET=0; VALIDATE=0
 while [ $# -gt 0 ]; do
     case "$1" in
-    --hosts) R=${2:-}; shift 2 || die_usage "--hosts needs a value" ;;
-    --ranks) K=${2:-}; shift 2 || die_usage "--ranks needs a value" ;;
-    --rate) RATE=${2:-}; shift 2 || die_usage "--rate needs a value" ;;
-    --burst) BURST=${2:-}; shift 2 || die_usage "--burst needs a value" ;;
-    --mtu) MTU=${2:-}; shift 2 || die_usage "--mtu needs a value" ;;
+    --hosts|--ranks|--rate|--burst|--mtu)
+        [ $# -ge 2 ] || die_usage "$1 needs a value"
+        [[ "$2" != -* ]] || die_usage "$1 needs a value (got the option '$2')"
+        case "$1" in
+        --hosts) R=$2 ;; --ranks) K=$2 ;; --rate) RATE=$2 ;; --burst) BURST=$2 ;; --mtu) MTU=$2 ;;
+        esac
+        shift 2 ;;
     -q|--quiet) QUIET=1; shift ;;
     --validate) VALIDATE=1; shift ;;
+    --check|--clean-stale|-h|--help) die_usage "$1 goes first and alone (see --help)" ;;
     --) shift; break ;;
     *) die_usage "unknown option '$1' (see --help)" ;;
     esac
 done
-[[ "$R" =~ ^[0-9]+$ ]] && [ "$R" -ge 1 ] && [ "$R" -le 64 ] || die_usage "--hosts '$R': expected an integer in 1..64"
-[[ "$K" =~ ^[0-9]+$ ]] && [ "$K" -ge 1 ] && [ "$K" -le 64 ] || die_usage "--ranks '$K': expected an integer in 1..64"
-[[ "$MTU" =~ ^[0-9]+$ ]] && [ "$MTU" -ge 576 ] && [ "$MTU" -le 65535 ] || die_usage "--mtu '$MTU': expected an integer in 576..65535"
-[ -z "$RATE" ] || [[ "$RATE" =~ ^[0-9]+(\.[0-9]+)?([kmgt]?bit|[kmgt]?bps)$ ]] || \
-    die_usage "--rate '$RATE': expected a tc rate such as 500mbit or 2gbit"
+# decimal without leading zeros (bash would read 010 as octal), at most 5 digits
+[[ "$R" =~ ^[1-9][0-9]{0,4}$ ]] && [ "$R" -le 64 ] || die_usage "--hosts '$R': expected an integer in 1..64"
+[[ "$K" =~ ^[1-9][0-9]{0,4}$ ]] && [ "$K" -le 64 ] || die_usage "--ranks '$K': expected an integer in 1..64"
+[[ "$MTU" =~ ^[1-9][0-9]{0,4}$ ]] && [ "$MTU" -ge 576 ] && [ "$MTU" -le 65535 ] || die_usage "--mtu '$MTU': expected an integer in 576..65535"
+# a positive rate of at most 9 digits before the point (tc takes up to 2^64 bit/s)
+[ -z "$RATE" ] || { [[ "$RATE" =~ ^([0-9]{1,9})(\.[0-9]{1,6})?([kmgt]?bit|[kmgt]?bps)$ ]] &&
+    [[ "$RATE" =~ [1-9] ]]; } || die_usage "--rate '$RATE': expected a positive tc rate such as 500mbit or 2gbit"
 [ -z "$BURST" ] || [ -n "$RATE" ] || die_usage "--burst goes with --rate"
-[ -z "$BURST" ] || [[ "$BURST" =~ ^[0-9]+[kmg]?b?$ ]] || die_usage "--burst '$BURST': expected a size such as 256kb"
+[ -z "$BURST" ] || [[ "$BURST" =~ ^[1-9][0-9]{0,8}[kmg]?b?$ ]] || die_usage "--burst '$BURST': expected a size such as 256kb"
 [ "$VALIDATE" = 0 ] || exit 0
 [ $# -gt 0 ] || die_usage "no command given (usage: $prog [--hosts R] [--ranks K] [--rate RATE] -- COMMAND...)"
 why=$(why_not)

@@ -103,18 +103,27 @@ while [ $# -gt 0 ]; do
     *) die_usage "unknown option '$1' (see --help)" ;;
     esac
 done
+# decimal without leading zeros (bash reads 010 as octal), at most 6 digits
 for v in hosts ranks rounds steps; do
-    [[ "${!v}" =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die_usage "--$v '${!v}': expected a positive integer"
+    [[ "${!v}" =~ ^[1-9][0-9]{0,5}$ ]] || die_usage "--$v '${!v}': expected a positive integer"
 done
-[[ "$warm" =~ ^[0-9]+$ ]] && [ "$warm" -lt "$steps" ] ||
+[[ "$warm" =~ ^(0|[1-9][0-9]{0,5})$ ]] && [ "$warm" -lt "$steps" ] ||
     die_usage "--warm '$warm': expected an integer below --steps $steps"
+[[ "${CLUSTER_TRAIN_TIMEOUT:-600}" =~ ^[1-9][0-9]{0,6}$ ]] ||
+    die_usage "CLUSTER_TRAIN_TIMEOUT '${CLUSTER_TRAIN_TIMEOUT:-}': expected seconds, a positive integer"
+seen=" "
 for l in $lines; do
     case "$l" in A|B|C|D) ;; *) die_usage "--lines: '$l' is not a line (expected A, B, C or D)" ;; esac
+    [[ "$seen" != *" $l "* ]] || die_usage "--lines: '$l' is given twice"
+    seen="$seen$l "
 done
 [ -n "$lines" ] || die_usage "--lines: no line given"
+seen=" "
 for c in $configs; do
     case "$c" in fsdp-z2|fsdp-z3|hsdp) ;;
     *) die_usage "--configs: '$c' is not a configuration (expected fsdp-z2, fsdp-z3 or hsdp)" ;; esac
+    [[ "$seen" != *" $c "* ]] || die_usage "--configs: '$c' is given twice"
+    seen="$seen$c "
 done
 [ -n "$configs" ] || die_usage "--configs: no configuration given"
 # the control run serves the equivalence check: B or C against D, or D of
@@ -129,9 +138,17 @@ if [ "$control" = 1 ]; then
 fi
 np=$((hosts * ranks))
 batch=${batch:-$((2 * np))}
-[[ "$batch" =~ ^[0-9]+$ ]] && [ "$batch" -ge "$np" ] && [ $((batch % np)) -eq 0 ] ||
+[[ "$batch" =~ ^[1-9][0-9]{0,8}$ ]] && [ "$batch" -ge "$np" ] && [ $((batch % np)) -eq 0 ] ||
     die_usage "--batch '$batch': expected a positive multiple of the $np ranks"
 [ -x "$bin/dmuon-train" ] || die_usage "--bin '$bin': no dmuon-train there (run make first)"
+# the model flags, by dmuon-train itself (it writes the model's config.json and exits)
+cfg=$(mktemp)
+read -r -a model_args <<< "$model"
+if ! why=$("$bin/dmuon-train" "${model_args[@]}" --write-config "$cfg" 2>&1 > /dev/null); then
+    rm -f "$cfg"
+    die_usage "--model '$model': $(head -n1 <<< "$why")"
+fi
+rm -f "$cfg"
 command -v python3 > /dev/null || die_usage "needs python3 for the report (make deps installs it)"
 # the cluster's own flags (host and rank counts, rate), before anything is removed
 "$here/cluster.sh" --validate --hosts "$hosts" --ranks "$ranks" ${rate:+--rate "$rate"} || exit 2

@@ -110,6 +110,24 @@ else
     check_out '^agv +[0-9]+ +bf16 .* 0  model.layers.1$' "a row per layer: op, then the layer name last"
     check_out '^rsv +[0-9]+ +bf16 .* 0  \(all layers\)$' "a total row"
     check_err 'dmuon-bench: agv layer 1/[0-9]+ ' "progress: layer i/N"
+    # the total's launch i sums the layers' launch i, and its time is their median
+    run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 --plan "$T_TMP/tiny.plan" --op rsv \
+        --lines ours,per_owner -w 1 -n 2 --launches 3 --json-file "$T_TMP/plan.json"
+    check_rc 0 "replay, three launches"
+    python3 - "$T_TMP/plan.json" > "$T_TMP/plan.txt" 2>&1 <<'PY'
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))
+for line in ("ours", "per_owner"):
+    layers = [r for r in rows if r["line"] == line and r["layer"] != "(all layers)"]
+    total = [r for r in rows if r["line"] == line and r["layer"] == "(all layers)"]
+    assert len(layers) > 1 and len(total) == 1, (len(layers), len(total))
+    sums = [sum(r["launch_us"][i] for r in layers) for i in range(3)]
+    t = total[0]
+    assert all(abs(a - b) < 0.01 for a, b in zip(sums, t["launch_us"])), (sums, t["launch_us"])
+    assert abs(statistics.median(t["launch_us"]) - t["time_us"]) < 1e-3, t
+print("ok")
+PY
+    check_eq "$(cat "$T_TMP/plan.txt")" ok "the total: per-launch sums over the layers, time_us their median"
     run "${MPIRUN[@]}" -np 8 "$B" --ranks-per-node 2 --plan "$T_TMP/tiny.plan" --op agv --layers 1:2
     check_rc 0 "--layers 1:2 with the replay defaults"
     check_out '^# dmuon-bench: .*\(layers 1\.\.1 of [0-9]+\), -w 2 -n 5 --launches 1 \(replay defaults\)' "header: the window and the defaults"

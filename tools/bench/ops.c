@@ -62,11 +62,9 @@ dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
     memset(res, 0, sizeof *res);
     double *per_launch = calloc((size_t)OPDRV_NLINES * L, sizeof(double));
     double *iters = calloc((size_t)(f->iters > 0 ? f->iters : 1), sizeof(double));
-    double *sorted = calloc((size_t)L, sizeof(double));
-    if (!per_launch || !iters || !sorted) {
+    if (!per_launch || !iters) {
         free(per_launch);
         free(iters);
-        free(sorted);
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
     }
     dmuon_rc rc = DMUON_OK;
@@ -110,24 +108,33 @@ dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
             bench_line_teardown(st);
             per_launch[l * L + launch] = median(iters, f->iters);
         }
-    for (int l = 0; l < OPDRV_NLINES; l++) {
-        for (int i = 0; i < L; i++)
-            per_launch[l * L + i] *= 1e6;
-        if (res->ran[l]) {
-            memcpy(sorted, per_launch + l * L, (size_t)L * sizeof *sorted);
-            res->time_us[l] = median(sorted, L);   /* sorts in place */
-        }
-    }
+    for (int i = 0; i < OPDRV_NLINES * L; i++)
+        per_launch[i] *= 1e6;
 out:
     if (rc == DMUON_OK) {
         res->launches = L;
         res->launch_us = per_launch;
+        rc = bench_result_settle(res);
     } else {
         free(per_launch);
     }
     free(iters);
-    free(sorted);
     return rc;
+}
+
+dmuon_rc bench_result_settle(bench_result *r)
+{
+    double *sorted = calloc(r->launches > 0 ? (size_t)r->launches : 1, sizeof(double));
+    if (!sorted)
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
+    for (int l = 0; l < OPDRV_NLINES; l++)
+        if (r->ran[l] && r->launches > 0) {
+            memcpy(sorted, r->launch_us + (size_t)l * r->launches,
+                   (size_t)r->launches * sizeof *sorted);
+            r->time_us[l] = median(sorted, r->launches);   /* sorts in place */
+        }
+    free(sorted);
+    return DMUON_OK;
 }
 
 void bench_result_release(bench_result *r)
@@ -493,6 +500,11 @@ int bench_ops_main(int argc, char **argv)
         snprintf(what, sizeof what, "layout %s%s", dmuon_layout_name(layout),
                  layout == DMUON_LAYOUT_NODE ? " (one owner per node, lengths 1:2:3)" : "");
         bench_print_header(&o, &t, what);
+        if (t.rank == 0 && !o.opt.json && (f->op_mask & (1 << OPDRV_PUB)) && !publish_lines(f))
+            printf("# skip publish: no line of --lines has a publish form (equal_length has "
+                   "none)\n");
+        if (!publish_lines(f))
+            f->op_mask &= ~(1 << OPDRV_PUB);
         opdrv_cursor k = {.first = 1};
         int skipped = 0, tried = 0;
         while (rc == DMUON_OK && opdrv_case_next(f, &k)) {

@@ -50,6 +50,9 @@ typedef struct {
 
 /* Frees r's launch_us (r itself is the caller's); NULL-safe. */
 void bench_result_release(bench_result *r);
+/* Sets time_us of every line that ran to the median of its launch_us (a
+ * total over layers: the median of the per-launch sums).  DMUON_ENOMEM. */
+dmuon_rc bench_result_settle(bench_result *r);
 
 /* One line on one case (ops_group.c): setup makes the line's group or
  * publish over its table and fills the inputs (collective); run is one
