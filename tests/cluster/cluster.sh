@@ -4,7 +4,8 @@
 #
 #   tests/cluster/cluster.sh [--hosts R] [--ranks K] [--rate RATE [--burst B]] [--mtu M] [-q]
 #                            -- COMMAND...
-#     --hosts R (1..64, default 2), --ranks K (1..64, default 2): mpirun's slots per host;
+#     --hosts R: hosts (1..64, default 2); --ranks K: ranks, mpirun's slots, per host
+#     (1..64, default 2);
 #     --rate: a tc rate (500mbit, 2gbit); --burst: its bucket (default 256kb);
 #     --mtu: the links' MTU (576..65535, default 1500); -q: no progress lines
 #   tests/cluster/cluster.sh --check            can this machine run it? (exit 0/2)
