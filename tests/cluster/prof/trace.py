@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """trace.py DIR [--show N] — reads the per-rank timelines mpiprof.c writes
 with $MPIPROF_TRACE=DIR and says where the timed calls of dmuon-bench spend
-their time.  A timed call is, per rank, the span from the return of an
-MPI_Barrier to the next MPI_Allreduce (the driver's bracket); the i-th such
-span of every rank is the same call.  Per call it reports the slowest
-rank's span (what dmuon-bench times), the skew of the barrier's return,
+their time.  A timed call is, per rank, the span between the driver's two
+clock reads around it (B..A, right after its barrier and right after the
+call); the i-th such span of every rank is the same call.  Per call it
+reports the slowest rank's span (what dmuon-bench times), the skew of the
+barrier's return (of the B events),
 and for every message the delay from its Isend to the moment its receiver
 found it complete; over all calls, the medians of those, and the long
 idle waits (Y events) of the slowest rank.  First it says how many
