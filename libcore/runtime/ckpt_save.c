@@ -14,16 +14,21 @@
  *   4. the piece lists and file digests are gathered to rank 0, which keeps
  *      one copy of each replicated range (the lowest rank's), refuses other
  *      overlaps, writes manifest.json (temp + rename inside the directory),
- *      fsyncs the directory and renames it over DIR: an existing DIR is
- *      first renamed to DIR.old.XXXXXX, then the new one into place, then the
- *      old one removed (on a failed second rename the old one is put back);
+ *      fsyncs the directory and puts it in DIR's place: an existing DIR is
+ *      swapped with it in one step (renameat2 RENAME_EXCHANGE), then the old
+ *      one, now at DIR.tmp.X, removed; where the file system cannot swap
+ *      (EINVAL, ENOSYS, EOPNOTSUPP: some network file systems), DIR is first
+ *      renamed to DIR.old.XXXXXX, then the new one into place, then the old
+ *      one removed (on a failed second rename the old one is put back);
  *      agreed.  Every failure after step 2 removes DIR.tmp.X (rank 0 does it,
  *      after every rank has closed its file).
  *   The ranks must share one file system (one host, or a cluster file system
  *   such as NFS or Lustre): rank 0 creates, renames and removes what the
  *   other ranks wrote.  A process killed mid-save (SIGKILL, or SIGINT/SIGTERM
- *   without a handler in the trainer) leaves DIR untouched and may leave
- *   DIR.tmp.X behind; nothing removes that automatically.
+ *   without a handler in the trainer) leaves DIR, old or new, and may leave
+ *   DIR.tmp.X behind; nothing removes that automatically.  Only without the
+ *   one-step swap can a kill between the two renames leave DIR missing, the
+ *   old checkpoint then at DIR.old.XXXXXX.
  */
 #include "ckpt_internal.h"
 
@@ -32,6 +37,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -253,6 +259,17 @@ static dmuon_rc finish_save(const char *dir, char tmp[CKPT_PATH_MAX], manifest_c
     DMUON_TRY(dmuon_dir_fsync(tmp));
     struct stat st;
     if (stat(dir, &st) == 0) {
+        /* one step: a kill at any moment leaves DIR there, old or new */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+            ckpt_parent_of(dir, parent);
+            dmuon_rc rc = dmuon_dir_fsync(parent);
+            dmuon_dir_remove(tmp);   /* the old checkpoint */
+            tmp[0] = '\0';
+            return rc;
+        }
+        if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+            return DMUON_FAIL(DMUON_EIO, "checkpoint: cannot swap '%s' into the place of '%s': "
+                              "%s", tmp, dir, strerror(errno));
         ckpt_fmt_path(old, "%s.old.XXXXXX", dir);
         if (!mkdtemp(old))
             return DMUON_FAIL(DMUON_EIO, "checkpoint: cannot create '%s' to replace '%s': %s", old,
