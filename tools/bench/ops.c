@@ -500,11 +500,12 @@ int bench_ops_main(int argc, char **argv)
         snprintf(what, sizeof what, "layout %s%s", dmuon_layout_name(layout),
                  layout == DMUON_LAYOUT_NODE ? " (one owner per node, lengths 1:2:3)" : "");
         bench_print_header(&o, &t, what);
-        if (t.rank == 0 && !o.opt.json && (f->op_mask & (1 << OPDRV_PUB)) && !publish_lines(f))
-            printf("# skip publish: no line of --lines has a publish form (equal_length has "
-                   "none)\n");
-        if (!publish_lines(f))
+        if ((f->op_mask & (1 << OPDRV_PUB)) && !publish_lines(f)) {
+            if (t.rank == 0 && !o.opt.json)
+                printf("# skip publish: no line of --lines has a publish form (equal_length "
+                       "has none)\n");
             f->op_mask &= ~(1 << OPDRV_PUB);
+        }
         opdrv_cursor k = {.first = 1};
         int skipped = 0, tried = 0;
         while (rc == DMUON_OK && opdrv_case_next(f, &k)) {
