@@ -78,21 +78,26 @@ dmuon_rc bench_measure(bench_opts *o, const opdrv_case *c, bench_result *res)
             DMUON_TRY_GOTO(rc, bench_line_setup(opdrv_lines[l], c, &st), out);
             for (int w = 0; w < f->warmup && rc == DMUON_OK; w++)
                 rc = bench_line_run(st);
+            rc = dmuon_agree(t->world, rc, 0);   /* a warm-up failed anywhere: all stop */
             for (int i = 0; i < f->iters && rc == DMUON_OK; i++) {
-                double dt = 0;
-                rc = dmuon_ctl_allreduce_f64(t->world, &dt, 1, DMUON_CTL_MAX, 0,
+                double zero = 0;
+                rc = dmuon_ctl_allreduce_f64(t->world, &zero, 1, DMUON_CTL_MAX, 0,
                                              "dmuon-bench: the barrier before an iteration");
                 if (rc != DMUON_OK)
                     break;
                 double t0 = MPI_Wtime();
                 rc = bench_line_run(st);
-                dt = MPI_Wtime() - t0;
-                /* every rank takes part, a failed one too: none is left waiting */
-                dmuon_rc slowest = dmuon_ctl_allreduce_f64(t->world, &dt, 1, DMUON_CTL_MAX, 0,
+                /* every rank takes part, a failed one too, and all stop together */
+                double v[2] = {MPI_Wtime() - t0, rc != DMUON_OK};
+                dmuon_rc slowest = dmuon_ctl_allreduce_f64(t->world, v, 2, DMUON_CTL_MAX, 0,
                                                            "dmuon-bench: the slowest rank's "
                                                            "time");
-                rc = rc != DMUON_OK ? rc : slowest;
-                iters[i] = dt;
+                if (rc == DMUON_OK && slowest != DMUON_OK)
+                    rc = slowest;
+                else if (rc == DMUON_OK && v[1] > 0)
+                    rc = DMUON_FAIL(DMUON_ECOMM, "dmuon-bench: the operator call failed on "
+                                    "another rank");
+                iters[i] = v[0];
             }
             if (rc != DMUON_OK) {
                 dmuon_err_trace_add(rc, __FILE__, __LINE__);
