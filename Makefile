@@ -219,7 +219,8 @@ $(BUILD)/kernels/%.o: kernels/%.cu $(CONFIG_STAMP)
 	$(NVCC) $(NVFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 ALL_OBJ   := $(LIB_OBJ) $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/*/*.c)) \
-             $(UNIT_SRC:%.c=$(BUILD)/%.o)
+             $(UNIT_SRC:%.c=$(BUILD)/%.o) $(MPI_TSRC:%.c=$(BUILD)/%.o) \
+             $(FUZZ_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/fuzz/replay_main.o
 -include $(ALL_OBJ:.o=.d)
 
 $(STATIC): $(LIB_OBJ)

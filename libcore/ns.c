@@ -149,13 +149,22 @@ dmuon_rc dmuon_ns_mem_get(dmuon_ns *ns, float *dst_host, const float *src, size_
     return ns->eng->get(ns->ctx, dst_host, src, count);
 }
 
+int64_t dmuon_ns_workspace_bytes(const dmuon_ns_opts *o, int64_t m, int64_t n)
+{
+    if (m < 1 || n < 1)
+        return 0;
+    const int64_t s = m < n ? m : n, l = m < n ? n : m;
+    const int64_t big = s * l, sq = s * s;
+    /* floats: 2 big + 6 square (+ 2 big for BF16 operands); 64-byte aligned parts */
+    return (2 + (o->dtype == DMUON_BF16 ? 2 : 0)) * (big * 4 + 64) + 6 * (sq * 4 + 64);
+}
+
 /* Grows the CPU workspace to hold shape s x l. */
 static dmuon_rc cpu_reserve(dmuon_ns *ns, size_t s, size_t l)
 {
-    const size_t big = s * l, sq = s * s;
     const bool bf = ns->opts.dtype == DMUON_BF16;
-    /* floats: 2 big + 6 square (+ 2 big for BF16 operands); 64-byte aligned parts */
-    const size_t need = (2 + (bf ? 2 : 0)) * (big * 4 + 64) + 6 * (sq * 4 + 64);
+    const size_t big = s * l, sq = s * s;
+    const size_t need = (size_t)dmuon_ns_workspace_bytes(&ns->opts, (int64_t)s, (int64_t)l);
     if (need > ns->ws_bytes) {
         void *w = NULL;
         if (posix_memalign(&w, 64, need) != 0)

@@ -381,7 +381,6 @@ dmuon_rc dmuon_plan_check_list(const dmuon_plan *p, size_t *violations, char *li
 /* -------------------------------------------------------------- report -- */
 
 static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
-static double gib(int64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 /* The unit of NS figures for a cost kind. */
 static const char *ns_unit(dmuon_cost_kind k)
@@ -484,24 +483,6 @@ void dmuon_plan_print_report(const dmuon_plan *p, FILE *f)
         }
         fprintf(f, "\n");
     }
-    dmuon_plan_memory mem;
-    int32_t mr;
-    if (dmuon_plan_busiest_memory(p, &mr, &mem) == DMUON_OK) {
-        fprintf(f, "\n  memory, rank %d (largest window; GiB)\n", mr);
-        fprintf(f, "  %-34s %12.2f\n", "optimizer state", gib(mem.optimizer_bytes));
-        fprintf(f, "  %-34s %12.2f\n", "owner window (param + FP32 grad)", gib(mem.window_bytes));
-        fprintf(f, "  %-34s %12.2f   %s\n", "largest gathered layer",
-                gib(mem.gathered_layer_bytes),
-                mem.gathered_layer >= 0 ? p->layer_names[mem.gathered_layer] : "-");
-        fprintf(f, "  %-34s %12.2f\n", "its FP32 gradient buffer", gib(mem.gathered_grad_bytes));
-        fprintf(f, "  %-34s %12.2f\n", "a reduction's gradient in flight", gib(mem.overlap_grad_bytes));
-        fprintf(f, "  %-34s %12.2f\n", "runtime pool (no reuse)", gib(mem.pool_bytes));
-        fprintf(f, "  %-34s %12.2f\n", "least at a step", gib(mem.least_bytes));
-        fprintf(f, "  %-34s %12.2f   (optimizer state + pool)\n", "first step",
-                gib(mem.first_step_bytes));
-        fprintf(f, "  %-34s %12.2f   (pool; line B only)\n", "line B direction buffers",
-                gib(mem.line_b_dir_bytes));
-    }
 }
 
 void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
@@ -547,24 +528,4 @@ void dmuon_plan_report_json(const dmuon_plan *p, dmuon_json *w)
     dmuon_json_kstr(w, "ms_keys_unit", o->cost == DMUON_COST_ELEMENTS ? "m*n/1e6"
                                        : o->cost == DMUON_COST_M2N    ? "min^2*max/1e9"
                                                                       : "ms");
-    dmuon_plan_memory mem;
-    int32_t mr;
-    if (dmuon_plan_busiest_memory(p, &mr, &mem) == DMUON_OK) {
-        dmuon_json_key(w, "memory");
-        dmuon_json_begin_object(w);
-        dmuon_json_kint(w, "rank", mr);
-        dmuon_json_kint(w, "optimizer_bytes", mem.optimizer_bytes);
-        dmuon_json_kint(w, "window_bytes", mem.window_bytes);
-        dmuon_json_kint(w, "gathered_layer_bytes", mem.gathered_layer_bytes);
-        dmuon_json_kint(w, "gathered_grad_bytes", mem.gathered_grad_bytes);
-        dmuon_json_kstr(w, "gathered_layer",
-                        mem.gathered_layer >= 0 ? p->layer_names[mem.gathered_layer] : "");
-        dmuon_json_kint(w, "pool_bytes", mem.pool_bytes);
-        dmuon_json_kint(w, "least_bytes", mem.least_bytes);
-        dmuon_json_kint(w, "windows_bytes", mem.windows_bytes);
-        dmuon_json_kint(w, "first_step_bytes", mem.first_step_bytes);
-        dmuon_json_kint(w, "overlap_grad_bytes", mem.overlap_grad_bytes);
-        dmuon_json_kint(w, "line_b_dir_bytes", mem.line_b_dir_bytes);
-        dmuon_json_end_object(w);
-    }
 }

@@ -452,23 +452,14 @@ dmuon_rc dmuon_capi_rt_step(dmuon_rt *rt, double muon_lr, double adamw_lr)
     return dmuon_rt_step(rt, &lrs);
 }
 
-dmuon_rc dmuon_capi_rt_record_next(dmuon_rt *rt, int *recording)
+static const char *const stats_names[DMUON_CAPI_STATS] = {
+    "pool_bytes", "param_space_bytes", "grad_space_bytes", "window_bytes", "state_bytes",
+    "optim_s", "ns_s", "comm_wait_s", "publish_wait_s", "gather_s", "reduce_s", "ns_matrices",
+    "steps", "grad_norm", "ctrl_bytes", "view_bytes", "step_bytes", "total_bytes"};
+
+const char *dmuon_capi_rt_stats_name(int i)
 {
-    if (recording)
-        *recording = 0;
-    if (!rt || !rt->opened)
-        return DMUON_FAIL(DMUON_EINVAL, "runtime: record_next before open");
-    if (rt->in_micro)
-        return DMUON_FAIL(DMUON_EINVAL, "runtime: record_next inside a micro-batch (call it "
-                          "between micro-batches)");
-    if (rt->packed)
-        return DMUON_OK;
-    for (int s = 0; s < RT_SPACES; s++)
-        rt->rec[s].nev = 0;
-    rt->recording = true;
-    if (recording)
-        *recording = 1;
-    return DMUON_OK;
+    return i >= 0 && i < DMUON_CAPI_STATS ? stats_names[i] : NULL;
 }
 
 void dmuon_capi_rt_stats(const dmuon_rt *rt, double *out)
@@ -479,6 +470,7 @@ void dmuon_capi_rt_stats(const dmuon_rt *rt, double *out)
         (double)s.pool_bytes, (double)s.param_space_bytes, (double)s.grad_space_bytes,
         (double)s.window_bytes, (double)s.state_bytes, s.optim_s, s.ns_s, s.comm_wait_s,
         s.publish_wait_s, s.gather_s, s.reduce_s, (double)s.ns_matrices,
-        (double)dmuon_rt_steps(rt), dmuon_rt_grad_norm(rt)};
+        (double)dmuon_rt_steps(rt), dmuon_rt_grad_norm(rt), (double)s.ctrl_bytes,
+        (double)s.view_bytes, (double)s.step_bytes, (double)s.total_bytes};
     memcpy(out, v, sizeof v);
 }

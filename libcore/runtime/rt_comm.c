@@ -3,9 +3,11 @@
  * (dmuon/runtime.h "Lines"), as operators of the communication layer: every
  * layer has up to five groups (dmuon/collv.h) over ranges of the symmetric
  * pool, and the HSDP run one publish (dmuon/publish.h).  A line is a row of
- * line_ops below: the algorithm of its owned region (gather and reduce; the
- * even region is always the equal-length primitive), of its publish, where
- * the HSDP node half comes from, and whether the step gathers directions.
+ * the layout's line table (dmuon_line_ops, dmuon/layout.h): the algorithm
+ * of its owned region (gather and reduce; the even region is always the
+ * equal-length primitive), of its publish, where the HSDP node half comes
+ * from, and whether the step gathers directions; the groups' tables are
+ * the layout's.
  * Every line runs its gathers and reductions split phase alike: a prefetch
  * starts the next layer's gather, post_backward starts the layer's
  * reduction and a later hook waits for it.
@@ -29,6 +31,7 @@
  */
 #include "rt_internal.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,31 +72,16 @@ dmuon_rc rt_ctl_bcast(dmuon_rt *rt, void *data, int bytes, const char *what)
 
 /* ----------------------------------------------------------- the lines -- */
 
-typedef struct {
-    dmuon_algo owned;         /* gather and reduce of owned segments; DEFAULT: none */
-    dmuon_algo publish;       /* HSDP: the rail half */
-    bool node_load;           /* HSDP: the node half is the publish's node load
-                                 (else a node-scope group from the column's copy) */
-    bool replicated;          /* Muon directions gathered whole at the step */
-} rt_line_ops;
-
-static const rt_line_ops line_ops[] = {
-    [DMUON_LINE_D] = {DMUON_ALGO_SCHEDULED, DMUON_ALGO_SCHEDULED, true, false},
-    [DMUON_LINE_C] = {DMUON_ALGO_PER_OWNER, DMUON_ALGO_PER_OWNER, false, false},
-    [DMUON_LINE_B] = {DMUON_ALGO_DEFAULT, DMUON_ALGO_DEFAULT, false, true},
-    [DMUON_LINE_A] = {DMUON_ALGO_DEFAULT, DMUON_ALGO_DEFAULT, false, false},
-};
-
-static const rt_line_ops *line_of(const dmuon_rt *rt) { return &line_ops[rt->opts.line]; }
+static const dmuon_line_ops *line_of(const dmuon_rt *rt) { return rt->lay->ops; }
 
 /* -------------------------------------------------------------- groups -- */
 
-/* A layer's groups, in the order of their control areas. */
-enum { G_OWN_GATHER = 0, G_OWN_REDUCE, G_EVEN_GATHER, G_EVEN_REDUCE, G_DIR_GATHER, G_COUNT };
-
-/* The pending bit of the layer's HSDP node load (line D: the publish's
- * node half, split phase; no group of its own). */
-enum { G_NODE_LOAD = G_COUNT };
+/* The layout's group kinds (DMUON_GRP_*), and the pending bit of the
+ * layer's HSDP node load (line D: the publish's node half, split phase; no
+ * group of its own). */
+enum { G_OWN_GATHER = DMUON_GRP_OWN_GATHER, G_OWN_REDUCE = DMUON_GRP_OWN_REDUCE,
+       G_EVEN_GATHER = DMUON_GRP_EVEN_GATHER, G_EVEN_REDUCE = DMUON_GRP_EVEN_REDUCE,
+       G_DIR_GATHER = DMUON_GRP_DIR_GATHER, G_COUNT = DMUON_GRP_KINDS, G_NODE_LOAD = G_COUNT };
 
 static dmuon_group **group_slot(rt_layer *L, int k)
 {
@@ -101,124 +89,31 @@ static dmuon_group **group_slot(rt_layer *L, int k)
          : k == G_EVEN_GATHER ? &L->egrp : k == G_EVEN_REDUCE ? &L->eggrp : &L->dgrp;
 }
 
-/* Layer L has a Muon parameter in its even region (line B's directions). */
-static bool even_muon(const dmuon_rt *rt, const rt_layer *L)
-{
-    for (int j = 0; j < L->np; j++)
-        if (rt->params[L->params[j]].role == DMUON_ROLE_MUON && !rt->params[L->params[j]].owned)
-            return true;
-    return false;
-}
-
-/* Group k of layer L: its table (*segs, *n; *owned_table set when the
- * caller must free it) and options; *n = 0 when the layer has none. */
-static dmuon_rc layer_table(const dmuon_rt *rt, const rt_layer *L, int k, dmuon_segment **segs,
-                            int *n, dmuon_group_opts *o)
-{
-    const rt_line_ops *lo = line_of(rt);
-    memset(o, 0, sizeof *o);
-    o->deadline_ms = rt->opts.deadline_ms;
-    *segs = NULL;
-    *n = 0;
-    if (k == G_OWN_GATHER || k == G_OWN_REDUCE) {
-        if (!L->nseg || lo->owned == DMUON_ALGO_DEFAULT)
-            return DMUON_OK;
-        if (k == G_OWN_GATHER && rt->hsdp && lo->node_load)
-            return DMUON_OK;   /* the publish's node load gathers */
-        *segs = malloc(L->nseg * sizeof **segs);
-        if (!*segs)
-            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for a layer's table");
-        memcpy(*segs, k == G_OWN_GATHER ? L->segs : L->gsegs, L->nseg * sizeof **segs);
-        o->algorithm = lo->owned;
-        if (k == G_OWN_GATHER && rt->hsdp) {
-            /* inside the node, from the copy of the column's leader */
-            for (size_t s = 0; s < L->nseg; s++) {
-                (*segs)[s].owner = L->segs[s].owner % rt->topo.per_node;
-                (*segs)[s].window_offset = L->seg_copy[s];
-            }
-            o->scope = DMUON_SCOPE_NODE;
-        }
-        *n = (int)L->nseg;
-        return DMUON_OK;
-    }
-    if (!L->shard || (k == G_DIR_GATHER && (!lo->replicated || !even_muon(rt, L))))
-        return DMUON_OK;
-    const dmuon_dtype dt = k == G_EVEN_GATHER ? rt->pdt : DMUON_F32;
-    const int64_t es = (int64_t)dmuon_dtype_size(dt);
-    *segs = malloc((size_t)rt->shard_size * sizeof **segs);
-    if (!*segs)
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for a layer's table");
-    DMUON_TRY(dmuon_table_even(rt->shard_size, L->shard, dt, *segs));
-    for (int j = 0; j < rt->shard_size && k != G_DIR_GATHER; j++) {
-        (*segs)[j].offset += L->own_elems * es;
-        (*segs)[j].window_offset = L->even_pos * es;
-    }
-    for (int j = 0; j < rt->shard_size && k == G_DIR_GATHER; j++)
-        (*segs)[j].window_offset = 0;   /* a buffer's shard (rt_dir_mine) */
-    o->algorithm = DMUON_ALGO_EQUAL;
-    o->scope = rt->hsdp ? DMUON_SCOPE_NODE : DMUON_SCOPE_WORLD;
-    *n = rt->shard_size;
-    return DMUON_OK;
-}
-
-int rt_layer_groups(const dmuon_rt *rt, size_t l)
-{
-    int count = 0;
-    for (int k = 0; k < G_COUNT; k++) {
-        dmuon_segment *segs = NULL;
-        int n = 0;
-        dmuon_group_opts o;
-        if (layer_table(rt, &rt->layers[l], k, &segs, &n, &o) == DMUON_OK && n)
-            count++;
-        free(segs);
-    }
-    return count;
-}
-
-dmuon_rc rt_groups_size(dmuon_rt *rt)
-{
-    rt->ctrl_per_group = 0;
-    for (size_t l = 0; l < rt->nlayers; l++)
-        for (int k = 0; k < G_COUNT; k++) {
-            dmuon_segment *segs = NULL;
-            int n = 0;
-            dmuon_group_opts o;
-            int64_t b = 0;
-            dmuon_rc rc = layer_table(rt, &rt->layers[l], k, &segs, &n, &o);
-            if (rc == DMUON_OK && n)
-                rc = dmuon_group_ctrl_bytes(&rt->topo, segs, n, &o, &b);
-            free(segs);
-            DMUON_TRY(rc);
-            if (b > rt->ctrl_per_group)
-                rt->ctrl_per_group = b;
-        }
-    rt->ctrl_per_group = dmuon_pool_align(rt->ctrl_per_group);
-    return DMUON_OK;
-}
-
+/* The layout's groups of every layer, in its order, each with its control
+ * area (lay->ctrl_per_group bytes, back to back from the control space). */
 dmuon_rc rt_groups_create(dmuon_rt *rt)
 {
     int64_t ctrl = rt->space_off[DMUON_SPACE_CTRL];
     for (size_t l = 0; l < rt->nlayers; l++)
         for (int k = 0; k < G_COUNT; k++) {
             rt_layer *L = &rt->layers[l];
-            dmuon_segment *segs = NULL;
-            int n = 0;
-            dmuon_group_opts o;
-            dmuon_rc rc = layer_table(rt, L, k, &segs, &n, &o);
-            if (rc == DMUON_OK && n) {
-                rc = dmuon_group_create(&rt->topo, segs, n, &o, rt->symm, ctrl, group_slot(L, k));
-                ctrl += rt->ctrl_per_group;
-            }
-            free(segs);
+            const dmuon_layout_group *g = &L->lay->group[k];
+            if (!g->n)
+                continue;
+            dmuon_group_opts o = g->opts;
+            o.deadline_ms = rt->opts.deadline_ms;
+            dmuon_rc rc = dmuon_group_create(&rt->topo, g->segs, g->n, &o, rt->symm, ctrl,
+                                             group_slot(L, k));
+            ctrl += rt->lay->ctrl_per_group;
             DMUON_TRY(rt_fail_comm(rt, rc));
         }
-    if (rt->hsdp && rt->npub && line_of(rt)->publish != DMUON_ALGO_DEFAULT) {
+    assert(ctrl == rt->space_off[DMUON_SPACE_CTRL] + rt->space_bytes[DMUON_SPACE_CTRL]);
+    if (rt->hsdp && rt->lay->npub && line_of(rt)->publish != DMUON_ALGO_DEFAULT) {
         dmuon_publish_opts po;
         memset(&po, 0, sizeof po);
         po.deadline_ms = rt->opts.deadline_ms;
         po.algorithm = line_of(rt)->publish;
-        DMUON_TRY(rt_fail_comm(rt, dmuon_publish_create(&rt->topo, rt->pub_table, rt->npub, &po,
+        DMUON_TRY(rt_fail_comm(rt, dmuon_publish_create(&rt->topo, rt->lay->pub_table, rt->lay->npub, &po,
                                                         rt->symm, rt->copy_off, &rt->pub)));
     }
     return DMUON_OK;
@@ -259,7 +154,7 @@ dmuon_rc rt_pub_post(dmuon_rt *rt, size_t l, size_t s)
 {
     if (!rt->pub)
         return DMUON_OK;
-    DMUON_TRY(rt_fail_comm(rt, dmuon_publish_post(rt->pub, rt->layers[l].seg_pub[s],
+    DMUON_TRY(rt_fail_comm(rt, dmuon_publish_post(rt->pub, rt->layers[l].lay->seg_pub[s],
                                                   rt->pub_round)));
     return rt_fail_comm(rt, dmuon_publish_progress(rt->pub));
 }
@@ -294,8 +189,8 @@ dmuon_rc rt_pub_round(dmuon_rt *rt)
     DMUON_TRY(rt_pub_end(rt));
     DMUON_TRY(rt_pub_begin(rt));
     for (size_t l = 0; l < rt->nlayers; l++)
-        for (size_t s = 0; s < rt->layers[l].nseg; s++)
-            if (rt->layers[l].segs[s].owner == rt->topo.rank)
+        for (size_t s = 0; s < rt->layers[l].lay->nseg; s++)
+            if (rt->layers[l].lay->segs[s].owner == rt->topo.rank)
                 DMUON_TRY(rt_pub_post(rt, l, s));
     return rt_pub_finish(rt);
 }
@@ -400,9 +295,9 @@ static dmuon_rc node_load_settle(dmuon_rt *rt)
 dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    if (L->nseg && rt->hsdp && rt->pub && line_of(rt)->node_load) {
+    if (L->lay->nseg && rt->hsdp && rt->pub && line_of(rt)->node_load) {
         DMUON_TRY(node_load_settle(rt));
-        dmuon_rc rc = dmuon_publish_node_load_start(rt->pub, L->segs, L->seg_pub, (int)L->nseg,
+        dmuon_rc rc = dmuon_publish_node_load_start(rt->pub, L->lay->segs, L->lay->seg_pub, (int)L->lay->nseg,
                                                     pblock_off(rt, L), rt->pub_round);
         if (rc != DMUON_OK) {
             rt->failed = true;
@@ -489,8 +384,8 @@ dmuon_rc rt_reduce_finish(dmuon_rt *rt, size_t l)
     const float *gwin = (const float *)(rt->base + rt->gwin_off);
     if (L->ggrp) {
         DMUON_TRY(grp_wait(rt, L, G_OWN_REDUCE));
-        for (size_t s = 0; s < L->nseg; s++) {
-            const dmuon_segment *g = &L->gsegs[s];
+        for (size_t s = 0; s < L->lay->nseg; s++) {
+            const dmuon_segment *g = &L->lay->gsegs[s];
             if (g->owner != rt->topo.rank)
                 continue;
             int64_t w0 = g->window_offset / 4;
@@ -499,45 +394,28 @@ dmuon_rc rt_reduce_finish(dmuon_rt *rt, size_t l)
     }
     if (L->eggrp) {
         DMUON_TRY(grp_wait(rt, L, G_EVEN_REDUCE));
-        const float *dst = (const float *)(rt->base + rt->egwin_off) + L->even_pos;
-        DMUON_TRY(rt->elem->accum(rt->even_g + L->even_pos, dst, L->shard, rt->stream));
+        const float *dst = (const float *)(rt->base + rt->egwin_off) + L->lay->even_pos;
+        DMUON_TRY(rt->elem->accum(rt->even_g + L->lay->even_pos, dst, L->lay->shard, rt->stream));
     }
     return DMUON_OK;
 }
 
 /* ---------------------------------------------- line B: directions -- */
 
-int64_t rt_dir_bytes(dmuon_rt *rt)
-{
-    int64_t pad = 0, shard = 0;
-    for (size_t l = 0; l < rt->nlayers; l++) {
-        const rt_layer *L = &rt->layers[l];
-        if (!line_of(rt)->replicated || !L->shard || !even_muon(rt, L))
-            continue;
-        if (L->even_pad > pad)
-            pad = L->even_pad;
-        if (L->shard > shard)
-            shard = L->shard;
-    }
-    rt->dir_shard = dmuon_pool_align(pad * 4);
-    rt->dir_buf = pad ? rt->dir_shard + dmuon_pool_align(shard * 4) : 0;
-    return 2 * rt->dir_buf;
-}
-
 float *rt_dir_full(const dmuon_rt *rt, int b)
 {
-    return (float *)(rt->base + rt->dir_off + b * rt->dir_buf);
+    return (float *)(rt->base + rt->dir_off + b * rt->lay->dir_buf);
 }
 
 float *rt_dir_mine(const dmuon_rt *rt, int b)
 {
-    return (float *)(rt->base + rt->dir_off + b * rt->dir_buf + rt->dir_shard);
+    return (float *)(rt->base + rt->dir_off + b * rt->lay->dir_buf + rt->lay->dir_shard);
 }
 
 dmuon_rc rt_dir_start(dmuon_rt *rt, size_t l, int b)
 {
-    int64_t buf = rt->dir_off + b * rt->dir_buf;
-    return grp_start(rt, &rt->layers[l], G_DIR_GATHER, buf, buf + rt->dir_shard);
+    int64_t buf = rt->dir_off + b * rt->lay->dir_buf;
+    return grp_start(rt, &rt->layers[l], G_DIR_GATHER, buf, buf + rt->lay->dir_shard);
 }
 
 dmuon_rc rt_dir_test(dmuon_rt *rt, size_t l)

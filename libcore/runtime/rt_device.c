@@ -195,13 +195,13 @@ dmuon_rc rt_state_to_host(dmuon_rt *rt, bool copy_out)
     if (rt_on_host(rt))
         return DMUON_OK;
     rt_state_drop(rt);
-    size_t bytes = (size_t)(rt->state_elems ? rt->state_elems : 1) * sizeof(float);
+    size_t bytes = (size_t)(rt->lay->state_elems ? rt->lay->state_elems : 1) * sizeof(float);
     rt->state_host = malloc(bytes);
     if (!rt->state_host)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for a %zu-byte host copy of the "
                           "optimizer state", bytes);
     if (copy_out)
-        return rt->elem->copy(rt->state_host, rt->state, rt->state_elems * 4, RT_D2H, rt->stream);
+        return rt->elem->copy(rt->state_host, rt->state, rt->lay->state_elems * 4, RT_D2H, rt->stream);
     return DMUON_OK;
 }
 
@@ -210,7 +210,7 @@ dmuon_rc rt_state_from_host(dmuon_rt *rt)
 {
     if (!rt->state_host)
         return DMUON_OK;
-    return rt->elem->copy(rt->state, rt->state_host, rt->state_elems * 4, RT_H2D, rt->stream);
+    return rt->elem->copy(rt->state, rt->state_host, rt->lay->state_elems * 4, RT_H2D, rt->stream);
 }
 
 /* Frees the host copy, unless a communication failure left a call that

@@ -1,6 +1,6 @@
 /*
- * rt_internal.h — the runtime's state, shared by runtime.c (life, hooks,
- * layout; the pool's byte layout is pool.c's dmuon_pool_lay_out), rt_comm.c
+ * rt_internal.h — the runtime's state, shared by runtime.c (life, hooks;
+ * every offset and size comes from the rank's layout, dmuon/layout.h), rt_comm.c
  * (the lines' transports), rt_step.c (the optimizer step, checkpoints),
  * rt_device.c (backend and device, host staging) and elem.c (the device
  * operations every access of the memory below goes through).  Not
@@ -23,6 +23,8 @@
  * layer buffer, param_dtype) followed by its even region (even_pad elements);
  * its gradient block is the same two regions in F32.  Elements of a
  * parameter sit at rt_param.off in the layer's F32 view (owned region first).
+ * The private views (what dmuon_rt_weights returns) are ranges of one arena
+ * packed like the spaces of the pool.
  */
 #ifndef DMUON_RT_INTERNAL_H
 #define DMUON_RT_INTERNAL_H
@@ -31,6 +33,7 @@
 
 #include "dmuon/collv.h"
 #include "dmuon/ctl.h"
+#include "dmuon/layout.h"
 #include "dmuon/ns.h"
 #include "dmuon/pool.h"
 #include "dmuon/publish.h"
@@ -58,18 +61,11 @@ typedef struct {
     int reg_count;            /* registrations of this name */
     bool bad_shape;           /* a 2-D matrix registered with another shape */
     char reg_shape_text[96];
-    float *init;              /* numel values until open */
 } rt_param;
 
-/* A range of one parameter's elements whose state this rank holds. */
-typedef struct {
-    int32_t param;
-    int64_t lo, hi;           /* parameter elements */
-    bool owned;               /* owner window (whole matrices) or even shard */
-    int64_t pos;              /* element in own_* or even_* arrays */
-    int32_t layer;
-    int32_t seg;              /* owned: segment index in the layer's table */
-} rt_piece;
+/* A range of one parameter's elements whose state this rank holds: the
+ * layout's pieces (dmuon/layout.h), which are also the checkpoint's. */
+typedef dmuon_layout_piece rt_piece;
 
 /* A layer's place in the hooks of a micro-batch.  The gradient block is
  * live exactly in RT_BWD and RT_BWD_FWD, and in RT_DONE while its reduction
@@ -90,26 +86,19 @@ typedef enum {
     RT_BLOCK_GATHERED         /* acquired and holds this step's parameters */
 } rt_block;
 
+/* A layer's runtime state; its regions, tables and block sizes are the
+ * layout's (lay).  Invariants (layer_assert, after each hook): the view w
+ * exists exactly inside an open bracket; under ZeRO-3 a parameter block is
+ * held only between its gather's start and its widening into the view (or
+ * for the bracket, when the view is the block: parameter dtype F32);
+ * inflight implies a block. */
 typedef struct {
-    int *params;              /* indices, forward order */
-    int np;
-    /* owned region */
-    const dmuon_segment *segs;/* the plan's table (param_dtype) */
-    size_t nseg;
-    dmuon_segment *gsegs;     /* the same table in F32 (gradients) */
-    int64_t own_elems;
-    int64_t *seg_copy;        /* HSDP: per segment, bytes into its rail's copy */
-    int *seg_pub;             /* HSDP: per segment, index in the publish table */
+    const dmuon_layout_layer *lay;
     dmuon_group *pgrp, *ggrp; /* owned region: gather, reduce (lines C, D) */
     dmuon_group *egrp, *eggrp;/* even region: gather, reduce (equal algorithm) */
     dmuon_group *dgrp;        /* line B: the step's gather of Nesterov directions
                                  (F32, equal algorithm); NULL without Muon */
-    /* even region */
-    int64_t even_elems, even_pad, shard;
-    int64_t even_pos;         /* first element of this layer's shard in even_* */
-    /* blocks */
-    int64_t pbytes, gbytes;   /* block sizes */
-    int64_t poff, goff;       /* current offsets in the spaces (when live) */
+    int64_t poff, goff;       /* offsets of the blocks in their spaces (when live) */
     rt_phase phase;           /* where the hooks are in this micro-batch */
     rt_block pblock;          /* the parameter block */
     bool inflight;            /* transport: a prefetch started, not yet waited for */
@@ -118,35 +107,26 @@ typedef struct {
     bool reducing;            /* the gradient reduction started at post_backward,
                                  not yet finished: the gradient block is its */
     unsigned pending;         /* bit k: group k's split-phase call in flight */
-    float *w;                 /* F32 view of the gathered block while one of
-                                 the layer's brackets is open (forward or
-                                 backward), else NULL: in the view arena
-                                 once packed, else w_own */
-    float *w_own;             /* before packing: the layer's own view buffer */
+    float *w;                 /* F32 view of the layer's parameters while one of
+                                 its brackets is open, else NULL: a range of the
+                                 view arena, or the parameter block itself
+                                 (parameter dtype F32) */
 } rt_layer;
 
-/* The recorded spaces: the pool's parameter and gradient spaces, and the
- * private F32 views of gathered blocks (packed the same way, so that a
- * layer's view exists only while one of its brackets is open and ZeRO-2
- * holds no FP32 copy of the whole model). */
-enum { RT_PARAM = 0, RT_GRAD = 1, RT_VIEW = 2, RT_SPACES = 3 };
-
-typedef struct {
-    dmuon_pool_event *ev;
-    size_t nev, cap;
-    int64_t *offsets;         /* per acquisition, after packing */
-    int32_t *acq_block;       /* per acquisition: the block recorded */
-    size_t nacq;
-    int64_t total;
-} rt_space_rec;
+/* The packed spaces of the layout (DMUON_BLOCK_*): the pool's parameter
+ * and gradient spaces, and the private view arena. */
+enum { RT_PARAM = DMUON_BLOCK_PARAM, RT_GRAD = DMUON_BLOCK_GRAD, RT_VIEW = DMUON_BLOCK_VIEW,
+       RT_SPACES = DMUON_BLOCK_KINDS };
 
 struct dmuon_rt {
     const dmuon_plan *plan;
     dmuon_rt_opts opts;
     dmuon_topo topo;
     bool topo_ok;
+    dmuon_layout *lay;        /* this rank's layout (dmuon/layout.h): regions,
+                                 pieces, windows, groups, the plan's order, the
+                                 pool's map; built at create */
     MPI_Comm shard_comm;      /* even shards: world (FSDP) or node (HSDP) */
-    int shard_rank, shard_size;
     bool hsdp, owners;        /* owners: lines C/D */
     int zero;
     dmuon_dtype pdt;
@@ -164,8 +144,6 @@ struct dmuon_rt {
     size_t nparams;
     rt_layer *layers;
     size_t nlayers;
-    rt_piece *pieces;
-    size_t npieces;
     char **unknown;           /* names registered that the plan lacks */
     size_t nunknown;
 
@@ -174,28 +152,20 @@ struct dmuon_rt {
     unsigned char *base;
     int64_t space_off[DMUON_SPACE_COUNT], space_bytes[DMUON_SPACE_COUNT];
     int64_t pwin_off, gwin_off, ewin_off, egwin_off, copy_off;
-    int64_t dir_off, dir_buf, dir_shard;  /* line B: the dir region, bytes of one
-                                 buffer, offset of its shard inside it */
-    int64_t win_elems, max_win_elems, even_total, copy_bytes;
-    int64_t ctrl_per_group;
-    bool packed;              /* spaces laid out from the recorded micro-batch */
+    int64_t dir_off;          /* line B: the dir region (lay->dir_buf per buffer) */
 
     /* publish (HSDP) */
     dmuon_publish *pub;
-    dmuon_segment *pub_table;
-    int npub;
     int64_t pub_round;        /* last round begun */
     bool pub_open;
 
-    /* optimizer state: one allocation (state, state_elems floats) */
+    /* optimizer state: one allocation (state, lay->state_elems floats) */
     float *state;
-    int64_t state_elems;
     float *own_w, *own_m, *own_g;           /* win_elems each */
     float *own_o;             /* win_elems: the step's directions, before commit */
     float *even_w, *even_m, *even_v, *even_g; /* even_total each */
     float *even_o;            /* line B: even_total directions; else none */
-    float *scratch;
-    int64_t scratch_elems;
+    float *scratch;           /* lay->scratch_elems floats */
 
     /* progress */
     bool opened, failed, recompute;
@@ -203,11 +173,10 @@ struct dmuon_rt {
     int64_t micro;            /* micro-batches since the last step */
     size_t bwd_count;         /* layers whose backward ended this micro-batch */
     bool in_micro;
-    rt_space_rec rec[RT_SPACES];   /* parameter, gradient, F32 view */
-    bool recording;
+    bool order_agreed;        /* the first step has run: until then every hook is
+                                 compared across the ranks (order_check) */
     size_t acq_index[RT_SPACES];   /* acquisitions so far in this micro-batch */
-    size_t rec_mark[RT_SPACES];    /* events recorded before this micro-batch */
-    float *views;             /* the F32 view arena (rec[RT_VIEW].total bytes), once packed */
+    float *views;             /* the F32 view arena (lay->space[RT_VIEW].bytes) */
     double grad_norm;
     dmuon_rt_stats stats;
 };
@@ -221,8 +190,6 @@ void rt_pool_drop(dmuon_rt *rt);
 dmuon_rc rt_write_windows(dmuon_rt *rt);
 
 /* rt_comm.c */
-dmuon_rc rt_groups_size(dmuon_rt *rt);   /* sets ctrl_per_group */
-int rt_layer_groups(const dmuon_rt *rt, size_t l);   /* groups of layer l (control areas) */
 dmuon_rc rt_groups_create(dmuon_rt *rt);
 void rt_groups_free(dmuon_rt *rt);
 dmuon_rc rt_gather(dmuon_rt *rt, size_t l);
@@ -236,11 +203,10 @@ dmuon_rc rt_reduce_start(dmuon_rt *rt, size_t l);
 dmuon_rc rt_reduce_test(dmuon_rt *rt, size_t l);
 dmuon_rc rt_reduce_finish(dmuon_rt *rt, size_t l);
 dmuon_rc rt_drain(dmuon_rt *rt);   /* waits for every call in flight; failed on error */
-/* Line B: bytes of the dir region (sets dir_buf, dir_shard); buffer b's
- * gathered directions and shard; the gather of layer l's directions from
- * buffer b's shard into its whole, split phase (start, test, wait: the
- * wait has the deadline; every started gather must be waited). */
-int64_t rt_dir_bytes(dmuon_rt *rt);
+/* Line B: buffer b's gathered directions and shard (the layout's dir
+ * region); the gather of layer l's directions from buffer b's shard into
+ * its whole, split phase (start, test, wait: the wait has the deadline;
+ * every started gather must be waited). */
 float *rt_dir_full(const dmuon_rt *rt, int b);
 float *rt_dir_mine(const dmuon_rt *rt, int b);
 dmuon_rc rt_dir_start(dmuon_rt *rt, size_t l, int b);

@@ -94,43 +94,27 @@ static dmuon_rc mat_copy(const dmuon_rt *rt, const rt_param *p, int64_t j, float
     return rt->elem->strided(dst, src + (base - lo), p->m, p->n, rs, cs, back, rt->stream);
 }
 
-/* Scratch for the step, sized once at open (the step allocates nothing):
- * owned matrices need one m x n matrix (plain placement) or three (the
- * direction, momentum and gradient of a strided or transposed one); line B
- * one block of directions (two matrices at most) and one matrix (the
- * gathered directions and this rank's shard are in the pool's dir
- * region). */
+/* Scratch for the step, allocated once at open at the layout's size (the
+ * step allocates nothing; dmuon/layout.h gives the rule: one m x n matrix
+ * per owned matrix in the plain placement, three otherwise; line B one
+ * block of directions and one matrix). */
 dmuon_rc rt_step_prepare(dmuon_rt *rt)
 {
-    int64_t need = 1;
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_param *p = &rt->params[rt->pieces[i].param];
-        if (rt->pieces[i].owned && 3 * p->m * p->n > need)
-            need = 3 * p->m * p->n;
-    }
-    for (size_t l = 0; l < rt->nlayers && rt->opts.line == DMUON_LINE_B; l++) {
-        const rt_layer *L = &rt->layers[l];
-        for (int j = 0; j < L->np; j++) {
-            const rt_param *p = &rt->params[L->params[j]];
-            int64_t n = 3 * p->m * p->n;
-            if (p->role == DMUON_ROLE_MUON && L->shard && n > need)
-                need = n;
-        }
-    }
+    const int64_t need = rt->lay->scratch_elems;
     rt->elem->free(rt->scratch);
+    rt->scratch = NULL;
     void *sc = NULL;
     if (rt->elem->alloc(need * (int64_t)sizeof *rt->scratch, &sc) != DMUON_OK)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld scratch elements",
                           (long long)need);
     rt->scratch = sc;
-    rt->scratch_elems = need;
     return DMUON_OK;
 }
 
 dmuon_rc rt_grads_clear(dmuon_rt *rt)
 {
-    DMUON_TRY(rt->elem->zero(rt->own_g, rt->win_elems * (int64_t)sizeof(float), rt->stream));
-    return rt->elem->zero(rt->even_g, rt->even_total * (int64_t)sizeof(float), rt->stream);
+    DMUON_TRY(rt->elem->zero(rt->own_g, rt->lay->win_elems * (int64_t)sizeof(float), rt->stream));
+    return rt->elem->zero(rt->even_g, rt->lay->even_total * (int64_t)sizeof(float), rt->stream);
 }
 
 /* The outcome of a phase of the step, agreed over the world within the
@@ -175,8 +159,8 @@ static dmuon_rc check_and_clip(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     else if (!isfinite(lrs->muon_lr) || !isfinite(lrs->adamw_lr))
         rc = DMUON_FAIL(DMUON_EINVAL, "runtime: step needs finite learning rates (rank %d: muon "
                         "%g, adamw %g)", rt->topo.rank, lrs->muon_lr, lrs->adamw_lr);
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_piece *pc = &rt->pieces[i];
+    for (size_t i = 0; i < rt->lay->npieces; i++) {
+        const rt_piece *pc = &rt->lay->pieces[i];
         bool count = pc->owned || !rt->hsdp || rt->topo.node_id == 0;
         double s = 0;
         int64_t at = -1;
@@ -205,8 +189,8 @@ static dmuon_rc check_and_clip(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     double clip = rt->opts.optim.clip_norm;
     if (clip > 0 && rt->grad_norm > clip) {
         float c = (float)(clip / (rt->grad_norm + 1e-6));
-        DMUON_TRY(rt->elem->scale(rt->own_g, rt->win_elems, c, rt->stream));
-        DMUON_TRY(rt->elem->scale(rt->even_g, rt->even_total, c, rt->stream));
+        DMUON_TRY(rt->elem->scale(rt->own_g, rt->lay->win_elems, c, rt->stream));
+        DMUON_TRY(rt->elem->scale(rt->even_g, rt->lay->even_total, c, rt->stream));
     }
     return DMUON_OK;
 }
@@ -218,14 +202,14 @@ static dmuon_rc check_and_clip(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
 static dmuon_rc owned_directions(dmuon_rt *rt, double lr, int *bad)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_piece *pc = &rt->pieces[i];
+    for (size_t i = 0; i < rt->lay->npieces; i++) {
+        const rt_piece *pc = &rt->lay->pieces[i];
         if (!pc->owned)
             continue;
         const rt_param *p = &rt->params[pc->param];
         int64_t mn = p->m * p->n;
         bool plain = plain_place(p), finite = true;
-        assert(rt->scratch_elems >= (plain ? mn : 3 * mn));
+        assert(rt->lay->scratch_elems >= (plain ? mn : 3 * mn));
         /* other placements: momentum and gradient of the real matrix
          * gathered into scratch, the direction written back in storage
          * order */
@@ -268,19 +252,19 @@ static dmuon_rc owned_directions(dmuon_rt *rt, double lr, int *bad)
 }
 
 /* Line B, layer l: the Nesterov directions of this rank's shard of its
- * Muon parameters (momentum unchanged) into mine (L->shard elements).
+ * Muon parameters (momentum unchanged) into mine (L->lay->shard elements).
  * Local. */
 static dmuon_rc shard_directions(dmuon_rt *rt, size_t l, float *mine)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
     const rt_layer *L = &rt->layers[l];
-    DMUON_TRY(rt->elem->zero(mine, L->shard * (int64_t)sizeof(float), rt->stream));
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_piece *pc = &rt->pieces[i];
+    DMUON_TRY(rt->elem->zero(mine, L->lay->shard * (int64_t)sizeof(float), rt->stream));
+    for (size_t i = 0; i < rt->lay->npieces; i++) {
+        const rt_piece *pc = &rt->lay->pieces[i];
         if (pc->owned || (size_t)pc->layer != l || rt->params[pc->param].role != DMUON_ROLE_MUON)
             continue;
         DMUON_TRY(rt->elem->direction(o, pc->hi - pc->lo, rt->even_m + pc->pos,
-                                      rt->even_g + pc->pos, mine + (pc->pos - L->even_pos),
+                                      rt->even_g + pc->pos, mine + (pc->pos - L->lay->even_pos),
                                       rt->stream));
     }
     return DMUON_OK;
@@ -293,16 +277,16 @@ static dmuon_rc shard_directions(dmuon_rt *rt, size_t l, float *mine)
 static dmuon_rc replicated_ns(dmuon_rt *rt, size_t l, const float *full, size_t next, int *bad)
 {
     const rt_layer *L = &rt->layers[l];
-    for (int j = 0; j < L->np; j++) {
-        const rt_param *p = &rt->params[L->params[j]];
+    for (int j = 0; j < L->lay->np; j++) {
+        const rt_param *p = &rt->params[L->lay->params[j]];
         if (p->role != DMUON_ROLE_MUON)
             continue;
-        int64_t mn = p->m * p->n, base = p->off - L->own_elems;
+        int64_t mn = p->m * p->n, base = p->off - L->lay->own_elems;
         int64_t per = mats_per_block(p), span = per * mn;
         bool plain = plain_place(p);
         float *odir = rt->scratch;  /* the block's directions in storage order */
         float *mat = odir + span;   /* one real matrix (other placements) */
-        assert(rt->scratch_elems >= span + mn);
+        assert(rt->lay->scratch_elems >= span + mn);
         for (int64_t b = 0; b < p->matrices / per; b++) {
             for (int64_t a = b * per; a < (b + 1) * per; a++) {
                 double t0 = dmuon_now_ms();
@@ -320,8 +304,8 @@ static dmuon_rc replicated_ns(dmuon_rt *rt, size_t l, const float *full, size_t 
                 rt->stats.ns_matrices++;
                 if (rc == DMUON_ENUMERIC) {
                     /* the same directions on every rank: every rank finds it */
-                    if (L->params[j] < *bad)
-                        *bad = L->params[j];
+                    if (L->lay->params[j] < *bad)
+                        *bad = L->lay->params[j];
                     DMUON_TRY(rt->elem->zero(odir + (a - b * per) * mn,
                                              mn * (int64_t)sizeof(float), rt->stream));
                 } else if (rc != DMUON_OK) {
@@ -330,9 +314,9 @@ static dmuon_rc replicated_ns(dmuon_rt *rt, size_t l, const float *full, size_t 
                 if (next < rt->nlayers)
                     DMUON_TRY(rt_dir_test(rt, next));
             }
-            for (size_t i = 0; i < rt->npieces; i++) {
-                const rt_piece *pc = &rt->pieces[i];
-                if (pc->owned || pc->param != L->params[j])
+            for (size_t i = 0; i < rt->lay->npieces; i++) {
+                const rt_piece *pc = &rt->lay->pieces[i];
+                if (pc->owned || pc->param != L->lay->params[j])
                     continue;
                 int64_t lo = pc->lo > b * span ? pc->lo : b * span;
                 int64_t hi = pc->hi < (b + 1) * span ? pc->hi : (b + 1) * span;
@@ -399,8 +383,8 @@ static dmuon_rc even_updates(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int64_t t, i
                              int *bad)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_piece *pc = &rt->pieces[i];
+    for (size_t i = 0; i < rt->lay->npieces; i++) {
+        const rt_piece *pc = &rt->lay->pieces[i];
         if (pc->owned)
             continue;
         const rt_param *p = &rt->params[pc->param];
@@ -429,8 +413,8 @@ static dmuon_rc even_updates(dmuon_rt *rt, const dmuon_rt_lrs *lrs, int64_t t, i
 static dmuon_rc owned_commit(dmuon_rt *rt, double lr)
 {
     const dmuon_optim_opts *o = &rt->opts.optim;
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_piece *pc = &rt->pieces[i];
+    for (size_t i = 0; i < rt->lay->npieces; i++) {
+        const rt_piece *pc = &rt->lay->pieces[i];
         if (!pc->owned)
             continue;
         const rt_param *p = &rt->params[pc->param];
@@ -440,8 +424,8 @@ static dmuon_rc owned_commit(dmuon_rt *rt, double lr)
                                         rt->own_g + pc->pos, rt->own_o + pc->pos, 1, &at,
                                         rt->stream));
         DMUON_TRY(rt_store_param(rt, pc, rt->base));
-        bool seg_end = i + 1 == rt->npieces || !rt->pieces[i + 1].owned ||
-                       rt->pieces[i + 1].layer != pc->layer || rt->pieces[i + 1].seg != pc->seg;
+        bool seg_end = i + 1 == rt->lay->npieces || !rt->lay->pieces[i + 1].owned ||
+                       rt->lay->pieces[i + 1].layer != pc->layer || rt->lay->pieces[i + 1].seg != pc->seg;
         if (seg_end && rt->hsdp)
             DMUON_TRY(rt_pub_post(rt, (size_t)pc->layer, (size_t)pc->seg));
     }
@@ -587,7 +571,7 @@ static dmuon_rc ckpt_tables(dmuon_rt *rt, bool with_state, dmuon_ckpt_param **pa
     size_t np = 0;
     const dmuon_plan_param *pp = dmuon_plan_params(rt->plan, &np);
     *params = calloc(rt->nparams + 1, sizeof **params);
-    *pieces = calloc(rt->npieces * 3 + 1, sizeof **pieces);
+    *pieces = calloc(rt->lay->npieces * 3 + 1, sizeof **pieces);
     if (!*params || !*pieces)
         return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for the checkpoint tables");
     for (size_t i = 0; i < rt->nparams; i++) {
@@ -599,8 +583,8 @@ static dmuon_rc ckpt_tables(dmuon_rt *rt, bool with_state, dmuon_ckpt_param **pa
         c->role = (int)pp[i].role;
     }
     size_t k = 0;
-    for (size_t i = 0; i < rt->npieces; i++) {
-        const rt_piece *pc = &rt->pieces[i];
+    for (size_t i = 0; i < rt->lay->npieces; i++) {
+        const rt_piece *pc = &rt->lay->pieces[i];
         /* HSDP even shards are replicas across nodes: node 0's are saved */
         if (with_state && !pc->owned && rt->hsdp && rt->topo.node_id != 0)
             continue;

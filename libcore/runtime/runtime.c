@@ -1,28 +1,20 @@
 /*
  * runtime.c — the training runtime (dmuon/runtime.h): creation from a plan,
- * parameter registration, the pool's layout, and the layer hooks.
+ * parameter registration, open, and the layer hooks.
  *
- * Layout decisions, made once at open and identical on every rank:
- *   - lines C/D: a layer's Muon parameters form its owned region, laid out
- *     as the plan's layer buffer; every other parameter is in its even
- *     region.  Lines A/B: every parameter is in the even region.
- *   - the even region of a layer is its even parameters concatenated in
- *     forward order, padded to a multiple of the shard group's size S (N for
- *     FSDP, K for HSDP); rank i of the group holds shard i.
- *   - parameter and gradient blocks: during the first micro-batch every
- *     layer has its own range; the acquire/release sequence of that
- *     micro-batch is recorded, and at the first step the spaces are packed
- *     from it (dmuon_pool_pack) and the pool is laid out again.  Later
- *     micro-batches must acquire in the recorded order, and every
- *     acquisition is checked against the blocks still live in its space: a
- *     different order, or a release later than recorded that leaves the
- *     recorded range in use, is an error naming the layers, never silent
- *     overlap (an earlier release is harmless).
- * Hooks check their order locally before any data moves, so a wrong
- * call fails on the rank that made it with DMUON_EINVAL; the other ranks
- * then fail at their next collective's deadline.  Before packing the
- * ranks' hooks are also compared (order_check), since nothing recorded
- * exists yet to check them against.
+ * Where everything lies is the rank's layout (dmuon/layout.h), built at
+ * create from the plan alone: regions, pieces, windows, groups, and every
+ * block's offset in the plan's order of one micro-batch, identical on every
+ * rank, so the pool is allocated once at open at the size every step needs
+ * (the first included).  The hooks make the layout's acquisitions in order:
+ * every acquisition is checked against the plan's next one (layer) and
+ * against the blocks still live in its space, so a different order, or a
+ * release later than the plan's that leaves the range in use, is an error
+ * naming the layers, never silent overlap (an earlier release is
+ * harmless).  Hooks check their order locally before any data moves, so a
+ * wrong call fails on the rank that made it with DMUON_EINVAL; the other
+ * ranks then fail at their next collective's deadline.  Until the first
+ * step the ranks' hooks are also compared (order_check).
  */
 #include "rt_internal.h"
 
@@ -38,23 +30,6 @@
 #include "plan_internal.h"
 
 /* ------------------------------------------------------------ options -- */
-
-const char *dmuon_line_name(dmuon_line l)
-{
-    static const char *n[] = {"D", "C", "B", "A"};
-    return (unsigned)l < 4 ? n[l] : "?";
-}
-
-dmuon_rc dmuon_line_parse(const char *s, dmuon_line *out)
-{
-    static const char *n[] = {"D", "C", "B", "A"};
-    for (int i = 0; i < 4; i++)
-        if (s && (s[0] == n[i][0] || s[0] == n[i][0] + 32) && s[1] == 0) {
-            *out = (dmuon_line)i;
-            return DMUON_OK;
-        }
-    return DMUON_FAIL(DMUON_EINVAL, "line '%s': expected A, B, C or D", s ? s : "");
-}
 
 void dmuon_rt_opts_init(dmuon_rt_opts *o)
 {
@@ -246,7 +221,7 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
     }
     DMUON_TRY_GOTO(rc, agree_opts(rt), fail);
     rt->hsdp = dmuon_plan_sharding(plan) == DMUON_SHARD_HSDP;
-    rt->owners = rt->opts.line == DMUON_LINE_C || rt->opts.line == DMUON_LINE_D;
+    rt->owners = dmuon_line_ops_of(rt->opts.line)->owners;
     rt->pdt = dmuon_plan_param_dtype(plan);
     rt->dsize = dmuon_dtype_size(rt->pdt);
     if (rt->pdt != DMUON_BF16 && rt->pdt != DMUON_F32) {
@@ -255,9 +230,20 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         goto fail;
     }
     rt->shard_comm = rt->hsdp ? rt->topo.node : rt->topo.world;
-    /* the node holds consecutive ranks ordered by local index (dmuon/topo.h) */
-    rt->shard_rank = rt->hsdp ? rt->topo.local : rt->topo.rank;
-    rt->shard_size = rt->hsdp ? rt->topo.per_node : rt->topo.size;
+    {   /* the layout of this rank, from the plan alone: the same offsets on
+         * every rank, the pool sized once for every step */
+        dmuon_layout_opts lo;
+        dmuon_layout_opts_init(&lo);
+        lo.line = rt->opts.line;
+        lo.zero_stage = rt->zero;
+        lo.rank = rt->topo.rank;
+        lo.prefetch = rt->opts.prefetch != 0;
+        lo.backend = rt->opts.backend;
+        DMUON_TRY_GOTO(rc, rt_agree(rt, dmuon_layout_build(plan, &lo, &rt->lay)), fail);
+        /* the node holds consecutive ranks ordered by local index (dmuon/topo.h) */
+        assert(rt->lay->shard_rank == (rt->hsdp ? rt->topo.local : rt->topo.rank));
+        assert(rt->lay->shard_size == (rt->hsdp ? rt->topo.per_node : rt->topo.size));
+    }
 
     dmuon_ns_opts nso;
     dmuon_ns_opts_init(&nso);
@@ -276,6 +262,9 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
         goto fail;
     }
+    assert(rt->nlayers == rt->lay->nlayers && np == rt->lay->nparams);
+    for (size_t l = 0; l < rt->nlayers; l++)
+        rt->layers[l].lay = &rt->lay->layers[l];
     for (size_t i = 0; i < np; i++) {
         rt_param *p = &rt->params[i];
         p->name = pp[i].name;
@@ -287,8 +276,32 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         p->transposed = pp[i].transposed;
         p->layout = pp[i].layout;
         p->plan_role = pp[i].role;
-        p->role = rt->opts.line == DMUON_LINE_A ? DMUON_ROLE_ADAMW : pp[i].role;
-        p->owned = rt->owners && pp[i].role == DMUON_ROLE_MUON;
+        p->role = rt->lay->params[i].role;
+        p->owned = rt->lay->params[i].owned;
+        p->off = rt->lay->params[i].off;
+    }
+    /* optimizer state, gradients and directions: one allocation, zeroed;
+     * registration writes this rank's pieces of the initial values into it */
+    {
+        const int64_t we = rt->lay->win_elems, ee = rt->lay->even_total;
+        void *st = NULL;
+        rc = rt->elem->alloc((rt->lay->state_elems + 1) * (int64_t)sizeof *rt->state, &st);
+        rt->state = st;
+        if (rc == DMUON_OK)
+            rc = rt->elem->zero(st, (rt->lay->state_elems + 1) * (int64_t)sizeof *rt->state,
+                                rt->stream);
+        DMUON_TRY_GOTO(rc, rt_agree(rt, rc), fail);
+        float *f = rt->state;
+        rt->own_w = f, f += we;
+        rt->own_m = f, f += we;
+        rt->own_g = f, f += we;
+        rt->own_o = f, f += we;
+        rt->even_w = f, f += ee;
+        rt->even_m = f, f += ee;
+        rt->even_v = f, f += ee;
+        rt->even_g = f, f += ee;
+        rt->even_o = f;
+        assert(f + (rt->lay->ops->replicated ? ee : 0) == rt->state + rt->lay->state_elems);
     }
     *out = rt;
     return DMUON_OK;
@@ -342,15 +355,19 @@ dmuon_rc dmuon_rt_register(dmuon_rt *rt, const char *name, int ndim, const int64
     p->ndim = ndim < 8 ? ndim : 8;
     for (int d = 0; d < p->ndim; d++)
         p->shape[d] = shape[d];
-    free(p->init);
-    p->init = NULL;
     p->registered = true;
     if (numel != p->numel)
         return DMUON_OK;   /* open names it */
-    p->init = malloc((size_t)numel * sizeof(float));
-    if (!p->init)
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: register '%s': out of memory", name);
-    memcpy(p->init, init, (size_t)numel * sizeof(float));
+    /* only what this rank holds is kept: its pieces of the parameter, into
+     * the masters (device memory with device cuda) */
+    for (size_t k = 0; k < rt->lay->npieces; k++) {
+        const rt_piece *pc = &rt->lay->pieces[k];
+        if (pc->param != i)
+            continue;
+        float *dst = pc->owned ? rt->own_w : rt->even_w;
+        DMUON_TRY(rt->elem->copy(dst + pc->pos, init + pc->lo,
+                                 (pc->hi - pc->lo) * (int64_t)sizeof(float), RT_H2D, rt->stream));
+    }
     return DMUON_OK;
 }
 
@@ -389,178 +406,6 @@ static dmuon_rc check_registrations(dmuon_rt *rt)
                       problems == 1 ? "" : "s", msg, problems > 6 ? "; ..." : "");
 }
 
-/* Owned pieces in layer order, then segment, then window position: the
- * order in which the step updates and publishes them. */
-static int piece_order(const void *a, const void *b)
-{
-    const rt_piece *x = a, *y = b;
-    if (x->layer != y->layer)
-        return x->layer < y->layer ? -1 : 1;
-    if (x->seg != y->seg)
-        return x->seg < y->seg ? -1 : 1;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
-}
-
-/* Layers' regions, parameter offsets, the pieces this rank holds, the HSDP
- * copy layout.  Pure given the plan and the options. */
-static dmuon_rc lay_out(dmuon_rt *rt)
-{
-    const dmuon_plan *plan = rt->plan;
-    const int S = rt->shard_size;
-    size_t nu = 0, nm = 0;
-    const dmuon_plan_unit *units = dmuon_plan_units(plan, &nu);
-    const dmuon_plan_member *mem = dmuon_plan_members(plan, &nm);
-    int64_t even_pos = 0;
-    for (size_t l = 0; l < rt->nlayers; l++) {
-        rt_layer *L = &rt->layers[l];
-        L->params = malloc((rt->nparams ? rt->nparams : 1) * sizeof *L->params);
-        if (!L->params)
-            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-        if (rt->owners) {
-            L->segs = dmuon_plan_layer_segments(plan, l, &L->nseg);
-            L->own_elems = dmuon_plan_layer_bytes(plan, l) / (int64_t)rt->dsize;
-        }
-        int64_t even = 0;
-        for (size_t i = 0; i < rt->nparams; i++) {
-            rt_param *p = &rt->params[i];
-            if ((size_t)p->layer != l)
-                continue;
-            L->params[L->np++] = (int)i;
-            if (!p->owned) {
-                p->off = L->own_elems + even;
-                even += p->numel;
-            }
-        }
-        L->even_elems = even;
-        L->even_pad = (even + S - 1) / S * S;
-        L->shard = L->even_pad / S;
-        L->even_pos = even_pos;
-        even_pos += L->shard;
-        L->pbytes = L->own_elems * (int64_t)rt->dsize + L->even_pad * (int64_t)rt->dsize;
-        L->gbytes = (L->own_elems + L->even_pad) * 4;
-        if (L->nseg) {
-            L->gsegs = malloc(L->nseg * sizeof *L->gsegs);
-            if (!L->gsegs)
-                return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-            for (size_t s = 0; s < L->nseg; s++) {
-                L->gsegs[s] = L->segs[s];
-                L->gsegs[s].dtype = DMUON_F32;
-                L->gsegs[s].offset = L->segs[s].offset / (int64_t)rt->dsize * 4;
-                L->gsegs[s].window_offset = L->segs[s].window_offset / (int64_t)rt->dsize * 4;
-            }
-        }
-    }
-    rt->even_total = even_pos;
-    /* owned parameters' offsets from the members */
-    if (rt->owners)
-        for (size_t k = 0; k < nm; k++) {
-            rt_param *p = &rt->params[mem[k].param];
-            p->off = mem[k].layer_offset / (int64_t)rt->dsize - mem[k].first_matrix * p->m * p->n;
-        }
-    /* windows */
-    if (rt->owners) {
-        rt->win_elems = dmuon_plan_window_bytes(plan, rt->topo.rank) / (int64_t)rt->dsize;
-        for (int r = 0; r < rt->topo.size; r++) {
-            int64_t w = dmuon_plan_window_bytes(plan, r) / (int64_t)rt->dsize;
-            if (w > rt->max_win_elems)
-                rt->max_win_elems = w;
-        }
-    }
-    /* pieces: owned members, then even shards */
-    size_t cap = nm + rt->nparams + rt->nlayers + 1;
-    rt->pieces = calloc(cap, sizeof *rt->pieces);
-    if (!rt->pieces)
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-    if (rt->owners)
-        for (size_t u = 0; u < nu; u++) {
-            if (units[u].owner != rt->topo.rank)
-                continue;
-            for (size_t k = units[u].first_member; k < units[u].first_member + units[u].n_members;
-                 k++) {
-                const rt_param *p = &rt->params[mem[k].param];
-                const rt_layer *L = &rt->layers[p->layer];
-                int64_t mn = p->m * p->n;
-                size_t s = 0;
-                while (s + 1 < L->nseg && L->segs[s + 1].offset <= mem[k].layer_offset)
-                    s++;
-                rt_piece *pc = &rt->pieces[rt->npieces++];
-                pc->param = mem[k].param;
-                pc->lo = mem[k].first_matrix * mn;
-                pc->hi = pc->lo + mem[k].n_matrices * mn;
-                pc->owned = true;
-                pc->pos = (L->segs[s].window_offset + mem[k].layer_offset - L->segs[s].offset) /
-                          (int64_t)rt->dsize;
-                pc->layer = p->layer;
-                pc->seg = (int32_t)s;
-                if (L->segs[s].owner != rt->topo.rank || pc->pos < 0 ||
-                    pc->pos + (pc->hi - pc->lo) > rt->win_elems)
-                    return DMUON_FAIL(DMUON_ECHECK, "runtime: unit '%s' of rank %d does not sit "
-                                      "in its owner's window", units[u].name, rt->topo.rank);
-                if (p->layout != DMUON_MAT_CONTIGUOUS &&
-                    (mem[k].first_matrix % 2 || mem[k].n_matrices % 2))
-                    return DMUON_FAIL(DMUON_ECHECK, "runtime: unit '%s' splits the gate/up pair "
-                                      "of '%s' (layout %s)", units[u].name, p->name,
-                                      dmuon_mat_layout_name(p->layout));
-            }
-        }
-    qsort(rt->pieces, rt->npieces, sizeof *rt->pieces, piece_order);
-    for (size_t l = 0; l < rt->nlayers; l++) {
-        const rt_layer *L = &rt->layers[l];
-        int64_t s0 = L->own_elems + (int64_t)rt->shard_rank * L->shard, s1 = s0 + L->shard;
-        for (int j = 0; j < L->np; j++) {
-            const rt_param *p = &rt->params[L->params[j]];
-            if (p->owned)
-                continue;
-            int64_t a = p->off > s0 ? p->off : s0, b = p->off + p->numel < s1 ? p->off + p->numel : s1;
-            if (a >= b)
-                continue;
-            if (rt->npieces == cap) {
-                rt_piece *np = realloc(rt->pieces, (cap *= 2) * sizeof *np);
-                if (!np)
-                    return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-                rt->pieces = np;
-            }
-            rt_piece *pc = &rt->pieces[rt->npieces++];
-            memset(pc, 0, sizeof *pc);
-            pc->param = L->params[j];
-            pc->lo = a - p->off;
-            pc->hi = b - p->off;
-            pc->pos = L->even_pos + (a - s0);
-            pc->layer = (int32_t)l;
-            pc->seg = -1;
-        }
-    }
-    /* HSDP: the publish copy layout of libcore (each rail's segments back to
-     * back, in layer order) over every layer's table */
-    if (rt->hsdp && rt->owners) {
-        int npub = 0;
-        for (size_t l = 0; l < rt->nlayers; l++)
-            npub += (int)rt->layers[l].nseg;
-        rt->pub_table = calloc((size_t)(npub ? npub : 1), sizeof *rt->pub_table);
-        if (!rt->pub_table)
-            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-        for (size_t l = 0; l < rt->nlayers; l++) {
-            rt_layer *L = &rt->layers[l];
-            if (!L->nseg)
-                continue;
-            L->seg_copy = calloc(L->nseg, sizeof *L->seg_copy);
-            L->seg_pub = calloc(L->nseg, sizeof *L->seg_pub);
-            if (!L->seg_copy || !L->seg_pub)
-                return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-            for (size_t s = 0; s < L->nseg; s++) {
-                L->seg_pub[s] = rt->npub;
-                rt->pub_table[rt->npub++] = L->segs[s];
-            }
-        }
-        DMUON_TRY(dmuon_publish_layout(rt->topo.per_node, rt->pub_table, rt->npub, rt->pub_table,
-                                       &rt->copy_bytes));
-        for (size_t l = 0; l < rt->nlayers; l++)
-            for (size_t s = 0; s < rt->layers[l].nseg; s++)
-                rt->layers[l].seg_copy[s] = rt->pub_table[rt->layers[l].seg_pub[s]].offset;
-    }
-    return DMUON_OK;
-}
-
 /* Widens / narrows between F32 and the parameter dtype (device table). */
 static dmuon_rc to_pdt(const dmuon_rt *rt, unsigned char *dst, const float *src, int64_t n)
 {
@@ -585,15 +430,15 @@ dmuon_rc rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *base)
         return to_pdt(rt, base + rt->pwin_off + pc->pos * (int64_t)rt->dsize, rt->own_w + pc->pos,
                       n);
     const rt_layer *L = &rt->layers[pc->layer];
-    const dmuon_segment *s = &L->segs[pc->seg];
+    const dmuon_segment *s = &L->lay->segs[pc->seg];
     int64_t in_seg = pc->pos * (int64_t)rt->dsize - s->window_offset;
-    return to_pdt(rt, base + rt->copy_off + L->seg_copy[pc->seg] + in_seg, rt->own_w + pc->pos, n);
+    return to_pdt(rt, base + rt->copy_off + L->lay->seg_copy[pc->seg] + in_seg, rt->own_w + pc->pos, n);
 }
 
 dmuon_rc rt_write_windows(dmuon_rt *rt)
 {
-    for (size_t i = 0; i < rt->npieces; i++)
-        DMUON_TRY(rt_store_param(rt, &rt->pieces[i], rt->base));
+    for (size_t i = 0; i < rt->lay->npieces; i++)
+        DMUON_TRY(rt_store_param(rt, &rt->lay->pieces[i], rt->base));
     return DMUON_OK;
 }
 
@@ -608,12 +453,14 @@ float *rt_gblock(const dmuon_rt *rt, const rt_layer *L)
 }
 
 /* Rank 0's offset table against every rank's: the first differing entry is
- * named on every rank. */
+ * named on every rank.  The layout is a pure function of the plan and the
+ * options, which create agreed; this is the check that it is. */
 static dmuon_rc pool_agree(dmuon_rt *rt)
 {
-    int64_t mine[DMUON_SPACE_COUNT * 2 + 6], ref[DMUON_SPACE_COUNT * 2 + 6];
+    int64_t mine[DMUON_SPACE_COUNT * 2 + 7], ref[DMUON_SPACE_COUNT * 2 + 7];
     static const char *extra[] = {"owner window", "gradient window", "even shards",
-                                  "even gradient shards", "publish copy", "pool size"};
+                                  "even gradient shards", "publish copy", "pool size",
+                                  "spaces' order (layout digest)"};
     int n = 0;
     for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
         mine[n++] = rt->space_off[s];
@@ -625,6 +472,7 @@ static dmuon_rc pool_agree(dmuon_rt *rt)
     mine[n++] = rt->egwin_off;
     mine[n++] = rt->copy_off;
     mine[n++] = dmuon_symm_bytes(rt->symm);
+    mine[n++] = (int64_t)dmuon_layout_digest(rt->lay);
     memcpy(ref, mine, sizeof ref);
     DMUON_TRY(rt_ctl_bcast(rt, ref, n * (int)sizeof *ref, "pool: layout table"));
     int first = n;
@@ -647,59 +495,26 @@ static dmuon_rc pool_agree(dmuon_rt *rt)
                       got[1]);
 }
 
+/* Allocates the pool at the layout's size (collective over the node),
+ * checks that every rank has the same map, and builds the operators over
+ * it. */
 dmuon_rc rt_pool_build(dmuon_rt *rt)
 {
-    DMUON_TRY(rt_groups_size(rt));
-    int ngroups = 0;
-    for (size_t l = 0; l < rt->nlayers; l++)
-        ngroups += rt_layer_groups(rt, l);
-    dmuon_pool_sizes sz = {.ctrl = rt->ctrl_per_group * ngroups};
-    if (rt->packed) {
-        sz.param = rt->rec[RT_PARAM].total;
-        sz.grad = rt->rec[RT_GRAD].total;
-    } else {
-        for (size_t l = 0; l < rt->nlayers; l++) {
-            sz.param += dmuon_pool_align(rt->layers[l].pbytes);
-            sz.grad += dmuon_pool_align(rt->layers[l].gbytes);
-        }
-    }
-    sz.win[DMUON_WIN_PARAM] = rt->max_win_elems * (int64_t)rt->dsize;
-    sz.win[DMUON_WIN_GRAD] = rt->max_win_elems * 4;
-    sz.win[DMUON_WIN_EVEN] = rt->even_total * (int64_t)rt->dsize;
-    sz.win[DMUON_WIN_EVEN_GRAD] = rt->even_total * 4;
-    sz.win[DMUON_WIN_COPY] = rt->copy_bytes;
-    sz.win[DMUON_WIN_DIR] = rt_dir_bytes(rt);
-    dmuon_pool_map map;
-    dmuon_pool_lay_out(&sz, &map);
+    const dmuon_pool_map *map = &rt->lay->map;
     for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
-        rt->space_off[s] = map.space_off[s];
-        rt->space_bytes[s] = map.space_bytes[s];
+        rt->space_off[s] = map->space_off[s];
+        rt->space_bytes[s] = map->space_bytes[s];
     }
-    rt->pwin_off = map.win_off[DMUON_WIN_PARAM];
-    rt->gwin_off = map.win_off[DMUON_WIN_GRAD];
-    rt->ewin_off = map.win_off[DMUON_WIN_EVEN];
-    rt->egwin_off = map.win_off[DMUON_WIN_EVEN_GRAD];
-    rt->copy_off = map.win_off[DMUON_WIN_COPY];
-    rt->dir_off = map.win_off[DMUON_WIN_DIR];
-    int64_t off = map.total;
-    const int64_t *b = map.space_bytes;
-    DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, off, rt->opts.deadline_ms, &rt->symm)));
+    rt->pwin_off = map->win_off[DMUON_WIN_PARAM];
+    rt->gwin_off = map->win_off[DMUON_WIN_GRAD];
+    rt->ewin_off = map->win_off[DMUON_WIN_EVEN];
+    rt->egwin_off = map->win_off[DMUON_WIN_EVEN_GRAD];
+    rt->copy_off = map->win_off[DMUON_WIN_COPY];
+    rt->dir_off = map->win_off[DMUON_WIN_DIR];
+    DMUON_TRY(rt_fail_comm(rt, dmuon_symm_alloc(&rt->topo, map->total, rt->opts.deadline_ms,
+                                                &rt->symm)));
     rt->base = rt->elem->adopt(dmuon_symm_base(rt->symm));
     DMUON_TRY(pool_agree(rt));
-    /* no-reuse layout: each layer at its own range */
-    if (!rt->packed) {
-        int64_t po = 0, go = 0;
-        for (size_t l = 0; l < rt->nlayers; l++) {
-            rt->layers[l].poff = po;
-            rt->layers[l].goff = go;
-            po += dmuon_pool_align(rt->layers[l].pbytes);
-            go += dmuon_pool_align(rt->layers[l].gbytes);
-        }
-    }
-    rt->stats.pool_bytes = off;
-    rt->stats.param_space_bytes = b[DMUON_SPACE_PARAM];
-    rt->stats.grad_space_bytes = b[DMUON_SPACE_GRAD];
-    rt->stats.window_bytes = b[DMUON_SPACE_WINDOW];
     return rt_groups_create(rt);
 }
 
@@ -713,51 +528,24 @@ void rt_pool_drop(dmuon_rt *rt)
 
 dmuon_rc dmuon_rt_open(dmuon_rt *rt)
 {
-    dmuon_rc rc = DMUON_OK;
     if (rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: open called twice");
-    rc = rt_agree(rt, check_registrations(rt));
-    if (rc != DMUON_OK)
-        return rc;
-    rc = lay_out(rt);
-    if (rc == DMUON_OK) {
-        /* optimizer state, gradients and directions: one allocation */
-        int64_t we = rt->win_elems, ee = rt->even_total;
-        int64_t eo = rt->opts.line == DMUON_LINE_B ? ee : 0;
-        void *st = NULL;
-        rc = rt->elem->alloc((4 * we + 4 * ee + eo + 1) * (int64_t)sizeof *rt->state, &st);
-        rt->state = st;
-        if (rc == DMUON_OK) {
-            float *f = rt->state;
-            rt->own_w = f, f += we;
-            rt->own_m = f, f += we;
-            rt->own_g = f, f += we;
-            rt->own_o = f, f += we;
-            rt->even_w = f, f += ee;
-            rt->even_m = f, f += ee;
-            rt->even_v = f, f += ee;
-            rt->even_g = f, f += ee;
-            rt->even_o = f;
-            rt->state_elems = 4 * we + 4 * ee + eo;
-            rc = rt_step_prepare(rt);
-        }
+    DMUON_TRY(rt_agree(rt, check_registrations(rt)));
+    /* the step's scratch and the view arena, each one allocation at the
+     * layout's size; nothing is allocated per gather or per step */
+    dmuon_rc rc = rt_step_prepare(rt);
+    int64_t vb = rt->lay->space[RT_VIEW].bytes;
+    if (rc == DMUON_OK && vb > 0) {
+        void *v = NULL;
+        rc = rt->elem->alloc(vb, &v);
+        if (rc != DMUON_OK)
+            rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld bytes of weight views",
+                            (long long)vb);
+        rt->views = v;
     }
     DMUON_TRY(rt_agree(rt, rc));
-    for (size_t i = 0; i < rt->npieces && rc == DMUON_OK; i++) {
-        const rt_piece *pc = &rt->pieces[i];
-        float *dst = pc->owned ? rt->own_w : rt->even_w;
-        rc = rt->elem->copy(dst + pc->pos, rt->params[pc->param].init + pc->lo,
-                            (pc->hi - pc->lo) * (int64_t)sizeof(float), RT_H2D, rt->stream);
-    }
-    DMUON_TRY(rt_agree(rt, rc));
-    for (size_t i = 0; i < rt->nparams; i++) {
-        free(rt->params[i].init);
-        rt->params[i].init = NULL;
-    }
-    rc = rt_pool_build(rt);
-    DMUON_TRY(rt_agree(rt, rc));
+    DMUON_TRY(rt_agree(rt, rt_pool_build(rt)));
     rt->opened = true;
-    rt->recording = true;
     DMUON_TRY(rt_write_windows(rt));
     DMUON_TRY(rt_pub_round(rt));
     return DMUON_OK;
@@ -799,10 +587,8 @@ static void micro_begin(dmuon_rt *rt)
         return;
     rt->in_micro = true;
     rt->bwd_count = 0;
-    for (int k = 0; k < RT_SPACES; k++) {
+    for (int k = 0; k < RT_SPACES; k++)
         rt->acq_index[k] = 0;
-        rt->rec_mark[k] = rt->rec[k].nev;
-    }
     for (size_t l = 0; l < rt->nlayers; l++) {
         if (rt->layers[l].phase == RT_DONE)
             rt->layers[l].phase = RT_IDLE;
@@ -810,33 +596,16 @@ static void micro_begin(dmuon_rt *rt)
     }
 }
 
-static dmuon_rc record(dmuon_rt *rt, int space, size_t l, int acquire)
-{
-    rt_space_rec *r = &rt->rec[space];
-    if (r->nev == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 64;
-        dmuon_pool_event *e = realloc(r->ev, cap * sizeof *e);
-        if (!e)
-            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-        r->ev = e;
-        r->cap = cap;
-    }
-    r->ev[r->nev++] = (dmuon_pool_event){(int32_t)l, acquire};
-    return DMUON_OK;
-}
-
-/* Bytes of layer l's block in `space` (as packed by repack). */
+/* Bytes of layer l's block in `space`, as the layout packed it. */
 static int64_t block_bytes(const dmuon_rt *rt, int space, size_t l)
 {
-    const rt_layer *L = &rt->layers[l];
-    return space == RT_PARAM ? L->pbytes : space == RT_GRAD ? L->gbytes
-                                                            : (L->own_elems + L->even_elems) * 4;
+    return dmuon_pool_align(rt->layers[l].lay->bytes[space]);
 }
 
-/* Whether layer l holds a block in `space` now, and where (packed spaces
- * only): the parameter block from acquisition to release, the gradient
- * block inside the backward bracket and while its reduction runs, the view
- * while it is open. */
+/* Whether layer l holds a block in `space` now, and where: the parameter
+ * block from acquisition to release, the gradient block inside the
+ * backward bracket and while its reduction runs, the view while it is open
+ * (in the view arena: none when the view is the parameter block). */
 static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
 {
     const rt_layer *L = &rt->layers[l];
@@ -848,20 +617,22 @@ static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
         *off = L->goff;
         return L->phase == RT_BWD || L->phase == RT_BWD_FWD || L->reducing;
     }
-    *off = L->w ? (int64_t)((const unsigned char *)L->w - (const unsigned char *)rt->views) : 0;
-    return L->w != NULL;
+    *off = L->w && !rt->lay->view_alias
+               ? (int64_t)((const unsigned char *)L->w - (const unsigned char *)rt->views)
+               : 0;
+    return L->w != NULL && !rt->lay->view_alias;
 }
 
 /* The layer whose live block in `space` overlaps the range that the next
- * acquisition (recorded as layer l's) would hand out, or -1.  The packing
- * keeps the recorded micro-batch's live ranges apart; a micro-batch that
- * releases in another order (a block held past the release the recording
- * saw) would otherwise get a range still in use. */
+ * acquisition (the plan's k-th, layer l's) would hand out, or -1.  The
+ * layout keeps the plan's order's live ranges apart; a micro-batch that
+ * releases in another order (a block held past the release the plan's
+ * order makes) would otherwise get a range still in use. */
 static long acq_conflict(const dmuon_rt *rt, int space, size_t l)
 {
-    const rt_space_rec *r = &rt->rec[space];
+    const dmuon_layout_space *sp = &rt->lay->space[space];
     size_t k = rt->in_micro ? rt->acq_index[space] : 0;
-    int64_t lo = r->offsets[k], hi = lo + block_bytes(rt, space, l);
+    int64_t lo = sp->acq_off[k], hi = lo + block_bytes(rt, space, l);
     for (size_t j = 0; j < rt->nlayers; j++) {
         int64_t o = 0;
         if (j != l && block_live(rt, space, j, &o) && o < hi && lo < o + block_bytes(rt, space, j))
@@ -871,94 +642,95 @@ static long acq_conflict(const dmuon_rt *rt, int space, size_t l)
 }
 
 /* Whether the next acquisition in `space` (the first of a micro-batch not
- * begun yet) may be layer l's, as recorded, and whether its recorded range
- * is free: DMUON_EINVAL naming the layers when not.  Changes nothing, so a
- * hook checks its acquisitions before it makes any and a refused call has
- * no effect. */
+ * begun yet) may be layer l's, as in the plan's order (dmuon/layout.h),
+ * and whether its range is free: DMUON_EINVAL naming the layers when not.
+ * Changes nothing, so a hook checks its acquisitions before it makes any
+ * and a refused call has no effect. */
 static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
 {
-    if (!rt->packed)
-        return DMUON_OK;
-    const rt_space_rec *r = &rt->rec[space];
+    const dmuon_layout_space *sp = &rt->lay->space[space];
     size_t k = rt->in_micro ? rt->acq_index[space] : 0;
-    static const char *const what[RT_SPACES] = {"parameter", "gradient", "weight view"};
-    if (k >= r->nacq || (size_t)r->acq_block[k] != l)
+    if (k >= sp->nacq || (size_t)sp->acq_layer[k] != l)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch is "
-                          "layer '%s'; the recorded micro-batch acquired %s%s%s there (the "
-                          "hooks must repeat one order every micro-batch)",
-                          what[space], k, dmuon_plan_layer_name(rt->plan, l),
-                          k < r->nacq ? "layer '" : "nothing",
-                          k < r->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)r->acq_block[k]) : "",
-                          k < r->nacq ? "'" : "");
+                          "layer '%s'; the plan's order acquires %s%s%s there (the hooks run "
+                          "the plan's layers in forward order, then backward in reverse, "
+                          "every micro-batch: dmuon/runtime.h)",
+                          dmuon_block_name(space), k, dmuon_plan_layer_name(rt->plan, l),
+                          k < sp->nacq ? "layer '" : "nothing",
+                          k < sp->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)sp->acq_layer[k])
+                                       : "",
+                          k < sp->nacq ? "'" : "");
     long j = acq_conflict(rt, space, l);
     if (j >= 0)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch (layer "
-                          "'%s') would take memory that layer '%s' still holds: the recorded "
-                          "micro-batch had released '%s' by then (the hooks must release in the "
-                          "recorded order too: end '%s' first)",
-                          what[space], k, dmuon_plan_layer_name(rt->plan, l),
+                          "'%s') would take memory that layer '%s' still holds: the plan's order "
+                          "has released '%s' by then (the hooks must release in that order "
+                          "too: end '%s' first)",
+                          dmuon_block_name(space), k, dmuon_plan_layer_name(rt->plan, l),
                           dmuon_plan_layer_name(rt->plan, (size_t)j),
                           dmuon_plan_layer_name(rt->plan, (size_t)j),
                           dmuon_plan_layer_name(rt->plan, (size_t)j));
     return DMUON_OK;
 }
 
-/* Gives layer l's block in `space` its offset: its own range before
- * packing, the recorded acquisition's after. */
+/* Gives layer l's block in `space` the offset of the plan's next
+ * acquisition (checked by acq_check first). */
 static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    if (rt->packed) {
-        rt_space_rec *r = &rt->rec[space];
-        DMUON_TRY(acq_check(rt, space, l));
-        size_t k = rt->acq_index[space]++;
-        if (space == RT_PARAM)
-            L->poff = r->offsets[k];
-        else if (space == RT_GRAD)
-            L->goff = r->offsets[k];
-        else
-            L->w = (float *)((unsigned char *)rt->views + r->offsets[k]);
-    } else if (rt->recording) {
-        DMUON_TRY(record(rt, space, l, 1));
-    }
+    DMUON_TRY(acq_check(rt, space, l));
+    const dmuon_layout_space *sp = &rt->lay->space[space];
+    size_t k = rt->acq_index[space]++;
     if (space == RT_PARAM) {
+        L->poff = sp->acq_off[k];
         L->pblock = RT_BLOCK_LIVE;
         L->acq_now = true;
-    } else if (space == RT_VIEW && !rt->packed)
-        L->w = L->w_own;
+    } else if (space == RT_GRAD) {
+        L->goff = sp->acq_off[k];
+    } else {
+        L->w = (float *)((unsigned char *)rt->views + sp->acq_off[k]);
+    }
     return DMUON_OK;
 }
 
-/* The F32 view of layer l's gathered block: acquired (no allocation once
- * packed: a range of the view arena; before, the layer's own buffer,
- * allocated once) and filled from the parameter space. */
+static dmuon_rc release(dmuon_rt *rt, int space, size_t l);
+
+/* The F32 view of layer l's gathered block, when a bracket opens: the
+ * parameter block itself (parameter dtype F32), or a range of the view
+ * arena widened from it.  Under ZeRO-3 the widened block is given back at
+ * once: the view holds the values for the bracket, and the layout lets the
+ * next gather (a prefetch) reuse the block's range. */
 static dmuon_rc view_open(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    if (L->w)
+    assert(!L->w && L->pblock == RT_BLOCK_GATHERED);
+    if (rt->lay->view_alias) {
+        L->w = (float *)rt_pblock(rt, L);
         return DMUON_OK;
-    int64_t n = L->own_elems + L->even_elems;
-    if (!rt->packed && !L->w_own) {
-        void *w = NULL;
-        if (rt->elem->alloc(n * (int64_t)sizeof(float), &w) != DMUON_OK)
-            return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for layer '%s' weights",
-                              dmuon_plan_layer_name(rt->plan, l));
-        L->w_own = w;
     }
     DMUON_TRY(acquire(rt, RT_VIEW, l));
-    DMUON_TRY(from_pdt(rt, L->w, rt_pblock(rt, L), L->own_elems));
-    return from_pdt(rt, L->w + L->own_elems, rt_pblock(rt, L) + L->own_elems * (int64_t)rt->dsize,
-                    L->even_elems);
+    DMUON_TRY(from_pdt(rt, L->w, rt_pblock(rt, L), L->lay->own_elems));
+    DMUON_TRY(from_pdt(rt, L->w + L->lay->own_elems,
+                       rt_pblock(rt, L) + L->lay->own_elems * (int64_t)rt->dsize,
+                       L->lay->even_elems));
+    if (rt->zero == 3) {
+        /* the widening has read the block before anything reuses it */
+        DMUON_TRY(rt->elem->sync(rt->stream));
+        DMUON_TRY(release(rt, RT_PARAM, l));
+    }
+    return DMUON_OK;
 }
 
+/* The bracket closes: the view goes (and, aliased under ZeRO-3, its
+ * parameter block with it). */
 static dmuon_rc view_close(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
     if (!L->w)
         return DMUON_OK;
     L->w = NULL;
-    if (!rt->packed && rt->recording)
-        DMUON_TRY(record(rt, RT_VIEW, l, 0));
+    if (rt->lay->view_alias && rt->zero == 3 && L->pblock != RT_BLOCK_NONE)
+        DMUON_TRY(release(rt, RT_PARAM, l));
     return DMUON_OK;
 }
 
@@ -968,22 +740,25 @@ static dmuon_rc release(dmuon_rt *rt, int space, size_t l)
     if (space == RT_PARAM) {
         if (L->inflight)
             DMUON_TRY(rt_fail_comm(rt, rt_gather_finish(rt, l)));
-        DMUON_TRY(view_close(rt, l));
+        if (rt->lay->view_alias && L->w)
+            L->w = NULL;   /* the view was the block */
         L->pblock = RT_BLOCK_NONE;
     }
-    if (!rt->packed && rt->recording)
-        DMUON_TRY(record(rt, space, l, 0));
     return DMUON_OK;
 }
 
-/* Acquires layer l's parameter block and gathers into it unless the data
- * is there.  A prefetch only starts the gather (split phase); the use that follows waits for it and widens the block into
- * the FP32 view (ZeRO-2 keeps the block through the micro-batch but not
+/* Gathers layer l (acquiring its block unless a prefetch did) and opens
+ * its view, unless the view is open already (a recomputed forward inside
+ * the layer's backward).  A prefetch only acquires and starts the gather
+ * (split phase); the use that follows waits for it and widens the block
+ * into the view (ZeRO-2 keeps the block through the micro-batch but not
  * the view: it is widened again at pre_backward).  Time blocked here is
  * exposed communication. */
 static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
 {
     rt_layer *L = &rt->layers[l];
+    if (L->w)
+        return DMUON_OK;
     if (L->pblock == RT_BLOCK_NONE) {
         if (!may_acquire)
             return DMUON_FAIL(DMUON_EINVAL, "runtime: recomputing layer '%s' before its "
@@ -1033,8 +808,7 @@ static dmuon_rc reduce_finish(dmuon_rt *rt, size_t l)
     rt->stats.reduce_s += dt;
     rt->stats.comm_wait_s += dt;
     rt->layers[l].reducing = false;
-    DMUON_TRY(rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l)));
-    return release(rt, RT_GRAD, l);
+    return rt_fail_comm(rt, in_layer(rt, rc, "gradient reduction", l));
 }
 
 static bool in_fwd(const rt_layer *L) { return L->phase == RT_FWD || L->phase == RT_BWD_FWD; }
@@ -1051,50 +825,57 @@ static bool done_now(const dmuon_rt *rt, const rt_layer *L)
 static dmuon_rc use_check(const dmuon_rt *rt, size_t l)
 {
     const rt_layer *L = &rt->layers[l];
+    if (L->w)
+        return DMUON_OK;
     if (L->pblock == RT_BLOCK_NONE)
         DMUON_TRY(acq_check(rt, RT_PARAM, l));
-    if (!L->w)
+    if (!rt->lay->view_alias)
         DMUON_TRY(acq_check(rt, RT_VIEW, l));
     return DMUON_OK;
 }
 
-/* A prefetch of layer l is only a hint: skipped, not an error, when the
- * recorded order has another layer next or l's recorded range is still
- * held (the hook that uses l reports, or finds it free by then). */
-static bool prefetch_ok(const dmuon_rt *rt, size_t l)
+/* A prefetch of layer nx is only a hint: skipped, not an error, when the
+ * plan's order has another layer next or nx's range is still held (the
+ * hook that uses nx reports, or finds it free by then). */
+static bool prefetch_ok(const dmuon_rt *rt, int nx)
 {
-    const rt_layer *L = &rt->layers[l];
-    if (L->pblock != RT_BLOCK_NONE || L->phase == RT_DONE)
+    if (nx < 0)
         return false;
-    const rt_space_rec *r = &rt->rec[RT_PARAM];
+    const rt_layer *L = &rt->layers[nx];
+    if (L->pblock != RT_BLOCK_NONE || L->w || L->phase == RT_DONE)
+        return false;
+    const dmuon_layout_space *sp = &rt->lay->space[RT_PARAM];
     size_t k = rt->acq_index[RT_PARAM];
-    return !rt->packed ||
-           (k < r->nacq && (size_t)r->acq_block[k] == l && acq_conflict(rt, RT_PARAM, l) < 0);
+    return k < sp->nacq && sp->acq_layer[k] == nx && acq_conflict(rt, RT_PARAM, (size_t)nx) < 0;
 }
 
 /* The invariants between a layer's phase and its blocks, after each hook
- * (debug builds): inside a bracket the block holds the parameters and the
- * F32 view exists; outside, no view; ZeRO-3 keeps no block outside its
- * brackets except a prefetch. */
+ * (rt_layer): inside a bracket the view exists; outside, no view; ZeRO-3
+ * keeps a parameter block outside a bracket only for a prefetch, and
+ * inside one only as the view itself (F32); a gather in flight has a
+ * block. */
 static void layer_assert(const dmuon_rt *rt, const rt_layer *L)
 {
     bool open = in_fwd(L) || in_bwd(L);
-    assert(!open || (L->pblock == RT_BLOCK_GATHERED && L->w));
+    assert(!open || L->w);
     assert(open || !L->w);
     assert(!L->inflight || L->pblock == RT_BLOCK_LIVE);
     assert(!L->reducing || L->phase == RT_DONE);
+    assert(rt->zero != 3 || !open || rt->lay->view_alias ? true : L->pblock == RT_BLOCK_NONE);
+    assert(!rt->lay->view_alias || !L->w || L->pblock == RT_BLOCK_GATHERED);
     (void)rt;
 }
 
-/* Before packing, the ranks' transfers are matched by their order alone
- * (lines A/B/C call collectives of equal sizes for layers of equal
+/* Before the first step the ranks' transfers are matched by their order
+ * alone (lines A/B/C call collectives of equal sizes for layers of equal
  * sizes): a rank calling the hooks of another layer than the others would
  * exchange another layer's data silently.  So until the first step every
  * hook first compares its kind and layer across the ranks (one small
  * reduction within the deadline); a difference is DMUON_EMISMATCH on every
  * rank, naming the hooks, with nothing acquired or started
- * (dmuon_rt_discard then ends the micro-batch).  Once packed, the recorded
- * order, agreed at the first step, is checked locally by acq_check. */
+ * (dmuon_rt_discard then ends the micro-batch).  From the first step on,
+ * the plan's order, which every rank has followed once, is checked
+ * locally by acq_check. */
 enum { RT_HOOK_PRE_FORWARD, RT_HOOK_PRE_BACKWARD, RT_HOOK_POST_BACKWARD, RT_HOOK_DISCARD,
        RT_HOOK_STEP, RT_HOOK_KINDS = 8 };
 
@@ -1113,7 +894,7 @@ static const char *hook_call(const dmuon_rt *rt, int64_t key, char *buf, size_t 
 
 static dmuon_rc order_check(dmuon_rt *rt, int hook, size_t l)
 {
-    if (rt->packed)
+    if (rt->order_agreed)
         return DMUON_OK;
     assert(hook >= 0 && hook < RT_HOOK_KINDS);
     int64_t key = (int64_t)l * RT_HOOK_KINDS + hook, v[2] = {key, -key};
@@ -1153,8 +934,9 @@ dmuon_rc dmuon_rt_pre_forward(dmuon_rt *rt, size_t l)
     DMUON_TRY(fetch(rt, l, true, false));
     L->phase = L->phase == RT_BWD ? RT_BWD_FWD : RT_FWD;
     layer_assert(rt, L);
-    if (rt->opts.prefetch && l + 1 < rt->nlayers && prefetch_ok(rt, l + 1))
-        DMUON_TRY(fetch(rt, l + 1, true, true));
+    int nx = L->lay->next_fwd;
+    if (rt->opts.prefetch && prefetch_ok(rt, nx))
+        DMUON_TRY(fetch(rt, (size_t)nx, true, true));
     return DMUON_OK;
 }
 
@@ -1168,8 +950,6 @@ dmuon_rc dmuon_rt_post_forward(dmuon_rt *rt, size_t l)
     L->phase = L->phase == RT_BWD_FWD ? RT_BWD : RT_IDLE;
     if (L->phase == RT_IDLE)
         DMUON_TRY(view_close(rt, l));
-    if (rt->zero == 3 && !rt->recompute && L->phase == RT_IDLE)
-        DMUON_TRY(release(rt, RT_PARAM, l));
     layer_assert(rt, L);
     return DMUON_OK;
 }
@@ -1189,10 +969,11 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
     DMUON_TRY(acq_check(rt, RT_GRAD, l));
     micro_begin(rt);
     DMUON_TRY(fetch(rt, l, true, false));
-    if (rt->zero == 3 && rt->opts.prefetch && l > 0 && prefetch_ok(rt, l - 1))
-        DMUON_TRY(fetch(rt, l - 1, true, true));
+    int nx = L->lay->next_bwd;
+    if (rt->zero == 3 && rt->opts.prefetch && prefetch_ok(rt, nx))
+        DMUON_TRY(fetch(rt, (size_t)nx, true, true));
     DMUON_TRY(acquire(rt, RT_GRAD, l));
-    DMUON_TRY(rt->elem->zero(rt_gblock(rt, L), L->gbytes, rt->stream));
+    DMUON_TRY(rt->elem->zero(rt_gblock(rt, L), L->lay->bytes[RT_GRAD], rt->stream));
     L->phase = L->phase == RT_FWD ? RT_BWD_FWD : RT_BWD;
     layer_assert(rt, L);
     return DMUON_OK;
@@ -1218,8 +999,6 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
     L->reducing = true;
     L->phase = RT_DONE;
     DMUON_TRY(view_close(rt, l));
-    if (rt->zero == 3)
-        DMUON_TRY(release(rt, RT_PARAM, l));
     layer_assert(rt, L);
     bool last = rt->bwd_count + 1 == rt->nlayers;
     for (size_t j = 0; j < rt->nlayers; j++)
@@ -1228,8 +1007,6 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
     if (++rt->bwd_count == rt->nlayers) {
         rt->in_micro = false;
         rt->micro++;
-        if (rt->recording && !rt->packed)
-            rt->recording = false;   /* one micro-batch recorded: packed at step */
     }
     return DMUON_OK;
 }
@@ -1277,14 +1054,11 @@ dmuon_rc dmuon_rt_discard(dmuon_rt *rt)
             L->phase = RT_IDLE;
             rc = view_close(rt, l);
             /* ZeRO-2 keeps the blocks of the step's earlier micro-batches
-             * (their acquisitions are the record's); this one's go */
+             * (their acquisitions were made then); this one's go */
             if (rc == DMUON_OK && L->pblock != RT_BLOCK_NONE && (rt->zero == 3 || L->acq_now))
                 rc = release(rt, RT_PARAM, l);
             L->acq_now = false;
         }
-        if (rc == DMUON_OK && !rt->packed)   /* not part of the recorded micro-batch */
-            for (int k = 0; k < RT_SPACES; k++)
-                rt->rec[k].nev = rt->rec_mark[k];
         rt->in_micro = false;
         rt->bwd_count = 0;
         rt->recompute = false;
@@ -1314,65 +1088,6 @@ float *dmuon_rt_grad(dmuon_rt *rt, int p)
     return in_bwd(L) ? rt_gblock(rt, L) + rt->params[p].off : NULL;
 }
 
-/* Packs the spaces from the recorded micro-batch and lays the pool out
- * again (collective; identical on every rank, since the hooks are). */
-static dmuon_rc repack(dmuon_rt *rt)
-{
-    int64_t *sizes = malloc((rt->nlayers + 1) * 2 * sizeof *sizes);
-    if (!sizes)
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-    dmuon_rc rc = DMUON_OK;
-    for (int s = 0; s < RT_SPACES && rc == DMUON_OK; s++) {
-        rt_space_rec *r = &rt->rec[s];
-        for (size_t l = 0; l < rt->nlayers; l++) {
-            const rt_layer *L = &rt->layers[l];
-            sizes[l] = s == RT_PARAM ? L->pbytes : s == RT_GRAD ? L->gbytes
-                                                               : (L->own_elems + L->even_elems) * 4;
-        }
-        r->nacq = 0;
-        for (size_t e = 0; e < r->nev; e++)
-            r->nacq += r->ev[e].acquire ? 1 : 0;
-        r->offsets = calloc(r->nacq + 1, sizeof *r->offsets);
-        r->acq_block = calloc(r->nacq + 1, sizeof *r->acq_block);
-        if (!r->offsets || !r->acq_block) {
-            rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory");
-            break;
-        }
-        for (size_t e = 0, k = 0; e < r->nev; e++)
-            if (r->ev[e].acquire)
-                r->acq_block[k++] = r->ev[e].block;
-        rc = dmuon_pool_pack(r->ev, r->nev, sizes, rt->nlayers, r->offsets, &r->total);
-    }
-    free(sizes);
-    DMUON_TRY(rc);
-    /* the views move into one arena: the layers' own buffers go */
-    void *views = NULL;
-    if (rt->elem->alloc(rt->rec[RT_VIEW].total, &views) != DMUON_OK)
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld bytes of weight views",
-                          (long long)rt->rec[RT_VIEW].total);
-    rt->views = views;
-    for (size_t l = 0; l < rt->nlayers; l++) {
-        rt->elem->free(rt->layers[l].w_own);
-        rt->layers[l].w_own = NULL;
-    }
-    /* every rank must have recorded the same order, or the layouts differ */
-    uint64_t d = DMUON_DIGEST_SEED;
-    for (int s = 0; s < RT_SPACES; s++)
-        d = dmuon_digest(rt->rec[s].ev, rt->rec[s].nev * sizeof *rt->rec[s].ev, d);
-    uint64_t ref = d;
-    DMUON_TRY(rt_ctl_bcast(rt, &ref, (int)sizeof ref, "hook order: digest"));
-    int64_t first[1] = {ref != d ? rt->topo.rank : rt->topo.size};
-    DMUON_TRY(rt_ctl_i64(rt, first, 1, DMUON_CTL_MIN, "hook order: check"));
-    if (first[0] != rt->topo.size)
-        return DMUON_FAIL(DMUON_EMISMATCH, "runtime: rank %d called the layer hooks of the first "
-                          "micro-batch in another order than rank 0 (every rank must run the "
-                          "layers in the same order)", (int)first[0]);
-    rt_pool_drop(rt);
-    rt->packed = true;
-    DMUON_TRY(rt_agree(rt, rt_pool_build(rt)));
-    return DMUON_OK;
-}
-
 /* The local preconditions of a step: every micro-batch ended, at least
  * one since the last step. */
 static dmuon_rc step_ready(const dmuon_rt *rt)
@@ -1395,12 +1110,13 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: step before open");
     if (rt->failed)
         return DMUON_FAIL(DMUON_ECOMM, "runtime: step after a communication failure");
-    if (!rt->packed) {
+    if (!rt->order_agreed) {
         /* before the first step: compared like a hook, and a step refused
          * on one rank is refused on every rank (the others would wait in
          * the step's first collective) */
         DMUON_TRY(order_check(rt, RT_HOOK_STEP, 0));
         DMUON_TRY(rt_agree(rt, step_ready(rt)));
+        rt->order_agreed = true;
     } else {
         DMUON_TRY(step_ready(rt));
     }
@@ -1410,11 +1126,6 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     for (size_t l = 0; l < rt->nlayers; l++)
         if (rt->layers[l].pblock != RT_BLOCK_NONE)
             DMUON_TRY(release(rt, RT_PARAM, l));
-    if (!rt->packed && !rt->recording) {
-        DMUON_TRY(rt_pub_end(rt));
-        DMUON_TRY(repack(rt));
-        DMUON_TRY(rt_write_windows(rt));
-    }
     /* the micro-batches are spent whatever the outcome: a failed step
      * dropped their gradients, so a retry needs a new micro-batch */
     rt->micro = 0;
@@ -1429,28 +1140,31 @@ uint64_t dmuon_rt_state_digest(const dmuon_rt *rt)
     if (!rt->opened)
         return d;
     const float *st[] = {rt->own_w, rt->own_m, rt->even_w, rt->even_m, rt->even_v};
-    const int64_t n[] = {rt->win_elems, rt->win_elems, rt->even_total, rt->even_total,
-                         rt->even_total};
+    const int64_t n[] = {rt->lay->win_elems, rt->lay->win_elems, rt->lay->even_total, rt->lay->even_total,
+                         rt->lay->even_total};
     for (int i = 0; i < 5; i++)
         d = rt_digest_mem(rt, st[i], n[i] * (int64_t)sizeof(float), d);
     /* what the next gathers read: the owner window, the even shards, the
      * publish copy */
-    d = rt_digest_mem(rt, rt->base + rt->pwin_off, rt->win_elems * (int64_t)rt->dsize, d);
-    d = rt_digest_mem(rt, rt->base + rt->ewin_off, rt->even_total * (int64_t)rt->dsize, d);
-    return rt_digest_mem(rt, rt->base + rt->copy_off, rt->copy_bytes, d);
+    d = rt_digest_mem(rt, rt->base + rt->pwin_off, rt->lay->win_elems * (int64_t)rt->dsize, d);
+    d = rt_digest_mem(rt, rt->base + rt->ewin_off, rt->lay->even_total * (int64_t)rt->dsize, d);
+    return rt_digest_mem(rt, rt->base + rt->copy_off, rt->lay->copy_bytes, d);
 }
 double dmuon_rt_grad_norm(const dmuon_rt *rt) { return rt->grad_norm; }
 
 void dmuon_rt_get_stats(const dmuon_rt *rt, dmuon_rt_stats *out)
 {
+    const dmuon_layout_memory *m = &rt->lay->mem;
     *out = rt->stats;
-    out->state_bytes = (rt->win_elems * 2 + rt->even_total * (rt->opts.line == DMUON_LINE_B ? 2 : 3)) * 4;
-    out->view_bytes = rt->packed ? rt->rec[RT_VIEW].total : 0;
-    for (size_t l = 0; l < rt->nlayers && !rt->packed; l++)
-        if (rt->layers[l].w_own)
-            out->view_bytes += (rt->layers[l].own_elems + rt->layers[l].even_elems) * 4;
-    out->step_bytes = (rt->win_elems + (rt->opts.line == DMUON_LINE_B ? rt->even_total : 0) +
-                       rt->scratch_elems) * 4;
+    out->pool_bytes = m->pool_bytes;
+    out->ctrl_bytes = m->ctrl_bytes;
+    out->param_space_bytes = m->param_space_bytes;
+    out->grad_space_bytes = m->grad_space_bytes;
+    out->window_bytes = m->window_space_bytes;
+    out->state_bytes = m->state_bytes;
+    out->view_bytes = m->view_bytes;
+    out->step_bytes = m->scratch_bytes + m->ns_workspace_bytes;
+    out->total_bytes = m->total_bytes;
 }
 
 void dmuon_rt_reset_stats(dmuon_rt *rt)
@@ -1483,34 +1197,19 @@ void dmuon_rt_free(dmuon_rt *rt)
             rt->elem->free(rt->state);
             rt->elem->free(rt->scratch);
             rt->elem->free(rt->views);
-            for (size_t l = 0; l < rt->nlayers; l++)
-                rt->elem->free(rt->layers[l].w_own);
         }
         free(rt->state_host);
         if (rt->topo_ok)
             dmuon_topo_release(&rt->topo);
+        /* a failed runtime keeps its publish, which reads the layout's
+         * table: the layout is kept with it */
+        dmuon_layout_free(rt->lay);
     }
-    free(rt->pub_table);
-    for (size_t l = 0; l < rt->nlayers; l++) {
-        rt_layer *L = &rt->layers[l];
-        free(L->params);
-        free(L->gsegs);
-        free(L->seg_copy);
-        free(L->seg_pub);
-    }
-    for (size_t i = 0; i < rt->nparams; i++)
-        free(rt->params[i].init);
     for (size_t i = 0; i < rt->nunknown; i++)
         free(rt->unknown[i]);
-    for (int s = 0; s < RT_SPACES; s++) {
-        free(rt->rec[s].ev);
-        free(rt->rec[s].offsets);
-        free(rt->rec[s].acq_block);
-    }
     free(rt->unknown);
     free(rt->params);
     free(rt->layers);
-    free(rt->pieces);
     dmuon_ns_free(rt->ns);
     free(rt);
 }

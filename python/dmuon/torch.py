@@ -488,6 +488,16 @@ class Runtime:
         self._close_recompute()
         if layer.phase:
             return
+        # the backward reached this layer: the layers after it in forward
+        # order are done, gradients that never come included (a parameter
+        # the forward did not use); the plan's order (dmuon/layout.h) ends
+        # them before this one begins
+        if layer is not self._root:
+            for L in reversed(self._layers):
+                if L.index <= layer.index:
+                    break
+                if L is not self._root and L.phase == 1:
+                    self._post_backward(L)
         self._call("dmuon_rt_pre_backward", layer.index)
         layer.phase = 1
         self._fill(layer)
@@ -506,6 +516,12 @@ class Runtime:
             self._pre_backward(layer)
         self._close_recompute()
         ptr = lib().dmuon_rt_grad(self._rt, self._idx[i])
+        if not ptr and layer.phase == 2:
+            raise DmuonError(1, "einval", "parameter '%s': its gradient arrived after the "
+                             "backward of its layer '%s' ended (the backward had begun an "
+                             "earlier layer): a parameter used by a later layer's forward "
+                             "too (shared between layers) cannot be sharded by layer"
+                             % (self._names[i], layer.name))
         if not ptr:
             raise DmuonError(1, "einval", "parameter '%s': no gradient buffer (its layer '%s' "
                              "is not in backward)" % (self._names[i], layer.name))
@@ -709,15 +725,27 @@ class Runtime:
         return out
 
     def stats(self):
-        """This rank's figures (dmuon_rt_stats) as a dict."""
+        """This rank's figures as a dict: every field of dmuon_rt_stats
+        (dmuon/runtime.h), with steps and grad_norm.  The byte figures are
+        the rank's layout, fixed for the run (dmuon-plan --json prints the
+        same under "memory"); optim_s, ns_s and ns_matrices are the last
+        step's; comm_wait_s, publish_wait_s, gather_s and reduce_s add up
+        since the last reset_stats()."""
         self._ensure_open()
-        v = (ctypes.c_double * 14)()
-        lib().dmuon_capi_rt_stats(self._rt, v)
-        keys = ("pool_bytes", "param_space_bytes", "grad_space_bytes", "window_bytes",
-                "state_bytes", "optim_s", "ns_s", "comm_wait_s", "publish_wait_s", "gather_s",
-                "reduce_s", "ns_matrices", "steps", "grad_norm")
+        L = lib()
+        keys = []
+        while L.dmuon_capi_rt_stats_name(len(keys)) is not None:
+            keys.append(L.dmuon_capi_rt_stats_name(len(keys)).decode())
+        v = (ctypes.c_double * len(keys))()
+        L.dmuon_capi_rt_stats(self._rt, v)
         return {k: (int(x) if k.endswith(("bytes", "matrices")) or k == "steps" else x)
                 for k, x in zip(keys, v)}
+
+    def reset_stats(self):
+        """Zeroes the times that add up (comm_wait_s, publish_wait_s,
+        gather_s, reduce_s; dmuon_rt_reset_stats)."""
+        self._ensure_open()
+        lib().dmuon_rt_reset_stats(self._rt)
 
     @property
     def steps(self):

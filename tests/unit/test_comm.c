@@ -25,7 +25,7 @@
 #include "dmuon/bf16.h"
 #include "dmuon/collv.h"
 #include "dmuon/ctl.h"
-#include "dmuon/layout.h"
+#include "dmuon/segshape.h"
 #include "dmuon/publish.h"
 #include "dmuon/symm.h"
 #include "dmuon/topo.h"
@@ -147,10 +147,10 @@ typedef struct {
     int64_t B, W;     /* layer buffer and window bytes */
 } table;
 
-static int make_table(const dmuon_topo *t, dmuon_layout l, int64_t bytes, dmuon_dtype dt,
+static int make_table(const dmuon_topo *t, dmuon_segshape l, int64_t bytes, dmuon_dtype dt,
                       table *tb)
 {
-    if (dmuon_layout_make(l, bytes, dt, t->nodes, t->per_node, &tb->segs, &tb->n) != DMUON_OK)
+    if (dmuon_segshape_make(l, bytes, dt, t->nodes, t->per_node, &tb->segs, &tb->n) != DMUON_OK)
         return 0;
     return dmuon_table_check(tb->segs, tb->n, t->size, &tb->B, &tb->W) == DMUON_OK;
 }
@@ -177,8 +177,8 @@ static int64_t gather_once(const dmuon_topo *t, dmuon_group *g, const table *tb,
 static void test_groups(const dmuon_topo *t)
 {
     table a = {0}, b = {0};
-    int ok = make_table(t, DMUON_LAYOUT_NODE, 300000, DMUON_BF16, &a) &&
-             make_table(t, DMUON_LAYOUT_RANK, 100000, DMUON_F32, &b);
+    int ok = make_table(t, DMUON_SEGSHAPE_NODE, 300000, DMUON_BF16, &a) &&
+             make_table(t, DMUON_SEGSHAPE_RANK, 100000, DMUON_F32, &b);
     check(ok, "groups: two tables made");
     if (!ok)
         goto out;
@@ -365,7 +365,7 @@ static void test_create_deadline(const dmuon_topo *t)
     char *keep = was ? strdup(was) : NULL;
     setenv("DMUON_DEADLINE_MS", "xyz", 1);
     table a = {0};
-    int ok = make_table(t, DMUON_LAYOUT_RANK, 65536, DMUON_F32, &a);
+    int ok = make_table(t, DMUON_SEGSHAPE_RANK, 65536, DMUON_F32, &a);
     check(ok, "create deadline: a table made");
     dmuon_group_opts o = {.deadline_ms = 5000};
     dmuon_group_span sp;
@@ -407,8 +407,8 @@ static void test_create_deadline(const dmuon_topo *t)
 static void test_split(const dmuon_topo *t)
 {
     table a = {0}, b = {0};
-    int ok = make_table(t, DMUON_LAYOUT_NODE, 400000, DMUON_BF16, &a) &&
-             make_table(t, DMUON_LAYOUT_SPARSE, 150000, DMUON_F32, &b);
+    int ok = make_table(t, DMUON_SEGSHAPE_NODE, 400000, DMUON_BF16, &a) &&
+             make_table(t, DMUON_SEGSHAPE_SPARSE, 150000, DMUON_F32, &b);
     check(ok, "split: two tables made");
     if (!ok)
         goto out;
@@ -531,7 +531,7 @@ out:
 static void test_publish(const dmuon_topo *t)
 {
     table a = {0};
-    int ok = make_table(t, DMUON_LAYOUT_RANK, 50000, DMUON_BF16, &a);
+    int ok = make_table(t, DMUON_SEGSHAPE_RANK, 50000, DMUON_BF16, &a);
     check(ok, "publish: table made");
     if (!ok) {
         free(a.segs);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dmuon/layout.h"
+#include "dmuon/segshape.h"
 #include "dmuon/netmodel.h"
 
 /* Round numbers so expected times can be written down by hand. */
@@ -244,7 +244,7 @@ static void test_monotone(void **state)
                 for (int si = 0; si < 4; si++) {
                     dmuon_segment *sg = NULL;
                     int n = 0;
-                    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, sizes[si], DMUON_BF16,
+                    assert_int_equal(dmuon_segshape_make(DMUON_SEGSHAPE_NODE, sizes[si], DMUON_BF16,
                                                        nodes[ni], 8, &sg, &n), DMUON_OK);
                     dmuon_net_case c = {(dmuon_net_op)op, nodes[ni], 8, sg, n, NULL, NULL, NULL, 0};
                     double t = 0;
@@ -279,7 +279,7 @@ static void test_replay_counts(void **state)
     enum { R = 4, K = 2 };
     dmuon_segment *sg = NULL;
     int n = 0;
-    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_SPARSE, 3 << 20, DMUON_BF16, R, K, &sg, &n),
+    assert_int_equal(dmuon_segshape_make(DMUON_SEGSHAPE_SPARSE, 3 << 20, DMUON_BF16, R, K, &sg, &n),
                      DMUON_OK);
     for (int kind = 0; kind < 2; kind++) {
         dmuon_sched_opts so = {DMUON_PATH_AUTO, 65536, 0};
@@ -337,7 +337,7 @@ static void test_replay_counts(void **state)
     dmuon_net_params h;
     unsigned hm;
     assert_int_equal(dmuon_net_preset("h100", &h, &hm), DMUON_OK);
-    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_SPARSE, 64 << 20, DMUON_BF16, 1, 8, &sg, &n),
+    assert_int_equal(dmuon_segshape_make(DMUON_SEGSHAPE_SPARSE, 64 << 20, DMUON_BF16, 1, 8, &sg, &n),
                      DMUON_OK);
     dmuon_sched_opts so = {DMUON_PATH_AUTO, 65536, 0};
     dmuon_net_case c = {DMUON_NET_AGV, 1, 8, sg, n, NULL, &so, NULL, 0};
@@ -416,7 +416,7 @@ static void test_fit_recovers(void **state)
     int64_t sizes[3] = {16384, 262144, 4 << 20};
     for (int i = 0; i < 6; i++) {
         int R = i < 3 ? 2 : 4;
-        assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, sizes[i % 3], DMUON_BF16, R, 2,
+        assert_int_equal(dmuon_segshape_make(DMUON_SEGSHAPE_NODE, sizes[i % 3], DMUON_BF16, R, 2,
                                            &segs[i], &nseg[i]), DMUON_OK);
         for (int l = 0; l < 4; l++) {
             dmuon_net_case c = {i % 2 ? DMUON_NET_RSV : DMUON_NET_AGV, R, 2, segs[i], nseg[i],

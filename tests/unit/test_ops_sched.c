@@ -13,7 +13,7 @@
 
 #include "dmuon/bf16.h"
 #include "bf16_width.h"
-#include "dmuon/layout.h"
+#include "dmuon/segshape.h"
 #include "dmuon/publish.h"
 #include "dmuon/sched.h"
 #include "dmuon/topo.h"
@@ -280,15 +280,15 @@ static void check_cover(const dmuon_segment *segs, int n, int R, int K, int64_t 
 
 static void test_sched_cover(void **state)
 {
-    for (int l = 0; l < DMUON_LAYOUT_COUNT; l++) {
+    for (int l = 0; l < DMUON_SEGSHAPE_COUNT; l++) {
         dmuon_segment *segs;
         int n;
-        assert_int_equal(dmuon_layout_make((dmuon_layout)l, 300000 + 6, DMUON_BF16, 4, 2, &segs, &n),
+        assert_int_equal(dmuon_segshape_make((dmuon_segshape)l, 300000 + 6, DMUON_BF16, 4, 2, &segs, &n),
                          DMUON_OK);
         check_cover(segs, n, 4, 2, 65536);
         check_cover(segs, n, 4, 2, 1000);
         free(segs);
-        assert_int_equal(dmuon_layout_make((dmuon_layout)l, 4096, DMUON_F32, 3, 4, &segs, &n),
+        assert_int_equal(dmuon_segshape_make((dmuon_segshape)l, 4096, DMUON_F32, 3, 4, &segs, &n),
                          DMUON_OK);
         check_cover(segs, n, 3, 4, 64);
         free(segs);
@@ -354,17 +354,17 @@ static void test_sched_auto_path(void **state)
     dmuon_segment *segs;
     int n;
     dmuon_sched s;
-    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, 64 * 1024, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
+    assert_int_equal(dmuon_segshape_make(DMUON_SEGSHAPE_NODE, 64 * 1024, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
     assert_int_equal(dmuon_sched_init(&s, segs, n, 4, 2, DMUON_SCHED_GATHER, NULL), DMUON_OK);
     assert_int_equal(s.path, DMUON_PATH_STAR);
     dmuon_sched_release(&s);
     free(segs);
-    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, 8 << 20, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
+    assert_int_equal(dmuon_segshape_make(DMUON_SEGSHAPE_NODE, 8 << 20, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
     assert_int_equal(dmuon_sched_init(&s, segs, n, 4, 2, DMUON_SCHED_GATHER, NULL), DMUON_OK);
     assert_int_equal(s.path, DMUON_PATH_CHAIN);
     dmuon_sched_release(&s);
     free(segs);
-    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, 4096, DMUON_BF16, 17, 1, &segs, &n), DMUON_OK);
+    assert_int_equal(dmuon_segshape_make(DMUON_SEGSHAPE_NODE, 4096, DMUON_BF16, 17, 1, &segs, &n), DMUON_OK);
     assert_int_equal(dmuon_sched_init(&s, segs, n, 17, 1, DMUON_SCHED_REDUCE, NULL), DMUON_OK);
     assert_int_equal(s.path, DMUON_PATH_CHAIN);   /* more than 16 nodes */
     dmuon_sched_release(&s);
@@ -416,7 +416,7 @@ static void test_layout_node(void **state)
 {
     dmuon_segment *segs;
     int n;
-    assert_int_equal(dmuon_layout_make(DMUON_LAYOUT_NODE, 6 * 1000 * 2, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
+    assert_int_equal(dmuon_segshape_make(DMUON_SEGSHAPE_NODE, 6 * 1000 * 2, DMUON_BF16, 4, 2, &segs, &n), DMUON_OK);
     assert_int_equal(n, 4);
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -429,8 +429,8 @@ static void test_layout_node(void **state)
     assert_int_equal(segs[2].count, 3 * segs[0].count);
     assert_int_equal(dmuon_table_check(segs, n, 8, NULL, NULL), DMUON_OK);
     free(segs);
-    dmuon_layout l;
-    assert_int_equal(dmuon_layout_parse("diagonal", &l), DMUON_EINVAL);
+    dmuon_segshape l;
+    assert_int_equal(dmuon_segshape_parse("diagonal", &l), DMUON_EINVAL);
     assert_non_null(strstr(dmuon_errmsg(), "unknown layout 'diagonal'"));
 }
 

@@ -18,6 +18,7 @@
 
 #include "dmuon/costdb.h"
 #include "dmuon/pool.h"
+#include "dmuon/layout.h"
 #include "dmuon/plan.h"
 #include "plan_internal.h"
 
@@ -485,45 +486,53 @@ static void test_bound_cap(void **state)
     dmuon_model_free(m);
 }
 
-/* Memory: a DeepSeek-V3-shaped config on 64 ranks gathers a layer of more
- * than 20 GiB (its parameters in BF16, counted here from the model). */
+/* Memory (dmuon/layout.h): a DeepSeek-V3-shaped config on 64 ranks gathers
+ * a layer of more than 20 GiB (its parameters in BF16, counted here from
+ * the model); the busiest rank needs the most. */
 static void test_memory(void **state)
 {
     dmuon_model *m = load("tests/data/plan/deepseek-v3.json");
     dmuon_plan *p = plan(m, 8, 8, DMUON_SHARD_FSDP, NULL);
-    int32_t r;
-    dmuon_plan_memory mem;
-    assert_int_equal(dmuon_plan_busiest_memory(p, &r, &mem), DMUON_OK);
-    assert_true(mem.gathered_layer >= 0);
+    dmuon_layout *x = NULL;
+    assert_int_equal(dmuon_layout_build_busiest(p, NULL, &x), DMUON_OK);
+    const dmuon_layout_memory mem = x->mem;
+    int32_t r = x->opts.rank;
+    assert_true(mem.largest_layer >= 0);
     int64_t layer = 0;
     for (size_t i = 0; i < dmuon_model_param_count(m); i++)
-        if (dmuon_model_param(m, i)->layer == mem.gathered_layer)
+        if (dmuon_model_param(m, i)->layer == mem.largest_layer)
             layer += dmuon_model_param(m, i)->numel * 2;
     /* padding of the AdamW shards only adds under 64 elements per layer */
-    assert_true(mem.gathered_layer_bytes >= layer && mem.gathered_layer_bytes < layer + 64 * 2);
-    assert_true(mem.gathered_grad_bytes == mem.gathered_layer_bytes * 2);
-    assert_true(mem.gathered_layer_bytes > ((int64_t)20 << 30));
-    assert_int_equal(mem.window_bytes, dmuon_plan_window_bytes(p, r) * 3);
+    assert_true(mem.largest_layer_bytes >= layer && mem.largest_layer_bytes < layer + 64 * 2);
+    assert_true(mem.largest_layer_bytes > ((int64_t)20 << 30));
+    assert_int_equal(mem.owner_window_bytes, dmuon_plan_window_bytes(p, r) * 3);
+    /* ZeRO-3: the parameter space holds the largest layer and no more than
+     * two (a layer widened while the next is prefetched); the gradient
+     * space at least the largest layer's F32 gradient */
+    assert_true(mem.param_space_bytes >= mem.largest_layer_bytes &&
+                mem.param_space_bytes <= 2 * dmuon_pool_align(mem.largest_layer_bytes));
+    assert_true(mem.grad_space_bytes >= 2 * mem.largest_layer_bytes);
+    assert_true(mem.least_bytes <= mem.total_bytes);
     assert_true(mem.least_bytes > ((int64_t)80 << 30));
-    /* the reduction started at a layer's post_backward holds a second
-     * gradient block (the second largest layer's) while the layer before
-     * writes its own; ZeRO-3 gathers one layer at a time */
-    assert_true(mem.overlap_grad_bytes > 0 && mem.overlap_grad_bytes <= mem.gathered_grad_bytes);
-    assert_true(mem.least_bytes == mem.optimizer_bytes + mem.windows_bytes +
-                                       mem.gathered_layer_bytes + mem.gathered_grad_bytes +
-                                       mem.overlap_grad_bytes);
-    /* line B: two FP32 buffers of the largest Muon layer's directions, each
-     * with this rank's shard (64 ranks), as the runtime lays them out */
-    int64_t e = mem.gathered_layer_bytes / 2;
-    assert_true(mem.line_b_dir_bytes ==
-                2 * (dmuon_pool_align(e * 4) + dmuon_pool_align(e / 64 * 4)));
-    assert_true(mem.pool_bytes > mem.least_bytes - mem.optimizer_bytes);
     /* every rank at or under the busiest */
     for (int32_t k = 0; k < 64; k += 7) {
-        dmuon_plan_memory x;
-        assert_int_equal(dmuon_plan_rank_memory(p, k, &x), DMUON_OK);
-        assert_true(x.least_bytes <= mem.least_bytes);
+        assert_int_equal(dmuon_layout_set_rank(x, k), DMUON_OK);
+        assert_true(x->mem.total_bytes <= mem.total_bytes);
     }
+    dmuon_layout_free(x);
+    /* line B: two FP32 buffers of the largest Muon layer's directions, each
+     * with this rank's shard (64 ranks) */
+    dmuon_layout_opts o;
+    dmuon_layout_opts_init(&o);
+    o.line = DMUON_LINE_B;
+    assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_OK);
+    int64_t e = 0;
+    for (size_t l = 0; l < x->nlayers; l++)
+        if (x->layers[l].muon_even && x->layers[l].even_pad > e)
+            e = x->layers[l].even_pad;
+    assert_true(e > 0);
+    assert_true(x->mem.dir_bytes == 2 * (dmuon_pool_align(e * 4) + dmuon_pool_align(e / 64 * 4)));
+    dmuon_layout_free(x);
     dmuon_plan_free(p);
     dmuon_model_free(m);
 }

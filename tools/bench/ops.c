@@ -33,7 +33,7 @@
 #include "dmuon/bf16.h"
 #include "dmuon/ctl.h"
 #include "dmuon/io.h"
-#include "dmuon/layout.h"
+#include "dmuon/segshape.h"
 #include "dmuon/plan.h"
 #include "dmuon/sched.h"
 #include "ops.h"
@@ -501,9 +501,9 @@ int bench_ops_main(int argc, char **argv)
         rc = bench_replay(&o, &t, &wrong);
     } else {
         char what[128];
-        const dmuon_layout layout = f->layouts[0];
-        snprintf(what, sizeof what, "layout %s%s", dmuon_layout_name(layout),
-                 layout == DMUON_LAYOUT_NODE ? " (one owner per node, lengths 1:2:3)" : "");
+        const dmuon_segshape layout = f->layouts[0];
+        snprintf(what, sizeof what, "layout %s%s", dmuon_segshape_name(layout),
+                 layout == DMUON_SEGSHAPE_NODE ? " (one owner per node, lengths 1:2:3)" : "");
         bench_print_header(&o, &t, what);
         if ((f->op_mask & (1 << OPDRV_PUB)) && !publish_lines(f)) {
             if (t.rank == 0 && !o.opt.json)
@@ -546,7 +546,7 @@ int bench_ops_main(int argc, char **argv)
         if (rc == DMUON_OK && tried == 0)
             rc = DMUON_FAIL(DMUON_EINVAL, "%s: no size fits layout %s (%d cases skipped): "
                             "nothing was timed", f->size_flag ? f->size_flag : "--sizes",
-                            dmuon_layout_name(layout), skipped);
+                            dmuon_segshape_name(layout), skipped);
     }
     if (rc == DMUON_ETIMEOUT || rc == DMUON_ECOMM) {
         fprintf(stderr, "dmuon-bench: error: %s\n", dmuon_errmsg());

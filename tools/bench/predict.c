@@ -11,7 +11,7 @@
  * time_us; the paper's tables in the same form, Table 7's rows with "model"
  * and "sharding").  Rows of one (op, bytes, nodes, ranks, model) are one
  * cell group; its table is rebuilt as the benchmark built it (the node
- * layout of dmuon/layout.h; Table 7: rail 0's units of the model's HSDP plan
+ * layout of dmuon/segshape.h; Table 7: rail 0's units of the model's HSDP plan
  * PLANS/MODEL-RxK.plan in layer order, as --replay-publish posts them).
  * Groups with nodes in --fit-nodes fit the free parameters of the preset;
  * every group gets predicted times and the ratios baseline ÷ ours, with
@@ -43,7 +43,7 @@
 #include "bench.h"
 #include "dmuon/doc.h"
 #include "dmuon/io.h"
-#include "dmuon/layout.h"
+#include "dmuon/segshape.h"
 #include "dmuon/netmodel.h"
 #include "dmuon/plan.h"
 
@@ -268,7 +268,7 @@ static dmuon_rc build_case(group *g, const char *plans, const dmuon_sched_opts *
             return DMUON_FAIL(DMUON_EINVAL, "the cells of model %s need --plans DIR", g->model);
         DMUON_TRY(plan_rail(g, plans));
     } else {
-        DMUON_TRY(dmuon_layout_make(DMUON_LAYOUT_NODE, g->bytes, DMUON_BF16, g->nodes, K, &g->segs,
+        DMUON_TRY(dmuon_segshape_make(DMUON_SEGSHAPE_NODE, g->bytes, DMUON_BF16, g->nodes, K, &g->segs,
                                     &g->n));
     }
     g->c.op = g->op;

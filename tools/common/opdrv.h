@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "dmuon/collv.h"
-#include "dmuon/layout.h"
+#include "dmuon/segshape.h"
 #include "dmuon/publish.h"
 #include "dmuon/topo.h"
 
@@ -182,7 +182,7 @@ typedef struct {
     int64_t sizes[OPDRV_MAX_SIZES];
     int nsizes;
     const char *size_flag;    /* the flag that set the sizes ("--sizes", "-b", ...), or NULL */
-    dmuon_layout layouts[DMUON_LAYOUT_COUNT];
+    dmuon_segshape layouts[DMUON_SEGSHAPE_COUNT];
     int nlayouts;
     const char *layout_flag;
     dmuon_dtype dtypes[2];
@@ -234,8 +234,8 @@ typedef struct {
 int opdrv_case_next(const opdrv_opts *o, opdrv_cursor *k);
 
 /* Builds the case at k over t: *segs (malloc'd; the caller frees it) the
- * layout's table of the size and type (dmuon_layout_make), c's options from
- * o, the first path.  Errors: those of dmuon_layout_make (DMUON_EINVAL: the
+ * layout's table of the size and type (dmuon_segshape_make), c's options from
+ * o, the first path.  Errors: those of dmuon_segshape_make (DMUON_EINVAL: the
  * layout cannot hold the size, the same on every rank). */
 dmuon_rc opdrv_case_make(const opdrv_opts *o, const dmuon_topo *t, const opdrv_cursor *k,
                          opdrv_case *c, dmuon_segment **segs);

@@ -94,8 +94,8 @@ static int list_item(int opt, const char *flag, char *it, opdrv_opts *o, char *b
         return 0;
     case O_LAYOUTS:
     case O_LAYOUT:
-        if (o->nlayouts < DMUON_LAYOUT_COUNT &&
-            dmuon_layout_parse(it, &o->layouts[o->nlayouts]) == DMUON_OK) {
+        if (o->nlayouts < DMUON_SEGSHAPE_COUNT &&
+            dmuon_segshape_parse(it, &o->layouts[o->nlayouts]) == DMUON_OK) {
             for (int i = 0; i < o->nlayouts; i++)
                 if (o->layouts[i] == o->layouts[o->nlayouts]) {
                     snprintf(bad, cap, "%s: '%s' is given twice", flag, it);
@@ -104,7 +104,7 @@ static int list_item(int opt, const char *flag, char *it, opdrv_opts *o, char *b
             o->nlayouts++;
             return 0;
         }
-        snprintf(bad, cap, "%s: %s", flag, o->nlayouts < DMUON_LAYOUT_COUNT ? dmuon_errmsg()
+        snprintf(bad, cap, "%s: %s", flag, o->nlayouts < DMUON_SEGSHAPE_COUNT ? dmuon_errmsg()
                  : "more layouts than there are");
         return -1;
     case O_DTYPES:
@@ -374,8 +374,8 @@ int opdrv_parse(int tool, int argc, char **argv, opdrv_opts *o, char *bad, size_
         o->nsizes = 3;
     }
     if (!o->nlayouts)
-        for (int l = 0; l < (v ? DMUON_LAYOUT_COUNT : 1); l++)
-            o->layouts[o->nlayouts++] = v ? (dmuon_layout)l : DMUON_LAYOUT_NODE;
+        for (int l = 0; l < (v ? DMUON_SEGSHAPE_COUNT : 1); l++)
+            o->layouts[o->nlayouts++] = v ? (dmuon_segshape)l : DMUON_SEGSHAPE_NODE;
     if (!o->ndtypes) {
         o->dtypes[o->ndtypes++] = DMUON_BF16;
         if (v)
@@ -484,7 +484,7 @@ dmuon_rc opdrv_case_make(const opdrv_opts *o, const dmuon_topo *t, const opdrv_c
 {
     memset(c, 0, sizeof *c);
     int n = 0;
-    DMUON_TRY(dmuon_layout_make(o->layouts[k->layout], o->sizes[k->size], o->dtypes[k->dtype],
+    DMUON_TRY(dmuon_segshape_make(o->layouts[k->layout], o->sizes[k->size], o->dtypes[k->dtype],
                                 t->nodes, t->per_node, segs, &n));
     c->topo = t;
     c->op = k->op;

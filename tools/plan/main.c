@@ -22,6 +22,7 @@
 #include "dmuon/version.h"
 #include "dmuon/device.h"
 #include "dmuon/io.h"
+#include "dmuon/layout.h"
 #include "dmuon/model.h"
 #include "dmuon/netmodel.h"
 #include "dmuon/plan.h"
@@ -85,8 +86,12 @@ static const char usage[] =
     "      --router muon|adamw   MoE router weights (*.mlp.gate.weight, *router.weight,\n"
     "                            *shared_expert_gate.weight, Mixtral's\n"
     "                            *.block_sparse_moe.gate.weight): Muon (default) or AdamW\n"
+    "memory (the report's, per rank; the plan file does not depend on them):\n"
+    "      --line A|B|C|D        the runtime line (default D)\n"
+    "      --prefetch 0|1        the runtime's prefetch depth (default 1)\n"
+    "      --backend mpi|nccl|nccl-dev  whose control areas are counted (default mpi)\n"
     "      --device-memory B     warn when a rank needs more than B bytes (e.g. 80G), naming\n"
-    "                            the layer it gathers\n"
+    "                            what takes it\n"
     "model:\n"
     "      --muon PAT            force role muon for names matching PAT (fnmatch; repeatable;\n"
     "                            an invalid PAT is an error, one matching nothing a warning)\n"
@@ -128,6 +133,7 @@ typedef struct {
     bool fused_layout, json, compare, verbose, probe_missing, tensors, show_ranks, show_owners;
     bool router_adamw;
     int64_t device_memory;          /* bytes, 0: not given */
+    dmuon_layout_opts lay;          /* the memory report's line, prefetch, backend */
     dmuon_device_kind device_kind;
     const char *out;
     const char *predict;   /* network parameter file, or NULL */
@@ -432,6 +438,8 @@ static int cmd_inspect(const cli *c, const char *path)
 
 /* ---------------------------------------------------------------- show -- */
 
+static int report_memory(const cli *c, const dmuon_plan *p, FILE *f, dmuon_json *w);
+
 /* show --owners: every parameter's owner rank(s) and where its matrices
  * lie (layer buffer offset, bytes, window offset); AdamW parameters are
  * evenly sharded and have no owner. */
@@ -495,17 +503,21 @@ static int show_ranks(const cli *c, const dmuon_plan *p, dmuon_json *w)
         dmuon_json_key(w, "ranks_detail");
         dmuon_json_begin_array(w);
     } else {
-        printf("%6s %12s %12s %9s %10s %10s\n", "rank", "NS", "window MiB", "matrices",
-               "state GiB", "least GiB");
+        printf("%6s %12s %12s %9s %10s %10s %10s\n", "rank", "NS", "window MiB", "matrices",
+               "state GiB", "least GiB", "total GiB");
     }
     int ec = 0;
+    dmuon_layout *x = NULL;
+    dmuon_rc lrc = dmuon_layout_build(p, &c->lay, &x);
+    if (lrc)
+        ec = fail(c, lrc);
     for (int32_t r = 0; r < N && !ec; r++) {
-        dmuon_plan_memory m;
-        dmuon_rc rc = dmuon_plan_rank_memory(p, r, &m);
+        dmuon_rc rc = dmuon_layout_set_rank(x, r);
         if (rc) {
             ec = fail(c, rc);
             break;
         }
+        const dmuon_layout_memory m = x->mem;
         if (w) {
             dmuon_json_begin_object(w);
             dmuon_json_kint(w, "rank", r);
@@ -513,16 +525,20 @@ static int show_ranks(const cli *c, const dmuon_plan *p, dmuon_json *w)
             dmuon_json_kint(w, "window_bytes", dmuon_plan_window_bytes(p, r));
             dmuon_json_kint(w, "matrices", mats[r]);
             dmuon_json_kint(w, "optimizer_bytes", m.optimizer_bytes);
+            dmuon_json_kint(w, "state_bytes", m.state_bytes);
             dmuon_json_kint(w, "least_bytes", m.least_bytes);
+            dmuon_json_kint(w, "total_bytes", m.total_bytes);
             dmuon_json_end_object(w);
         } else {
-            printf("%6d %12.4g %12.1f %9lld %10.2f %10.2f\n", r, ns[r],
+            printf("%6d %12.4g %12.1f %9lld %10.2f %10.2f %10.2f\n", r, ns[r],
                    dmuon_plan_window_bytes(p, r) / 1048576.0, (long long)mats[r],
-                   m.optimizer_bytes / 1073741824.0, m.least_bytes / 1073741824.0);
+                   m.state_bytes / 1073741824.0, m.least_bytes / 1073741824.0,
+                   m.total_bytes / 1073741824.0);
         }
     }
     if (w)
         dmuon_json_end_array(w);
+    dmuon_layout_free(x);
     free(ns);
     free(mats);
     return ec;
@@ -565,13 +581,16 @@ static int cmd_show(const cli *c, const char *path)
         dmuon_json_begin_object(&w);
         dmuon_json_kstr(&w, "plan", path);
         dmuon_plan_report_json(p, &w);
+        int ec = report_memory(c, p, stdout, &w);
         dmuon_json_end_object(&w);
-    } else {
-        printf("plan file: %s\n", path);
-        dmuon_plan_print_report(p, stdout);
+        dmuon_plan_free(p);
+        return ec;
     }
+    printf("plan file: %s\n", path);
+    dmuon_plan_print_report(p, stdout);
+    int ec = report_memory(c, p, stdout, NULL);
     dmuon_plan_free(p);
-    return 0;
+    return ec;
 }
 
 /* ---------------------------------------------------------------- plan -- */
@@ -748,45 +767,66 @@ static void note_router(const cli *c, const dmuon_model *m, FILE *f)
                 c->router_adamw ? "" : ", the default");
 }
 
+/* The memory of the rank that needs the most under p, with c's line,
+ * prefetch and backend (dmuon/layout.h). */
+static dmuon_rc busiest_layout(const cli *c, const dmuon_plan *p, dmuon_layout **x)
+{
+    dmuon_layout_opts o = c->lay;
+    o.zero_stage = 0;   /* the plan's */
+    return dmuon_layout_build_busiest(p, &o, x);
+}
+
+/* The memory table under the report (to f), or the "memory" object (w). */
+static int report_memory(const cli *c, const dmuon_plan *p, FILE *f, dmuon_json *w)
+{
+    dmuon_layout *x = NULL;
+    dmuon_rc rc = busiest_layout(c, p, &x);
+    if (rc)
+        return fail(c, rc);
+    if (w) {
+        dmuon_json_key(w, "memory");
+        dmuon_json_begin_object(w);
+        dmuon_layout_memory_json(x, w);
+        dmuon_json_end_object(w);
+    } else {
+        dmuon_layout_print_memory(x, f);
+    }
+    dmuon_layout_free(x);
+    return 0;
+}
+
 /* Warns (on f) when the busiest rank's memory passes --device-memory. */
 static int warn_memory(const cli *c, const dmuon_plan *p, FILE *f)
 {
     if (!c->device_memory)
         return 0;
-    dmuon_plan_memory mem;
-    int32_t r;
-    dmuon_rc rc = dmuon_plan_busiest_memory(p, &r, &mem);
+    dmuon_layout *x = NULL;
+    dmuon_rc rc = busiest_layout(c, p, &x);
     if (rc)
         return fail(c, rc);
-    /* the first micro-batch runs on the pool's no-reuse layout, so that is
-     * what must fit; the least at a step is what reuse could bring it to */
-    if (mem.first_step_bytes > c->device_memory) {
-        int zs = dmuon_plan_zero_stage(p);
+    const dmuon_layout_memory *m = &x->mem;
+    if (m->total_bytes > c->device_memory) {
+        int zs = x->opts.zero_stage;
         double G = 1073741824.0;
-        int64_t layers = mem.pool_bytes - mem.windows_bytes;
-        int64_t rest = mem.least_bytes - mem.optimizer_bytes - mem.windows_bytes -
-                       mem.gathered_grad_bytes - mem.overlap_grad_bytes;
         fprintf(f,
-                "dmuon-plan: warning: rank %d needs %.2f GiB at its first step, over "
-                "--device-memory %.2f GiB:\n"
-                "  %.2f GiB optimizer state + %.2f GiB runtime pool (its first, no-reuse "
-                "layout: %.2f GiB of every layer's parameters and FP32 gradients, %.2f GiB of "
-                "owner window, AdamW shards and publish copy);\n"
-                "  the least at a step (with reuse) is %.2f GiB = %.2f optimizer state + %.2f "
-                "windows + %.2f %s + %.2f FP32 gradient of layer '%s' + %.2f FP32 gradient "
-                "of the reduction in flight (%s)\n",
-                r, mem.first_step_bytes / G, c->device_memory / G, mem.optimizer_bytes / G,
-                mem.pool_bytes / G, layers / G, mem.windows_bytes / G, mem.least_bytes / G,
-                mem.optimizer_bytes / G, mem.windows_bytes / G, rest / G,
-                zs == 2 ? "gathered parameters (ZeRO-2: every layer)"
-                                   : "gathered parameters",
-                mem.gathered_grad_bytes / G,
-                mem.gathered_layer >= 0 ? dmuon_plan_layer_name(p, (size_t)mem.gathered_layer)
-                                        : "-",
-                mem.overlap_grad_bytes / G,
+                "dmuon-plan: warning: rank %d needs %.2f GiB at every step (the first "
+                "included), over --device-memory %.2f GiB:\n"
+                "  %.2f optimizer state + %.2f windows + %.2f gathered parameters%s + %.2f F32 "
+                "gradients + %.2f F32 weight views + %.2f control areas + %.2f step scratch and "
+                "Newton-Schulz workspace;\n"
+                "  the largest gathered layer is '%s' (%.2f GiB); the least any placement of "
+                "the same lifetimes needs is %.2f GiB (%s)\n",
+                (int)x->opts.rank, m->total_bytes / G, c->device_memory / G,
+                m->state_bytes / G, m->window_space_bytes / G, m->param_space_bytes / G,
+                zs == 2 ? " (ZeRO-2: every layer)" : "", m->grad_space_bytes / G,
+                m->view_bytes / G, m->ctrl_bytes / G,
+                (m->scratch_bytes + m->ns_workspace_bytes) / G,
+                m->largest_layer >= 0 ? dmuon_plan_layer_name(p, (size_t)m->largest_layer) : "-",
+                m->largest_layer_bytes / G, m->least_bytes / G,
                 zs == 2 ? "more ranks, ZeRO-3, or a smaller layer"
-                                   : "more ranks or a smaller layer");
+                        : "more ranks or a smaller layer");
     }
+    dmuon_layout_free(x);
     return 0;
 }
 
@@ -922,6 +962,13 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
         dmuon_json_init(&w, rep, false);
         dmuon_json_begin_object(&w);
         dmuon_plan_report_json(p, &w);
+        if ((wec = report_memory(c, p, rep, &w)) != 0) {
+            dmuon_json_end_object(&w);
+            close_notes(notes, &nbuf, into_json);
+            dmuon_plan_free(p);
+            dmuon_model_free(m);
+            return wec;
+        }
         size_t rmuon, rn = count_router(m, &rmuon);
         dmuon_json_kint(&w, "router_tensors", (int64_t)rn);
         dmuon_json_kint(&w, "router_tensors_on_muon", (int64_t)rmuon);
@@ -941,7 +988,9 @@ static int cmd_plan(const cli *c, const char *path, dmuon_plan_opts *o)
             goto out;
     } else {
         dmuon_plan_print_report(p, rep);
-        int gec = explain_gap(c, m, o, p, rep);
+        int gec = report_memory(c, p, rep, NULL);
+        if (!gec)
+            gec = explain_gap(c, m, o, p, rep);
         if (gec) {
             dmuon_plan_free(p);
             dmuon_model_free(m);
@@ -979,7 +1028,8 @@ out:
 enum {
     O_NODES = 255, O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
-    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL, O_ROUTER, O_DEVMEM, O_PERRANK, O_OWNERS, O_PREDICT
+    O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL, O_ROUTER, O_DEVMEM, O_PERRANK, O_OWNERS, O_PREDICT,
+    O_LINE, O_PREFETCH, O_BACKEND
 };
 
 /* The long name of the option getopt_long just returned. */
@@ -1002,7 +1052,9 @@ static bool applies_to(const char *cmd, const char *name)
     for (size_t i = 0; i < 4; i++)
         if (!strcmp(name, common[i]))
             return true;
-    if (!strcmp(cmd, "show") && (!strcmp(name, "per-rank") || !strcmp(name, "owners")))
+    if (!strcmp(cmd, "show") && (!strcmp(name, "per-rank") || !strcmp(name, "owners") ||
+                                 !strcmp(name, "line") || !strcmp(name, "prefetch") ||
+                                 !strcmp(name, "backend")))
         return true;
     if (!strcmp(cmd, "inspect"))
         for (size_t i = 0; i < 6; i++)
@@ -1050,9 +1102,13 @@ static int tool_main(int argc, char **argv)
         {"per-rank", no_argument, 0, O_PERRANK},
         {"owners", no_argument, 0, O_OWNERS},
         {"predict", required_argument, 0, O_PREDICT},
+        {"line", required_argument, 0, O_LINE},
+        {"prefetch", required_argument, 0, O_PREFETCH},
+        {"backend", required_argument, 0, O_BACKEND},
         {0, 0, 0, 0},
     };
     cli c = {0};
+    dmuon_layout_opts_init(&c.lay);
     dmuon_plan_opts o;
     dmuon_plan_opts_init(&o);
     int64_t ranks = 0, v;
@@ -1195,6 +1251,17 @@ static int tool_main(int argc, char **argv)
         case O_PERRANK:
             c.show_ranks = true;
             break;
+        case O_LINE:
+            if (dmuon_line_parse(optarg, &c.lay.line))
+                return usage_error("--line '%s': expected A, B, C or D", optarg);
+            break;
+        case O_PREFETCH:
+            NUM("--prefetch", 0, 1, c.lay.prefetch);
+            break;
+        case O_BACKEND:
+            if (dmuon_backend_parse(optarg, &c.lay.backend))
+                return usage_error("--backend '%s': expected mpi, nccl or nccl-dev", optarg);
+            break;
         case O_OWNERS:
             c.show_owners = true;
             break;
@@ -1261,7 +1328,7 @@ static int tool_main(int argc, char **argv)
             if (!applies_to(cmd, flags_seen[i])) {
                 fprintf(stderr, "dmuon-plan: error: --%s does not apply to %s (%s takes %s)\n"
                                 "(see dmuon-plan --help)\n", flags_seen[i], cmd, cmd,
-                        is_show ? "--json, --ranks, --owners"
+                        is_show ? "--json, --ranks, --owners, --line, --prefetch, --backend"
                                 : "--tensors, --json, --muon, --adamw, --router, "
                                   "--fused-layout");
                 return 2;

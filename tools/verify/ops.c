@@ -20,7 +20,7 @@
 
 #include "common/opt.h"
 #include "dmuon/io.h"
-#include "dmuon/layout.h"
+#include "dmuon/segshape.h"
 #include "dmuon/sched.h"
 #include "ops.h"
 #include "verify.h"
@@ -226,7 +226,7 @@ static dmuon_rc run_lines(vctx *c, const opdrv_opts *o, const opdrv_cursor *k,
             char label[200];
             c->gopts.path = o->paths[p];
             snprintf(label, sizeof label, "%s layout=%s bytes=%lld dtype=%s%s%s%s%s", op->name,
-                     dmuon_layout_name(o->layouts[k->layout]), (long long)opdrv_case_bytes(cs),
+                     dmuon_segshape_name(o->layouts[k->layout]), (long long)opdrv_case_bytes(cs),
                      dmuon_dtype_name(o->dtypes[k->dtype]), li > 0 ? " line=" : "",
                      li > 0 ? l->name : "", np > 1 ? " path=" : "",
                      np > 1 ? path_name(o->paths[p]) : "");
@@ -318,7 +318,7 @@ int verify_ops_main(int argc, char **argv)
         if (why) {   /* a reason of the whole run is said at its first case */
             if (c.topo.rank == 0 && once)
                 printf("skip publish layout=%s bytes=%lld dtype=%s: %s\n",
-                       dmuon_layout_name(o.layouts[k.layout]), (long long)o.sizes[k.size],
+                       dmuon_segshape_name(o.layouts[k.layout]), (long long)o.sizes[k.size],
                        dmuon_dtype_name(o.dtypes[k.dtype]), why);
             else if (c.topo.rank == 0 && !pub_said)
                 printf("skip publish (every case): %s\n", why);
@@ -334,7 +334,7 @@ int verify_ops_main(int argc, char **argv)
             /* a size this layout cannot hold: same on every rank */
             if (c.topo.rank == 0)
                 printf("skip %s layout=%s bytes=%lld dtype=%s: %s\n", op->name,
-                       dmuon_layout_name(o.layouts[k.layout]), (long long)o.sizes[k.size],
+                       dmuon_segshape_name(o.layouts[k.layout]), (long long)o.sizes[k.size],
                        dmuon_dtype_name(o.dtypes[k.dtype]), opdrv_errmsg_shared());
             skipped++;
             unfit++;

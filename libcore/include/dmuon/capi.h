@@ -143,25 +143,18 @@ dmuon_rc dmuon_capi_rt_create(const dmuon_plan *plan, int fcomm, const dmuon_cap
 /* dmuon_rt_step with the two learning rates as doubles. */
 dmuon_rc dmuon_capi_rt_step(dmuon_rt *rt, double muon_lr, double adamw_lr);
 
-/* Discards the acquire/release sequence recorded so far and records the
- * next micro-batch instead (the spaces are packed at the first step from
- * the recorded micro-batch).  For a binding whose forward-only pass (an
- * evaluation before the first step) has to run as a micro-batch with
- * empty gradients: its backward hooks come in another order than a
- * training backward's, so packing from it could give blocks whose
- * lifetimes overlap in training the same bytes.  Call it between
- * micro-batches, before the first step; a no-op once packed (returns
- * DMUON_OK and changes nothing: *recording = 0).  *recording (may be
- * NULL): 1 when the next micro-batch is recorded.  Errors: DMUON_EINVAL
- * (rt NULL or not open, or inside a micro-batch). */
-dmuon_rc dmuon_capi_rt_record_next(dmuon_rt *rt, int *recording);
-
-/* The runtime's figures (dmuon_rt_get_stats) as 14 doubles, in this order:
+/* The runtime's figures (dmuon_rt_get_stats) as 18 doubles, in this order:
  * pool_bytes, param_space_bytes, grad_space_bytes, window_bytes,
  * state_bytes, optim_s, ns_s, comm_wait_s, publish_wait_s, gather_s,
  * reduce_s, ns_matrices, steps (dmuon_rt_steps), grad_norm
- * (dmuon_rt_grad_norm).  out holds at least DMUON_CAPI_STATS doubles. */
-#define DMUON_CAPI_STATS 14
+ * (dmuon_rt_grad_norm), ctrl_bytes, view_bytes, step_bytes, total_bytes.
+ * out holds at least DMUON_CAPI_STATS doubles. */
+#define DMUON_CAPI_STATS 18
 void dmuon_capi_rt_stats(const dmuon_rt *rt, double *out);
+
+/* The name of entry i of dmuon_capi_rt_stats ("pool_bytes", ...: the
+ * dmuon_rt_stats field, "steps", "grad_norm"), a static string; NULL for i
+ * outside [0, DMUON_CAPI_STATS). */
+const char *dmuon_capi_rt_stats_name(int i);
 
 #endif

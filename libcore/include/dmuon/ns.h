@@ -141,6 +141,14 @@ const char *dmuon_ns_opts_dtype_name(const dmuon_ns_opts *o);
  * for a non-positive dimension. */
 double dmuon_ns_flops(const dmuon_ns_opts *o, int64_t m, int64_t n);
 
+/* Bytes of the CPU engine's workspace for an m x n input (one allocation
+ * that only grows, kept by the context): with s = min(m, n), l = max(m, n),
+ * 2 (BF16 operands: 4) s x l FP32 matrices and 6 s x s FP32 matrices, each
+ * padded to 64 bytes.  The CUDA engine reserves the same matrices (256-byte
+ * padding) plus cuBLAS's own workspace.  0 for a non-positive dimension.
+ * Pure. */
+int64_t dmuon_ns_workspace_bytes(const dmuon_ns_opts *o, int64_t m, int64_t n);
+
 /* ------------------------------------------------------------ contexts -- */
 
 /* A context: the device, the options, and a workspace that grows to the

@@ -367,53 +367,8 @@ dmuon_rc dmuon_plan_check_list(const dmuon_plan *p, size_t *violations, char *li
  * Errors: DMUON_EMISMATCH (the plans' units differ). */
 dmuon_rc dmuon_plan_reevaluate(dmuon_plan *p, const dmuon_plan *ref);
 
-/* Device memory one rank needs under the plan (bytes; plan_mem.c). */
-typedef struct {
-    int64_t optimizer_bytes;      /* FP32 master + momentum (8 B) per owned Muon
-                                     element, FP32 master + two moments (12 B)
-                                     per element of the rank's AdamW shards */
-    int64_t window_bytes;         /* owner window: param dtype + FP32 gradient */
-    int64_t gathered_layer_bytes; /* largest layer as gathered (Muon + AdamW
-                                     parameters, param dtype, padded shards) */
-    int64_t gathered_grad_bytes;  /* that layer's FP32 gradient buffer */
-    int64_t overlap_grad_bytes;   /* a second FP32 gradient block, the second
-                                     largest layer's: the reduction a layer's
-                                     post_backward starts still holds its block
-                                     while the layer before writes its own */
-    int32_t gathered_layer;       /* its index (-1: no layer) */
-    int64_t pool_bytes;           /* symmetric pool of the runtime's first
-                                     (no-reuse) layout: every layer's gathered
-                                     parameters and FP32 gradients, windows,
-                                     shards, HSDP publish copy; control words
-                                     not counted */
-    int64_t least_bytes;          /* the least at a step: optimizer state,
-                                     windows, shards, publish copy, one
-                                     gathered layer (ZeRO-2: all layers) and
-                                     two FP32 layer gradients (gathered_grad
-                                     and overlap_grad) */
-    int64_t windows_bytes;        /* the windows part of both figures: the
-                                     largest owner window, the AdamW shards
-                                     (param dtype + FP32 each) and the HSDP
-                                     publish copy, pool-aligned */
-    int64_t first_step_bytes;     /* what the first micro-batch needs:
-                                     optimizer state + pool_bytes (the runtime
-                                     lays the pool out without reuse first) */
-    int64_t line_b_dir_bytes;     /* line B only (gather-then-replicate): its
-                                     pool region of Nesterov directions, two
-                                     buffers of the largest Muon layer's
-                                     gathered directions plus this rank's
-                                     shard, FP32, pool-aligned; in none of the
-                                     figures above (they are lines C/D's) */
-} dmuon_plan_memory;
-
-/* Memory of rank (in [0, ranks)) under p.  Errors: DMUON_EINVAL (rank out
- * of range), DMUON_ENOMEM, those of dmuon_publish_layout (HSDP). */
-dmuon_rc dmuon_plan_rank_memory(const dmuon_plan *p, int32_t rank, dmuon_plan_memory *out);
-
-/* The rank with the largest window (so the largest least_bytes and
- * first_step_bytes; ties: lower rank) and its memory.
- * Errors: as dmuon_plan_rank_memory. */
-dmuon_rc dmuon_plan_busiest_memory(const dmuon_plan *p, int32_t *rank, dmuon_plan_memory *out);
+/* The memory one rank needs under a plan is its layout's
+ * (dmuon_layout_memory, dmuon/layout.h). */
 
 /* ---------------------------------------------------------------- report -- */
 

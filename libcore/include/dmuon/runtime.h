@@ -69,6 +69,7 @@
 
 #include "dmuon/costdb.h"
 #include "dmuon/device.h"
+#include "dmuon/layout.h"
 #include "dmuon/optim.h"
 #include "dmuon/plan.h"
 #include "dmuon/rc.h"
@@ -77,11 +78,7 @@
 
 typedef struct dmuon_rt dmuon_rt;
 
-typedef enum { DMUON_LINE_D = 0, DMUON_LINE_C, DMUON_LINE_B, DMUON_LINE_A } dmuon_line;
-
-/* "D", "C", "B", "A"; the parser also accepts lower case (DMUON_EINVAL). */
-const char *dmuon_line_name(dmuon_line l);
-dmuon_rc dmuon_line_parse(const char *s, dmuon_line *out);
+/* dmuon_line and its names: dmuon/layout.h. */
 
 typedef struct {
     dmuon_line line;          /* default DMUON_LINE_D */
@@ -397,34 +394,51 @@ double dmuon_rt_grad_norm(const dmuon_rt *rt);
 
 /* -------------------------------------------------------------- reports -- */
 
-/* Per-rank figures (this rank), for benchmarks and the trainer's log. */
+/* Per-rank figures (this rank), for benchmarks and the trainer's log.  The
+ * byte figures are the rank's layout's (dmuon_layout_memory of
+ * dmuon/layout.h, which dmuon-plan --json prints as "memory"), fixed from
+ * create on: everything is allocated once, at that size, for every step
+ * (the first included).  The times are cumulative since the last
+ * dmuon_rt_reset_stats, except optim_s, ns_s and ns_matrices, which are
+ * the last step's. */
 typedef struct {
-    int64_t pool_bytes;          /* the symmetric pool */
-    int64_t param_space_bytes;   /* gathered parameters (ZeRO-3: after reuse) */
-    int64_t grad_space_bytes;    /* gradient buffers */
-    int64_t window_bytes;        /* owner windows (+ HSDP publish copy) */
-    int64_t state_bytes;         /* optimizer state held by this rank
-                                    (masters, momenta, moments) */
-    int64_t view_bytes;          /* private FP32 views of gathered layers
-                                    (dmuon_rt_weights): after the first step
-                                    one arena packed like the parameter
-                                    space, holding only layers inside an
-                                    open bracket (ZeRO-2 too); before it,
-                                    one buffer per layer used so far */
-    int64_t step_bytes;          /* the step's working memory: the direction
-                                    buffers (owner window; line B: also the
-                                    even shards) and Newton–Schulz scratch */
+    int64_t pool_bytes;          /* the symmetric pool: the four below, each
+                                    4 KiB-aligned */
+    int64_t ctrl_bytes;          /* the operators' control areas */
+    int64_t param_space_bytes;   /* gathered parameter blocks, param dtype,
+                                    packed by the plan's order */
+    int64_t grad_space_bytes;    /* F32 gradient blocks, packed the same way */
+    int64_t window_bytes;        /* the window space: owner window, even
+                                    shards, HSDP publish copy, line B's
+                                    direction buffers */
+    int64_t state_bytes;         /* private F32 state held by this rank:
+                                    masters, momenta, moments, accumulated
+                                    gradients, the step's directions */
+    int64_t view_bytes;          /* the F32 view arena (dmuon_rt_weights),
+                                    packed like the spaces: only layers inside
+                                    an open bracket have a view (ZeRO-2 too);
+                                    0 when the parameter dtype is F32 (the
+                                    view is the gathered block) */
+    int64_t step_bytes;          /* the step's working memory: its scratch and
+                                    the Newton–Schulz workspace of the largest
+                                    matrix this rank orthogonalises */
+    int64_t total_bytes;         /* pool + state + views + step: what the
+                                    runtime holds */
     double optim_s;              /* last step: owner updates (s, wall) */
     double ns_s;                 /* of which Newton–Schulz */
     double comm_wait_s;          /* since the last reset: time blocked in
                                     gathers, reductions and publish waits
                                     (exposed communication) */
     double publish_wait_s;       /* of which publish waits (HSDP) */
-    double gather_s, reduce_s;   /* wall time inside gather / reduce calls */
+    double gather_s, reduce_s;   /* since the last reset: wall time inside
+                                    gather / reduce calls */
     int64_t ns_matrices;         /* matrices orthogonalised by this rank, last step */
 } dmuon_rt_stats;
 
+/* This rank's figures into *out.  Local; valid from create on. */
 void dmuon_rt_get_stats(const dmuon_rt *rt, dmuon_rt_stats *out);
+/* Zeroes the cumulative times (comm_wait_s, publish_wait_s, gather_s,
+ * reduce_s).  Local. */
 void dmuon_rt_reset_stats(dmuon_rt *rt);
 
 /* --------------------------------------------------------- checkpoints -- */
