@@ -61,7 +61,8 @@ const dmuon_line_ops *dmuon_line_ops_of(dmuon_line l)
 
 const char *dmuon_block_name(int kind)
 {
-    static const char *const n[DMUON_BLOCK_KINDS] = {"parameter", "gradient", "weight view"};
+    static const char *const n[DMUON_BLOCK_KINDS] = {"parameter", "gradient", "weight view",
+                                                     "reduce staging"};
     return kind >= 0 && kind < DMUON_BLOCK_KINDS ? n[kind] : "?";
 }
 
@@ -300,26 +301,43 @@ static dmuon_rc groups(dmuon_layout *x)
             t += x->shard_size;
         }
     }
-    /* control areas: one per group, each the largest any group needs */
+    /* control areas: each group its own control words, back to back; the
+     * owned region's ReduceScatterV stages in the shared staging space
+     * (packed by its lifetime, order_and_pack) */
     dmuon_topo shape = {.world = MPI_COMM_NULL, .node = MPI_COMM_NULL, .rail = MPI_COMM_NULL,
                         .size = x->ranks, .nodes = x->nodes, .per_node = x->per_node,
                         .backend = x->opts.backend};
-    int64_t most = 0;
     x->ngroups = 0;
+    x->ctrl_words_bytes = 0;
     for (size_t l = 0; l < x->nlayers; l++)
         for (int k = 0; k < DMUON_GRP_KINDS; k++) {
-            const dmuon_layout_group *g = &s->layers[l].group[k];
+            dmuon_layout_group *g = &s->layers[l].group[k];
             if (!g->n)
                 continue;
             dmuon_group_opts o = g->opts;
             o.deadline_ms = DMUON_DEADLINE_MS_DEFAULT;   /* sizing reads no environment */
-            int64_t b = 0;
+            int64_t st = 0, b = 0;
+            DMUON_TRY(dmuon_group_staging_bytes(&shape, g->segs, g->n, &o, &st));
+            /* the owned region's reduction stages in the shared space (a
+             * layer's even reduction runs beside it and keeps its own); a
+             * group that only gathers never stages, so its staging may lie
+             * anywhere in that space: at its start */
+            bool gathers = k == DMUON_GRP_OWN_GATHER || k == DMUON_GRP_EVEN_GATHER ||
+                           k == DMUON_GRP_DIR_GATHER;
+            if (st > 0 && (k == DMUON_GRP_OWN_REDUCE || gathers)) {
+                g->opts.staging_shared = o.staging_shared = 1;
+                if (gathers && st > x->gather_staging)
+                    x->gather_staging = st;
+                if (!gathers)
+                    s->layers[l].bytes[DMUON_BLOCK_STAGING] = st;
+            }
             DMUON_TRY(dmuon_group_ctrl_bytes(&shape, g->segs, g->n, &o, &b));
-            if (b > most)
-                most = b;
+            g->ctrl_off = x->ctrl_words_bytes;
+            g->ctrl_bytes = dmuon_pool_align(b);
+            x->ctrl_words_bytes += g->ctrl_bytes;
             x->ngroups++;
         }
-    x->ctrl_per_group = dmuon_pool_align(most);
+    x->staging_base = dmuon_pool_align(x->ctrl_words_bytes);
     return DMUON_OK;
 }
 
@@ -411,12 +429,14 @@ static void sim_pre_backward(order_sim *o, size_t l)
 
 static void sim_post_backward(order_sim *o, size_t l)
 {
+    emit(o, DMUON_BLOCK_STAGING, l, 1);   /* the reduction starts */
     o->red[l] = true;
     o->done[l] = true;
     sim_close(o, l);
     bool last = o->bwd + 1 == o->x->nlayers;
     for (size_t j = 0; j < o->x->nlayers; j++)
         if (o->red[j] && (j != l || last)) {
+            emit(o, DMUON_BLOCK_STAGING, j, 0);
             emit(o, DMUON_BLOCK_GRAD, j, 0);
             o->red[j] = false;
         }
@@ -490,17 +510,31 @@ static dmuon_rc order_and_pack(dmuon_layout *x)
         sp->nacq = na;
         rc = dmuon_pool_pack(s->ev[k], ne, sizes, L, s->acq_off[k], &sp->bytes);
     }
+    /* a layer's one reduction per micro-batch: its staging has one place,
+     * which its reduce group is given (relative to the staging space) */
+    for (size_t a = 0; a < x->space[DMUON_BLOCK_STAGING].nacq && rc == DMUON_OK; a++) {
+        dmuon_layout_layer *Ly = &s->layers[s->acq_layer[DMUON_BLOCK_STAGING][a]];
+        Ly->staging_off = s->acq_off[DMUON_BLOCK_STAGING][a];
+        if (Ly->group[DMUON_GRP_OWN_REDUCE].opts.staging_shared)
+            Ly->group[DMUON_GRP_OWN_REDUCE].opts.staging_offset = Ly->staging_off;
+    }
+    /* the gathers' never-used staging lies at the space's start */
+    if (x->gather_staging > x->space[DMUON_BLOCK_STAGING].bytes)
+        x->space[DMUON_BLOCK_STAGING].bytes = x->gather_staging;
     free(flags);
     free(sizes);
     return rc;
 }
 
-/* The most bytes (aligned as packed) live at one moment, over all spaces. */
+/* The most parameter, gradient and view bytes (aligned as packed) live at
+ * one moment. */
 static int64_t live_peak(const dmuon_layout *x)
 {
     const store *s = &((const layout_impl *)x)->s;
     int64_t live = 0, peak = 0;
     for (size_t e = 0; e < s->nall; e++) {
+        if (s->all[e].kind == DMUON_BLOCK_STAGING)
+            continue;
         int64_t b = dmuon_pool_align(x->layers[s->all[e].layer].bytes[s->all[e].kind]);
         live += s->all[e].acquire ? b : -b;
         if (live > peak)
@@ -513,7 +547,7 @@ static int64_t live_peak(const dmuon_layout *x)
 
 static void pool_map(dmuon_layout *x)
 {
-    dmuon_pool_sizes sz = {.ctrl = x->ctrl_per_group * x->ngroups,
+    dmuon_pool_sizes sz = {.ctrl = x->staging_base + x->space[DMUON_BLOCK_STAGING].bytes,
                            .param = x->space[DMUON_BLOCK_PARAM].bytes,
                            .grad = x->space[DMUON_BLOCK_GRAD].bytes};
     sz.win[DMUON_WIN_PARAM] = x->max_win_elems * x->dsize;
@@ -655,6 +689,7 @@ static dmuon_rc rank_part(dmuon_layout *x, int32_t rank)
     memset(m, 0, sizeof *m);
     m->pool_bytes = x->map.total;
     m->ctrl_bytes = x->map.space_bytes[DMUON_SPACE_CTRL];
+    m->staging_bytes = x->space[DMUON_BLOCK_STAGING].bytes;
     m->param_space_bytes = x->map.space_bytes[DMUON_SPACE_PARAM];
     m->grad_space_bytes = x->map.space_bytes[DMUON_SPACE_GRAD];
     m->window_space_bytes = x->map.space_bytes[DMUON_SPACE_WINDOW];
@@ -934,7 +969,7 @@ dmuon_rc dmuon_layout_check(const dmuon_layout *x)
     free(live);
     DMUON_TRY(rc);
     const dmuon_pool_map *m = &x->map;
-    const int64_t want[DMUON_SPACE_COUNT] = {x->ctrl_per_group * x->ngroups,
+    const int64_t want[DMUON_SPACE_COUNT] = {x->staging_base + x->space[DMUON_BLOCK_STAGING].bytes,
                                              x->space[DMUON_BLOCK_PARAM].bytes,
                                              x->space[DMUON_BLOCK_GRAD].bytes, -1};
     int64_t end = 0;
@@ -974,7 +1009,7 @@ dmuon_rc dmuon_layout_check(const dmuon_layout *x)
 uint64_t dmuon_layout_digest(const dmuon_layout *x)
 {
     uint64_t d = dmuon_digest(&x->map, sizeof x->map, DMUON_DIGEST_SEED);
-    int64_t g[2] = {x->ctrl_per_group, x->ngroups};
+    int64_t g[3] = {x->ctrl_words_bytes, x->staging_base, x->ngroups};
     d = dmuon_digest(g, sizeof g, d);
     for (int k = 0; k < DMUON_BLOCK_KINDS; k++) {
         const dmuon_layout_space *sp = &x->space[k];
@@ -1005,7 +1040,8 @@ void dmuon_layout_print_memory(const dmuon_layout *x, FILE *f)
             gib(m->param_space_bytes), big, gib(m->largest_layer_bytes));
     fprintf(f, "  %-40s %10.2f\n", "F32 gradient blocks (packed)", gib(m->grad_space_bytes));
     fprintf(f, "  %-40s %10.2f\n", "F32 weight views (packed)", gib(m->view_bytes));
-    fprintf(f, "  %-40s %10.2f\n", "operators' control areas", gib(m->ctrl_bytes));
+    fprintf(f, "  %-40s %10.2f   of which reduce staging %.2f\n", "operators' control areas",
+            gib(m->ctrl_bytes), gib(m->staging_bytes));
     fprintf(f, "  %-40s %10.2f\n", "step scratch", gib(m->scratch_bytes));
     fprintf(f, "  %-40s %10.2f\n", "Newton-Schulz workspace", gib(m->ns_workspace_bytes));
     fprintf(f, "  %-40s %10.2f   (every step, the first included)\n", "total",
@@ -1028,6 +1064,7 @@ void dmuon_layout_memory_json(const dmuon_layout *x, dmuon_json *w)
     dmuon_json_kint(w, "live_peak_bytes", m->live_peak_bytes);
     dmuon_json_kint(w, "pool_bytes", m->pool_bytes);
     dmuon_json_kint(w, "ctrl_bytes", m->ctrl_bytes);
+    dmuon_json_kint(w, "staging_bytes", m->staging_bytes);
     dmuon_json_kint(w, "param_space_bytes", m->param_space_bytes);
     dmuon_json_kint(w, "grad_space_bytes", m->grad_space_bytes);
     dmuon_json_kint(w, "window_space_bytes", m->window_space_bytes);

@@ -54,6 +54,8 @@ struct dmuon_group {
     const dmuon_topo *topo;
     dmuon_symm *mem;
     int64_t ctrl_offset, ctrl_bytes;
+    int64_t staging_offset, staging_bytes;  /* the reduce staging when shared
+                                 (opts.staging_shared), else 0, 0 */
     dmuon_segment *segs;      /* copy of the table, checked and agreed */
     int nseg;
     int64_t buffer_bytes, window_bytes;
@@ -123,6 +125,11 @@ struct dmuon_group_ops {
      * backend; collective); free (collective). */
     dmuon_rc (*ctrl_bytes)(const dmuon_topo *t, const dmuon_segment *segs, int n,
                            const dmuon_group_opts *opts, int64_t *bytes);
+    /* Bytes of the reduce staging (dmuon_group_staging_bytes); NULL: none.
+     * With opts->staging_shared, ctrl_bytes leaves it out and create finds
+     * it at g->staging_offset. */
+    dmuon_rc (*staging_bytes)(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                              const dmuon_group_opts *opts, int64_t *bytes);
     dmuon_rc (*create)(dmuon_group *g);
     void (*free)(dmuon_group *g);
     /* Blocking operators over checked ranges. */

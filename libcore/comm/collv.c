@@ -148,6 +148,23 @@ static dmuon_rc group_ops_of(const dmuon_comm_ops *ops, const dmuon_group_opts *
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_group_staging_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                   const dmuon_group_opts *opts, int64_t *bytes)
+{
+    const dmuon_comm_ops *ops;
+    const dmuon_group_ops *gops;
+    dmuon_group_opts o;
+    *bytes = 0;
+    DMUON_TRY(dmuon_comm_backend_get(t->backend, "group", &ops));
+    DMUON_TRY(dmuon_table_check(segs, n, t->size, NULL, NULL));
+    DMUON_TRY(resolve_opts(ops, opts, &o));
+    DMUON_TRY(group_ops_of(ops, &o, &gops));
+    DMUON_TRY(algo_table_ok(t, segs, n, &o));
+    if (gops->staging_bytes)
+        DMUON_TRY(gops->staging_bytes(t, segs, n, &o, bytes));
+    return DMUON_OK;
+}
+
 dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
                                 const dmuon_group_opts *opts, int64_t *bytes)
 {
@@ -248,6 +265,20 @@ dmuon_rc dmuon_group_create(const dmuon_topo *t, const dmuon_segment *segs, int 
     DMUON_TRY_GOTO(rc, g->gops->ctrl_bytes(t, segs, n, &g->opts, &g->ctrl_bytes), fail);
     DMUON_TRY_GOTO(rc, check_range(mem, "group", "control area", ctrl_offset, g->ctrl_bytes,
                                    DMUON_GROUP_CTRL_ALIGN), fail);
+    if (g->opts.staging_shared && g->gops->staging_bytes) {
+        DMUON_TRY_GOTO(rc, g->gops->staging_bytes(t, segs, n, &g->opts, &g->staging_bytes),
+                       fail);
+        g->staging_offset = g->opts.staging_offset;
+        DMUON_TRY_GOTO(rc, check_range(mem, "group", "staging area", g->staging_offset,
+                                       g->staging_bytes, DMUON_GROUP_CTRL_ALIGN), fail);
+        if (overlap(g->staging_offset, g->staging_bytes, ctrl_offset, g->ctrl_bytes)) {
+            rc = DMUON_FAIL(DMUON_EINVAL, "group: the staging area [%lld, %lld) overlaps the "
+                            "control area [%lld, %lld)", (long long)g->staging_offset,
+                            (long long)(g->staging_offset + g->staging_bytes),
+                            (long long)ctrl_offset, (long long)(ctrl_offset + g->ctrl_bytes));
+            goto fail;
+        }
+    }
     DMUON_TRY_GOTO(rc, g->gops->create(g), fail);
     *out = g;
     return DMUON_OK;
@@ -325,6 +356,12 @@ static dmuon_rc check_call(const dmuon_group *g, const char *op, int64_t buf, in
                           "%lld)", op, overlap(buf, B, g->ctrl_offset, g->ctrl_bytes)
                           ? "layer buffer" : "owner window", (long long)g->ctrl_offset,
                           (long long)(g->ctrl_offset + g->ctrl_bytes));
+    if (overlap(buf, B, g->staging_offset, g->staging_bytes) ||
+        overlap(win, W, g->staging_offset, g->staging_bytes))
+        return DMUON_FAIL(DMUON_EINVAL, "%s: the %s overlaps the group's staging area [%lld, "
+                          "%lld)", op, overlap(buf, B, g->staging_offset, g->staging_bytes)
+                          ? "layer buffer" : "owner window", (long long)g->staging_offset,
+                          (long long)(g->staging_offset + g->staging_bytes));
     return DMUON_OK;
 }
 

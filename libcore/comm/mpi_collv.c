@@ -11,7 +11,11 @@
  *   [192, 256)           read:   bytes read from this rank's owner window
  *   [256, 320)           grad_read: bytes of this rank's buffer reduced
  *   [320, 384)           summed: bytes of final sums written into its window
- *   [384, …)             this rank's reduce staging slots (only it uses them)
+ *   [384, …)             this rank's reduce staging slots (only it uses them,
+ *                        only inside a ReduceScatterV); with staging_shared
+ *                        they lie at the group's staging_offset instead,
+ *                        an area the caller may give several groups whose
+ *                        calls are never in flight at once
  * Each call's layer buffer and owner window sit at the offsets the call is
  * given.  Sequence numbers increase by one per call on every rank and are
  * never reset.  A call stores arrive = seq (release); it reads a peer's
@@ -171,7 +175,8 @@ static int64_t stage_slots(const dmuon_sched *red, int R, int node, int slots, i
     return n;
 }
 
-static int64_t ctrl_bytes_of(const dmuon_sched *red, int R, int slots, int *scratch)
+/* Bytes of the reduce staging slots: the most any node's rank needs. */
+static int64_t staging_bytes_of(const dmuon_sched *red, int R, int slots, int *scratch)
 {
     int64_t most = 0;
     for (int r = 0; r < R; r++) {
@@ -179,11 +184,11 @@ static int64_t ctrl_bytes_of(const dmuon_sched *red, int R, int slots, int *scra
         if (n > most)
             most = n;
     }
-    return ALIGN64(CTRL_BYTES + most * red->chunk_bytes * 2);
+    return ALIGN64(most * red->chunk_bytes * 2);
 }
 
-static dmuon_rc sched_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
-                                       const dmuon_group_opts *opts, int64_t *bytes)
+static dmuon_rc sched_group_staging_bytes(const dmuon_topo *t, const dmuon_segment *segs,
+                                          int n, const dmuon_group_opts *opts, int64_t *bytes)
 {
     dmuon_sched red = {0};
     dmuon_sched_opts so = {opts->path, opts->chunk_bytes, opts->star_max_bytes};
@@ -191,11 +196,22 @@ static dmuon_rc sched_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment 
     int *scratch = malloc((size_t)2 * t->nodes * sizeof *scratch);
     if (!scratch) {
         dmuon_sched_release(&red);
-        return DMUON_FAIL(DMUON_ENOMEM, "out of memory sizing a group's control area");
+        return DMUON_FAIL(DMUON_ENOMEM, "out of memory sizing a group's staging");
     }
-    *bytes = ctrl_bytes_of(&red, t->nodes, opts->slots > 0 ? opts->slots : 4, scratch);
+    *bytes = staging_bytes_of(&red, t->nodes, opts->slots > 0 ? opts->slots : 4, scratch);
     free(scratch);
     dmuon_sched_release(&red);
+    return DMUON_OK;
+}
+
+/* The control words, and the staging after them unless it is shared. */
+static dmuon_rc sched_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                       const dmuon_group_opts *opts, int64_t *bytes)
+{
+    int64_t st = 0;
+    if (!opts->staging_shared)
+        DMUON_TRY(sched_group_staging_bytes(t, segs, n, opts, &st));
+    *bytes = ALIGN64(CTRL_BYTES) + st;
     return DMUON_OK;
 }
 
@@ -273,13 +289,17 @@ static dmuon_rc sched_group_create(dmuon_group *pub)
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory creating a group of %d segments", n);
         goto fail;
     }
-    /* the public layer sized the area with the same schedule */
-    assert(CTRL_BYTES + (int64_t)nstage * g->slot_bytes <= pub->ctrl_bytes);
+    /* the public layer sized the area (or the shared staging) with the
+     * same schedule */
+    assert(pub->opts.staging_shared
+               ? (int64_t)nstage * g->slot_bytes <= pub->staging_bytes
+               : CTRL_BYTES + (int64_t)nstage * g->slot_bytes <= pub->ctrl_bytes);
     for (size_t i = 0; i < nreq; i++)
         g->req_mem[i] = MPI_REQUEST_NULL;
     {
         MPI_Request *r = g->req_mem;
-        unsigned char *st = pub->mem->base + g->ctrl + CTRL_BYTES;
+        unsigned char *st = pub->mem->base + (pub->opts.staging_shared ? pub->staging_offset
+                                                                        : g->ctrl + CTRL_BYTES);
         for (int kind = 0; kind < 2; kind++)
             for (int q = 0; q < R; q++) {
                 queue_state *qs = &g->qs[kind][q];
@@ -1086,6 +1106,7 @@ static dmuon_rc sched_wait(dmuon_group *pub, int kind)
 
 const dmuon_group_ops dmuon_mpi_scheduled_ops = {
     .ctrl_bytes = sched_group_ctrl_bytes,
+    .staging_bytes = sched_group_staging_bytes,
     .create = sched_group_create,
     .free = sched_group_free,
     .allgatherv = sched_allgatherv,

@@ -89,8 +89,8 @@ static dmuon_group **group_slot(rt_layer *L, int k)
          : k == G_EVEN_GATHER ? &L->egrp : k == G_EVEN_REDUCE ? &L->eggrp : &L->dgrp;
 }
 
-/* The layout's groups of every layer, in its order, each with its control
- * area (lay->ctrl_per_group bytes, back to back from the control space). */
+/* The layout's groups of every layer, each with its control area and,
+ * where it stages, its staging in the control space's shared part. */
 dmuon_rc rt_groups_create(dmuon_rt *rt)
 {
     int64_t ctrl = rt->space_off[DMUON_SPACE_CTRL];
@@ -102,12 +102,12 @@ dmuon_rc rt_groups_create(dmuon_rt *rt)
                 continue;
             dmuon_group_opts o = g->opts;
             o.deadline_ms = rt->opts.deadline_ms;
-            dmuon_rc rc = dmuon_group_create(&rt->topo, g->segs, g->n, &o, rt->symm, ctrl,
-                                             group_slot(L, k));
-            ctrl += rt->lay->ctrl_per_group;
+            if (o.staging_shared)   /* the layout's offset is in the staging space */
+                o.staging_offset += ctrl + rt->lay->staging_base;
+            dmuon_rc rc = dmuon_group_create(&rt->topo, g->segs, g->n, &o, rt->symm,
+                                             ctrl + g->ctrl_off, group_slot(L, k));
             DMUON_TRY(rt_fail_comm(rt, rc));
         }
-    assert(ctrl == rt->space_off[DMUON_SPACE_CTRL] + rt->space_bytes[DMUON_SPACE_CTRL]);
     if (rt->hsdp && rt->lay->npub && line_of(rt)->publish != DMUON_ALGO_DEFAULT) {
         dmuon_publish_opts po;
         memset(&po, 0, sizeof po);

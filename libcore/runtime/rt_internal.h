@@ -114,9 +114,10 @@ typedef struct {
 } rt_layer;
 
 /* The packed spaces of the layout (DMUON_BLOCK_*): the pool's parameter
- * and gradient spaces, and the private view arena. */
+ * and gradient spaces, the private view arena, and the reduce staging in
+ * the pool's control space. */
 enum { RT_PARAM = DMUON_BLOCK_PARAM, RT_GRAD = DMUON_BLOCK_GRAD, RT_VIEW = DMUON_BLOCK_VIEW,
-       RT_SPACES = DMUON_BLOCK_KINDS };
+       RT_STAGING = DMUON_BLOCK_STAGING, RT_SPACES = DMUON_BLOCK_KINDS };
 
 struct dmuon_rt {
     const dmuon_plan *plan;

@@ -605,10 +605,15 @@ static int64_t block_bytes(const dmuon_rt *rt, int space, size_t l)
 /* Whether layer l holds a block in `space` now, and where: the parameter
  * block from acquisition to release, the gradient block inside the
  * backward bracket and while its reduction runs, the view while it is open
- * (in the view arena: none when the view is the parameter block). */
+ * (in the view arena: none when the view is the parameter block), the
+ * reduce staging while the reduction runs. */
 static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
 {
     const rt_layer *L = &rt->layers[l];
+    if (space == RT_STAGING) {
+        *off = L->lay->staging_off;
+        return L->reducing;
+    }
     if (space == RT_PARAM) {
         *off = L->poff;
         return L->pblock != RT_BLOCK_NONE;
@@ -687,8 +692,10 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
         L->acq_now = true;
     } else if (space == RT_GRAD) {
         L->goff = sp->acq_off[k];
-    } else {
+    } else if (space == RT_VIEW) {
         L->w = (float *)((unsigned char *)rt->views + sp->acq_off[k]);
+    } else {
+        assert(sp->acq_off[k] == L->lay->staging_off);   /* bound at group creation */
     }
     return DMUON_OK;
 }
@@ -991,7 +998,9 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: post_backward('%s') inside its recomputed "
                           "forward", dmuon_plan_layer_name(rt->plan, l));
     /* the reduction runs while the backward of the layer before goes on:
-     * the next post_backward (or the end of the micro-batch) finishes it */
+     * the next post_backward (or the end of the micro-batch) finishes it;
+     * its staging is the plan's, free of the reduction still in flight */
+    DMUON_TRY(acquire(rt, RT_STAGING, l));
     double t0 = dmuon_now_ms();
     dmuon_rc rc = rt_reduce_start(rt, l);
     rt->stats.reduce_s += (dmuon_now_ms() - t0) / 1e3;

@@ -127,6 +127,20 @@ typedef struct {
                                  round once, at the owner (SCHEDULED only) */
     dmuon_algo algorithm;     /* DEFAULT (0) → the backend's; see above */
     dmuon_scope scope;        /* EQUAL and PER_OWNER: WORLD (0) or NODE */
+    int staging_shared;       /* 0 (default): a ReduceScatterV's staging slots
+                                 (MPI SCHEDULED: slots × streams × 2 chunks
+                                 per reduce queue, dmuon_group_staging_bytes)
+                                 are part of the group's control area; else
+                                 they lie at staging_offset of the memory
+                                 (DMUON_GROUP_CTRL_ALIGN-aligned, outside the
+                                 control area) and the control area holds the
+                                 control words only.  Several groups may be
+                                 given overlapping staging: the caller
+                                 guarantees that no two of them have a
+                                 ReduceScatterV in flight at once (an
+                                 AllGatherV does not use it; a call uses it
+                                 from start to its completion) */
+    int64_t staging_offset;   /* with staging_shared: bytes into the memory */
 } dmuon_group_opts;
 
 /* Reads the deadline in ms from opts (if > 0), else $DMUON_DEADLINE_MS, else
@@ -137,11 +151,18 @@ dmuon_rc dmuon_deadline_ms(int opt_ms, int *out);
  * (the same on every rank for the same table, opts and topology; a multiple
  * of DMUON_GROUP_CTRL_ALIGN).  Not collective.  MPI: 384 bytes of control
  * words plus slots × (streams in + 1) staging slots of 2 × chunk bytes per
- * reduce queue, maximised over the nodes.  Errors: DMUON_EINVAL (a bad table,
+ * reduce queue, maximised over the nodes (the slots not with
+ * opts->staging_shared).  Errors: DMUON_EINVAL (a bad table,
  * see dmuon_table_check, or bad opts: chunk size, path), DMUON_EUNSUPPORTED
  * (t->backend not built), DMUON_ENOMEM. */
 dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
                                 const dmuon_group_opts *opts, int64_t *bytes);
+
+/* Bytes of the staging a ReduceScatterV of this table uses on t's backend
+ * (0 for the algorithms and backends that stage nothing; the same on every
+ * rank).  Not collective.  Errors: as dmuon_group_ctrl_bytes. */
+dmuon_rc dmuon_group_staging_bytes(const dmuon_topo *t, const dmuon_segment *segs, int n,
+                                   const dmuon_group_opts *opts, int64_t *bytes);
 
 /* Builds a group over t for the n segments of segs (copied; the caller keeps
  * segs), with its control area at [ctrl_offset, ctrl_offset +
@@ -154,7 +175,9 @@ dmuon_rc dmuon_group_ctrl_bytes(const dmuon_topo *t, const dmuon_segment *segs, 
  * differs from rank 0), DMUON_EINVAL (a bad table, see dmuon_table_check;
  * bad opts; mem allocated over another topology or backend; ctrl_offset
  * negative, not a multiple of DMUON_GROUP_CTRL_ALIGN, or the area not inside
- * mem), DMUON_EUNSUPPORTED (t->backend not built), DMUON_ENOMEM (on any
+ * mem; the same for a shared staging area, or one overlapping the control
+ * area; a call's buffer or window overlapping either, at the call),
+ * DMUON_EUNSUPPORTED (t->backend not built), DMUON_ENOMEM (on any
  * rank), DMUON_ECOMM, DMUON_ETIMEOUT (a rank did not reach one of create's
  * agreements, dmuon/ctl.h, within the deadline: opts->deadline_ms as for
  * the calls, so a value > 0 is used without reading the environment; the

@@ -46,9 +46,13 @@
  *   gradient block (F32, pool):  from pre_backward(l) until l's reduction
  *     finishes, which is at the next post_backward (the last one of the
  *     micro-batch finishes every reduction).
+ *   reduce staging (pool, control space):  from post_backward(l), where
+ *     l's ReduceScatterV starts, until it finishes.
  * Each space is packed by first fit over the acquisitions in that order
  * (dmuon_pool_pack): blocks never live at once share bytes, and the first
- * micro-batch needs no more than any other.
+ * micro-batch needs no more than any other.  The control space holds every
+ * group's control words back to back (each group its own: they persist
+ * between calls), then the packed staging.
  */
 #ifndef DMUON_LAYOUT_H
 #define DMUON_LAYOUT_H
@@ -112,18 +116,26 @@ enum {
     DMUON_BLOCK_GRAD,         /* gradients, F32 (pool) */
     DMUON_BLOCK_VIEW,         /* the F32 view of the gathered parameters
                                  (private arena; empty when they alias) */
+    DMUON_BLOCK_STAGING,      /* the staging of the layer's owned-region
+                                 ReduceScatterV (pool, control space; empty
+                                 where the backend stages nothing) */
     DMUON_BLOCK_KINDS
 };
 
-/* Name of a block kind ("parameter", "gradient", "weight view"). */
+/* Name of a block kind ("parameter", "gradient", "weight view", "reduce
+ * staging"). */
 const char *dmuon_block_name(int kind);
 
-/* One group: its table (n segments; n = 0: the layer has no such group)
- * and options (deadline_ms 0: the caller sets its own). */
+/* One group: its table (n segments; n = 0: the layer has no such group),
+ * options (deadline_ms 0: the caller sets its own; staging_shared set where
+ * the group stages, its staging_offset relative to the staging area: add
+ * the pool's offset of the control space plus staging_base) and its
+ * control area (ctrl_off bytes into the control space, ctrl_bytes). */
 typedef struct {
     const dmuon_segment *segs;
     int n;
     dmuon_group_opts opts;
+    int64_t ctrl_off, ctrl_bytes;
 } dmuon_layout_group;
 
 typedef struct {
@@ -144,7 +156,9 @@ typedef struct {
     int64_t even_pos;         /* first element of this layer's shard in the
                                  rank's even arrays */
     int64_t bytes[DMUON_BLOCK_KINDS];  /* block sizes (unaligned; view 0 when
-                                 it aliases the parameter block) */
+                                 it aliases the parameter block; staging 0
+                                 where nothing is staged) */
+    int64_t staging_off;      /* the staging's offset in the staging space */
     bool muon_even;           /* a Muon parameter in the even region (line B
                                  gathers its directions at the step) */
     int next_fwd, next_bwd;   /* prefetch target after this layer's
@@ -197,8 +211,9 @@ typedef struct {
 typedef struct {
     int64_t total_bytes;
     int64_t pool_bytes;
-    int64_t ctrl_bytes;           /* the operators' control areas: one per
-                                     group, each the largest any group needs */
+    int64_t ctrl_bytes;           /* the operators' control space: every group's
+                                     control words, then the reduce staging */
+    int64_t staging_bytes;        /* of which the packed reduce staging */
     int64_t param_space_bytes;    /* gathered parameter blocks, packed */
     int64_t grad_space_bytes;     /* F32 gradient blocks, packed */
     int64_t window_space_bytes;   /* owner window (param dtype + F32, sized by
@@ -275,7 +290,13 @@ typedef struct {
 
     dmuon_layout_space space[DMUON_BLOCK_KINDS];
     int ngroups;              /* groups with a table, over every layer */
-    int64_t ctrl_per_group;   /* bytes of each control area (aligned) */
+    int64_t ctrl_words_bytes; /* the groups' control areas, back to back */
+    int64_t staging_base;     /* where the staging space starts in the
+                                 control space (aligned) */
+    int64_t gather_staging;   /* the largest staging a gather-only group would
+                                 hold (it never uses it: its staging lies at
+                                 the space's start, which is at least this
+                                 long) */
     dmuon_pool_map map;       /* the pool, offsets from its base */
     int64_t state_elems;      /* floats of the private state allocation */
     int64_t scratch_elems;    /* floats of the step's scratch */
