@@ -818,6 +818,7 @@ dmuon_rc dmuon_layout_build(const dmuon_plan *p, const dmuon_layout_opts *opts,
                             dmuon_layout **out)
 {
     dmuon_layout *x = NULL;
+    *out = NULL;
     DMUON_TRY(layout_new(p, opts, &x));
     dmuon_rc rc = build_common(x);
     if (rc == DMUON_OK)
@@ -837,6 +838,7 @@ dmuon_rc dmuon_layout_build_busiest(const dmuon_plan *p, const dmuon_layout_opts
 {
     dmuon_layout *x = NULL;
     dmuon_layout_opts o;
+    *out = NULL;
     if (opts)
         o = *opts;
     else

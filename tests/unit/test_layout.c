@@ -1,0 +1,364 @@
+/*
+ * test_layout.c — the layout as a pure object (dmuon/layout.h), no MPI:
+ * over built models (with and without a root layer, dense and MoE-like),
+ * FSDP and HSDP, lines A-D, ZeRO-2/3, prefetch 0/1, BF16 and F32
+ * parameters, for every rank:
+ *   - blocks live at one moment of the plan's order never overlap: replayed
+ *     here from the events and offsets, independently of dmuon_layout_check;
+ *   - every rank's shared part agrees (map, spaces, digest);
+ *   - the sizes add up to the figures;
+ *   - the pieces cover the parameters exactly (owned matrices once over the
+ *     world; even shards once per shard group);
+ * and dmuon_layout_check fails when two live ranges are made to overlap.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dmuon/layout.h"
+#include "dmuon/model.h"
+#include "dmuon/plan.h"
+
+/* A llama-like inventory: embeddings, `layers` blocks, final norm, head
+ * (root: every one of them outside the blocks; none: blocks only). */
+static dmuon_model *model_of(int layers, int d, bool root, bool moe)
+{
+    dmuon_tensor_spec t[256];
+    size_t n = 0;
+    char names[256][96];
+#define T(nd, a, b, c, fmt, ...)                                                 \
+    do {                                                                         \
+        snprintf(names[n], sizeof names[n], fmt, __VA_ARGS__);                   \
+        t[n] = (dmuon_tensor_spec){names[n], nd, {a, b, c}, DMUON_BF16};         \
+        n++;                                                                     \
+    } while (0)
+    if (root)
+        T(2, 4 * d, d, 0, "%s", "model.embed_tokens.weight");
+    for (int l = 0; l < layers; l++) {
+        T(2, d, d, 0, "model.layers.%d.self_attn.q_proj.weight", l);
+        T(2, d / 2, d, 0, "model.layers.%d.self_attn.k_proj.weight", l);
+        T(1, d, 0, 0, "model.layers.%d.input_layernorm.weight", l);
+        if (moe)
+            T(3, 4, 2 * d, d, "model.layers.%d.mlp.experts.down_proj", l);
+        else
+            T(2, 3 * d, d + l, 0, "model.layers.%d.mlp.up_proj.weight", l);
+        T(1, 3, 0, 0, "model.layers.%d.mlp.bias", l);
+    }
+    if (root) {
+        T(1, d, 0, 0, "%s", "model.norm.weight");
+        T(2, 4 * d, d, 0, "%s", "lm_head.weight");
+    }
+#undef T
+    dmuon_model *m = NULL;
+    assert_int_equal(dmuon_model_build("test_layout", t, n, NULL, &m), DMUON_OK);
+    return m;
+}
+
+static dmuon_plan *plan_of(const dmuon_model *m, int nodes, int k, dmuon_sharding sh,
+                           dmuon_dtype pdt)
+{
+    dmuon_plan_opts o;
+    dmuon_plan_opts_init(&o);
+    o.nodes = nodes;
+    o.gpus_per_node = k;
+    o.sharding = sh;
+    o.cost = DMUON_COST_ELEMENTS;
+    o.small_unit_bytes = 0;
+    o.param_dtype = pdt;
+    dmuon_plan *p = NULL;
+    assert_int_equal(dmuon_plan_build(m, &o, &p), DMUON_OK);
+    return p;
+}
+
+/* The plan's order replayed: no two live blocks of one space overlap, all
+ * inside the space.  Written here from the header's rules. */
+static void replay(const dmuon_layout *x)
+{
+    for (int k = 0; k < DMUON_BLOCK_KINDS; k++) {
+        const dmuon_layout_space *sp = &x->space[k];
+        int64_t *lo = calloc(x->nlayers, sizeof *lo), *hi = calloc(x->nlayers, sizeof *hi);
+        bool *live = calloc(x->nlayers, sizeof *live);
+        size_t a = 0;
+        for (size_t e = 0; e < sp->nev; e++) {
+            int32_t l = sp->ev[e].block;
+            assert_true(l >= 0 && (size_t)l < x->nlayers);
+            if (!sp->ev[e].acquire) {
+                assert_true(live[l]);
+                live[l] = false;
+                continue;
+            }
+            assert_false(live[l]);
+            assert_int_equal(sp->acq_layer[a], l);
+            lo[l] = sp->acq_off[a++];
+            hi[l] = lo[l] + (x->layers[l].bytes[k] + 63) / 64 * 64;
+            assert_true(lo[l] >= 0 && lo[l] % 64 == 0 && hi[l] <= sp->bytes);
+            for (size_t j = 0; j < x->nlayers; j++)
+                if (live[j] && hi[l] > lo[l] && hi[j] > lo[j])
+                    assert_true(hi[l] <= lo[j] || hi[j] <= lo[l]);
+            live[l] = true;
+        }
+        assert_int_equal(a, sp->nacq);
+        free(lo);
+        free(hi);
+        free(live);
+    }
+}
+
+/* Each figure is the sum the header gives. */
+static void sums(const dmuon_layout *x)
+{
+    const dmuon_layout_memory *m = &x->mem;
+    assert_int_equal(m->total_bytes, m->pool_bytes + m->view_bytes + m->state_bytes +
+                                         m->scratch_bytes + m->ns_workspace_bytes);
+    assert_int_equal(m->pool_bytes, x->map.total);
+    assert_true(m->ctrl_bytes + m->param_space_bytes + m->grad_space_bytes +
+                    m->window_space_bytes <= m->pool_bytes);
+    assert_int_equal(m->param_space_bytes, x->space[DMUON_BLOCK_PARAM].bytes);
+    assert_int_equal(m->grad_space_bytes, x->space[DMUON_BLOCK_GRAD].bytes);
+    assert_int_equal(m->view_bytes, x->space[DMUON_BLOCK_VIEW].bytes);
+    assert_true(m->least_bytes <= m->total_bytes);
+    assert_true(m->live_peak_bytes <= m->param_space_bytes + m->grad_space_bytes + m->view_bytes);
+    int64_t we = x->win_elems, ee = x->even_total;
+    assert_int_equal(m->state_bytes, (4 * we + 4 * ee + (x->opts.line == DMUON_LINE_B ? ee : 0)) * 4);
+    /* the largest layer's block is in the parameter space */
+    assert_true(m->param_space_bytes >= m->largest_layer_bytes);
+    if (x->view_alias)
+        assert_int_equal(m->view_bytes, 0);
+}
+
+/* Every rank's pieces: owned matrices once over the world, even elements
+ * once per shard group. */
+static void coverage(const dmuon_plan *p, dmuon_layout *x)
+{
+    size_t np = 0;
+    const dmuon_plan_param *pp = dmuon_plan_params(p, &np);
+    int64_t total = 0, owned = 0, even = 0;
+    for (size_t i = 0; i < np; i++)
+        total += pp[i].numel;
+    int groups = x->hsdp ? x->nodes : 1;
+    for (int32_t r = 0; r < x->ranks; r++) {
+        assert_int_equal(dmuon_layout_set_rank(x, r), DMUON_OK);
+        for (size_t i = 0; i < x->npieces; i++) {
+            const dmuon_layout_piece *pc = &x->pieces[i];
+            assert_true(pc->lo >= 0 && pc->hi <= pp[pc->param].numel && pc->lo < pc->hi);
+            assert_true(pc->owned == x->params[pc->param].owned);
+            if (pc->owned)
+                owned += pc->hi - pc->lo;
+            else
+                even += pc->hi - pc->lo;
+        }
+    }
+    int64_t want_owned = 0;
+    for (size_t i = 0; i < np; i++)
+        if (x->params[i].owned)
+            want_owned += pp[i].numel;
+    assert_int_equal(owned, want_owned);
+    assert_int_equal(even, (total - want_owned) * groups);
+}
+
+typedef struct {
+    int layers, d, nodes, k;
+    bool root, moe;
+    dmuon_sharding sh;
+    dmuon_dtype pdt;
+} shape;
+
+static void check_all(const shape *c)
+{
+    dmuon_model *m = model_of(c->layers, c->d, c->root, c->moe);
+    dmuon_plan *p = plan_of(m, c->nodes, c->k, c->sh, c->pdt);
+    for (int line = DMUON_LINE_D; line <= DMUON_LINE_A; line++)
+        for (int zero = 2; zero <= 3; zero++)
+            for (int pf = 0; pf <= 1; pf++) {
+                dmuon_layout_opts o;
+                dmuon_layout_opts_init(&o);
+                o.line = (dmuon_line)line;
+                o.zero_stage = zero;
+                o.prefetch = pf;
+                dmuon_layout *first = NULL;
+                assert_int_equal(dmuon_layout_build(p, &o, &first), DMUON_OK);
+                assert_true(first->view_alias == (c->pdt == DMUON_F32));
+                for (int32_t r = 0; r < dmuon_plan_ranks(p); r++) {
+                    o.rank = r;
+                    dmuon_layout *x = NULL;
+                    assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_OK);
+                    assert_int_equal(dmuon_layout_check(x), DMUON_OK);
+                    replay(x);
+                    sums(x);
+                    /* what every rank must share */
+                    assert_memory_equal(&x->map, &first->map, sizeof x->map);
+                    assert_true(dmuon_layout_digest(x) == dmuon_layout_digest(first));
+                    for (int k = 0; k < DMUON_BLOCK_KINDS; k++)
+                        assert_int_equal(x->space[k].bytes, first->space[k].bytes);
+                    /* ZeRO-2 keeps every layer's parameters gathered */
+                    if (zero == 2) {
+                        int64_t all = 0;
+                        for (size_t l = 0; l < x->nlayers; l++)
+                            all += (x->layers[l].bytes[DMUON_BLOCK_PARAM] + 63) / 64 * 64;
+                        assert_true(x->space[DMUON_BLOCK_PARAM].bytes >= all);
+                    }
+                    dmuon_layout_free(x);
+                }
+                coverage(p, first);
+                dmuon_layout_free(first);
+            }
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+static void test_invariants(void **state)
+{
+    (void)state;
+    static const shape cases[] = {
+        {4, 16, 1, 4, true, false, DMUON_SHARD_FSDP, DMUON_BF16},
+        {4, 16, 2, 2, true, false, DMUON_SHARD_HSDP, DMUON_BF16},
+        {3, 24, 2, 2, false, false, DMUON_SHARD_FSDP, DMUON_F32},
+        {5, 8, 2, 4, true, true, DMUON_SHARD_HSDP, DMUON_F32},
+        {6, 16, 1, 1, true, false, DMUON_SHARD_FSDP, DMUON_BF16},
+        {2, 32, 4, 2, false, true, DMUON_SHARD_FSDP, DMUON_BF16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_all(&cases[i]);
+}
+
+/* ZeRO-3 with prefetch: one layer's parameter block at a time (released
+ * once widened), so the parameter space is the largest layer's block and
+ * the gradient space holds two layers (the reduction in flight) plus the
+ * root's, which encloses the others. */
+static void test_reuse(void **state)
+{
+    (void)state;
+    dmuon_model *m = model_of(8, 32, true, false);
+    dmuon_plan *p = plan_of(m, 1, 4, DMUON_SHARD_FSDP, DMUON_BF16);
+    dmuon_layout *x = NULL;
+    assert_int_equal(dmuon_layout_build(p, NULL, &x), DMUON_OK);
+    assert_true(x->root);
+    int64_t big = 0, sum = 0, gmax[2] = {0, 0};
+    for (size_t l = 0; l < x->nlayers; l++) {
+        int64_t b = (x->layers[l].bytes[DMUON_BLOCK_PARAM] + 63) / 64 * 64;
+        int64_t g = (x->layers[l].bytes[DMUON_BLOCK_GRAD] + 63) / 64 * 64;
+        big = b > big ? b : big;
+        sum += b;
+        if (l > 0 && g > gmax[0]) {
+            gmax[1] = gmax[0];
+            gmax[0] = g;
+        } else if (l > 0 && g > gmax[1]) {
+            gmax[1] = g;
+        }
+    }
+    assert_int_equal(x->space[DMUON_BLOCK_PARAM].bytes, big);
+    assert_true(x->space[DMUON_BLOCK_PARAM].bytes < sum / 2);
+    int64_t groot = (x->layers[0].bytes[DMUON_BLOCK_GRAD] + 63) / 64 * 64;
+    assert_true(x->space[DMUON_BLOCK_GRAD].bytes >= groot + gmax[1]);
+    assert_true(x->space[DMUON_BLOCK_GRAD].bytes <= groot + gmax[0] + gmax[1]);
+    /* prefetch targets: the next layer of the pass; the root's backward
+     * prefetches the last block */
+    assert_int_equal(x->layers[0].next_fwd, 1);
+    assert_int_equal(x->layers[0].next_bwd, (int)x->nlayers - 1);
+    assert_int_equal(x->layers[1].next_bwd, -1);
+    assert_int_equal(x->layers[x->nlayers - 1].next_fwd, -1);
+    assert_int_equal(x->layers[3].next_bwd, 2);
+    dmuon_layout_free(x);
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+/* Two live ranges made to overlap: the check names them. */
+static void test_overlap_caught(void **state)
+{
+    (void)state;
+    dmuon_model *m = model_of(4, 16, true, false);
+    dmuon_plan *p = plan_of(m, 1, 2, DMUON_SHARD_FSDP, DMUON_BF16);
+    for (int k = 0; k < DMUON_BLOCK_KINDS - 1; k++) {
+        dmuon_layout *x = NULL;
+        dmuon_layout_opts o;
+        dmuon_layout_opts_init(&o);
+        o.zero_stage = k == DMUON_BLOCK_PARAM ? 2 : 3;   /* ZeRO-3 widens one at a time */
+        assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_OK);
+        /* two acquisitions whose blocks are live at once (the root's and
+         * the next one): move the second onto the first */
+        const dmuon_layout_space *sp = &x->space[k];
+        size_t a = 0, b = 0, acq = 0;
+        bool found = false;
+        bool *live = calloc(x->nlayers, sizeof *live);
+        size_t *at = calloc(x->nlayers, sizeof *at);
+        for (size_t e = 0; e < sp->nev && !found; e++) {
+            int32_t l = sp->ev[e].block;
+            if (!sp->ev[e].acquire) {
+                live[l] = false;
+                continue;
+            }
+            for (size_t j = 0; j < x->nlayers && !found; j++)
+                if (live[j] && x->layers[j].bytes[k] && x->layers[l].bytes[k]) {
+                    a = at[j];
+                    b = acq;
+                    found = true;
+                }
+            live[l] = true;
+            at[l] = acq++;
+        }
+        free(live);
+        free(at);
+        assert_true(found);
+        int64_t *off = (int64_t *)(uintptr_t)sp->acq_off;
+        assert_int_equal(dmuon_layout_check(x), DMUON_OK);
+        int64_t keep = off[b];
+        off[b] = off[a];
+        assert_int_equal(dmuon_layout_check(x), DMUON_ECHECK);
+        assert_non_null(strstr(dmuon_errmsg(), "overlap"));
+        off[b] = keep;
+        assert_int_equal(dmuon_layout_check(x), DMUON_OK);
+        dmuon_layout_free(x);
+    }
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+/* Bad options are refused naming the value. */
+static void test_bad_options(void **state)
+{
+    (void)state;
+    dmuon_model *m = model_of(2, 16, true, false);
+    dmuon_plan *p = plan_of(m, 1, 2, DMUON_SHARD_FSDP, DMUON_BF16);
+    dmuon_layout_opts o;
+    dmuon_layout *x = (dmuon_layout *)1;
+    dmuon_layout_opts_init(&o);
+    o.rank = 2;
+    assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_EINVAL);
+    assert_null(x);
+    assert_non_null(strstr(dmuon_errmsg(), "rank 2 outside [0, 2)"));
+    dmuon_layout_opts_init(&o);
+    o.zero_stage = 1;
+    assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "ZeRO stage 1"));
+    dmuon_layout_opts_init(&o);
+    o.prefetch = 2;
+    assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "prefetch depth 2"));
+    dmuon_layout_opts_init(&o);
+    o.line = (dmuon_line)7;
+    assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_EINVAL);
+    assert_int_equal(dmuon_layout_build(p, NULL, &x), DMUON_OK);
+    assert_int_equal(dmuon_layout_set_rank(x, -1), DMUON_EINVAL);
+    dmuon_layout_free(x);
+    dmuon_layout_free(NULL);
+    dmuon_plan_free(p);
+    dmuon_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_invariants),
+        cmocka_unit_test(test_reuse),
+        cmocka_unit_test(test_overlap_caught),
+        cmocka_unit_test(test_bad_options),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
