@@ -8,8 +8,10 @@
  * of the individual forms live in model_hf.c (config.json), model_st.c
  * (safetensors headers) and model_yaml.c (the project's YAML).
  *
- * Invariants: params[i].layer < nlayers; layer 0 is "(root)" iff some tensor
- * lies outside every numbered block; all strings are owned by the model.
+ * Invariants: params[i].layer < nlayers; layer 0 is "(root)" or "(embed)",
+ * and the last layer "(head)", iff some tensor lies outside every numbered
+ * block (dmuon/model.h, "Layers of the tensors outside numbered blocks");
+ * all strings are owned by the model.
  */
 #include "model_internal.h"
 
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -312,8 +315,27 @@ static int qs_forward(const void *x, const void *y)
     return (a->first > b->first) - (a->first < b->first);
 }
 
-/* Assigns params[i].layer and fills m->layers in forward order. */
-static dmuon_rc assign_layers(dmuon_model *m)
+static const char *const root_mode_names[] = {"auto", "one", "split"};
+
+const char *dmuon_root_mode_name(dmuon_root_mode r)
+{
+    return (unsigned)r <= DMUON_ROOT_SPLIT ? root_mode_names[r] : "?";
+}
+
+dmuon_rc dmuon_root_mode_parse(const char *s, dmuon_root_mode *out)
+{
+    for (int i = 0; i <= DMUON_ROOT_SPLIT; i++)
+        if (s && !strcasecmp(s, root_mode_names[i])) {
+            *out = (dmuon_root_mode)i;
+            return DMUON_OK;
+        }
+    return DMUON_FAIL(DMUON_EINVAL, "root '%s': expected auto, one or split", s ? s : "");
+}
+
+/* Assigns params[i].layer and fills m->layers in forward order.  split:
+ * the tensors outside the blocks go to "(embed)" and "(head)" where they
+ * all sit before or after every block tensor (dmuon/model.h). */
+static dmuon_rc assign_layers(dmuon_model *m, bool split)
 {
     size_t n = m->nparams, nk = 0, nu = 0;
     bool root = false;
@@ -323,13 +345,32 @@ static dmuon_rc assign_layers(dmuon_model *m)
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory while ordering %zu tensors", n);
         goto out;
     }
+    size_t first_blk = n, last_blk = 0;
     for (size_t i = 0; i < n; i++) {
         layer_key t = {.name = m->params[i].name, .first = i};
-        if (find_block(t.name, &t.key_len, &t.prefix_len, &t.num))
+        if (find_block(t.name, &t.key_len, &t.prefix_len, &t.num)) {
             k[nk++] = t;
-        else
+            first_blk = i < first_blk ? i : first_blk;
+            last_blk = i;
+        } else {
             root = true;
+        }
     }
+    /* where the tensors outside the blocks sit: before, after, between */
+    bool pre = false, post = false, between = false;
+    for (size_t i = 0; i < n && root && nk; i++) {
+        size_t kl, pl;
+        long long num;
+        if (find_block(m->params[i].name, &kl, &pl, &num))
+            continue;
+        if (i < first_blk)
+            pre = true;
+        else if (i > last_blk)
+            post = true;
+        else
+            between = true;
+    }
+    split = split && root && nk && !between;
     /* unique keys, each with its first appearance */
     qsort(k, nk, sizeof *k, qs_key_name);
     for (size_t i = 0; i < nk; i++)
@@ -343,20 +384,25 @@ static dmuon_rc assign_layers(dmuon_model *m)
         k[i].prefix_first = same ? k[i - 1].prefix_first : k[i].first;
     }
     qsort(k, nu, sizeof *k, qs_forward);
-    m->nlayers = nu + (root ? 1 : 0);
+    const bool head = split && post;
+    m->nlayers = nu + (root && (!split || pre) ? 1 : 0) + (head ? 1 : 0);
     m->layers = calloc(m->nlayers ? m->nlayers : 1, sizeof *m->layers);
     if (!m->layers) {
         rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for %zu layers", m->nlayers);
         goto out;
     }
     size_t base = 0;
-    if (root) {
-        m->layers[0] = xstrdup("(root)");
+    if (root && (!split || pre)) {
+        m->layers[0] = xstrdup(split ? "(embed)" : "(root)");
         if (!m->layers[0]) {
             rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for layer names");
             goto out;
         }
         base = 1;
+    }
+    if (head && !(m->layers[m->nlayers - 1] = xstrdup("(head)"))) {
+        rc = DMUON_FAIL(DMUON_ENOMEM, "out of memory for layer names");
+        goto out;
     }
     for (size_t i = 0; i < nu; i++) {
         k[i].id = (int32_t)(base + i);
@@ -371,7 +417,7 @@ static dmuon_rc assign_layers(dmuon_model *m)
     for (size_t i = 0; i < n; i++) {
         layer_key t = {.name = m->params[i].name};
         if (!find_block(t.name, &t.key_len, &t.prefix_len, &t.num)) {
-            m->params[i].layer = 0;
+            m->params[i].layer = head && i > last_blk ? (int32_t)(m->nlayers - 1) : 0;
             continue;
         }
         size_t lo = 0, hi = nu;
@@ -502,7 +548,9 @@ dmuon_rc dmuon_model_new(const char *source, const char *format, const dmuon_ten
                             m->params[idx[i]].name);
             goto fail;
         }
-    DMUON_TRY_GOTO(rc, assign_layers(m), fail);
+    /* AUTO is the reader's to resolve (model_hf.c splits an untied config);
+     * left here, it is one "(root)" */
+    DMUON_TRY_GOTO(rc, assign_layers(m, opts && opts->root == DMUON_ROOT_SPLIT), fail);
     m->digest = digest_model(m);
     free(idx);
     *out = m;

@@ -605,7 +605,15 @@ dmuon_rc dmuon_model_load_hf_config(const char *path, dmuon_doc *d, const dmuon_
         c.moe_inter = c.inter;
     emitter e = {.l = &l, .dt = dt};
     DMUON_TRY_GOTO(rc, emit_model(&e, &c, opts && opts->fused_experts), out);
-    DMUON_TRY_GOTO(rc, dmuon_model_new(path, "config", l.t, l.stored, l.n, opts, out), out);
+    {   /* generated in forward order: embeddings, blocks, norm and head, the
+         * head apart unless tied to the embedding */
+        dmuon_model_opts mo = {0};
+        if (opts)
+            mo = *opts;
+        if (mo.root == DMUON_ROOT_AUTO)
+            mo.root = c.tied ? DMUON_ROOT_ONE : DMUON_ROOT_SPLIT;
+        DMUON_TRY_GOTO(rc, dmuon_model_new(path, "config", l.t, l.stored, l.n, &mo, out), out);
+    }
     {   /* a quantized checkpoint's config: the inventory is its module layout */
         yaml_node_t *q = dmuon_doc_get(d, root, "quantization_config");
         if (q && !dmuon_doc_is_null(q)) {

@@ -100,11 +100,19 @@ dmuon_rc dmuon_model_load_yaml(const char *path, const dmuon_model_opts *opts, d
         goto out;
     }
     if (root && root->type == YAML_MAPPING_NODE) {
-        const char *dts = NULL;
+        const char *dts = NULL, *rs = NULL;
         DMUON_TRY_GOTO(rc, dmuon_doc_only_keys(&d, root, "the inventory",
                                                (const char *const[]){"dtype", "muon", "adamw",
-                                                                     "tensors", NULL}),
+                                                                     "tensors", "root", NULL}),
                        out);
+        /* the caller's choice wins over the file's (dmuon/model.h) */
+        DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&d, root, "root", false, &rs), out);
+        if (rs && o.root == DMUON_ROOT_AUTO && dmuon_root_mode_parse(rs, &o.root) != DMUON_OK) {
+            rc = DMUON_FAIL(DMUON_EPARSE, "%s: field 'root': '%s': expected auto, one or split "
+                            "(split: the list is in forward order and no tensor outside the "
+                            "blocks is used at both ends)", path, rs);
+            goto out;
+        }
         DMUON_TRY_GOTO(rc, dmuon_doc_field_str(&d, root, "dtype", false, &dts), out);
         if (dts && dmuon_dtype_parse(dts, &def) != DMUON_OK) {
             rc = DMUON_FAIL(DMUON_EPARSE, "%s: field 'dtype': unknown element type '%s'", path,

@@ -27,6 +27,7 @@ struct dmuon_capi_plan_opts {
     char *muon[CAPI_MAX_PATTERNS];
     char *adamw[CAPI_MAX_PATTERNS];
     size_t n_muon, n_adamw;
+    dmuon_root_mode root;                /* the model's (dmuon_model_opts.root) */
 };
 
 struct dmuon_capi_rt_opts {
@@ -255,6 +256,10 @@ dmuon_rc dmuon_capi_plan_opts_set(dmuon_capi_plan_opts *o, const char *key, cons
         dmuon_dtype v;
         DMUON_TRY(dmuon_dtype_parse(value ? value : "", &v));
         p->param_dtype = v;
+    } else if (!strcmp(k, "root")) {
+        dmuon_root_mode v;
+        DMUON_TRY(dmuon_root_mode_parse(value, &v));
+        o->root = v;
     } else if (!strcmp(k, "muon")) {
         DMUON_TRY(add_pattern(k, value, o->muon, &o->n_muon));
     } else if (!strcmp(k, "adamw")) {
@@ -263,7 +268,7 @@ dmuon_rc dmuon_capi_plan_opts_set(dmuon_capi_plan_opts *o, const char *key, cons
         return DMUON_FAIL(DMUON_EINVAL, "planning option '%s': expected one of nodes, "
                           "gpus_per_node, sharding, zero, strategy, cost, cost_db, device, "
                           "model_path, epsilon, byte_cap, layer_spread, column_balance, "
-                          "fuse_experts, small_unit_bytes, param_dtype, muon, adamw", k);
+                          "fuse_experts, small_unit_bytes, param_dtype, root, muon, adamw", k);
     }
     return DMUON_OK;
 }
@@ -300,6 +305,7 @@ dmuon_rc dmuon_capi_model_tensors(const char *source, size_t n, const char *cons
         mo.adamw = (const char *const *)o->adamw;
         mo.n_adamw = o->n_adamw;
         mo.fused_experts = false;
+        mo.root = o->root;
     }
     DMUON_TRY_GOTO(rc, dmuon_model_build(source ? source : "model", t, n, &mo, out), out);
 out:

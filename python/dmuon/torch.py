@@ -110,8 +110,17 @@ class _PlanOpts:
             self.p = ctypes.c_void_p()
 
 
+def _shared(model):
+    """Names of the parameters registered under more than one name (a tied
+    embedding and head), as lists of the names of each."""
+    seen = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        seen.setdefault(id(p), []).append(n)
+    return [v for v in seen.values() if len(v) > 1]
+
+
 def plan(model, ranks_per_node=None, sharding="fsdp", zero=3, cost="flops", comm=None,
-         **plan_opts):
+         root="auto", **plan_opts):
     """Plans model's trainable named_parameters() for the running world
     (comm: None = MPI_COMM_WORLD, or an mpi4py communicator).
 
@@ -123,7 +132,15 @@ def plan(model, ranks_per_node=None, sharding="fsdp", zero=3, cost="flops", comm
     small_unit_bytes, strategy, byte_cap, layer_spread, column_balance,
     muon=[patterns], adamw=[patterns]).  Roles follow dmuon/model.h: 2-D
     tensors are Muon matrices except names with "embed" or "lm_head".
-    Collective (every rank calls it with the same module)."""
+    root: the layers of the parameters outside the numbered blocks
+    (dmuon/model.h): "split" gives those registered before the blocks the
+    layer "(embed)" and those after them "(head)", each gathered only for
+    its own modules' forward and backward (registration order must be
+    forward order, as in Hugging Face and torchtitan models); "one" puts
+    them in one "(root)" layer, the module itself, gathered for the whole
+    forward and backward; "auto" (default) splits unless a parameter is
+    shared between modules (a tied head).  Collective (every rank calls it
+    with the same module)."""
     if ranks_per_node is not None and not (isinstance(ranks_per_node, int) and
                                            ranks_per_node > 0):
         raise ValueError("ranks_per_node %r: expected an integer > 0 (or None)"
@@ -133,9 +150,16 @@ def plan(model, ranks_per_node=None, sharding="fsdp", zero=3, cost="flops", comm
     nodes, per = ctypes.c_int(), ctypes.c_int()
     check(lib().dmuon_capi_comm_nodes(h, int(ranks_per_node or 0), ctypes.byref(nodes),
                                       ctypes.byref(per)))
+    if root not in ("auto", "one", "split"):
+        raise ValueError("root %r: expected 'auto', 'one' or 'split'" % (root,))
+    shared = _shared(model)
+    if root == "split" and shared:
+        raise DmuonError(1, "einval", "root='split': parameter %s is shared by %s, used at both "
+                         "ends of the forward: plan with root='one' (or 'auto')" % (
+                             shared[0][0], " and ".join(shared[0])))
     opts = dict(plan_opts)
     opts.update(nodes=nodes.value, gpus_per_node=per.value, sharding=sharding, zero=zero,
-                cost=cost)
+                cost=cost, root="one" if root == "one" or shared else "split")
     return _plan_named(_trainable(model), opts, type(model).__name__)
 
 
@@ -169,10 +193,13 @@ def shard(model, plan, line="D", param_dtype=None, ns="gram-pe5", deadline_s=Non
 
 
 class _Layer:
-    __slots__ = ("index", "name", "module", "params", "need", "got", "phase", "recompute")
+    __slots__ = ("index", "name", "module", "parts", "seen", "params", "need", "got", "phase",
+                 "recompute")
 
-    def __init__(self, index, name, module):
+    def __init__(self, index, name, module, parts=None):
         self.index, self.name, self.module = index, name, module
+        self.parts = parts    # "(embed)", "(head)": the modules owning its parameters
+        self.seen = None      # parts whose forward ran in this forward (None: closed)
         self.params = []      # (runtime index, Parameter)
         self.need = 0         # parameters whose gradient ends the layer's backward
         self.got = 0
@@ -260,16 +287,32 @@ class Runtime:
                                  "(a view or shared tensor): dmuon needs one storage per "
                                  "parameter" % n)
         self._layers = []
+        owners = {}   # plan layer -> the modules owning its parameters, in order
+        for n, layer, _, _ in plan.params:
+            mname = n.rpartition(".")[0]
+            mods = owners.setdefault(layer, [])
+            mod = model.get_submodule(mname) if mname else model
+            if all(m is not mod for m in mods):
+                mods.append(mod)
         for i, lname in enumerate(plan.layers):
+            parts = None
             if lname == "(root)":
                 mod = model
+            elif lname in ("(embed)", "(head)"):
+                mod, parts = None, owners.get(i, [])
+                if any(m is model for m in parts):
+                    raise DmuonError(1, "einval", "plan layer '%s': parameter %s is the root "
+                                     "module's own, which runs around every layer: plan with "
+                                     "root='one'" % (lname, next(
+                                         n for n, L, _, _ in plan.params
+                                         if L == i and "." not in n)))
             else:
                 try:
                     mod = model.get_submodule(lname)
                 except AttributeError:
                     raise DmuonError(5, "enotfound", "plan layer '%s': the module has no "
                                      "submodule of that name" % lname) from None
-            self._layers.append(_Layer(i, lname, mod))
+            self._layers.append(_Layer(i, lname, mod, parts))
         self._root = next((L for L in self._layers if L.name == "(root)"), None)
         self._names = []
         for n, layer, _, _ in plan.params:
@@ -354,14 +397,30 @@ class Runtime:
     def _install(self):
         self._hooks.append(self.model.register_state_dict_pre_hook(self._state_dict_refused))
         for layer in self._layers:
-            m = layer.module
-            self._hooks.append(m.register_forward_pre_hook(
-                lambda mod, args, layer=layer: self._pre_forward(layer)))
-            self._hooks.append(m.register_forward_hook(
-                lambda mod, args, out, layer=layer: self._post_forward(layer, out)))
-            if layer is not self._root:
-                self._hooks.append(m.register_full_backward_pre_hook(
-                    lambda mod, gout, layer=layer: self._pre_backward(layer)))
+            if layer.parts is not None:
+                # "(embed)", "(head)": the bracket opens at the first of its
+                # modules' forwards and closes after the last one
+                for m in layer.parts:
+                    self._hooks.append(m.register_forward_pre_hook(
+                        lambda mod, args, layer=layer: self._pre_forward_part(layer)))
+                    self._hooks.append(m.register_forward_hook(
+                        lambda mod, args, out, layer=layer: self._post_forward_part(
+                            layer, mod, out)))
+                    # the layer that ends the forward ("(head)") begins the
+                    # backward from the tensor hook on its output (_post_forward:
+                    # a module's backward pre hook would run before it)
+                    if layer is not self._layers[-1]:
+                        self._hooks.append(m.register_full_backward_pre_hook(
+                            lambda mod, gout, layer=layer: self._pre_backward(layer)))
+            else:
+                m = layer.module
+                self._hooks.append(m.register_forward_pre_hook(
+                    lambda mod, args, layer=layer: self._pre_forward(layer)))
+                self._hooks.append(m.register_forward_hook(
+                    lambda mod, args, out, layer=layer: self._post_forward(layer, out)))
+                if layer is not self._root:
+                    self._hooks.append(m.register_full_backward_pre_hook(
+                        lambda mod, gout, layer=layer: self._pre_backward(layer)))
             for i, p in layer.params:
                 self._hooks.append(p.register_post_accumulate_grad_hook(
                     lambda p, layer=layer, i=i: self._grad_ready(layer, i, p)))
@@ -393,6 +452,29 @@ class Runtime:
             self._fwd_open = True
         self._call("dmuon_rt_pre_forward", layer.index)
         self._fill(layer)
+
+    def _pre_forward_part(self, layer):
+        if layer.seen is not None or self._in_backward():
+            return
+        # the plan's order: "(embed)" before every block, "(head)" after
+        first = layer is self._layers[0]
+        if (not first and self._fwd_open is False) or (first and any(
+                L.seen is not None for L in self._layers if L is not layer)):
+            raise DmuonError(1, "einval", "plan layer '%s' (%s) ran %s: its parameters are "
+                             "not registered in forward order; plan with root='one'" % (
+                                 layer.name, ", ".join(type(m).__name__ for m in layer.parts),
+                                 "before the first layer" if not first else "inside another"))
+        self._pre_forward(layer)
+        layer.seen = []
+
+    def _post_forward_part(self, layer, mod, out):
+        if layer.seen is None or self._in_backward():
+            return
+        if all(m is not mod for m in layer.seen):
+            layer.seen.append(mod)
+        if len(layer.seen) == len(layer.parts):
+            layer.seen = None
+            self._post_forward(layer, out)
 
     def _post_forward(self, layer, out):
         if layer.recompute:
@@ -441,7 +523,7 @@ class Runtime:
             self._call("dmuon_rt_discard")
         finally:
             for L in self._layers:
-                L.phase, L.got, L.recompute = 0, 0, False
+                L.phase, L.got, L.recompute, L.seen = 0, 0, False, None
                 self._free(L)
                 for _, p in L.params:
                     p.grad = None
@@ -480,6 +562,8 @@ class Runtime:
             L.phase, L.got, L.recompute = 0, 0, False
         if self._root is not None:
             self._pre_backward(self._root)
+        elif self._layers[-1].parts is not None:
+            self._pre_backward(self._layers[-1])
         torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
 
     def _pre_backward(self, layer):

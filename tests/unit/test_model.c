@@ -80,7 +80,11 @@ static void test_config_matches_yaml(void **state)
         char a[256], b[256];
         snprintf(a, sizeof a, "models/%s/config.json", names[k]);
         snprintf(b, sizeof b, "models/%s.yaml", names[k]);
-        dmuon_model *mc = load(a, NULL), *my = load(b, NULL);
+        /* the YAML lists are one "(root)" (no order claim); the config splits
+         * an untied head apart (tested below) */
+        dmuon_model_opts one = {0};
+        one.root = DMUON_ROOT_ONE;
+        dmuon_model *mc = load(a, &one), *my = load(b, NULL);
         assert_int_equal(dmuon_model_param_count(mc), dmuon_model_param_count(my));
         for (size_t i = 0; i < dmuon_model_param_count(mc); i++) {
             const dmuon_param *p = dmuon_model_param(mc, i), *q = dmuon_model_param(my, i);
@@ -97,6 +101,86 @@ static void test_config_matches_yaml(void **state)
         dmuon_model_free(mc);
         dmuon_model_free(my);
     }
+}
+
+/* The tensors outside the blocks (dmuon/model.h): an untied config splits
+ * them into "(embed)" first and "(head)" last; a tied one, --root one, a
+ * YAML list, a tensor between blocks: one "(root)". */
+static void test_root_split(void **state)
+{
+    dmuon_model *m = load("models/qwen2.5-7b/config.json", NULL);
+    size_t L = dmuon_model_layer_count(m);
+    assert_int_equal(L, 30);
+    assert_string_equal(dmuon_model_layer_name(m, 0), "(embed)");
+    assert_string_equal(dmuon_model_layer_name(m, L - 1), "(head)");
+    for (size_t i = 0; i < dmuon_model_param_count(m); i++) {
+        const dmuon_param *p = dmuon_model_param(m, i);
+        if (!strcmp(p->name, "model.embed_tokens.weight"))
+            assert_int_equal(p->layer, 0);
+        else if (!strcmp(p->name, "model.norm.weight") || !strcmp(p->name, "lm_head.weight"))
+            assert_int_equal(p->layer, (int)(L - 1));
+        else
+            assert_true(p->layer > 0 && (size_t)p->layer < L - 1);
+    }
+    dmuon_model_free(m);
+    m = load("models/qwen2.5-1.5b/config.json", NULL);   /* tied */
+    assert_string_equal(dmuon_model_layer_name(m, 0), "(root)");
+    assert_int_equal(dmuon_model_layer_count(m), 29);
+    dmuon_model_free(m);
+    dmuon_model_opts one = {0};
+    one.root = DMUON_ROOT_ONE;
+    m = load("models/qwen2.5-7b/config.json", &one);
+    assert_string_equal(dmuon_model_layer_name(m, 0), "(root)");
+    assert_int_equal(dmuon_model_layer_count(m), 29);
+    dmuon_model_free(m);
+    /* built: split only when asked, and only when nothing sits between */
+    dmuon_tensor_spec t[] = {{"wte.weight", 2, {8, 4}, DMUON_BF16},
+                             {"h.0.w.weight", 2, {4, 4}, DMUON_BF16},
+                             {"mid.weight", 1, {4}, DMUON_BF16},
+                             {"h.1.w.weight", 2, {4, 4}, DMUON_BF16},
+                             {"ln_f.weight", 1, {4}, DMUON_BF16}};
+    dmuon_model_opts split = {0};
+    split.root = DMUON_ROOT_SPLIT;
+    assert_int_equal(dmuon_model_build("t", t, 5, &split, &m), DMUON_OK);
+    assert_string_equal(dmuon_model_layer_name(m, 0), "(root)");
+    assert_int_equal(dmuon_model_layer_count(m), 3);
+    dmuon_model_free(m);
+    dmuon_tensor_spec u[] = {t[0], t[1], t[3], t[4]};
+    assert_int_equal(dmuon_model_build("t", u, 4, NULL, &m), DMUON_OK);
+    assert_string_equal(dmuon_model_layer_name(m, 0), "(root)");
+    dmuon_model_free(m);
+    assert_int_equal(dmuon_model_build("t", u, 4, &split, &m), DMUON_OK);
+    assert_int_equal(dmuon_model_layer_count(m), 4);
+    assert_string_equal(dmuon_model_layer_name(m, 0), "(embed)");
+    assert_string_equal(dmuon_model_layer_name(m, 3), "(head)");
+    assert_int_equal(dmuon_model_param(m, 3)->layer, 3);
+    dmuon_model_free(m);
+    assert_int_equal(dmuon_model_build("t", u, 3, &split, &m), DMUON_OK);   /* no head */
+    assert_int_equal(dmuon_model_layer_count(m), 3);
+    assert_string_equal(dmuon_model_layer_name(m, 0), "(embed)");
+    assert_string_equal(dmuon_model_layer_name(m, 2), "h.1");
+    dmuon_model_free(m);
+    /* YAML: root: split in the mapping form; a bad value names the field */
+    char y[1300];
+    snprintf(y, sizeof y, "%s/split.yaml", tmpdir);
+    FILE *f = fopen(y, "w");
+    fprintf(f, "root: split\ntensors:\n- {name: wte.weight, shape: [8, 4]}\n"
+               "- {name: h.0.w.weight, shape: [4, 4]}\n- {name: ln_f.weight, shape: [4]}\n");
+    fclose(f);
+    assert_int_equal(dmuon_model_load(y, NULL, &m), DMUON_OK);
+    assert_string_equal(dmuon_model_layer_name(m, 0), "(embed)");
+    assert_string_equal(dmuon_model_layer_name(m, 2), "(head)");
+    dmuon_model_free(m);
+    f = fopen(y, "w");
+    fprintf(f, "root: both\ntensors:\n- {name: wte.weight, shape: [8, 4]}\n");
+    fclose(f);
+    assert_int_equal(dmuon_model_load(y, NULL, &m), DMUON_EPARSE);
+    assert_non_null(strstr(dmuon_errmsg(), "field 'root': 'both'"));
+    dmuon_root_mode r;
+    assert_int_equal(dmuon_root_mode_parse("SPLIT", &r), DMUON_OK);
+    assert_int_equal(r, DMUON_ROOT_SPLIT);
+    assert_string_equal(dmuon_root_mode_name(DMUON_ROOT_ONE), "one");
+    assert_int_equal(dmuon_root_mode_parse("x", &r), DMUON_EINVAL);
 }
 
 static void test_bundled_counts(void **state)
@@ -560,7 +644,7 @@ static void test_paths_and_patterns(void **state)
     assert_int_equal(dmuon_model_pattern_check("a\\"), DMUON_EINVAL);
     assert_int_equal(dmuon_model_pattern_check(""), DMUON_EINVAL);
     const char *bad[] = {"x[y"};
-    dmuon_model_opts o = {bad, 1, NULL, 0, false};
+    dmuon_model_opts o = {bad, 1, NULL, 0, false, DMUON_ROOT_AUTO};
     dmuon_tensor_spec t = {"w.weight", 2, {4, 4}, DMUON_BF16};
     assert_int_equal(dmuon_model_build("t", &t, 1, &o, &m), DMUON_EINVAL);
     assert_non_null(strstr(dmuon_errmsg(), "x[y"));
@@ -602,6 +686,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_matches_yaml),
+        cmocka_unit_test(test_root_split),
         cmocka_unit_test(test_bundled_counts),
         cmocka_unit_test(test_fused_experts_same_matrices),
         cmocka_unit_test(test_layers_keep_prefix),

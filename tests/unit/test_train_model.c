@@ -242,7 +242,10 @@ static void test_config_routes(void **state)
             assert_int_equal(q->numel, in.numel);
             assert_int_equal(q->role, in.matrix ? DMUON_ROLE_MUON : DMUON_ROLE_ADAMW);
             assert_string_equal(dmuon_model_layer_name(hf, (size_t)q->layer),
-                                in.layer == 0 ? "(root)" : dmuon_model_layer_name(built, (size_t)in.layer));
+                                in.block >= 0 ? dmuon_model_layer_name(built, (size_t)in.layer)
+                                : c.tie ? "(root)" : in.kind == TM_EMBED ? "(embed)" : "(head)");
+            assert_string_equal(dmuon_model_layer_name(built, (size_t)in.layer),
+                                dmuon_model_layer_name(hf, (size_t)q->layer));
             assert_int_equal(q->layer, in.layer);
         }
         assert_true(dmuon_model_digest(hf) == dmuon_model_digest(built));

@@ -55,12 +55,14 @@ static dmuon_rc keep_blocks(const dmuon_model *m, int layers, dmuon_model **out)
     dmuon_tensor_spec *t = calloc(n ? n : 1, sizeof *t);
     if (!t)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-    const char *root = dmuon_model_layer_count(m) ? dmuon_model_layer_name(m, 0) : "";
-    int has_root = strcmp(root, "(root)") == 0;
+    /* the layers outside the numbered blocks: "(root)" or "(embed)" first,
+     * "(head)" last (dmuon/model.h) */
+    const char *first = dmuon_model_layer_count(m) ? dmuon_model_layer_name(m, 0) : "";
+    int has_root = first[0] == '(';
     for (size_t i = 0; i < n; i++) {
         const dmuon_param *p = dmuon_model_param(m, i);
         int block = p->layer - has_root;
-        if ((has_root && p->layer == 0) || block >= layers)
+        if (dmuon_model_layer_name(m, (size_t)p->layer)[0] == '(' || block >= layers)
             continue;
         t[k].name = p->name;
         t[k].ndim = p->ndim;

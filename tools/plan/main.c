@@ -35,7 +35,7 @@
 static const char usage[] =
     "usage: dmuon-plan [plan] (MODEL | --model MODEL) [options]\n"
     "       dmuon-plan inspect (MODEL | --model MODEL) [--tensors] [--json] [--muon PAT] [--adamw PAT]\n"
-    "                          [--router muon|adamw]\n"
+    "                          [--router muon|adamw] [--root auto|one|split]\n"
     "       dmuon-plan show PLAN|- [--json] [--ranks] [--owners --json]\n"
     "       dmuon-plan --version\n"
     "\n"
@@ -97,6 +97,11 @@ static const char usage[] =
     "                            an invalid PAT is an error, one matching nothing a warning)\n"
     "      --adamw PAT           force role adamw (repeatable)\n"
     "      --fused-layout        config.json: fused 3-D expert tensors instead of per-expert\n"
+    "      --root auto|one|split  tensors outside the numbered blocks: split into '(embed)'\n"
+    "                            and '(head)', each gathered for its own forward and\n"
+    "                            backward, or one '(root)' enclosing every layer (auto,\n"
+    "                            the default: split for a config.json whose head is not\n"
+    "                            tied to the embedding, one elsewhere)\n"
     "output:\n"
     "  -o, --out PLAN            write the plan file (atomically); '-': the plan on stdout,\n"
     "                            the report (or --json) on stderr\n"
@@ -132,6 +137,7 @@ typedef struct {
     size_t n_muon, n_adamw;
     bool fused_layout, json, compare, verbose, probe_missing, tensors, show_ranks, show_owners;
     bool router_adamw;
+    dmuon_root_mode root;           /* layers of the tensors outside the blocks */
     int64_t device_memory;          /* bytes, 0: not given */
     dmuon_layout_opts lay;          /* the memory report's line, prefetch, backend */
     dmuon_device_kind device_kind;
@@ -341,7 +347,7 @@ static dmuon_model_opts model_opts(const cli *c, const char **adamw)
         adamw[n++] = c->adamw[i];
     for (size_t i = 0; c->router_adamw && i < N_ROUTER; i++)
         adamw[n++] = router_patterns[i];
-    return (dmuon_model_opts){c->muon, c->n_muon, adamw, n, c->fused_layout};
+    return (dmuon_model_opts){c->muon, c->n_muon, adamw, n, c->fused_layout, c->root};
 }
 
 /* ------------------------------------------------------------- inspect -- */
@@ -1029,7 +1035,7 @@ enum {
     O_NODES = 255, O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
     O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL, O_ROUTER, O_DEVMEM, O_PERRANK, O_OWNERS, O_PREDICT,
-    O_LINE, O_PREFETCH, O_BACKEND
+    O_LINE, O_PREFETCH, O_BACKEND, O_ROOT
 };
 
 /* The long name of the option getopt_long just returned. */
@@ -1048,7 +1054,7 @@ static bool applies_to(const char *cmd, const char *name)
 {
     static const char *const common[] = {"json", "verbose", "help", "version"};
     static const char *const model[] = {"muon", "adamw", "fused-layout", "tensors", "model",
-                                        "router"};
+                                        "router", "root"};
     for (size_t i = 0; i < 4; i++)
         if (!strcmp(name, common[i]))
             return true;
@@ -1057,7 +1063,7 @@ static bool applies_to(const char *cmd, const char *name)
                                  !strcmp(name, "backend")))
         return true;
     if (!strcmp(cmd, "inspect"))
-        for (size_t i = 0; i < 6; i++)
+        for (size_t i = 0; i < 7; i++)
             if (!strcmp(name, model[i]))
                 return true;
     return false;
@@ -1105,6 +1111,7 @@ static int tool_main(int argc, char **argv)
         {"line", required_argument, 0, O_LINE},
         {"prefetch", required_argument, 0, O_PREFETCH},
         {"backend", required_argument, 0, O_BACKEND},
+        {"root", required_argument, 0, O_ROOT},
         {0, 0, 0, 0},
     };
     cli c = {0};
@@ -1258,6 +1265,10 @@ static int tool_main(int argc, char **argv)
         case O_PREFETCH:
             NUM("--prefetch", 0, 1, c.lay.prefetch);
             break;
+        case O_ROOT:
+            if (dmuon_root_mode_parse(optarg, &c.root))
+                return usage_error("--root '%s': expected auto, one or split", optarg);
+            break;
         case O_BACKEND:
             if (dmuon_backend_parse(optarg, &c.lay.backend))
                 return usage_error("--backend '%s': expected mpi, nccl or nccl-dev", optarg);
@@ -1330,7 +1341,7 @@ static int tool_main(int argc, char **argv)
                                 "(see dmuon-plan --help)\n", flags_seen[i], cmd, cmd,
                         is_show ? "--json, --ranks, --owners, --line, --prefetch, --backend"
                                 : "--tensors, --json, --muon, --adamw, --router, "
-                                  "--fused-layout");
+                                  "--fused-layout, --root");
                 return 2;
             }
     if (!strcmp(cmd, "plan") && (c.show_ranks || c.show_owners))

@@ -29,7 +29,12 @@ dmuon_rc tm_model_build(const tm_config *c, dmuon_model **out)
         t[i].shape[1] = in[i].shape[1];
         t[i].dtype = DMUON_F32;
     }
-    DMUON_TRY_GOTO(rc, dmuon_model_build("dmuon-train model", t, n, NULL, out), out);
+    {   /* listed in forward order: the embedding and the head apart unless
+         * tied (as dmuon-plan splits the config.json --write-config writes) */
+        dmuon_model_opts mo = {0};
+        mo.root = c->tie ? DMUON_ROOT_ONE : DMUON_ROOT_SPLIT;
+        DMUON_TRY_GOTO(rc, dmuon_model_build("dmuon-train model", t, n, &mo, out), out);
+    }
 out:
     free(t);
     free(in);

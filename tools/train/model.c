@@ -84,7 +84,7 @@ void tm_param_info_of(const tm_config *c, size_t i, tm_param_info *o)
     size_t nb = (size_t)c->layers * TM_BLOCK_TENSORS;
     if (i == 0 || i > nb) {
         o->block = -1;
-        o->layer = 0;
+        o->layer = 0;   /* "(root)", or "(embed)" / "(head)" untied: see below */
         o->kind = i == 0 ? TM_EMBED : i == nb + 1 ? TM_NORM : TM_HEAD;
         snprintf(o->name, sizeof o->name, "%s",
                  o->kind == TM_EMBED ? "model.embed_tokens.weight"
@@ -92,6 +92,8 @@ void tm_param_info_of(const tm_config *c, size_t i, tm_param_info *o)
         o->ndim = o->kind == TM_NORM ? 1 : 2;
         o->shape[0] = o->kind == TM_NORM ? D : c->vocab;
         o->shape[1] = o->kind == TM_NORM ? 1 : D;
+        if (!c->tie && o->kind != TM_EMBED)
+            o->layer = 1 + c->layers;
     } else {
         size_t j = i - 1;
         o->block = (int)(j / TM_BLOCK_TENSORS);

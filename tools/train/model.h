@@ -29,8 +29,9 @@
  * Parameters.  tm_param_count/tm_param_info list the tensors in the order
  * of Hugging Face's config route (dmuon/model.h, model_hf.c): embedding,
  * per block q/k/v/o, gate/up/down, input_layernorm, post_attention_layernorm,
- * then model.norm and (untied) lm_head.  Plan layer of a tensor: 0 for
- * "(root)" (embedding, final norm, head), 1 + l for block l.  tm_params
+ * then model.norm and (untied) lm_head.  Plan layer of a tensor (tied
+ * head): 0 for "(root)" (embedding, final norm, head), 1 + l for block l;
+ * untied, "(embed)" 0, the blocks 1 + l, "(head)" (final norm, head) last.  tm_params
  * carves every tensor out of one allocation (llm.c's habit).
  */
 #ifndef DMUON_TRAIN_MODEL_H
@@ -81,7 +82,9 @@ typedef struct {
     int ndim;                 /* 1 or 2 */
     int64_t shape[2];
     int64_t numel;
-    int layer;                /* plan layer: 0 root, 1 + block */
+    int layer;                /* plan layer: 1 + block; 0 for the root tensors when
+                                 tied ("(root)"); untied the embedding 0
+                                 ("(embed)"), norm and head 1 + layers ("(head)") */
     int block;                /* block index, -1 for root tensors */
     int kind;                 /* TM_Q.. for blocks, TM_EMBED.. for root */
     bool matrix;              /* a 2-D weight inside a block (Muon) */

@@ -6,9 +6,12 @@
  * (the same number of micro-batches and validation passes, whatever its
  * slice of the batch); model weights are only read between the hooks of
  * their plan layer, gradients only written between pre_backward and
- * post_backward of theirs (the root layer brackets the whole forward and
- * the whole backward, since the embedding is used first and its gradient
- * written last).  The log is written by rank 0 from figures reduced over
+ * post_backward of theirs.  The tensors outside the blocks are either two
+ * layers, "(embed)" bracketing the embedding's forward and backward and
+ * "(head)" the final norm's and head's (untied head), or one "(root)" that
+ * brackets the whole forward and the whole backward (tied head: the
+ * embedding is used first and last, its gradient written first and last;
+ * also any plan made with --root one).  The log is written by rank 0 from figures reduced over
  * the ranks (max, and mean where named so).
  */
 #include "train.h"
@@ -72,7 +75,9 @@ typedef struct {
     MPI_Comm comm;
     int rank, size;
     int Bl, T;                   /* local sequences per micro-batch, tokens each */
-    size_t root_layer;           /* plan layer of "(root)" */
+    size_t root_layer;           /* plan layer of "(root)", or SIZE_MAX */
+    size_t embed_layer;          /* plan layer of "(embed)", or SIZE_MAX */
+    size_t head_layer;           /* plan layer of "(head)", or SIZE_MAX */
     size_t *block_layer;         /* plan layer of block l */
     int *pidx;                   /* runtime index of tensor i (tm_param_info order) */
     const td_data *data;
@@ -134,17 +139,28 @@ static dmuon_rc forward(trainer *t, double *loss)
     const tm_config *c = &t->o->model;
     tm_root_w rw;
     tm_block_w bw;
-    DMUON_TRY(dmuon_rt_pre_forward(t->rt, t->root_layer));
+    if (t->root_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_pre_forward(t->rt, t->root_layer));
+    if (t->embed_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_pre_forward(t->rt, t->embed_layer));
     root_w(t, &rw);
     tm_embed_forward(&t->acts, &rw, t->tok);
+    if (t->embed_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_post_forward(t->rt, t->embed_layer));
     for (int l = 0; l < c->layers; l++) {
         DMUON_TRY(dmuon_rt_pre_forward(t->rt, t->block_layer[l]));
         block_w(t, l, &bw);
         tm_block_forward(&t->acts, l, &bw);
         DMUON_TRY(dmuon_rt_post_forward(t->rt, t->block_layer[l]));
     }
+    if (t->head_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_pre_forward(t->rt, t->head_layer));
+    root_w(t, &rw);
     *loss = tm_head_forward(&t->acts, &rw, t->tgt, t->seq_loss + (size_t)t->rank * t->Bl);
-    DMUON_TRY(dmuon_rt_post_forward(t->rt, t->root_layer));
+    if (t->head_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_post_forward(t->rt, t->head_layer));
+    if (t->root_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_post_forward(t->rt, t->root_layer));
     return DMUON_OK;
 }
 
@@ -156,10 +172,15 @@ static dmuon_rc backward(trainer *t, float scale)
     tm_root_g rg;
     tm_block_w bw;
     tm_block_g bg;
-    DMUON_TRY(dmuon_rt_pre_backward(t->rt, t->root_layer));
+    if (t->root_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_pre_backward(t->rt, t->root_layer));
+    if (t->head_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_pre_backward(t->rt, t->head_layer));
     root_w(t, &rw);
     root_g(t, &rg);
     tm_head_backward(&t->acts, &rw, &rg, t->tgt, scale);
+    if (t->head_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_post_backward(t->rt, t->head_layer));
     for (int l = c->layers - 1; l >= 0; l--) {
         size_t L = t->block_layer[l];
         DMUON_TRY(dmuon_rt_pre_backward(t->rt, L));
@@ -176,8 +197,14 @@ static dmuon_rc backward(trainer *t, float scale)
         tm_block_backward(&t->acts, l, &bw, &bg);
         DMUON_TRY(dmuon_rt_post_backward(t->rt, L));
     }
+    if (t->embed_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_pre_backward(t->rt, t->embed_layer));
+    root_g(t, &rg);
     tm_embed_backward(&t->acts, &rg, t->tok);
-    DMUON_TRY(dmuon_rt_post_backward(t->rt, t->root_layer));
+    if (t->embed_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_post_backward(t->rt, t->embed_layer));
+    if (t->root_layer != SIZE_MAX)
+        DMUON_TRY(dmuon_rt_post_backward(t->rt, t->root_layer));
     return DMUON_OK;
 }
 
@@ -270,10 +297,10 @@ static dmuon_rc setup(trainer *t, const dmuon_plan *plan, const dmuon_rt_opts *r
     tm_params init = {0};
     dmuon_rc rc = DMUON_OK;
     size_t nl = dmuon_plan_layer_count(plan);
-    if (nl != (size_t)c->layers + 1)
+    if (nl != (size_t)c->layers + 1 && nl != (size_t)c->layers + 2)
         return DMUON_FAIL(DMUON_EINVAL, "plan has %zu layers; the model has %d blocks and the "
-                                        "root (expected %d)",
-                          nl, c->layers, c->layers + 1);
+                                        "root, or the embedding and the head (expected %d or %d)",
+                          nl, c->layers, c->layers + 1, c->layers + 2);
     t->block_layer = calloc((size_t)c->layers, sizeof *t->block_layer);
     t->pidx = calloc(np, sizeof *t->pidx);
     t->tok = malloc((size_t)t->Bl * t->T);
@@ -281,7 +308,7 @@ static dmuon_rc setup(trainer *t, const dmuon_plan *plan, const dmuon_rt_opts *r
     t->seq_loss = calloc((size_t)o->batch, sizeof *t->seq_loss);
     if (!t->block_layer || !t->pidx || !t->tok || !t->tgt || !t->seq_loss)
         return DMUON_FAIL(DMUON_ENOMEM, "out of memory");
-    bool root_seen = false;
+    t->root_layer = t->embed_layer = t->head_layer = SIZE_MAX;
     for (int l = 0; l < c->layers; l++)
         t->block_layer[l] = SIZE_MAX;
     for (size_t i = 0; i < nl; i++) {
@@ -290,7 +317,10 @@ static dmuon_rc setup(trainer *t, const dmuon_plan *plan, const dmuon_rt_opts *r
         char tail;
         if (!strcmp(name, "(root)")) {
             t->root_layer = i;
-            root_seen = true;
+        } else if (!strcmp(name, "(embed)")) {
+            t->embed_layer = i;
+        } else if (!strcmp(name, "(head)")) {
+            t->head_layer = i;
         } else if (sscanf(name, "model.layers.%d%c", &b, &tail) == 1 && b >= 0 &&
                    b < c->layers) {
             t->block_layer[b] = i;
@@ -302,8 +332,15 @@ static dmuon_rc setup(trainer *t, const dmuon_plan *plan, const dmuon_rt_opts *r
     for (int l = 0; l < c->layers; l++)
         if (t->block_layer[l] == SIZE_MAX)
             return DMUON_FAIL(DMUON_EINVAL, "plan has no layer 'model.layers.%d'", l);
-    if (!root_seen)
-        return DMUON_FAIL(DMUON_EINVAL, "plan has no '(root)' layer");
+    /* one enclosing root, or the embedding and the head apart; a tied head
+     * reads the embedding at both ends: one root */
+    bool split = t->embed_layer != SIZE_MAX && t->head_layer != SIZE_MAX;
+    if ((t->root_layer == SIZE_MAX) == !split || (c->tie && split))
+        return DMUON_FAIL(DMUON_EINVAL, "plan has %s: expected '(root)'%s", split
+                          ? "'(embed)' and '(head)' layers" : t->root_layer != SIZE_MAX
+                          ? "'(root)' beside '(embed)' or '(head)'" : "no '(root)' layer",
+                          c->tie ? " (the head is tied to the embedding)"
+                                 : ", or '(embed)' and '(head)'");
     DMUON_TRY(tm_acts_init(&t->acts, c, t->Bl, t->T, o->recompute));
     DMUON_TRY(dmuon_rt_create(plan, t->comm, ro, &t->rt));
     DMUON_TRY_GOTO(rc, tm_params_init(&init, c), out);

@@ -77,7 +77,9 @@ void dmuon_capi_plan_opts_free(dmuon_capi_plan_opts *o);
  * number; dmuon_plan_build rejects < 0), byte_cap, layer_spread,
  * column_balance, fuse_experts (0|1), small_unit_bytes (a size in
  * dmuon_size_parse's grammar: 65536, 64K, 1M),
- * param_dtype (bf16|f32|f16), muon, adamw (one fnmatch pattern each call,
+ * param_dtype (bf16|f32|f16), root (auto|one|split: the layers of the
+ * tensors outside numbered blocks, dmuon_model_opts.root; a built model's
+ * auto is one "(root)"), muon, adamw (one fnmatch pattern each call,
  * appended; the caller's patterns win over the default role rules).  The
  * strings are copied; a failing call leaves the options unchanged.
  * Errors: DMUON_EINVAL naming the key and the value expected (unknown key,

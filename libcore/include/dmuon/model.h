@@ -26,7 +26,8 @@
  *     (dmuon_model_resolve tells which);
  *   - the project's YAML inventory: a list of {name, shape[, dtype]} items,
  *     or a mapping {tensors: [...], dtype: DEFAULT, muon: [PATTERNS],
- *     adamw: [PATTERNS]} (the caller's patterns are tried first).
+ *     adamw: [PATTERNS], root: auto|one|split} (the caller's patterns are
+ *     tried first; the caller's root, when not auto, wins).
  *
  * Two layouts of MoE experts (config.json route): the checkpoint layout
  * (default) is the tensor list save_pretrained writes, experts one by one
@@ -37,12 +38,31 @@
  * fused mlp.experts.gate_up_proj [E, 2I, H] and mlp.experts.down_proj
  * [E, H, I].  llama4_text and gpt_oss store fused experts in both.
  *
+ * Layers of the tensors outside numbered blocks (embeddings, final norm,
+ * head), dmuon_model_opts.root:
+ *   - split: those before every block tensor in the inventory's order form
+ *     the first layer "(embed)", those after every block tensor the last
+ *     layer "(head)", each gathered only for its own forward and backward
+ *     (as torchtitan shards the embeddings and [norm, output] apart);
+ *   - one: all of them form layer 0, "(root)", whose forward and backward
+ *     brackets enclose every other layer's (the runtime gathers them for
+ *     the whole forward and backward).
+ * The default (DMUON_ROOT_AUTO) splits where the input form gives the
+ * forward order and no tensor outside the blocks is used at both ends: a
+ * config.json without tie_word_embeddings (its tensor list is generated in
+ * forward order); everywhere else (safetensors headers list names in
+ * alphabetical order, a tied embedding is read by the head too, YAML and
+ * built inventories unless their caller says so) one "(root)".  A tensor
+ * outside the blocks that sits between block tensors (a multi-tower model)
+ * always makes one "(root)".
+ *
  * Invariants of a loaded model: names are unique; every dimension is > 0
  * except in safetensors files (zero-size tensors are kept, role adamw, no
  * matrices); every parameter belongs to exactly one layer (layer 0 is
- * "(root)" when any tensor lies outside a numbered block); layers are in
- * forward order (order of first appearance of the block prefix, blocks of
- * one prefix by number).
+ * "(root)" or "(embed)", and the last layer "(head)", as above, when any
+ * tensor lies outside a numbered block); layers are in forward order (order
+ * of first appearance of the block prefix, blocks of one prefix by
+ * number).
  *
  * Roles (default rules, applied in this order; the first match wins):
  *   1. a user pattern (opts->muon / opts->adamw, fnmatch(3) on the full name,
@@ -141,6 +161,20 @@ typedef struct {
     dmuon_mat_layout layout;               /* where matrix j lies in the storage */
 } dmuon_param;
 
+/* Layers of the tensors outside numbered blocks (see above). */
+typedef enum {
+    DMUON_ROOT_AUTO = 0,     /* split where the input form allows (the default) */
+    DMUON_ROOT_ONE,          /* one enclosing "(root)" */
+    DMUON_ROOT_SPLIT         /* "(embed)" and "(head)" whenever the order allows:
+                                the caller knows the order is the forward order
+                                and no such tensor is used at both ends */
+} dmuon_root_mode;
+
+/* "auto", "one", "split"; the parser fails with DMUON_EINVAL naming the
+ * value. */
+const char *dmuon_root_mode_name(dmuon_root_mode r);
+dmuon_rc dmuon_root_mode_parse(const char *s, dmuon_root_mode *out);
+
 /* Load options.  Zero-initialised (or NULL) means the defaults. */
 typedef struct {
     const char *const *muon;   /* fnmatch patterns forcing role muon */
@@ -152,6 +186,7 @@ typedef struct {
                                   mlp.experts.gate_up_proj [E,2I,H] and
                                   mlp.experts.down_proj [E,H,I]) instead of the
                                   checkpoint layout (experts one by one) */
+    dmuon_root_mode root;      /* layers of the tensors outside numbered blocks */
 } dmuon_model_opts;
 
 /* One spelled-out tensor for dmuon_model_build (name is copied). */
