@@ -63,6 +63,9 @@ struct dmuon_ns_cuda {
     cublasHandle_t blas;
     void *ws;                 /* one allocation */
     size_t ws_bytes;
+    void *ext;                /* the caller's workspace (dmuon_ns_set_workspace) */
+    size_t ext_bytes;
+    void *ws_base;            /* the workspace the captured graphs use */
     float *a, *a2, *r, *r2, *p, *q, *qn, *t;
     __nv_bfloat16 *b1, *b2;
     void **tri_ptrs;          /* device: pointer arrays of the block-triangular product */
@@ -396,19 +399,30 @@ static size_t tri_ptr_count(int64_t s)
 static dmuon_rc reserve(dmuon_ns_cuda *c, size_t s, size_t l, bool bf)
 {
     const size_t big = s * l, sq = s * s, np = tri_ptr_count((int64_t)s);
+    /* dmuon_ns_workspace_bytes (ns.c) gives at least this */
     const size_t need = 2 * (big * 4 + 256) + 6 * (sq * 4 + 256) +
                         (bf ? 2 * (big * 2 + 256) : 0) + np * sizeof(void *) + 256;
-    if (need > c->ws_bytes) {
-        drop_graphs(c);
-        cudaFree(c->ws);
-        c->ws = NULL;
-        c->ws_bytes = 0;
-        if (cudaMalloc(&c->ws, need) != cudaSuccess)
-            return DMUON_FAIL(DMUON_ENOMEM, "cuda: out of device memory for the workspace of a "
-                              "%zu x %zu matrix (%zu MiB)", s, l, need >> 20);
-        c->ws_bytes = need;
+    char *p;
+    if (c->ext && need <= c->ext_bytes) {
+        p = (char *)c->ext;
+    } else {
+        if (need > c->ws_bytes) {
+            drop_graphs(c);
+            cudaFree(c->ws);
+            c->ws = NULL;
+            c->ws_bytes = 0;
+            c->ws_base = NULL;
+            if (cudaMalloc(&c->ws, need) != cudaSuccess)
+                return DMUON_FAIL(DMUON_ENOMEM, "cuda: out of device memory for the workspace "
+                                  "of a %zu x %zu matrix (%zu MiB)", s, l, need >> 20);
+            c->ws_bytes = need;
+        }
+        p = (char *)c->ws;
     }
-    char *p = (char *)c->ws;
+    if (p != c->ws_base) {   /* graphs captured over another workspace */
+        drop_graphs(c);
+        c->ws_base = p;
+    }
     auto carve = [&p](size_t bytes) {
         void *r = p;
         p += ((bytes + 255) / 256) * 256;
@@ -864,7 +878,15 @@ static dmuon_rc eng_get(void *ctx, float *dst, const float *src, size_t count)
 
 /* Named by the link (-Wl,-u,dmuon_ns_cuda_engine) of every program that
  * runs NS on a GPU; ns.c refers to it weakly (ns_engine.h). */
+static void eng_set_workspace(void *ctx, void *dev_p, size_t bytes)
+{
+    dmuon_ns_cuda *c = (dmuon_ns_cuda *)ctx;
+    c->ext = dev_p;
+    c->ext_bytes = dev_p ? bytes : 0;
+}
+
 extern "C" const dmuon_ns_engine dmuon_ns_cuda_engine = {
     "cuda", dmuon_ns_cuda_device_count, eng_create, eng_free, eng_run,
     dmuon_ns_cuda_measure_sym, eng_gemm, eng_alloc, eng_mem_free, eng_put, eng_get,
+    eng_set_workspace,
 };

@@ -380,10 +380,15 @@ static dmuon_rc cuda_ns_run(dmuon_ns *ns, const float *x, int64_t m, int64_t n, 
     return dmuon_ns_run(ns, x, m, n, out);
 }
 
+static void cuda_ns_workspace(dmuon_ns *ns, void *p, int64_t bytes)
+{
+    dmuon_ns_set_workspace(ns, p, (size_t)bytes);
+}
+
 static const rt_elem_ops cuda_ops = {
     "cuda",       cuda_direction, cuda_muon_finish, cuda_adamw_step, cuda_grad_check,
     cuda_alloc,   cuda_free,      cuda_adopt,       cuda_sync,       cuda_zero,
     cuda_copy,    cuda_accum,     cuda_scale,       cuda_widen,      cuda_narrow,
-    cuda_strided, cuda_ns_run};
+    cuda_strided, cuda_ns_run,    cuda_ns_workspace};
 
 extern "C" const rt_elem_ops *rt_elem_cuda(void) { return &cuda_ops; }

@@ -62,7 +62,7 @@ const dmuon_line_ops *dmuon_line_ops_of(dmuon_line l)
 const char *dmuon_block_name(int kind)
 {
     static const char *const n[DMUON_BLOCK_KINDS] = {"parameter", "gradient", "weight view",
-                                                     "reduce staging"};
+                                                     "reduce staging", "step"};
     return kind >= 0 && kind < DMUON_BLOCK_KINDS ? n[kind] : "?";
 }
 
@@ -87,9 +87,9 @@ typedef struct {
     dmuon_segment *gsegs, *pub, *gtab;
     int64_t *seg_copy;
     int *seg_pub;
-    /* the plan's order: every event, then each space's */
-    struct ev { int8_t kind, acquire; int32_t layer; } *all;
-    size_t nall;
+    /* the plan's order: every event, then each kind's */
+    dmuon_layout_event *all;
+    size_t nall, nall_cap;
     dmuon_pool_event *ev[DMUON_BLOCK_KINDS];
     int32_t *acq_layer[DMUON_BLOCK_KINDS];
     int64_t *acq_off[DMUON_BLOCK_KINDS];
@@ -128,11 +128,12 @@ static void lay_store(struct carve *c, store *s, size_t nl, size_t np, size_t ns
     s->gtab = carve(c, 2 * nseg + 3 * (size_t)S * nl, sizeof *s->gtab);
     s->seg_copy = carve(c, nseg, sizeof *s->seg_copy);
     s->seg_pub = carve(c, nseg, sizeof *s->seg_pub);
-    s->all = carve(c, (size_t)DMUON_BLOCK_KINDS * EV_PER_LAYER * nl, sizeof *s->all);
+    s->nall_cap = (size_t)DMUON_BLOCK_KINDS * EV_PER_LAYER * nl + 2;
+    s->all = carve(c, s->nall_cap, sizeof *s->all);
     for (int k = 0; k < DMUON_BLOCK_KINDS; k++) {
-        s->ev[k] = carve(c, EV_PER_LAYER * nl, sizeof *s->ev[k]);
-        s->acq_layer[k] = carve(c, EV_PER_LAYER * nl, sizeof *s->acq_layer[k]);
-        s->acq_off[k] = carve(c, EV_PER_LAYER * nl, sizeof *s->acq_off[k]);
+        s->ev[k] = carve(c, EV_PER_LAYER * nl + 2, sizeof *s->ev[k]);
+        s->acq_layer[k] = carve(c, EV_PER_LAYER * nl + 2, sizeof *s->acq_layer[k]);
+        s->acq_off[k] = carve(c, EV_PER_LAYER * nl + 2, sizeof *s->acq_off[k]);
     }
 }
 
@@ -375,8 +376,8 @@ typedef struct {
 static void emit(order_sim *o, int kind, size_t l, int acquire)
 {
     store *s = o->s;
-    assert(s->nall < (size_t)DMUON_BLOCK_KINDS * EV_PER_LAYER * o->x->nlayers);
-    s->all[s->nall++] = (struct ev){(int8_t)kind, (int8_t)acquire, (int32_t)l};
+    assert(s->nall < s->nall_cap);
+    s->all[s->nall++] = (dmuon_layout_event){(int8_t)kind, (int8_t)acquire, (int32_t)l};
 }
 
 static void sim_use(order_sim *o, size_t l, int next, bool may_prefetch)
@@ -458,20 +459,66 @@ static void prefetch_targets(dmuon_layout *x)
         s->layers[0].next_bwd = (int)(L - 1);
 }
 
-/* The events of one micro-batch, each space packed from its own. */
+/* The step's working memory, the same on every rank (the most any rank
+ * needs, so that the working space is symmetric): the scratch of the
+ * largest matrix any rank updates (rt_step.c: one m x n matrix in the plain
+ * placement, three otherwise; line B a block of directions and one matrix)
+ * and the Newton–Schulz workspace of the largest matrix any rank
+ * orthogonalises. */
+static void step_sizes(dmuon_layout *x)
+{
+    size_t np = 0;
+    const dmuon_plan_param *pp = dmuon_plan_params(x->plan, &np);
+    dmuon_ns_opts nso;
+    dmuon_ns_opts_init(&nso);
+    int64_t scratch = 1, ws = 0;
+    for (size_t i = 0; i < np; i++) {
+        const dmuon_plan_param *q = &pp[i];
+        if (x->params[i].role != DMUON_ROLE_MUON)
+            continue;
+        int64_t mn = q->mat_m * q->mat_n, k;
+        if (x->params[i].owned)
+            k = (q->layout == DMUON_MAT_CONTIGUOUS && !q->transposed ? 1 : 3) * mn;
+        else if (x->ops->replicated)
+            k = ((q->layout == DMUON_MAT_CONTIGUOUS ? 1 : 2) + 1) * mn;
+        else
+            continue;
+        scratch = k > scratch ? k : scratch;
+        int64_t w = dmuon_ns_workspace_bytes(&nso, q->mat_m, q->mat_n);
+        ws = w > ws ? w : ws;
+    }
+    x->step_scratch_bytes = dmuon_pool_align(scratch * 4);
+    x->step_ns_bytes = dmuon_pool_align(ws);
+}
+
+/* The events of one micro-batch and the step; the parameter, gradient and
+ * view blocks and the step's memory packed in the working space, the
+ * reduce staging in its own. */
 static dmuon_rc order_and_pack(dmuon_layout *x)
 {
     store *s = st(x);
     size_t L = x->nlayers, first = x->root ? 1 : 0;
+    const size_t nb = 3 * L + 1;   /* (kind, layer) for the three kinds, then the step */
     bool *flags = calloc(4 * (L ? L : 1), sizeof *flags);
-    int64_t *sizes = malloc((L ? L : 1) * sizeof *sizes);
-    if (!flags || !sizes) {
+    int64_t *sizes = malloc(nb * sizeof *sizes);
+    dmuon_pool_event *wev = malloc((s->nall_cap ? s->nall_cap : 1) * sizeof *wev);
+    int64_t *woff = malloc((s->nall_cap ? s->nall_cap : 1) * sizeof *woff);
+    if (!flags || !sizes || !wev || !woff) {
         free(flags);
         free(sizes);
+        free(wev);
+        free(woff);
         return DMUON_FAIL(DMUON_ENOMEM, "layout: out of memory for the order of %zu layers", L);
     }
     order_sim o = {x, s, flags, flags + L, flags + 2 * L, flags + 3 * L, 0};
     s->nall = 0;
+    /* ZeRO-2 keeps every parameter block from its first gather to the step,
+     * through every micro-batch of it: as if all were acquired at the start
+     * (in forward order, the order the hooks acquire them in) */
+    for (size_t l = 0; l < L && x->opts.zero_stage == 2; l++) {
+        emit(&o, DMUON_BLOCK_PARAM, l, 1);
+        o.pl[l] = true;
+    }
     if (L) {
         if (x->root)
             sim_pre_forward(&o, 0);
@@ -490,26 +537,60 @@ static dmuon_rc order_and_pack(dmuon_layout *x)
         if (x->root)
             sim_post_backward(&o, 0);
     }
-    dmuon_rc rc = DMUON_OK;
+    /* the step: every parameter block given back, then its memory */
+    for (size_t l = 0; l < L; l++)
+        if (o.pl[l])
+            emit(&o, DMUON_BLOCK_PARAM, l, 0);
+    emit(&o, DMUON_BLOCK_STEP, 0, 1);
+    emit(&o, DMUON_BLOCK_STEP, 0, 0);
+    /* the working space: every event but the staging's */
+    for (int k = 0; k < 3; k++)
+        for (size_t l = 0; l < L; l++)
+            sizes[(size_t)k * L + l] = x->layers[l].bytes[k];
+    sizes[3 * L] = x->step_scratch_bytes + x->step_ns_bytes;
+    size_t nw = 0, nwa = 0;
+    for (size_t e = 0; e < s->nall; e++) {
+        const dmuon_layout_event *v = &s->all[e];
+        if (v->kind == DMUON_BLOCK_STAGING)
+            continue;
+        int32_t b = v->kind == DMUON_BLOCK_STEP ? (int32_t)(3 * L)
+                                                 : (int32_t)((size_t)v->kind * L) + v->layer;
+        wev[nw++] = (dmuon_pool_event){b, v->acquire};
+    }
+    dmuon_rc rc = dmuon_pool_pack(wev, nw, sizes, nb, woff, &x->work_bytes);
+    /* each kind's acquisitions in order, with their working-space offsets;
+     * the staging's packed apart */
     for (int k = 0; k < DMUON_BLOCK_KINDS && rc == DMUON_OK; k++) {
         dmuon_layout_space *sp = &x->space[k];
         size_t ne = 0, na = 0;
+        nwa = 0;
         for (size_t e = 0; e < s->nall; e++) {
-            if (s->all[e].kind != k)
+            const dmuon_layout_event *v = &s->all[e];
+            bool in_work = v->kind != DMUON_BLOCK_STAGING;
+            size_t at = in_work && v->acquire ? nwa++ : 0;
+            if (v->kind != k)
                 continue;
-            s->ev[k][ne++] = (dmuon_pool_event){s->all[e].layer, s->all[e].acquire};
-            if (s->all[e].acquire)
-                s->acq_layer[k][na++] = s->all[e].layer;
+            s->ev[k][ne++] = (dmuon_pool_event){v->layer, v->acquire};
+            if (v->acquire) {
+                s->acq_layer[k][na] = v->layer;
+                if (in_work)
+                    s->acq_off[k][na] = woff[at];
+                na++;
+            }
         }
-        for (size_t l = 0; l < L; l++)
-            sizes[l] = x->layers[l].bytes[k];
         sp->ev = s->ev[k];
         sp->nev = ne;
         sp->acq_layer = s->acq_layer[k];
         sp->acq_off = s->acq_off[k];
         sp->nacq = na;
-        rc = dmuon_pool_pack(s->ev[k], ne, sizes, L, s->acq_off[k], &sp->bytes);
+        if (k == DMUON_BLOCK_STAGING) {
+            for (size_t l = 0; l < L; l++)
+                sizes[l] = x->layers[l].bytes[k];
+            rc = dmuon_pool_pack(s->ev[k], ne, sizes, L, s->acq_off[k], &sp->bytes);
+        }
     }
+    if (rc == DMUON_OK)
+        x->step_off = x->space[DMUON_BLOCK_STEP].acq_off[0];
     /* a layer's one reduction per micro-batch: its staging has one place,
      * which its reduce group is given (relative to the staging space) */
     for (size_t a = 0; a < x->space[DMUON_BLOCK_STAGING].nacq && rc == DMUON_OK; a++) {
@@ -523,20 +604,26 @@ static dmuon_rc order_and_pack(dmuon_layout *x)
         x->space[DMUON_BLOCK_STAGING].bytes = x->gather_staging;
     free(flags);
     free(sizes);
+    free(wev);
+    free(woff);
     return rc;
 }
 
-/* The most parameter, gradient and view bytes (aligned as packed) live at
- * one moment. */
-static int64_t live_peak(const dmuon_layout *x)
+/* The most bytes (aligned as packed) of the working space's blocks live at
+ * one moment: of kind k (k < 3), of the step (k = DMUON_BLOCK_STEP), or of
+ * all of them together (k = -1). */
+static int64_t live_peak(const dmuon_layout *x, int k)
 {
     const store *s = &((const layout_impl *)x)->s;
     int64_t live = 0, peak = 0;
     for (size_t e = 0; e < s->nall; e++) {
-        if (s->all[e].kind == DMUON_BLOCK_STAGING)
+        const dmuon_layout_event *v = &s->all[e];
+        if (v->kind == DMUON_BLOCK_STAGING || (k >= 0 && v->kind != k))
             continue;
-        int64_t b = dmuon_pool_align(x->layers[s->all[e].layer].bytes[s->all[e].kind]);
-        live += s->all[e].acquire ? b : -b;
+        int64_t b = v->kind == DMUON_BLOCK_STEP
+                        ? x->step_scratch_bytes + x->step_ns_bytes
+                        : dmuon_pool_align(x->layers[v->layer].bytes[v->kind]);
+        live += v->acquire ? b : -b;
         if (live > peak)
             peak = live;
     }
@@ -548,8 +635,7 @@ static int64_t live_peak(const dmuon_layout *x)
 static void pool_map(dmuon_layout *x)
 {
     dmuon_pool_sizes sz = {.ctrl = x->staging_base + x->space[DMUON_BLOCK_STAGING].bytes,
-                           .param = x->space[DMUON_BLOCK_PARAM].bytes,
-                           .grad = x->space[DMUON_BLOCK_GRAD].bytes};
+                           .work = x->work_bytes};
     sz.win[DMUON_WIN_PARAM] = x->max_win_elems * x->dsize;
     sz.win[DMUON_WIN_GRAD] = x->max_win_elems * 4;
     sz.win[DMUON_WIN_EVEN] = x->even_total * x->dsize;
@@ -690,18 +776,18 @@ static dmuon_rc rank_part(dmuon_layout *x, int32_t rank)
     m->pool_bytes = x->map.total;
     m->ctrl_bytes = x->map.space_bytes[DMUON_SPACE_CTRL];
     m->staging_bytes = x->space[DMUON_BLOCK_STAGING].bytes;
-    m->param_space_bytes = x->map.space_bytes[DMUON_SPACE_PARAM];
-    m->grad_space_bytes = x->map.space_bytes[DMUON_SPACE_GRAD];
+    m->work_bytes = x->map.space_bytes[DMUON_SPACE_WORK];
+    m->param_live_bytes = x->space[DMUON_BLOCK_PARAM].bytes;
+    m->grad_live_bytes = x->space[DMUON_BLOCK_GRAD].bytes;
+    m->view_live_bytes = x->space[DMUON_BLOCK_VIEW].bytes;
+    m->step_bytes = x->step_scratch_bytes + x->step_ns_bytes;
     m->window_space_bytes = x->map.space_bytes[DMUON_SPACE_WINDOW];
-    m->view_bytes = x->space[DMUON_BLOCK_VIEW].bytes;
     m->state_bytes = x->state_elems * 4;
     m->scratch_bytes = x->scratch_elems * 4;
     m->ns_workspace_bytes = ws;
-    m->total_bytes = m->pool_bytes + m->view_bytes + m->state_bytes + m->scratch_bytes +
-                     m->ns_workspace_bytes;
-    m->live_peak_bytes = live_peak(x);
-    m->least_bytes = m->total_bytes - (m->param_space_bytes + m->grad_space_bytes +
-                                       m->view_bytes) + m->live_peak_bytes;
+    m->total_bytes = m->pool_bytes + m->state_bytes;
+    m->live_peak_bytes = live_peak(x, -1);
+    m->least_bytes = m->total_bytes - m->work_bytes + m->live_peak_bytes;
     m->dir_bytes = 2 * x->dir_buf;
     m->optimizer_bytes = we * 8 + ee * 12;
     m->owner_window_bytes = we * (x->dsize + 4);
@@ -763,7 +849,13 @@ static dmuon_rc build_common(dmuon_layout *x)
     DMUON_TRY(groups(x));
     dir_region(x);
     prefetch_targets(x);
+    step_sizes(x);
     DMUON_TRY(order_and_pack(x));
+    x->events = st(x)->all;
+    x->nevents = st(x)->nall;
+    for (int k = 0; k < 3; k++)
+        x->space[k].bytes = live_peak(x, k);
+    x->space[DMUON_BLOCK_STEP].bytes = live_peak(x, DMUON_BLOCK_STEP);
     pool_map(x);
     return DMUON_OK;
 }
@@ -879,61 +971,75 @@ dmuon_rc dmuon_layout_set_rank(dmuon_layout *x, int32_t rank)
 /* -------------------------------------------------------------- check -- */
 
 typedef struct {
-    int32_t layer;
+    int32_t kind, layer;
     int64_t lo, hi;
 } live_range;
 
-/* Replays space k: every acquisition inside the space and disjoint from
- * every block live at that moment. */
-static dmuon_rc check_space(const dmuon_layout *x, int k, live_range *live)
+/* The bytes of a block of kind k of layer l, aligned as packed. */
+static int64_t block_bytes(const dmuon_layout *x, int k, int32_t l)
 {
-    const dmuon_layout_space *sp = &x->space[k];
-    size_t nlive = 0, a = 0;
-    for (size_t e = 0; e < sp->nev; e++) {
-        int32_t l = sp->ev[e].block;
-        if (l < 0 || (size_t)l >= x->nlayers)
-            return DMUON_FAIL(DMUON_ECHECK, "layout: %s event %zu names layer %d of %zu",
-                              dmuon_block_name(k), e, (int)l, x->nlayers);
-        if (!sp->ev[e].acquire) {
+    return k == DMUON_BLOCK_STEP ? x->step_scratch_bytes + x->step_ns_bytes
+                                 : dmuon_pool_align(x->layers[l].bytes[k]);
+}
+
+/* Replays the plan's order: every acquisition is its kind's next one,
+ * inside its space, and disjoint from every block live in that space at
+ * that moment, whatever its kind (the staging has a space of its own). */
+static dmuon_rc replay(const dmuon_layout *x, live_range *live)
+{
+    size_t nlive = 0, a[DMUON_BLOCK_KINDS] = {0};
+    for (size_t e = 0; e < x->nevents; e++) {
+        const dmuon_layout_event *v = &x->events[e];
+        const int k = v->kind;
+        const int32_t l = v->layer;
+        if (k < 0 || k >= DMUON_BLOCK_KINDS || l < 0 ||
+            (k != DMUON_BLOCK_STEP && (size_t)l >= x->nlayers))
+            return DMUON_FAIL(DMUON_ECHECK, "layout: event %zu names kind %d, layer %d", e, k,
+                              (int)l);
+        const char *ln = k == DMUON_BLOCK_STEP ? "(step)" : dmuon_plan_layer_name(x->plan, (size_t)l);
+        if (!v->acquire) {
             size_t i = 0;
-            while (i < nlive && live[i].layer != l)
+            while (i < nlive && (live[i].layer != l || live[i].kind != k))
                 i++;
             if (i == nlive)
-                return DMUON_FAIL(DMUON_ECHECK, "layout: %s event %zu releases layer '%s', "
-                                  "which holds no block", dmuon_block_name(k), e,
-                                  dmuon_plan_layer_name(x->plan, (size_t)l));
+                return DMUON_FAIL(DMUON_ECHECK, "layout: event %zu releases the %s block of "
+                                  "'%s', which is not live", e, dmuon_block_name(k), ln);
             live[i] = live[--nlive];
             continue;
         }
-        if (a >= sp->nacq || sp->acq_layer[a] != l)
+        const dmuon_layout_space *sp = &x->space[k];
+        if (a[k] >= sp->nacq || sp->acq_layer[a[k]] != l)
             return DMUON_FAIL(DMUON_ECHECK, "layout: %s acquisition %zu is not layer '%s''s",
-                              dmuon_block_name(k), a, dmuon_plan_layer_name(x->plan, (size_t)l));
-        int64_t lo = sp->acq_off[a], hi = lo + dmuon_pool_align(x->layers[l].bytes[k]);
-        a++;
-        if (lo < 0 || lo % DMUON_POOL_ALIGN || hi > sp->bytes)
-            return DMUON_FAIL(DMUON_ECHECK, "layout: %s block of layer '%s' at [%lld, %lld) is "
-                              "not an aligned range of its %lld-byte space", dmuon_block_name(k),
-                              dmuon_plan_layer_name(x->plan, (size_t)l), (long long)lo,
-                              (long long)hi, (long long)sp->bytes);
+                              dmuon_block_name(k), a[k], ln);
+        const bool staging = k == DMUON_BLOCK_STAGING;
+        const int64_t space = staging ? sp->bytes : x->work_bytes;
+        int64_t lo = sp->acq_off[a[k]++], hi = lo + block_bytes(x, k, l);
+        if (lo < 0 || lo % DMUON_POOL_ALIGN || hi > space)
+            return DMUON_FAIL(DMUON_ECHECK, "layout: %s block of '%s' at [%lld, %lld) is not "
+                              "an aligned range of its %lld-byte space", dmuon_block_name(k), ln,
+                              (long long)lo, (long long)hi, (long long)space);
         for (size_t i = 0; i < nlive; i++) {
-            if (live[i].layer == l)
-                return DMUON_FAIL(DMUON_ECHECK, "layout: %s block of layer '%s' acquired while "
-                                  "it is live", dmuon_block_name(k),
-                                  dmuon_plan_layer_name(x->plan, (size_t)l));
+            if (live[i].layer == l && live[i].kind == k)
+                return DMUON_FAIL(DMUON_ECHECK, "layout: %s block of '%s' acquired while it is "
+                                  "live", dmuon_block_name(k), ln);
+            if ((live[i].kind == DMUON_BLOCK_STAGING) != staging)
+                continue;
             if (lo < live[i].hi && live[i].lo < hi && hi > lo)
-                return DMUON_FAIL(DMUON_ECHECK, "layout: %s blocks of layers '%s' [%lld, %lld) "
-                                  "and '%s' [%lld, %lld) are live at once and overlap",
-                                  dmuon_block_name(k),
-                                  dmuon_plan_layer_name(x->plan, (size_t)live[i].layer),
+                return DMUON_FAIL(DMUON_ECHECK, "layout: the %s block of '%s' [%lld, %lld) and "
+                                  "the %s block of '%s' [%lld, %lld) are live at once and "
+                                  "overlap", dmuon_block_name(live[i].kind),
+                                  live[i].kind == DMUON_BLOCK_STEP
+                                      ? "(step)"
+                                      : dmuon_plan_layer_name(x->plan, (size_t)live[i].layer),
                                   (long long)live[i].lo, (long long)live[i].hi,
-                                  dmuon_plan_layer_name(x->plan, (size_t)l), (long long)lo,
-                                  (long long)hi);
+                                  dmuon_block_name(k), ln, (long long)lo, (long long)hi);
         }
-        live[nlive++] = (live_range){l, lo, hi};
+        live[nlive++] = (live_range){k, l, lo, hi};
     }
-    if (a != sp->nacq)
-        return DMUON_FAIL(DMUON_ECHECK, "layout: %s space has %zu acquisitions, its events %zu",
-                          dmuon_block_name(k), sp->nacq, a);
+    for (int k = 0; k < DMUON_BLOCK_KINDS; k++)
+        if (a[k] != x->space[k].nacq)
+            return DMUON_FAIL(DMUON_ECHECK, "layout: %s has %zu acquisitions, its events %zu",
+                              dmuon_block_name(k), x->space[k].nacq, a[k]);
     return DMUON_OK;
 }
 
@@ -962,18 +1068,15 @@ static dmuon_rc check_pieces(const dmuon_layout *x, bool owned, int64_t cap)
 
 dmuon_rc dmuon_layout_check(const dmuon_layout *x)
 {
-    live_range *live = malloc((x->nlayers ? x->nlayers : 1) * sizeof *live);
+    live_range *live = malloc((DMUON_BLOCK_KINDS * x->nlayers + 1) * sizeof *live);
     if (!live)
         return DMUON_FAIL(DMUON_ENOMEM, "layout: out of memory");
-    dmuon_rc rc = DMUON_OK;
-    for (int k = 0; k < DMUON_BLOCK_KINDS && rc == DMUON_OK; k++)
-        rc = check_space(x, k, live);
+    dmuon_rc rc = replay(x, live);
     free(live);
     DMUON_TRY(rc);
     const dmuon_pool_map *m = &x->map;
     const int64_t want[DMUON_SPACE_COUNT] = {x->staging_base + x->space[DMUON_BLOCK_STAGING].bytes,
-                                             x->space[DMUON_BLOCK_PARAM].bytes,
-                                             x->space[DMUON_BLOCK_GRAD].bytes, -1};
+                                             x->work_bytes, -1};
     int64_t end = 0;
     for (int s = 0; s < DMUON_SPACE_COUNT; s++) {
         if (m->space_off[s] < end || m->space_off[s] % DMUON_POOL_BASE_ALIGN ||
@@ -994,14 +1097,12 @@ dmuon_rc dmuon_layout_check(const dmuon_layout *x)
     DMUON_TRY(check_pieces(x, true, x->win_elems));
     DMUON_TRY(check_pieces(x, false, x->even_total));
     const dmuon_layout_memory *y = &x->mem;
-    int64_t total = y->pool_bytes + y->view_bytes + y->state_bytes + y->scratch_bytes +
-                    y->ns_workspace_bytes;
-    int64_t least = total - y->param_space_bytes - y->grad_space_bytes - y->view_bytes +
-                    y->live_peak_bytes;
+    int64_t total = y->pool_bytes + y->state_bytes;
+    int64_t least = total - y->work_bytes + y->live_peak_bytes;
     if (y->total_bytes != total || y->least_bytes != least || y->least_bytes > total ||
-        y->pool_bytes != m->total ||
-        y->ctrl_bytes + y->param_space_bytes + y->grad_space_bytes + y->window_space_bytes >
-            y->pool_bytes)
+        y->pool_bytes != m->total || y->live_peak_bytes > y->work_bytes ||
+        y->scratch_bytes > x->step_scratch_bytes || y->ns_workspace_bytes > x->step_ns_bytes ||
+        y->ctrl_bytes + y->work_bytes + y->window_space_bytes > y->pool_bytes)
         return DMUON_FAIL(DMUON_ECHECK, "layout: the memory figures do not add up (total %lld, "
                           "least %lld, pool %lld)", (long long)y->total_bytes,
                           (long long)y->least_bytes, (long long)y->pool_bytes);
@@ -1019,7 +1120,8 @@ uint64_t dmuon_layout_digest(const dmuon_layout *x)
         d = dmuon_digest(sp->acq_off, sp->nacq * sizeof *sp->acq_off, d);
         d = dmuon_digest(&sp->bytes, sizeof sp->bytes, d);
     }
-    return d;
+    int64_t w[4] = {x->work_bytes, x->step_off, x->step_scratch_bytes, x->step_ns_bytes};
+    return dmuon_digest(w, sizeof w, d);
 }
 
 /* ------------------------------------------------------------- report -- */
@@ -1038,17 +1140,18 @@ void dmuon_layout_print_memory(const dmuon_layout *x, FILE *f)
     fprintf(f, "  %-40s %10.2f\n", "optimizer state (F32, private)", gib(m->state_bytes));
     fprintf(f, "  %-40s %10.2f\n", "windows (owner window, shards, copy)",
             gib(m->window_space_bytes));
-    fprintf(f, "  %-40s %10.2f   largest: '%s', %.2f\n", "gathered parameters (packed)",
-            gib(m->param_space_bytes), big, gib(m->largest_layer_bytes));
-    fprintf(f, "  %-40s %10.2f\n", "F32 gradient blocks (packed)", gib(m->grad_space_bytes));
-    fprintf(f, "  %-40s %10.2f\n", "F32 weight views (packed)", gib(m->view_bytes));
+    fprintf(f, "  %-40s %10.2f   packed by lifetime; at most at once:\n", "working space",
+            gib(m->work_bytes));
+    fprintf(f, "  %-40s %10.2f   largest: '%s', %.2f\n", "    gathered parameters",
+            gib(m->param_live_bytes), big, gib(m->largest_layer_bytes));
+    fprintf(f, "  %-40s %10.2f\n", "    F32 gradient blocks", gib(m->grad_live_bytes));
+    fprintf(f, "  %-40s %10.2f\n", "    F32 weight views", gib(m->view_live_bytes));
+    fprintf(f, "  %-40s %10.2f\n", "    step scratch and Newton-Schulz", gib(m->step_bytes));
     fprintf(f, "  %-40s %10.2f   of which reduce staging %.2f\n", "operators' control areas",
             gib(m->ctrl_bytes), gib(m->staging_bytes));
-    fprintf(f, "  %-40s %10.2f\n", "step scratch", gib(m->scratch_bytes));
-    fprintf(f, "  %-40s %10.2f\n", "Newton-Schulz workspace", gib(m->ns_workspace_bytes));
     fprintf(f, "  %-40s %10.2f   (every step, the first included)\n", "total",
             gib(m->total_bytes));
-    fprintf(f, "  %-40s %10.2f   (the same lifetimes in one space)\n", "least",
+    fprintf(f, "  %-40s %10.2f   (the working space's live peak)\n", "least",
             gib(m->least_bytes));
 }
 
@@ -1067,11 +1170,13 @@ void dmuon_layout_memory_json(const dmuon_layout *x, dmuon_json *w)
     dmuon_json_kint(w, "pool_bytes", m->pool_bytes);
     dmuon_json_kint(w, "ctrl_bytes", m->ctrl_bytes);
     dmuon_json_kint(w, "staging_bytes", m->staging_bytes);
-    dmuon_json_kint(w, "param_space_bytes", m->param_space_bytes);
-    dmuon_json_kint(w, "grad_space_bytes", m->grad_space_bytes);
+    dmuon_json_kint(w, "work_bytes", m->work_bytes);
+    dmuon_json_kint(w, "param_live_bytes", m->param_live_bytes);
+    dmuon_json_kint(w, "grad_live_bytes", m->grad_live_bytes);
+    dmuon_json_kint(w, "view_live_bytes", m->view_live_bytes);
+    dmuon_json_kint(w, "step_bytes", m->step_bytes);
     dmuon_json_kint(w, "window_space_bytes", m->window_space_bytes);
     dmuon_json_kint(w, "windows_bytes", m->window_space_bytes);
-    dmuon_json_kint(w, "view_bytes", m->view_bytes);
     dmuon_json_kint(w, "state_bytes", m->state_bytes);
     dmuon_json_kint(w, "scratch_bytes", m->scratch_bytes);
     dmuon_json_kint(w, "ns_workspace_bytes", m->ns_workspace_bytes);

@@ -32,9 +32,11 @@
 struct dmuon_ns {
     dmuon_device_kind kind;
     dmuon_ns_opts opts;
-    /* CPU workspace: one allocation, pointers into it. */
+    /* CPU workspace: one allocation, pointers into it; or the caller's */
     void *ws;
     size_t ws_bytes;
+    void *ext;
+    size_t ext_bytes;
     float *a, *a2;            /* s x l */
     float *r, *r2, *p, *q, *qn, *t;   /* s x s */
     float *b1, *b2;           /* BF16-rounded operand copies, s x l each (bf16 only) */
@@ -90,6 +92,11 @@ void dmuon_ns_free(dmuon_ns *ns)
         ns->eng->free(ns->ctx);
     free(ns->ws);
     free(ns);
+}
+
+void dmuon_ns_set_workspace(dmuon_ns *ns, void *p, size_t bytes)
+{
+    ns->eng->set_workspace(ns->ctx, p, bytes);
 }
 
 dmuon_device_kind dmuon_ns_device(const dmuon_ns *ns) { return ns->kind; }
@@ -149,14 +156,26 @@ dmuon_rc dmuon_ns_mem_get(dmuon_ns *ns, float *dst_host, const float *src, size_
     return ns->eng->get(ns->ctx, dst_host, src, count);
 }
 
+/* The CPU engine's workspace for shape s x l (cpu_reserve carves it). */
+static size_t cpu_ws_bytes(size_t s, size_t l, bool bf)
+{
+    const size_t big = s * l, sq = s * s;
+    /* floats: 2 big + 6 square (+ 2 big for BF16 operands); 64-byte aligned parts */
+    return (2 + (bf ? 2 : 0)) * (big * 4 + 64) + 6 * (sq * 4 + 64);
+}
+
 int64_t dmuon_ns_workspace_bytes(const dmuon_ns_opts *o, int64_t m, int64_t n)
 {
     if (m < 1 || n < 1)
         return 0;
     const int64_t s = m < n ? m : n, l = m < n ? n : m;
-    const int64_t big = s * l, sq = s * s;
-    /* floats: 2 big + 6 square (+ 2 big for BF16 operands); 64-byte aligned parts */
-    return (2 + (o->dtype == DMUON_BF16 ? 2 : 0)) * (big * 4 + 64) + 6 * (sq * 4 + 64);
+    const int64_t big = s * l, sq = s * s, b = s / 64;
+    const bool bf = o->dtype == DMUON_BF16;
+    const int64_t cpu = (int64_t)cpu_ws_bytes((size_t)s, (size_t)l, bf);
+    /* kernels/ns_cuda.cu reserve() */
+    const int64_t cuda = 2 * (big * 4 + 256) + 6 * (sq * 4 + 256) +
+                         (bf ? 2 * (big * 2 + 256) : 0) + 3 * (b * (b + 1) / 2) * 8 + 256;
+    return cpu > cuda ? cpu : cuda;
 }
 
 /* Grows the CPU workspace to hold shape s x l. */
@@ -164,7 +183,12 @@ static dmuon_rc cpu_reserve(dmuon_ns *ns, size_t s, size_t l)
 {
     const bool bf = ns->opts.dtype == DMUON_BF16;
     const size_t big = s * l, sq = s * s;
-    const size_t need = (size_t)dmuon_ns_workspace_bytes(&ns->opts, (int64_t)s, (int64_t)l);
+    const size_t need = cpu_ws_bytes(s, l, bf);
+    char *p;
+    if (ns->ext && need <= ns->ext_bytes) {   /* the caller's (dmuon_ns_set_workspace) */
+        p = ns->ext;
+        goto carve;
+    }
     if (need > ns->ws_bytes) {
         void *w = NULL;
         if (posix_memalign(&w, 64, need) != 0)
@@ -174,7 +198,8 @@ static dmuon_rc cpu_reserve(dmuon_ns *ns, size_t s, size_t l)
         ns->ws = w;
         ns->ws_bytes = need;
     }
-    char *p = ns->ws;
+    p = ns->ws;
+carve:
 #define CARVE(ptr, type, cnt)                                            \
     do {                                                                 \
         (ptr) = (type *)(void *)p;                                       \
@@ -517,6 +542,13 @@ static dmuon_rc cpu_copy(void *ctx, float *dst, const float *src, size_t count)
     return DMUON_OK;
 }
 
+static void cpu_set_workspace(void *ctx, void *p, size_t bytes)
+{
+    dmuon_ns *ns = ctx;
+    ns->ext = p;
+    ns->ext_bytes = p ? bytes : 0;
+}
+
 static const dmuon_ns_engine cpu_engine = {
     .name = "cpu",
     .device_count = cpu_device_count,
@@ -529,6 +561,7 @@ static const dmuon_ns_engine cpu_engine = {
     .mem_free = cpu_mem_free,
     .put = cpu_copy,
     .get = cpu_copy,
+    .set_workspace = cpu_set_workspace,
 };
 
 /* Weak: a static link pulls kernels/ns_cuda.cu (and cuBLAS) only when the

@@ -54,6 +54,8 @@ typedef struct dmuon_ns_engine {
     void (*mem_free)(void *ctx, float *p);
     dmuon_rc (*put)(void *ctx, float *dev_dst, const float *src, size_t count);
     dmuon_rc (*get)(void *ctx, float *dst, const float *dev_src, size_t count);
+    /* dmuon_ns_set_workspace: the caller's workspace (dev_p NULL: none) */
+    void (*set_workspace)(void *ctx, void *dev_p, size_t bytes);
 } dmuon_ns_engine;
 
 /* The engine of kind, or NULL when this program has none (CUDA not built or

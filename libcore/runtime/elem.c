@@ -152,11 +152,16 @@ static dmuon_rc host_ns_run(dmuon_ns *ns, const float *x, int64_t m, int64_t n, 
     return dmuon_ns_run(ns, x, m, n, out);
 }
 
+static void host_ns_workspace(dmuon_ns *ns, void *p, int64_t bytes)
+{
+    dmuon_ns_set_workspace(ns, p, (size_t)bytes);
+}
+
 static const rt_elem_ops host_ops = {
     "cpu",        host_direction, host_muon_finish, host_adamw_step, host_grad_check,
     host_alloc,   host_free,      host_adopt,       host_sync,       host_zero,
     host_copy,    host_accum,     host_scale,       host_widen,      host_narrow,
-    host_strided, host_ns_run};
+    host_strided, host_ns_run,    host_ns_workspace};
 
 const rt_elem_ops *rt_elem_host(void) { return &host_ops; }
 
@@ -277,13 +282,19 @@ static dmuon_rc chk_ns_run(dmuon_ns *ns, const float *x, int64_t m, int64_t n, f
     return dmuon_ns_run(ns, R(x), m, n, R(out));
 }
 
+static void chk_ns_workspace(dmuon_ns *ns, void *p, int64_t bytes)
+{
+    check_calls++;
+    dmuon_ns_set_workspace(ns, p ? (void *)R(p) : NULL, (size_t)bytes);
+}
+
 #undef R
 
 static const rt_elem_ops check_ops = {
     "cpu (checking)", chk_direction, chk_muon_finish, chk_adamw_step, chk_grad_check,
     chk_alloc,        chk_free,      chk_adopt,       host_sync,      chk_zero,
     chk_copy,         chk_accum,     chk_scale,       chk_widen,      chk_narrow,
-    chk_strided,      chk_ns_run};
+    chk_strided,      chk_ns_run,    chk_ns_workspace};
 
 const rt_elem_ops *rt_elem_check(void) { return &check_ops; }
 

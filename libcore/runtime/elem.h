@@ -84,6 +84,8 @@ typedef struct {
                         int64_t cs, int back, void *stream);
     /* dmuon_ns_run on memory of this device (ns: a context of its kind) */
     dmuon_rc (*ns_run)(dmuon_ns *ns, const float *x, int64_t m, int64_t n, float *out);
+    /* dmuon_ns_set_workspace with memory of this device (p NULL: none) */
+    void (*ns_workspace)(dmuon_ns *ns, void *p, int64_t bytes);
 } rt_elem_ops;
 
 /* The host table; the CUDA table, or NULL in a build without CUDA. */

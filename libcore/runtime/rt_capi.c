@@ -459,9 +459,9 @@ dmuon_rc dmuon_capi_rt_step(dmuon_rt *rt, double muon_lr, double adamw_lr)
 }
 
 static const char *const stats_names[DMUON_CAPI_STATS] = {
-    "pool_bytes", "param_space_bytes", "grad_space_bytes", "window_bytes", "state_bytes",
+    "pool_bytes", "ctrl_bytes", "work_bytes", "window_bytes", "state_bytes", "total_bytes",
     "optim_s", "ns_s", "comm_wait_s", "publish_wait_s", "gather_s", "reduce_s", "ns_matrices",
-    "steps", "grad_norm", "ctrl_bytes", "view_bytes", "step_bytes", "total_bytes"};
+    "steps", "grad_norm"};
 
 const char *dmuon_capi_rt_stats_name(int i)
 {
@@ -473,10 +473,9 @@ void dmuon_capi_rt_stats(const dmuon_rt *rt, double *out)
     dmuon_rt_stats s;
     dmuon_rt_get_stats(rt, &s);
     double v[DMUON_CAPI_STATS] = {
-        (double)s.pool_bytes, (double)s.param_space_bytes, (double)s.grad_space_bytes,
-        (double)s.window_bytes, (double)s.state_bytes, s.optim_s, s.ns_s, s.comm_wait_s,
-        s.publish_wait_s, s.gather_s, s.reduce_s, (double)s.ns_matrices,
-        (double)dmuon_rt_steps(rt), dmuon_rt_grad_norm(rt), (double)s.ctrl_bytes,
-        (double)s.view_bytes, (double)s.step_bytes, (double)s.total_bytes};
+        (double)s.pool_bytes, (double)s.ctrl_bytes, (double)s.work_bytes,
+        (double)s.window_bytes, (double)s.state_bytes, (double)s.total_bytes, s.optim_s,
+        s.ns_s, s.comm_wait_s, s.publish_wait_s, s.gather_s, s.reduce_s,
+        (double)s.ns_matrices, (double)dmuon_rt_steps(rt), dmuon_rt_grad_norm(rt)};
     memcpy(out, v, sizeof v);
 }

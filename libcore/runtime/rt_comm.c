@@ -199,12 +199,12 @@ dmuon_rc rt_pub_round(dmuon_rt *rt)
 
 static int64_t pblock_off(const dmuon_rt *rt, const rt_layer *L)
 {
-    return rt->space_off[DMUON_SPACE_PARAM] + L->poff;
+    return rt->space_off[DMUON_SPACE_WORK] + L->poff;
 }
 
 static int64_t gblock_off(const dmuon_rt *rt, const rt_layer *L)
 {
-    return rt->space_off[DMUON_SPACE_GRAD] + L->goff;
+    return rt->space_off[DMUON_SPACE_WORK] + L->goff;
 }
 
 /* The owned gather's window: the owner windows (FSDP), or the publish copy

@@ -23,8 +23,9 @@
  * layer buffer, param_dtype) followed by its even region (even_pad elements);
  * its gradient block is the same two regions in F32.  Elements of a
  * parameter sit at rt_param.off in the layer's F32 view (owned region first).
- * The private views (what dmuon_rt_weights returns) are ranges of one arena
- * packed like the spaces of the pool.
+ * Parameter and gradient blocks, the FP32 views (what dmuon_rt_weights
+ * returns) and the step's scratch are ranges of the pool's working space,
+ * packed by the layout.
  */
 #ifndef DMUON_RT_INTERNAL_H
 #define DMUON_RT_INTERNAL_H
@@ -113,9 +114,9 @@ typedef struct {
                                  (parameter dtype F32) */
 } rt_layer;
 
-/* The packed spaces of the layout (DMUON_BLOCK_*): the pool's parameter
- * and gradient spaces, the private view arena, and the reduce staging in
- * the pool's control space. */
+/* The layout's block kinds (DMUON_BLOCK_*): parameter, gradient and view
+ * blocks in the pool's working space, the reduce staging in its control
+ * space (the step's memory has no acquisitions of the hooks). */
 enum { RT_PARAM = DMUON_BLOCK_PARAM, RT_GRAD = DMUON_BLOCK_GRAD, RT_VIEW = DMUON_BLOCK_VIEW,
        RT_STAGING = DMUON_BLOCK_STAGING, RT_SPACES = DMUON_BLOCK_KINDS };
 
@@ -166,7 +167,8 @@ struct dmuon_rt {
     float *own_o;             /* win_elems: the step's directions, before commit */
     float *even_w, *even_m, *even_v, *even_g; /* even_total each */
     float *even_o;            /* line B: even_total directions; else none */
-    float *scratch;           /* lay->scratch_elems floats */
+    float *scratch;           /* lay->scratch_elems floats: the step's range of
+                                 the working space */
 
     /* progress */
     bool opened, failed, recompute;
@@ -177,7 +179,6 @@ struct dmuon_rt {
     bool order_agreed;        /* the first step has run: until then every hook is
                                  compared across the ranks (order_check) */
     size_t acq_index[RT_SPACES];   /* acquisitions so far in this micro-batch */
-    float *views;             /* the F32 view arena (lay->space[RT_VIEW].bytes) */
     double grad_norm;
     dmuon_rt_stats stats;
 };
@@ -240,7 +241,7 @@ void rt_state_drop(dmuon_rt *rt);
 uint64_t rt_digest_mem(const dmuon_rt *rt, const void *p, int64_t bytes, uint64_t d);
 
 /* rt_step.c */
-dmuon_rc rt_step_prepare(dmuon_rt *rt);   /* at open: the step's scratch */
+void rt_step_prepare(dmuon_rt *rt);   /* at open, after the pool: the step's memory */
 dmuon_rc rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs);
 dmuon_rc rt_grads_clear(dmuon_rt *rt);   /* zeroes the accumulated gradients */
 dmuon_rc rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *dst_base);

@@ -94,21 +94,17 @@ static dmuon_rc mat_copy(const dmuon_rt *rt, const rt_param *p, int64_t j, float
     return rt->elem->strided(dst, src + (base - lo), p->m, p->n, rs, cs, back, rt->stream);
 }
 
-/* Scratch for the step, allocated once at open at the layout's size (the
- * step allocates nothing; dmuon/layout.h gives the rule: one m x n matrix
- * per owned matrix in the plain placement, three otherwise; line B one
- * block of directions and one matrix). */
-dmuon_rc rt_step_prepare(dmuon_rt *rt)
+/* The step's memory, the layout's range of the working space (nothing
+ * else is live there during a step, dmuon/layout.h): the scratch (one
+ * m x n matrix per owned matrix in the plain placement, three otherwise;
+ * line B one block of directions and one matrix), then the Newton–Schulz
+ * workspace, given to the NS context.  After the pool is built; the step
+ * allocates nothing. */
+void rt_step_prepare(dmuon_rt *rt)
 {
-    const int64_t need = rt->lay->scratch_elems;
-    rt->elem->free(rt->scratch);
-    rt->scratch = NULL;
-    void *sc = NULL;
-    if (rt->elem->alloc(need * (int64_t)sizeof *rt->scratch, &sc) != DMUON_OK)
-        return DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld scratch elements",
-                          (long long)need);
-    rt->scratch = sc;
-    return DMUON_OK;
+    unsigned char *step = rt->base + rt->space_off[DMUON_SPACE_WORK] + rt->lay->step_off;
+    rt->scratch = (float *)step;
+    rt->elem->ns_workspace(rt->ns, step + rt->lay->step_scratch_bytes, rt->lay->step_ns_bytes);
 }
 
 dmuon_rc rt_grads_clear(dmuon_rt *rt)

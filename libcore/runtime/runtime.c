@@ -444,12 +444,12 @@ dmuon_rc rt_write_windows(dmuon_rt *rt)
 
 unsigned char *rt_pblock(const dmuon_rt *rt, const rt_layer *L)
 {
-    return rt->base + rt->space_off[DMUON_SPACE_PARAM] + L->poff;
+    return rt->base + rt->space_off[DMUON_SPACE_WORK] + L->poff;
 }
 
 float *rt_gblock(const dmuon_rt *rt, const rt_layer *L)
 {
-    return (float *)(rt->base + rt->space_off[DMUON_SPACE_GRAD] + L->goff);
+    return (float *)(rt->base + rt->space_off[DMUON_SPACE_WORK] + L->goff);
 }
 
 /* Rank 0's offset table against every rank's: the first differing entry is
@@ -531,20 +531,10 @@ dmuon_rc dmuon_rt_open(dmuon_rt *rt)
     if (rt->opened)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: open called twice");
     DMUON_TRY(rt_agree(rt, check_registrations(rt)));
-    /* the step's scratch and the view arena, each one allocation at the
-     * layout's size; nothing is allocated per gather or per step */
-    dmuon_rc rc = rt_step_prepare(rt);
-    int64_t vb = rt->lay->space[RT_VIEW].bytes;
-    if (rc == DMUON_OK && vb > 0) {
-        void *v = NULL;
-        rc = rt->elem->alloc(vb, &v);
-        if (rc != DMUON_OK)
-            rc = DMUON_FAIL(DMUON_ENOMEM, "runtime: out of memory for %lld bytes of weight views",
-                            (long long)vb);
-        rt->views = v;
-    }
-    DMUON_TRY(rt_agree(rt, rc));
+    /* one allocation at the layout's size: the blocks, views and the step's
+     * memory are ranges of it; nothing is allocated per gather or per step */
     DMUON_TRY(rt_agree(rt, rt_pool_build(rt)));
+    rt_step_prepare(rt);
     rt->opened = true;
     DMUON_TRY(rt_write_windows(rt));
     DMUON_TRY(rt_pub_round(rt));
@@ -596,6 +586,12 @@ static void micro_begin(dmuon_rt *rt)
     }
 }
 
+/* The working space's first byte (blocks and views are ranges of it). */
+static unsigned char *work_base(const dmuon_rt *rt)
+{
+    return rt->base + rt->space_off[DMUON_SPACE_WORK];
+}
+
 /* Bytes of layer l's block in `space`, as the layout packed it. */
 static int64_t block_bytes(const dmuon_rt *rt, int space, size_t l)
 {
@@ -622,26 +618,44 @@ static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
         *off = L->goff;
         return L->phase == RT_BWD || L->phase == RT_BWD_FWD || L->reducing;
     }
-    *off = L->w && !rt->lay->view_alias
-               ? (int64_t)((const unsigned char *)L->w - (const unsigned char *)rt->views)
-               : 0;
+    *off = L->w && !rt->lay->view_alias ? (int64_t)((unsigned char *)L->w - work_base(rt)) : 0;
     return L->w != NULL && !rt->lay->view_alias;
 }
 
-/* The layer whose live block in `space` overlaps the range that the next
- * acquisition (the plan's k-th, layer l's) would hand out, or -1.  The
- * layout keeps the plan's order's live ranges apart; a micro-batch that
- * releases in another order (a block held past the release the plan's
- * order makes) would otherwise get a range still in use. */
-static long acq_conflict(const dmuon_rt *rt, int space, size_t l)
+/* The layer whose live block overlaps the range that the next acquisition
+ * in `space` (the plan's k-th, layer l's) would hand out, or -1; *kind
+ * the overlapping block's kind.  Parameter, gradient and view blocks share
+ * the working space, so each is checked against the live blocks of all
+ * three; the staging against the staging.  The layout keeps the plan's
+ * order's live ranges apart; a micro-batch that releases in another order
+ * (a block held past the release the plan's order makes) would otherwise
+ * get a range still in use. */
+static long acq_conflict_ex(const dmuon_rt *rt, int space, size_t l, int *kind, bool own_param);
+
+static long acq_conflict(const dmuon_rt *rt, int space, size_t l, int *kind)
+{
+    return acq_conflict_ex(rt, space, l, kind, true);
+}
+
+/* own_param false: layer l's own parameter block is left out (it is given
+ * back before this acquisition, see pre_backward). */
+static long acq_conflict_ex(const dmuon_rt *rt, int space, size_t l, int *kind, bool own_param)
 {
     const dmuon_layout_space *sp = &rt->lay->space[space];
     size_t k = rt->in_micro ? rt->acq_index[space] : 0;
     int64_t lo = sp->acq_off[k], hi = lo + block_bytes(rt, space, l);
-    for (size_t j = 0; j < rt->nlayers; j++) {
-        int64_t o = 0;
-        if (j != l && block_live(rt, space, j, &o) && o < hi && lo < o + block_bytes(rt, space, j))
-            return (long)j;
+    const bool staging = space == RT_STAGING;
+    for (int s = 0; s < RT_SPACES; s++) {
+        if (s == DMUON_BLOCK_STEP || (s == RT_STAGING) != staging)
+            continue;
+        for (size_t j = 0; j < rt->nlayers; j++) {
+            int64_t o = 0;
+            if ((j != l || s != space) && (own_param || j != l || s != RT_PARAM) &&
+                block_live(rt, s, j, &o) && o < hi && lo < o + block_bytes(rt, s, j)) {
+                *kind = s;
+                return (long)j;
+            }
+        }
     }
     return -1;
 }
@@ -651,7 +665,14 @@ static long acq_conflict(const dmuon_rt *rt, int space, size_t l)
  * and whether its range is free: DMUON_EINVAL naming the layers when not.
  * Changes nothing, so a hook checks its acquisitions before it makes any
  * and a refused call has no effect. */
+static dmuon_rc acq_check_ex(const dmuon_rt *rt, int space, size_t l, bool own_param);
+
 static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
+{
+    return acq_check_ex(rt, space, l, true);
+}
+
+static dmuon_rc acq_check_ex(const dmuon_rt *rt, int space, size_t l, bool own_param)
 {
     const dmuon_layout_space *sp = &rt->lay->space[space];
     size_t k = rt->in_micro ? rt->acq_index[space] : 0;
@@ -665,15 +686,15 @@ static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
                           k < sp->nacq ? dmuon_plan_layer_name(rt->plan, (size_t)sp->acq_layer[k])
                                        : "",
                           k < sp->nacq ? "'" : "");
-    long j = acq_conflict(rt, space, l);
+    int jk = 0;
+    long j = acq_conflict_ex(rt, space, l, &jk, own_param);
     if (j >= 0)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch (layer "
-                          "'%s') would take memory that layer '%s' still holds: the plan's order "
-                          "has released '%s' by then (the hooks must release in that order "
-                          "too: end '%s' first)",
+                          "'%s') would take memory that layer '%s' still holds (its %s block): "
+                          "the plan's order has released it by then (the hooks must release in "
+                          "that order too: end '%s' first)",
                           dmuon_block_name(space), k, dmuon_plan_layer_name(rt->plan, l),
-                          dmuon_plan_layer_name(rt->plan, (size_t)j),
-                          dmuon_plan_layer_name(rt->plan, (size_t)j),
+                          dmuon_plan_layer_name(rt->plan, (size_t)j), dmuon_block_name(jk),
                           dmuon_plan_layer_name(rt->plan, (size_t)j));
     return DMUON_OK;
 }
@@ -693,7 +714,7 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
     } else if (space == RT_GRAD) {
         L->goff = sp->acq_off[k];
     } else if (space == RT_VIEW) {
-        L->w = (float *)((unsigned char *)rt->views + sp->acq_off[k]);
+        L->w = (float *)(work_base(rt) + sp->acq_off[k]);
     } else {
         assert(sp->acq_off[k] == L->lay->staging_off);   /* bound at group creation */
     }
@@ -853,7 +874,9 @@ static bool prefetch_ok(const dmuon_rt *rt, int nx)
         return false;
     const dmuon_layout_space *sp = &rt->lay->space[RT_PARAM];
     size_t k = rt->acq_index[RT_PARAM];
-    return k < sp->nacq && sp->acq_layer[k] == nx && acq_conflict(rt, RT_PARAM, (size_t)nx) < 0;
+    int jk;
+    return k < sp->nacq && sp->acq_layer[k] == nx &&
+           acq_conflict(rt, RT_PARAM, (size_t)nx, &jk) < 0;
 }
 
 /* The invariants between a layer's phase and its blocks, after each hook
@@ -973,7 +996,10 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: pre_backward('%s') twice in one micro-batch",
                           dmuon_plan_layer_name(rt->plan, l));
     DMUON_TRY(use_check(rt, l));
-    DMUON_TRY(acq_check(rt, RT_GRAD, l));
+    /* checked now, so that a refused call changes nothing; the layer's
+     * parameter block, if a prefetch holds it, is given back once widened,
+     * before this acquisition (ZeRO-3, dmuon/layout.h) */
+    DMUON_TRY(acq_check_ex(rt, RT_GRAD, l, !(rt->zero == 3 && !rt->lay->view_alias)));
     micro_begin(rt);
     DMUON_TRY(fetch(rt, l, true, false));
     int nx = L->lay->next_bwd;
@@ -1131,10 +1157,14 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     }
     DMUON_TRY(rt->elem->sync(rt->opts.stream));
     /* every parameter block is given back before the step (ZeRO-2 keeps
-     * them through the micro-batches) */
-    for (size_t l = 0; l < rt->nlayers; l++)
+     * them through the micro-batches): the step's memory is the working
+     * space's, where nothing else is live now */
+    for (size_t l = 0; l < rt->nlayers; l++) {
         if (rt->layers[l].pblock != RT_BLOCK_NONE)
             DMUON_TRY(release(rt, RT_PARAM, l));
+        assert(!rt->layers[l].w && !rt->layers[l].reducing &&
+               rt->layers[l].pblock == RT_BLOCK_NONE);
+    }
     /* the micro-batches are spent whatever the outcome: a failed step
      * dropped their gradients, so a retry needs a new micro-batch */
     rt->micro = 0;
@@ -1167,12 +1197,9 @@ void dmuon_rt_get_stats(const dmuon_rt *rt, dmuon_rt_stats *out)
     *out = rt->stats;
     out->pool_bytes = m->pool_bytes;
     out->ctrl_bytes = m->ctrl_bytes;
-    out->param_space_bytes = m->param_space_bytes;
-    out->grad_space_bytes = m->grad_space_bytes;
+    out->work_bytes = m->work_bytes;
     out->window_bytes = m->window_space_bytes;
     out->state_bytes = m->state_bytes;
-    out->view_bytes = m->view_bytes;
-    out->step_bytes = m->scratch_bytes + m->ns_workspace_bytes;
     out->total_bytes = m->total_bytes;
 }
 
@@ -1202,11 +1229,8 @@ void dmuon_rt_free(dmuon_rt *rt)
     if (!keep) {
         rt_pool_drop(rt);
         dmuon_publish_free(rt->pub);
-        if (rt->elem) {
+        if (rt->elem)
             rt->elem->free(rt->state);
-            rt->elem->free(rt->scratch);
-            rt->elem->free(rt->views);
-        }
         free(rt->state_host);
         if (rt->topo_ok)
             dmuon_topo_release(&rt->topo);

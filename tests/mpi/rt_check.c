@@ -1255,17 +1255,16 @@ int main(int argc, char **argv)
     if (errors) {
         dmuon_rt_stats st;
         dmuon_rt_get_stats(rt, &st);
-        check(st.pool_bytes > 0 && st.param_space_bytes > 0, "pool bytes reported");
+        check(st.pool_bytes > 0 && st.work_bytes > 0, "pool bytes reported");
     }
     if (g_rank == 0) {
         dmuon_rt_stats st;
         dmuon_rt_get_stats(rt, &st);
         printf("weights digest %016llx\n", (unsigned long long)digest);
-        printf("pool %lld bytes: parameters %lld, gradients %lld, windows %lld; state %lld; "
-               "views %lld; step %lld\n",
-               (long long)st.pool_bytes, (long long)st.param_space_bytes,
-               (long long)st.grad_space_bytes, (long long)st.window_bytes,
-               (long long)st.state_bytes, (long long)st.view_bytes, (long long)st.step_bytes);
+        printf("pool %lld bytes: control %lld, working %lld, windows %lld; state %lld; "
+               "total %lld\n",
+               (long long)st.pool_bytes, (long long)st.ctrl_bytes, (long long)st.work_bytes,
+               (long long)st.window_bytes, (long long)st.state_bytes, (long long)st.total_bytes);
     }
 out:
     dmuon_rt_free(rt);

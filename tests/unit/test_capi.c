@@ -152,12 +152,14 @@ static void test_rt_opts_and_create(void **state)
     assert_int_equal(dmuon_capi_rt_create(p, dmuon_capi_comm_world(), o, &rt), DMUON_OK);
     double st[DMUON_CAPI_STATS];
     dmuon_capi_rt_stats(rt, st);
-    assert_true(st[12] == 0.0);         /* steps */
+    assert_true(st[13] == 0.0);         /* steps */
+    assert_string_equal(dmuon_capi_rt_stats_name(13), "steps");
+    assert_null(dmuon_capi_rt_stats_name(DMUON_CAPI_STATS));
     /* the layout's figures from create on: the pool and the total */
     dmuon_rt_stats rs;
     dmuon_rt_get_stats(rt, &rs);
     assert_true(st[0] == (double)rs.pool_bytes && rs.pool_bytes > 0);
-    assert_true(st[17] == (double)rs.total_bytes && rs.total_bytes >= rs.pool_bytes);
+    assert_true(st[5] == (double)rs.total_bytes && rs.total_bytes >= rs.pool_bytes);
     dmuon_rt_free(rt);
     dmuon_plan_free(p);
     dmuon_capi_plan_opts_free(po);

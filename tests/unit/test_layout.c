@@ -76,60 +76,74 @@ static dmuon_plan *plan_of(const dmuon_model *m, int nodes, int k, dmuon_shardin
     return p;
 }
 
-/* The plan's order replayed: no two live blocks of one space overlap, all
- * inside the space.  Written here from the header's rules. */
+/* The bytes a block takes, aligned as the header says. */
+static int64_t bytes_of(const dmuon_layout *x, int k, int32_t l)
+{
+    return k == DMUON_BLOCK_STEP ? x->step_scratch_bytes + x->step_ns_bytes
+                                 : (x->layers[l].bytes[k] + 63) / 64 * 64;
+}
+
+/* The plan's order replayed: no two blocks live at once in one space
+ * overlap (parameter, gradient and view blocks and the step's memory share
+ * the working space; the staging has its own), all inside their space.
+ * Written here from the header's rules. */
 static void replay(const dmuon_layout *x)
 {
-    for (int k = 0; k < DMUON_BLOCK_KINDS; k++) {
-        const dmuon_layout_space *sp = &x->space[k];
-        int64_t *lo = calloc(x->nlayers, sizeof *lo), *hi = calloc(x->nlayers, sizeof *hi);
-        bool *live = calloc(x->nlayers, sizeof *live);
-        size_t a = 0;
-        for (size_t e = 0; e < sp->nev; e++) {
-            int32_t l = sp->ev[e].block;
-            assert_true(l >= 0 && (size_t)l < x->nlayers);
-            if (!sp->ev[e].acquire) {
-                assert_true(live[l]);
-                live[l] = false;
-                continue;
-            }
-            assert_false(live[l]);
-            assert_int_equal(sp->acq_layer[a], l);
-            lo[l] = sp->acq_off[a++];
-            hi[l] = lo[l] + (x->layers[l].bytes[k] + 63) / 64 * 64;
-            assert_true(lo[l] >= 0 && lo[l] % 64 == 0 && hi[l] <= sp->bytes);
-            for (size_t j = 0; j < x->nlayers; j++)
-                if (live[j] && hi[l] > lo[l] && hi[j] > lo[j])
-                    assert_true(hi[l] <= lo[j] || hi[j] <= lo[l]);
-            live[l] = true;
+    size_t n = DMUON_BLOCK_KINDS * (x->nlayers + 1);
+    int64_t *lo = calloc(n, sizeof *lo), *hi = calloc(n, sizeof *hi);
+    bool *live = calloc(n, sizeof *live);
+    size_t a[DMUON_BLOCK_KINDS] = {0};
+    for (size_t e = 0; e < x->nevents; e++) {
+        const dmuon_layout_event *v = &x->events[e];
+        int k = v->kind;
+        size_t b = (size_t)k * (x->nlayers + 1) + (size_t)v->layer;
+        if (!v->acquire) {
+            assert_true(live[b]);
+            live[b] = false;
+            continue;
         }
-        assert_int_equal(a, sp->nacq);
-        free(lo);
-        free(hi);
-        free(live);
+        assert_false(live[b]);
+        assert_int_equal(x->space[k].acq_layer[a[k]], v->layer);
+        lo[b] = x->space[k].acq_off[a[k]++];
+        hi[b] = lo[b] + bytes_of(x, k, v->layer);
+        int64_t space = k == DMUON_BLOCK_STAGING ? x->space[k].bytes : x->work_bytes;
+        assert_true(lo[b] >= 0 && lo[b] % 64 == 0 && hi[b] <= space);
+        for (size_t j = 0; j < n; j++) {
+            bool staging = (int)(j / (x->nlayers + 1)) == DMUON_BLOCK_STAGING;
+            if (live[j] && staging == (k == DMUON_BLOCK_STAGING) && hi[b] > lo[b] && hi[j] > lo[j])
+                assert_true(hi[b] <= lo[j] || hi[j] <= lo[b]);
+        }
+        live[b] = true;
     }
+    for (int k = 0; k < DMUON_BLOCK_KINDS; k++)
+        assert_int_equal(a[k], x->space[k].nacq);
+    free(lo);
+    free(hi);
+    free(live);
 }
 
 /* Each figure is the sum the header gives. */
 static void sums(const dmuon_layout *x)
 {
     const dmuon_layout_memory *m = &x->mem;
-    assert_int_equal(m->total_bytes, m->pool_bytes + m->view_bytes + m->state_bytes +
-                                         m->scratch_bytes + m->ns_workspace_bytes);
+    assert_int_equal(m->total_bytes, m->pool_bytes + m->state_bytes);
     assert_int_equal(m->pool_bytes, x->map.total);
-    assert_true(m->ctrl_bytes + m->param_space_bytes + m->grad_space_bytes +
-                    m->window_space_bytes <= m->pool_bytes);
-    assert_int_equal(m->param_space_bytes, x->space[DMUON_BLOCK_PARAM].bytes);
-    assert_int_equal(m->grad_space_bytes, x->space[DMUON_BLOCK_GRAD].bytes);
-    assert_int_equal(m->view_bytes, x->space[DMUON_BLOCK_VIEW].bytes);
+    assert_true(m->ctrl_bytes + m->work_bytes + m->window_space_bytes <= m->pool_bytes);
+    assert_int_equal(m->work_bytes, x->work_bytes);
     assert_true(m->least_bytes <= m->total_bytes);
-    assert_true(m->live_peak_bytes <= m->param_space_bytes + m->grad_space_bytes + m->view_bytes);
+    assert_int_equal(m->least_bytes, m->total_bytes - m->work_bytes + m->live_peak_bytes);
+    assert_true(m->live_peak_bytes <= m->work_bytes);
+    assert_true(m->param_live_bytes + m->grad_live_bytes + m->view_live_bytes >=
+                m->live_peak_bytes - m->step_bytes);
     int64_t we = x->win_elems, ee = x->even_total;
     assert_int_equal(m->state_bytes, (4 * we + 4 * ee + (x->opts.line == DMUON_LINE_B ? ee : 0)) * 4);
-    /* the largest layer's block is in the parameter space */
-    assert_true(m->param_space_bytes >= m->largest_layer_bytes);
+    assert_true(m->scratch_bytes <= x->step_scratch_bytes);
+    assert_true(m->ns_workspace_bytes <= x->step_ns_bytes);
+    /* the largest layer's block fits; the step's memory is in the space */
+    assert_true(m->param_live_bytes >= m->largest_layer_bytes);
+    assert_true(x->step_off + m->step_bytes <= x->work_bytes);
     if (x->view_alias)
-        assert_int_equal(m->view_bytes, 0);
+        assert_int_equal(m->view_live_bytes, 0);
 }
 
 /* Every rank's pieces: owned matrices once over the world, even elements
@@ -196,12 +210,13 @@ static void check_all(const shape *c)
                     assert_true(dmuon_layout_digest(x) == dmuon_layout_digest(first));
                     for (int k = 0; k < DMUON_BLOCK_KINDS; k++)
                         assert_int_equal(x->space[k].bytes, first->space[k].bytes);
+                    assert_int_equal(x->work_bytes, first->work_bytes);
                     /* ZeRO-2 keeps every layer's parameters gathered */
                     if (zero == 2) {
                         int64_t all = 0;
                         for (size_t l = 0; l < x->nlayers; l++)
                             all += (x->layers[l].bytes[DMUON_BLOCK_PARAM] + 63) / 64 * 64;
-                        assert_true(x->space[DMUON_BLOCK_PARAM].bytes >= all);
+                        assert_int_equal(x->space[DMUON_BLOCK_PARAM].bytes, all);
                     }
                     dmuon_layout_free(x);
                 }
@@ -228,9 +243,10 @@ static void test_invariants(void **state)
 }
 
 /* ZeRO-3 with prefetch: one layer's parameter block at a time (released
- * once widened), so the parameter space is the largest layer's block and
- * the gradient space holds two layers (the reduction in flight) plus the
- * root's, which encloses the others. */
+ * once widened), so at most the largest layer's block is gathered at once,
+ * and at most two layers' gradients (the reduction in flight) plus the
+ * root's, which encloses the others; the working space holds no more than
+ * the kinds' peaks together. */
 static void test_reuse(void **state)
 {
     (void)state;
@@ -254,6 +270,9 @@ static void test_reuse(void **state)
     }
     assert_int_equal(x->space[DMUON_BLOCK_PARAM].bytes, big);
     assert_true(x->space[DMUON_BLOCK_PARAM].bytes < sum / 2);
+    assert_true(x->work_bytes <= x->space[DMUON_BLOCK_PARAM].bytes +
+                                     x->space[DMUON_BLOCK_GRAD].bytes +
+                                     x->space[DMUON_BLOCK_VIEW].bytes + x->mem.step_bytes);
     int64_t groot = (x->layers[0].bytes[DMUON_BLOCK_GRAD] + 63) / 64 * 64;
     assert_true(x->space[DMUON_BLOCK_GRAD].bytes >= groot + gmax[1]);
     assert_true(x->space[DMUON_BLOCK_GRAD].bytes <= groot + gmax[0] + gmax[1]);
@@ -275,7 +294,7 @@ static void test_overlap_caught(void **state)
     (void)state;
     dmuon_model *m = model_of(4, 16, true, false);
     dmuon_plan *p = plan_of(m, 1, 2, DMUON_SHARD_FSDP, DMUON_BF16);
-    for (int k = 0; k < DMUON_BLOCK_KINDS - 1; k++) {
+    for (int k = 0; k <= DMUON_BLOCK_STAGING; k++) {
         dmuon_layout *x = NULL;
         dmuon_layout_opts o;
         dmuon_layout_opts_init(&o);

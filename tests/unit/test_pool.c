@@ -19,19 +19,16 @@
 static void test_lay_out_values(void **state)
 {
     (void)state;
-    dmuon_pool_sizes sz = {.ctrl = 100, .param = 5000, .grad = 0,
-                           .win = {10, 64, 65, 0, 1, 200}};
+    dmuon_pool_sizes sz = {.ctrl = 100, .work = 5000, .win = {10, 64, 65, 0, 1, 200}};
     dmuon_pool_map m;
     memset(&m, 0xff, sizeof m);
     dmuon_pool_lay_out(&sz, &m);
-    /* control [0, 100) → parameters at 4096, 5000 bytes → 8192 + 4096 = 12288;
-     * gradients (0 bytes) at 12288, the windows at 12288 too */
+    /* control [0, 100) → working space at 4096, 5000 bytes → 8192 + 4096 =
+     * 12288: the windows */
     assert_int_equal(m.space_off[DMUON_SPACE_CTRL], 0);
     assert_int_equal(m.space_bytes[DMUON_SPACE_CTRL], 100);
-    assert_int_equal(m.space_off[DMUON_SPACE_PARAM], 4096);
-    assert_int_equal(m.space_bytes[DMUON_SPACE_PARAM], 5000);
-    assert_int_equal(m.space_off[DMUON_SPACE_GRAD], 12288);
-    assert_int_equal(m.space_bytes[DMUON_SPACE_GRAD], 0);
+    assert_int_equal(m.space_off[DMUON_SPACE_WORK], 4096);
+    assert_int_equal(m.space_bytes[DMUON_SPACE_WORK], 5000);
     assert_int_equal(m.space_off[DMUON_SPACE_WINDOW], 12288);
     /* regions: 10 → 64, 64 → 64, 65 → 128, 0 → 0, 1 → 64, 200 → 256 */
     assert_int_equal(m.win_off[DMUON_WIN_PARAM], 12288);
@@ -48,8 +45,7 @@ static void test_lay_out_invariants(void **state)
 {
     (void)state;
     for (int64_t k = 0; k < 200; k++) {
-        dmuon_pool_sizes sz = {.ctrl = k * 977 % 9000, .param = k * 7919 % 70000,
-                               .grad = k * 104729 % 50000};
+        dmuon_pool_sizes sz = {.ctrl = k * 977 % 9000, .work = k * 7919 % 70000};
         for (int r = 0; r < DMUON_WIN_COUNT; r++)
             sz.win[r] = (k * 31 + r * 1009) % 3000;
         dmuon_pool_map m, again;
@@ -81,10 +77,23 @@ static void test_pack(void **state)
     const int64_t sizes[] = {100, 200, 150};
     int64_t off[3] = {-1, -1, -1}, total = -1;
     assert_int_equal(dmuon_pool_pack(ev, 6, sizes, 3, off, &total), DMUON_OK);
-    assert_int_equal(off[0], 0);
-    assert_int_equal(off[1], 128);   /* 100 aligned to 64 */
-    assert_int_equal(off[2], 128);
-    assert_int_equal(total, 128 + 256);
+    /* largest first: 1 (256 bytes aligned) at 0, then 2 (192) at 0 too (1 is
+     * gone by then), then 0 (128), live beside both, after them */
+    assert_int_equal(off[1], 0);
+    assert_int_equal(off[2], 0);
+    assert_int_equal(off[0], 256);
+    assert_int_equal(total, 256 + 128);
+    /* the live peak is reached where blocks of falling sizes come and go:
+     * 4 blocks of 4, 3, 2, 1 units, each beside the next (first fit in
+     * event order would need 4 + 3 + 2 = 9 units for a peak of 7) */
+    const dmuon_pool_event st[] = {{0, 1}, {1, 1}, {0, 0}, {2, 1}, {1, 0}, {3, 1}, {2, 0},
+                                   {0, 1}, {3, 0}, {0, 0}};
+    const int64_t u[] = {4 * 64, 3 * 64, 2 * 64, 1 * 64};
+    int64_t o2[5];
+    assert_int_equal(dmuon_pool_pack(st, 10, u, 4, o2, &total), DMUON_OK);
+    assert_true(total <= 7 * 64);
+    for (int i = 0; i < 5; i++)
+        assert_true(o2[i] % 64 == 0 && o2[i] >= 0);
     const dmuon_pool_event twice[] = {{0, 1}, {0, 1}};
     assert_int_equal(dmuon_pool_pack(twice, 2, sizes, 3, off, &total), DMUON_EINVAL);
     const dmuon_pool_event dead[] = {{1, 0}};

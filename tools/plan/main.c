@@ -817,18 +817,18 @@ static int warn_memory(const cli *c, const dmuon_plan *p, FILE *f)
         fprintf(f,
                 "dmuon-plan: warning: rank %d needs %.2f GiB at every step (the first "
                 "included), over --device-memory %.2f GiB:\n"
-                "  %.2f optimizer state + %.2f windows + %.2f gathered parameters%s + %.2f F32 "
-                "gradients + %.2f F32 weight views + %.2f control areas + %.2f step scratch and "
-                "Newton-Schulz workspace;\n"
-                "  the largest gathered layer is '%s' (%.2f GiB); the least any placement of "
-                "the same lifetimes needs is %.2f GiB (%s)\n",
+                "  %.2f optimizer state + %.2f windows + %.2f working space + %.2f control "
+                "areas;\n"
+                "  the working space holds at most %.2f gathered parameters%s, %.2f F32 "
+                "gradients, %.2f F32 weight views, %.2f step scratch and Newton-Schulz;\n"
+                "  the largest gathered layer is '%s' (%.2f GiB) (%s)\n",
                 (int)x->opts.rank, m->total_bytes / G, c->device_memory / G,
-                m->state_bytes / G, m->window_space_bytes / G, m->param_space_bytes / G,
-                zs == 2 ? " (ZeRO-2: every layer)" : "", m->grad_space_bytes / G,
-                m->view_bytes / G, m->ctrl_bytes / G,
-                (m->scratch_bytes + m->ns_workspace_bytes) / G,
+                m->state_bytes / G, m->window_space_bytes / G, m->work_bytes / G,
+                m->ctrl_bytes / G, m->param_live_bytes / G,
+                zs == 2 ? " (ZeRO-2: every layer)" : "", m->grad_live_bytes / G,
+                m->view_live_bytes / G, m->step_bytes / G,
                 m->largest_layer >= 0 ? dmuon_plan_layer_name(p, (size_t)m->largest_layer) : "-",
-                m->largest_layer_bytes / G, m->least_bytes / G,
+                m->largest_layer_bytes / G,
                 zs == 2 ? "more ranks, ZeRO-3, or a smaller layer"
                         : "more ranks or a smaller layer");
     }

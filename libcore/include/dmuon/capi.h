@@ -145,13 +145,13 @@ dmuon_rc dmuon_capi_rt_create(const dmuon_plan *plan, int fcomm, const dmuon_cap
 /* dmuon_rt_step with the two learning rates as doubles. */
 dmuon_rc dmuon_capi_rt_step(dmuon_rt *rt, double muon_lr, double adamw_lr);
 
-/* The runtime's figures (dmuon_rt_get_stats) as 18 doubles, in this order:
- * pool_bytes, param_space_bytes, grad_space_bytes, window_bytes,
- * state_bytes, optim_s, ns_s, comm_wait_s, publish_wait_s, gather_s,
+/* The runtime's figures (dmuon_rt_get_stats) as 15 doubles, in this order:
+ * pool_bytes, ctrl_bytes, work_bytes, window_bytes, state_bytes,
+ * total_bytes, optim_s, ns_s, comm_wait_s, publish_wait_s, gather_s,
  * reduce_s, ns_matrices, steps (dmuon_rt_steps), grad_norm
- * (dmuon_rt_grad_norm), ctrl_bytes, view_bytes, step_bytes, total_bytes.
- * out holds at least DMUON_CAPI_STATS doubles. */
-#define DMUON_CAPI_STATS 18
+ * (dmuon_rt_grad_norm); dmuon_capi_rt_stats_name gives each name.  out
+ * holds at least DMUON_CAPI_STATS doubles. */
+#define DMUON_CAPI_STATS 15
 void dmuon_capi_rt_stats(const dmuon_rt *rt, double *out);
 
 /* The name of entry i of dmuon_capi_rt_stats ("pool_bytes", ...: the

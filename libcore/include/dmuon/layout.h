@@ -47,12 +47,19 @@
  *     finishes, which is at the next post_backward (the last one of the
  *     micro-batch finishes every reduction).
  *   reduce staging (pool, control space):  from post_backward(l), where
- *     l's ReduceScatterV starts, until it finishes.
- * Each space is packed by first fit over the acquisitions in that order
- * (dmuon_pool_pack): blocks never live at once share bytes, and the first
- * micro-batch needs no more than any other.  The control space holds every
- * group's control words back to back (each group its own: they persist
- * between calls), then the packed staging.
+ *     l's ReduceScatterV starts, until it finishes;
+ *   the step's memory (scratch, Newton–Schulz workspace): inside
+ *     dmuon_rt_step, after every block above has been given back.
+ * Parameter, gradient and view blocks and the step's memory share one
+ * space of the pool, the working space; the staging has its own in the
+ * control space.  Each is packed by first fit over the acquisitions in the
+ * plan's order (dmuon_pool_pack): blocks never live at once share bytes,
+ * whatever their kind, and the first micro-batch needs no more than any
+ * other.  Under ZeRO-2 the parameter blocks count as live from the start
+ * of the first micro-batch to the step (the later micro-batches of a step
+ * find them all gathered).  The control space holds every group's control
+ * words back to back (each group its own: they persist between calls),
+ * then the packed staging.
  */
 #ifndef DMUON_LAYOUT_H
 #define DMUON_LAYOUT_H
@@ -119,11 +126,14 @@ enum {
     DMUON_BLOCK_STAGING,      /* the staging of the layer's owned-region
                                  ReduceScatterV (pool, control space; empty
                                  where the backend stages nothing) */
+    DMUON_BLOCK_STEP,         /* the step's scratch and Newton–Schulz workspace
+                                 (one block, "layer" 0, acquired after the
+                                 micro-batches) */
     DMUON_BLOCK_KINDS
 };
 
 /* Name of a block kind ("parameter", "gradient", "weight view", "reduce
- * staging"). */
+ * staging", "step"). */
 const char *dmuon_block_name(int kind);
 
 /* One group: its table (n segments; n = 0: the layer has no such group),
@@ -187,11 +197,13 @@ typedef struct {
     int32_t seg;              /* owned: segment index in the layer's table; else -1 */
 } dmuon_layout_piece;
 
-/* One space's order and placement: nacq acquisitions in the plan's order,
- * acquisition k is layer acq_layer[k]'s block at byte acq_off[k]; bytes is
- * the space's size (every offset + aligned size within it). */
+/* One kind's order and placement: nacq acquisitions in the plan's order,
+ * acquisition k is layer acq_layer[k]'s block at byte acq_off[k] of its
+ * space (the working space; the staging space for DMUON_BLOCK_STAGING).
+ * bytes: the most bytes of this kind live at one moment (aligned); for the
+ * staging, its space's size. */
 typedef struct {
-    const dmuon_pool_event *ev;   /* the micro-batch's events, in order */
+    const dmuon_pool_event *ev;   /* the kind's events, in order */
     size_t nev;
     const int32_t *acq_layer;
     const int64_t *acq_off;
@@ -199,43 +211,56 @@ typedef struct {
     int64_t bytes;
 } dmuon_layout_space;
 
+/* One event of the plan's order, every kind in one sequence. */
+typedef struct {
+    int8_t kind;              /* DMUON_BLOCK_* */
+    int8_t acquire;           /* 1 acquire, 0 release */
+    int32_t layer;
+} dmuon_layout_event;
+
 /* The memory of one rank, bytes.  Each figure is the same at every step,
  * the first included: everything is allocated once, at open, at this size.
- *   total_bytes = pool_bytes + view_bytes + state_bytes + scratch_bytes
- *                 + ns_workspace_bytes
- *   pool_bytes  = ctrl + param_space + grad_space + window_space, each
- *                 4 KiB-aligned (dmuon_pool_lay_out)
- *   least_bytes = total_bytes - (param_space + grad_space + view_bytes)
- *                 + live_peak_bytes (what any placement of the same
- *                 lifetimes in one space would need) */
+ *   total_bytes = pool_bytes + state_bytes
+ *   pool_bytes  = ctrl + work + window_space, each 4 KiB-aligned
+ *                 (dmuon_pool_lay_out)
+ *   least_bytes = total_bytes - work_bytes + live_peak_bytes (what any
+ *                 placement of the same lifetimes would need) */
 typedef struct {
     int64_t total_bytes;
     int64_t pool_bytes;
     int64_t ctrl_bytes;           /* the operators' control space: every group's
                                      control words, then the reduce staging */
     int64_t staging_bytes;        /* of which the packed reduce staging */
-    int64_t param_space_bytes;    /* gathered parameter blocks, packed */
-    int64_t grad_space_bytes;     /* F32 gradient blocks, packed */
+    int64_t work_bytes;           /* the working space: gathered parameters,
+                                     F32 gradient blocks, F32 weight views and
+                                     the step's memory, packed by lifetime */
+    int64_t param_live_bytes;     /* the most gathered parameter bytes live at
+                                     once (of the working space's peak) */
+    int64_t grad_live_bytes;      /* the same for the gradient blocks */
+    int64_t view_live_bytes;      /* and for the views (0 when parameter
+                                     dtype F32: the view is the block) */
+    int64_t step_bytes;           /* the step's memory, reserved in the working
+                                     space for the largest any rank needs: its
+                                     scratch (the largest owned matrix; three
+                                     for a transposed or strided one; line B
+                                     its largest block of directions and one
+                                     matrix) and the Newton–Schulz workspace
+                                     of the largest matrix (dmuon_ns_workspace_bytes) */
     int64_t window_space_bytes;   /* owner window (param dtype + F32, sized by
                                      the largest window), even shards (param
                                      dtype + F32), HSDP publish copy, line B's
                                      direction buffers */
-    int64_t view_bytes;           /* the F32 view arena, packed */
     int64_t state_bytes;          /* private F32 state: per owned element master,
                                      momentum, accumulated gradient, direction
                                      (16 B); per even element master, two
                                      moments (or momentum), accumulated
                                      gradient (16 B; line B + 4 B direction) */
-    int64_t scratch_bytes;        /* the step's scratch: the largest owned matrix
-                                     (three for a transposed or strided one);
-                                     line B its largest block of directions
-                                     and one matrix */
-    int64_t ns_workspace_bytes;   /* Newton–Schulz workspace for the largest
-                                     matrix this rank orthogonalises
-                                     (dmuon_ns_workspace_bytes) */
-    int64_t live_peak_bytes;      /* the most parameter, gradient and view
-                                     bytes live at one moment of the plan's
-                                     micro-batch */
+    int64_t scratch_bytes;        /* of the step's memory, what this rank's
+                                     scratch uses */
+    int64_t ns_workspace_bytes;   /* and its Newton–Schulz workspace */
+    int64_t live_peak_bytes;      /* the most working-space bytes (every kind,
+                                     the step's memory included) live at one
+                                     moment of the plan's order */
     int64_t least_bytes;
     int64_t dir_bytes;            /* line B: its direction buffers (part of
                                      window_space_bytes) */
@@ -289,6 +314,14 @@ typedef struct {
                                  offset of this rank's shard inside it */
 
     dmuon_layout_space space[DMUON_BLOCK_KINDS];
+    const dmuon_layout_event *events;   /* the plan's order, every kind */
+    size_t nevents;
+    int64_t work_bytes;       /* the working space's size */
+    int64_t step_off;         /* the step's memory: its offset in the working
+                                 space; the scratch first, then the
+                                 Newton–Schulz workspace */
+    int64_t step_scratch_bytes, step_ns_bytes;  /* their sizes (aligned; the
+                                 most any rank needs) */
     int ngroups;              /* groups with a table, over every layer */
     int64_t ctrl_words_bytes; /* the groups' control areas, back to back */
     int64_t staging_base;     /* where the staging space starts in the

@@ -141,12 +141,14 @@ const char *dmuon_ns_opts_dtype_name(const dmuon_ns_opts *o);
  * for a non-positive dimension. */
 double dmuon_ns_flops(const dmuon_ns_opts *o, int64_t m, int64_t n);
 
-/* Bytes of the CPU engine's workspace for an m x n input (one allocation
- * that only grows, kept by the context): with s = min(m, n), l = max(m, n),
- * 2 (BF16 operands: 4) s x l FP32 matrices and 6 s x s FP32 matrices, each
- * padded to 64 bytes.  The CUDA engine reserves the same matrices (256-byte
- * padding) plus cuBLAS's own workspace.  0 for a non-positive dimension.
- * Pure. */
+/* Bytes of workspace either engine needs for an m x n input, the larger of
+ * the two: with s = min(m, n), l = max(m, n), the CPU engine's 2 (BF16
+ * operands: 4) s x l FP32 matrices and 6 s x s FP32 matrices, each padded
+ * to 64 bytes; the CUDA engine's 2 s x l and 6 s x s FP32 matrices (BF16:
+ * 2 s x l BF16 copies more) padded to 256 bytes, and the pointer arrays of
+ * its block-triangular product (3 b(b+1)/2 pointers, b = s / 64 at most),
+ * plus 256.  (cuBLAS keeps a workspace of its own, 32 MiB, not counted.)
+ * 0 for a non-positive dimension.  Pure. */
 int64_t dmuon_ns_workspace_bytes(const dmuon_ns_opts *o, int64_t m, int64_t n);
 
 /* ------------------------------------------------------------ contexts -- */
@@ -166,6 +168,16 @@ dmuon_rc dmuon_ns_create(dmuon_device_kind kind, int device_index, const dmuon_n
 
 /* Frees the context and its workspace; accepts NULL. */
 void dmuon_ns_free(dmuon_ns *ns);
+
+/* Gives the context a workspace of `bytes` at p, memory of its device (host
+ * memory for the CPU, device memory for CUDA), 256-byte aligned: from now
+ * on dmuon_ns_run works there for every shape whose
+ * dmuon_ns_workspace_bytes fits, and in its own (growing) allocation
+ * otherwise.  Borrowed: p must stay valid, and nobody else may touch it
+ * while a dmuon_ns_run runs, until the context is freed or given another
+ * (p NULL: back to its own).  A CUDA context drops the graphs it captured
+ * over its previous workspace. */
+void dmuon_ns_set_workspace(dmuon_ns *ns, void *p, size_t bytes);
 
 /* The device kind and the options of the context. */
 dmuon_device_kind dmuon_ns_device(const dmuon_ns *ns);

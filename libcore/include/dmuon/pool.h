@@ -2,18 +2,19 @@
  * dmuon/pool.h — layout of the symmetric pool (paper §6, C.1).
  *
  * Every rank holds one allocation with the same layout: control area of the
- * operators, parameter space (gathered layer parameters), gradient space
- * (full-layer gradient buffers), and windows (what this rank owns: the
- * owners' parameter and gradient windows, the even shards, the HSDP publish
- * copy).  Offsets are bytes from the pool's base, each range 64-byte
- * aligned (4 KiB for the base, as NCCL's symmetric windows require).
+ * operators, the working space (gathered layer parameters, full-layer
+ * gradient buffers, the FP32 weight views, the step's scratch), and
+ * windows (what this rank owns: the owners' parameter and gradient windows,
+ * the even shards, the HSDP publish copy).  Offsets are bytes from the
+ * pool's base, each range 64-byte aligned (4 KiB for the base, as NCCL's
+ * symmetric windows require).
  *
- * Reuse (ZeRO-3).  The parameter and gradient spaces hold blocks that are
- * live between an acquire and a release.  Recording one steady micro-batch
- * gives the sequence of events; dmuon_pool_pack places every acquisition at
- * the lowest offset free for its whole lifetime (first fit in event order),
- * so blocks of layers that are never live together share bytes.  The same
- * events give the same offsets on every rank.
+ * Reuse.  The working space holds blocks that are live between an acquire
+ * and a release.  The plan's order of one micro-batch (dmuon/layout.h)
+ * gives the sequence of events; dmuon_pool_pack places every acquisition
+ * where no block live at the same time lies (largest first), so blocks
+ * never live together share bytes.  The same events give the same offsets
+ * on every rank.
  */
 #ifndef DMUON_POOL_H
 #define DMUON_POOL_H
@@ -27,14 +28,14 @@
 #define DMUON_POOL_BASE_ALIGN 4096
 
 enum {
-    DMUON_SPACE_CTRL = 0,   /* operators' control words and rings */
-    DMUON_SPACE_PARAM,      /* gathered parameters */
-    DMUON_SPACE_GRAD,       /* gradient buffers */
+    DMUON_SPACE_CTRL = 0,   /* operators' control words and reduce staging */
+    DMUON_SPACE_WORK,       /* gathered parameters, gradient blocks, weight
+                               views, the step's scratch */
     DMUON_SPACE_WINDOW,     /* owner windows, shards, publish copy */
     DMUON_SPACE_COUNT
 };
 
-/* Name of a space ("control", "parameters", "gradients", "windows"). */
+/* Name of a space ("control", "working", "windows"). */
 const char *dmuon_pool_space_name(int space);
 
 /* One event of a recorded micro-batch: block `block` (an index < nblocks)
@@ -45,12 +46,15 @@ typedef struct {
     int32_t acquire;
 } dmuon_pool_event;
 
-/* First-fit packing.  sizes[b] is the bytes of block b; events in order;
- * each acquisition k (the k-th event with acquire = 1) gets offsets[k]
- * (caller array of as many entries as acquisitions; bytes, multiples of
- * DMUON_POOL_ALIGN) and *total the bytes of the space.  A block acquired
- * while live, or released while not live, is DMUON_EINVAL naming the event
- * and block; DMUON_ENOMEM.  Pure: same input, same output. */
+/* Packs a space offline.  sizes[b] is the bytes of block b; events in
+ * order; acquisition k (the k-th event with acquire = 1) is live until its
+ * block's next release (or the end) and gets offsets[k] (caller array of as
+ * many entries as acquisitions; bytes, multiples of DMUON_POOL_ALIGN), with
+ * *total the bytes of the space: acquisitions largest first, each at the
+ * lowest offset free of those already placed that are live at the same
+ * time.  A block acquired while live, or released while not live, is
+ * DMUON_EINVAL naming the event and block; DMUON_ENOMEM.  Pure: same
+ * input, same output. */
 dmuon_rc dmuon_pool_pack(const dmuon_pool_event *ev, size_t nev, const int64_t *sizes,
                          size_t nblocks, int64_t *offsets, int64_t *total);
 
@@ -67,10 +71,10 @@ enum {
 };
 
 /* What a pool is laid out from: the bytes of the control area, of the
- * parameter and gradient spaces (packed or not), and of each window
- * region (unaligned: the layout aligns each). */
+ * working space, and of each window region (unaligned: the layout aligns
+ * each). */
 typedef struct {
-    int64_t ctrl, param, grad;
+    int64_t ctrl, work;
     int64_t win[DMUON_WIN_COUNT];
 } dmuon_pool_sizes;
 

@@ -402,28 +402,25 @@ double dmuon_rt_grad_norm(const dmuon_rt *rt);
  * dmuon_rt_reset_stats, except optim_s, ns_s and ns_matrices, which are
  * the last step's. */
 typedef struct {
-    int64_t pool_bytes;          /* the symmetric pool: the four below, each
+    int64_t pool_bytes;          /* the symmetric pool: the three below, each
                                     4 KiB-aligned */
-    int64_t ctrl_bytes;          /* the operators' control areas */
-    int64_t param_space_bytes;   /* gathered parameter blocks, param dtype,
-                                    packed by the plan's order */
-    int64_t grad_space_bytes;    /* F32 gradient blocks, packed the same way */
+    int64_t ctrl_bytes;          /* the operators' control areas and reduce
+                                    staging */
+    int64_t work_bytes;          /* the working space: gathered parameter
+                                    blocks (param dtype), F32 gradient blocks,
+                                    the F32 views dmuon_rt_weights returns
+                                    (only layers inside an open bracket have
+                                    one, ZeRO-2 too; none when the parameter
+                                    dtype is F32: the view is the block) and
+                                    the step's scratch and Newton–Schulz
+                                    workspace, packed by the plan's order */
     int64_t window_bytes;        /* the window space: owner window, even
                                     shards, HSDP publish copy, line B's
                                     direction buffers */
     int64_t state_bytes;         /* private F32 state held by this rank:
                                     masters, momenta, moments, accumulated
                                     gradients, the step's directions */
-    int64_t view_bytes;          /* the F32 view arena (dmuon_rt_weights),
-                                    packed like the spaces: only layers inside
-                                    an open bracket have a view (ZeRO-2 too);
-                                    0 when the parameter dtype is F32 (the
-                                    view is the gathered block) */
-    int64_t step_bytes;          /* the step's working memory: its scratch and
-                                    the Newton–Schulz workspace of the largest
-                                    matrix this rank orthogonalises */
-    int64_t total_bytes;         /* pool + state + views + step: what the
-                                    runtime holds */
+    int64_t total_bytes;         /* pool + state: what the runtime holds */
     double optim_s;              /* last step: owner updates (s, wall) */
     double ns_s;                 /* of which Newton–Schulz */
     double comm_wait_s;          /* since the last reset: time blocked in
