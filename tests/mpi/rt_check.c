@@ -597,7 +597,7 @@ int main(int argc, char **argv)
     const char *line = "D", *sharding = "fsdp", *dtype = "bf16";
     int zero = 3, per_node = 2, steps = 3, micro = 2, layers = 3, seed = 1, recompute = 0,
         errors = 0, mismatch = 0, shape_scale = 0, stall = -1, deadline = 20000, start = 0, expect_load_error = 0;
-    const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL;
+    const char *save_dir = NULL, *load_dir = NULL, *export_path = NULL, *plan_out = NULL;
     const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
     double momentum = -1;
     int load_only = 0, hold = 0, progress = 0, eval = 0;
@@ -620,7 +620,7 @@ int main(int argc, char **argv)
                                  {"check-table", 0, 0, 'c'},        {"tolerance", 1, 0, 'o'},
                                  {"handoff", 1, 0, 'n'},
                                  {"hold", 1, 0, 'H'},               {"progress", 0, 0, 'P'},
-                                 {"eval", 0, 0, 'A'},
+                                 {"eval", 0, 0, 'A'},               {"plan-out", 1, 0, 'p'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -664,6 +664,7 @@ int main(int argc, char **argv)
         case 'H': hold = atoi(optarg); break;
         case 'P': progress = 1; break;
         case 'A': eval = 1; break;
+        case 'p': plan_out = optarg; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -1256,6 +1257,25 @@ int main(int argc, char **argv)
         dmuon_rt_stats st;
         dmuon_rt_get_stats(rt, &st);
         check(st.pool_bytes > 0 && st.work_bytes > 0, "pool bytes reported");
+    }
+    if (plan_out) {   /* the plan and every rank's memory, for dmuon-plan show */
+        dmuon_rt_stats st;
+        dmuon_rt_get_stats(rt, &st);
+        int64_t mine[6] = {st.pool_bytes, st.ctrl_bytes, st.work_bytes, st.window_bytes,
+                           st.state_bytes, st.total_bytes};
+        int64_t *all = g_rank == 0 ? malloc(sizeof mine * (size_t)size) : NULL;
+        MPI_Gather(mine, 6, MPI_INT64_T, all, 6, MPI_INT64_T, 0, MPI_COMM_WORLD);
+        int wrc = g_rank == 0 ? (int)dmuon_plan_write(plan, plan_out) : 0;
+        MPI_Bcast(&wrc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        check(wrc == DMUON_OK, "plan written to %s (%s)", plan_out, wrc ? dmuon_errmsg() : "");
+        if (g_rank == 0) {
+            for (int r = 0; r < size; r++)
+                printf("memory rank %d: pool %lld ctrl %lld work %lld windows %lld state %lld "
+                       "total %lld\n", r, (long long)all[6 * r], (long long)all[6 * r + 1],
+                       (long long)all[6 * r + 2], (long long)all[6 * r + 3],
+                       (long long)all[6 * r + 4], (long long)all[6 * r + 5]);
+        }
+        free(all);
     }
     if (g_rank == 0) {
         dmuon_rt_stats st;
