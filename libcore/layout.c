@@ -59,10 +59,29 @@ const dmuon_line_ops *dmuon_line_ops_of(dmuon_line l)
     return (unsigned)l <= DMUON_LINE_A ? &line_ops[l] : NULL;
 }
 
+static const char *const owner_parts_names[] = {"auto", "persistent", "per-layer"};
+
+const char *dmuon_owner_parts_name(dmuon_owner_parts m)
+{
+    return (unsigned)m < DMUON_OWNER_PARTS_COUNT ? owner_parts_names[m] : "?";
+}
+
+dmuon_rc dmuon_owner_parts_parse(const char *s, dmuon_owner_parts *out)
+{
+    for (int m = 0; s && m < DMUON_OWNER_PARTS_COUNT; m++)
+        if (!strcmp(s, owner_parts_names[m])) {
+            *out = (dmuon_owner_parts)m;
+            return DMUON_OK;
+        }
+    return DMUON_FAIL(DMUON_EINVAL, "owner parts '%s': expected auto, persistent or per-layer",
+                      s ? s : "(null)");
+}
+
 const char *dmuon_block_name(int kind)
 {
-    static const char *const n[DMUON_BLOCK_KINDS] = {"parameter", "gradient", "weight view",
-                                                     "reduce staging", "step"};
+    static const char *const n[DMUON_BLOCK_KINDS] = {
+        "parameter", "gradient", "weight view", "gather source", "reduce destination",
+        "reduce staging", "step"};
     return kind >= 0 && kind < DMUON_BLOCK_KINDS ? n[kind] : "?";
 }
 
@@ -257,8 +276,12 @@ static dmuon_rc groups(dmuon_layout *x)
     const dmuon_line_ops *lo = x->ops;
     dmuon_segment *t = s->gtab;
     const dmuon_scope even_scope = x->hsdp ? DMUON_SCOPE_NODE : DMUON_SCOPE_WORLD;
+    const bool per_layer = x->opts.owner_parts == DMUON_OWNER_PARTS_PER_LAYER;
+    x->gather_staging = 0;
     for (size_t l = 0; l < x->nlayers; l++) {
         dmuon_layout_layer *L = &s->layers[l];
+        L->bytes[DMUON_BLOCK_SOURCE] = L->bytes[DMUON_BLOCK_RECV] = 0;
+        L->bytes[DMUON_BLOCK_STAGING] = 0;
         for (int k = 0; k < DMUON_GRP_KINDS; k++) {
             dmuon_layout_group *g = &L->group[k];
             memset(g, 0, sizeof *g);
@@ -276,6 +299,28 @@ static dmuon_rc groups(dmuon_layout *x)
                         t[j].window_offset = L->seg_copy[j];
                     }
                     g->opts.scope = DMUON_SCOPE_NODE;
+                } else if (per_layer) {
+                    /* the owners' part of this layer (gather source, reduce
+                     * destination): window offsets from each owner's first
+                     * byte in the layer, its part as long as the most any
+                     * owner holds */
+                    const int es = k == DMUON_GRP_OWN_GATHER ? (int)x->dsize : 4;
+                    const int kind = k == DMUON_GRP_OWN_GATHER ? DMUON_BLOCK_SOURCE
+                                                               : DMUON_BLOCK_RECV;
+                    for (size_t j = 0; j < L->nseg; j++) {
+                        int64_t first = t[j].window_offset, len = 0;
+                        for (size_t i = 0; i < L->nseg; i++)
+                            if (L->segs[i].owner == L->segs[j].owner) {
+                                int64_t w = k == DMUON_GRP_OWN_GATHER ? L->segs[i].window_offset
+                                                                       : L->gsegs[i].window_offset;
+                                first = w < first ? w : first;
+                                len += L->segs[i].count * es;
+                            }
+                        t[j].window_offset -= first;
+                        assert(t[j].window_offset >= 0 && t[j].window_offset < len);
+                        if (len > L->bytes[kind])
+                            L->bytes[kind] = len;
+                    }
                 }
                 g->segs = t;
                 g->n = (int)L->nseg;
@@ -370,6 +415,8 @@ typedef struct {
     store *s;
     bool *pl, *view, *red, *done;   /* per layer: parameter block live, view
                                        open, reduction in flight, backward done */
+    bool *gathering, *gathered;     /* its gather started (the source is live),
+                                       its data is in the block */
     size_t bwd;
 } order_sim;
 
@@ -380,6 +427,16 @@ static void emit(order_sim *o, int kind, size_t l, int acquire)
     s->all[s->nall++] = (dmuon_layout_event){(int8_t)kind, (int8_t)acquire, (int32_t)l};
 }
 
+/* A gather starts (its parameter block is held): the owners' source. */
+static void sim_gather_start(order_sim *o, size_t l)
+{
+    if (o->gathered[l] || o->gathering[l])
+        return;
+    if (o->x->layers[l].bytes[DMUON_BLOCK_SOURCE])
+        emit(o, DMUON_BLOCK_SOURCE, l, 1);
+    o->gathering[l] = true;
+}
+
 static void sim_use(order_sim *o, size_t l, int next, bool may_prefetch)
 {
     dmuon_layout *x = o->x;
@@ -388,18 +445,28 @@ static void sim_use(order_sim *o, size_t l, int next, bool may_prefetch)
             emit(o, DMUON_BLOCK_PARAM, l, 1);
             o->pl[l] = true;
         }
+        sim_gather_start(o, l);
+        if (o->gathering[l] && x->layers[l].bytes[DMUON_BLOCK_SOURCE])
+            emit(o, DMUON_BLOCK_SOURCE, l, 0);   /* waited for */
+        o->gathering[l] = false;
+        o->gathered[l] = true;
         if (!x->view_alias)
             emit(o, DMUON_BLOCK_VIEW, l, 1);
         o->view[l] = true;
         if (x->opts.zero_stage == 3 && !x->view_alias) {
             emit(o, DMUON_BLOCK_PARAM, l, 0);   /* widened: the view holds it */
             o->pl[l] = false;
+            o->gathered[l] = false;
         }
     }
-    if (may_prefetch && x->opts.prefetch && next >= 0 && !o->pl[next] && !o->view[next] &&
-        !o->done[next]) {
-        emit(o, DMUON_BLOCK_PARAM, (size_t)next, 1);
-        o->pl[next] = true;
+    if (may_prefetch && x->opts.prefetch && next >= 0 && !o->view[next] && !o->done[next] &&
+        !o->gathered[next] && !o->gathering[next] &&
+        (x->opts.zero_stage == 2 || !o->pl[next])) {
+        if (!o->pl[next]) {
+            emit(o, DMUON_BLOCK_PARAM, (size_t)next, 1);
+            o->pl[next] = true;
+        }
+        sim_gather_start(o, (size_t)next);
     }
 }
 
@@ -412,6 +479,7 @@ static void sim_close(order_sim *o, size_t l)
     if (x->opts.zero_stage == 3 && o->pl[l]) {
         emit(o, DMUON_BLOCK_PARAM, l, 0);   /* the aliased view's block */
         o->pl[l] = false;
+        o->gathered[l] = false;
     }
 }
 
@@ -431,6 +499,8 @@ static void sim_pre_backward(order_sim *o, size_t l)
 static void sim_post_backward(order_sim *o, size_t l)
 {
     emit(o, DMUON_BLOCK_STAGING, l, 1);   /* the reduction starts */
+    if (o->x->layers[l].bytes[DMUON_BLOCK_RECV])
+        emit(o, DMUON_BLOCK_RECV, l, 1);
     o->red[l] = true;
     o->done[l] = true;
     sim_close(o, l);
@@ -438,6 +508,8 @@ static void sim_post_backward(order_sim *o, size_t l)
     for (size_t j = 0; j < o->x->nlayers; j++)
         if (o->red[j] && (j != l || last)) {
             emit(o, DMUON_BLOCK_STAGING, j, 0);
+            if (o->x->layers[j].bytes[DMUON_BLOCK_RECV])
+                emit(o, DMUON_BLOCK_RECV, j, 0);
             emit(o, DMUON_BLOCK_GRAD, j, 0);
             o->red[j] = false;
         }
@@ -498,8 +570,10 @@ static dmuon_rc order_and_pack(dmuon_layout *x)
 {
     store *s = st(x);
     size_t L = x->nlayers, first = x->root ? 1 : 0;
-    const size_t nb = 3 * L + 1;   /* (kind, layer) for the three kinds, then the step */
-    bool *flags = calloc(4 * (L ? L : 1), sizeof *flags);
+    /* the working space's blocks: (kind, layer) for the five kinds before
+     * the staging, then the step */
+    const size_t nb = (size_t)DMUON_BLOCK_STAGING * L + 1;
+    bool *flags = calloc(6 * (L ? L : 1), sizeof *flags);
     int64_t *sizes = malloc(nb * sizeof *sizes);
     dmuon_pool_event *wev = malloc((s->nall_cap ? s->nall_cap : 1) * sizeof *wev);
     int64_t *woff = malloc((s->nall_cap ? s->nall_cap : 1) * sizeof *woff);
@@ -510,7 +584,8 @@ static dmuon_rc order_and_pack(dmuon_layout *x)
         free(woff);
         return DMUON_FAIL(DMUON_ENOMEM, "layout: out of memory for the order of %zu layers", L);
     }
-    order_sim o = {x, s, flags, flags + L, flags + 2 * L, flags + 3 * L, 0};
+    order_sim o = {x, s, flags, flags + L, flags + 2 * L, flags + 3 * L, flags + 4 * L,
+                   flags + 5 * L, 0};
     s->nall = 0;
     /* ZeRO-2 keeps every parameter block from its first gather to the step,
      * through every micro-batch of it: as if all were acquired at the start
@@ -544,16 +619,16 @@ static dmuon_rc order_and_pack(dmuon_layout *x)
     emit(&o, DMUON_BLOCK_STEP, 0, 1);
     emit(&o, DMUON_BLOCK_STEP, 0, 0);
     /* the working space: every event but the staging's */
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < DMUON_BLOCK_STAGING; k++)
         for (size_t l = 0; l < L; l++)
             sizes[(size_t)k * L + l] = x->layers[l].bytes[k];
-    sizes[3 * L] = x->step_scratch_bytes + x->step_ns_bytes;
+    sizes[nb - 1] = x->step_scratch_bytes + x->step_ns_bytes;
     size_t nw = 0, nwa = 0;
     for (size_t e = 0; e < s->nall; e++) {
         const dmuon_layout_event *v = &s->all[e];
         if (v->kind == DMUON_BLOCK_STAGING)
             continue;
-        int32_t b = v->kind == DMUON_BLOCK_STEP ? (int32_t)(3 * L)
+        int32_t b = v->kind == DMUON_BLOCK_STEP ? (int32_t)(nb - 1)
                                                  : (int32_t)((size_t)v->kind * L) + v->layer;
         wev[nw++] = (dmuon_pool_event){b, v->acquire};
     }
@@ -609,16 +684,17 @@ static dmuon_rc order_and_pack(dmuon_layout *x)
     return rc;
 }
 
-/* The most bytes (aligned as packed) of the working space's blocks live at
- * one moment: of kind k (k < 3), of the step (k = DMUON_BLOCK_STEP), or of
- * all of them together (k = -1). */
-static int64_t live_peak(const dmuon_layout *x, int k)
+/* The most bytes (aligned as packed) of the working space's blocks of the
+ * kinds in mask (bit k: kind k) live at one moment. */
+#define WORK_KINDS (0x7fu & ~(1u << DMUON_BLOCK_STAGING))
+static int64_t live_peak(const dmuon_layout *x, unsigned mask)
 {
     const store *s = &((const layout_impl *)x)->s;
     int64_t live = 0, peak = 0;
+    mask &= WORK_KINDS;
     for (size_t e = 0; e < s->nall; e++) {
         const dmuon_layout_event *v = &s->all[e];
-        if (v->kind == DMUON_BLOCK_STAGING || (k >= 0 && v->kind != k))
+        if (!(mask & (1u << v->kind)))
             continue;
         int64_t b = v->kind == DMUON_BLOCK_STEP
                         ? x->step_scratch_bytes + x->step_ns_bytes
@@ -636,8 +712,12 @@ static void pool_map(dmuon_layout *x)
 {
     dmuon_pool_sizes sz = {.ctrl = x->staging_base + x->space[DMUON_BLOCK_STAGING].bytes,
                            .work = x->work_bytes};
-    sz.win[DMUON_WIN_PARAM] = x->max_win_elems * x->dsize;
-    sz.win[DMUON_WIN_GRAD] = x->max_win_elems * 4;
+    if (x->opts.owner_parts == DMUON_OWNER_PARTS_PERSISTENT) {
+        /* the largest window of any rank: the pool is symmetric; HSDP's
+         * gathers read the publish copy */
+        sz.win[DMUON_WIN_PARAM] = x->hsdp ? 0 : x->max_win_elems * x->dsize;
+        sz.win[DMUON_WIN_GRAD] = x->max_win_elems * 4;
+    }
     sz.win[DMUON_WIN_EVEN] = x->even_total * x->dsize;
     sz.win[DMUON_WIN_EVEN_GRAD] = x->even_total * 4;
     sz.win[DMUON_WIN_COPY] = x->copy_bytes;
@@ -786,7 +866,8 @@ static dmuon_rc rank_part(dmuon_layout *x, int32_t rank)
     m->scratch_bytes = x->scratch_elems * 4;
     m->ns_workspace_bytes = ws;
     m->total_bytes = m->pool_bytes + m->state_bytes;
-    m->live_peak_bytes = live_peak(x, -1);
+    m->live_peak_bytes = live_peak(x, WORK_KINDS);
+    m->window_live_bytes = live_peak(x, 1u << DMUON_BLOCK_SOURCE | 1u << DMUON_BLOCK_RECV);
     m->least_bytes = m->total_bytes - m->work_bytes + m->live_peak_bytes;
     m->dir_bytes = 2 * x->dir_buf;
     m->optimizer_bytes = we * 8 + ee * 12;
@@ -820,6 +901,8 @@ static dmuon_rc resolve(const dmuon_plan *p, const dmuon_layout_opts *in, dmuon_
         return DMUON_FAIL(DMUON_EINVAL, "layout: unknown line %d", (int)o.line);
     if ((unsigned)o.backend >= DMUON_BACKEND_COUNT)
         return DMUON_FAIL(DMUON_EINVAL, "layout: unknown backend %d", (int)o.backend);
+    if ((unsigned)o.owner_parts >= DMUON_OWNER_PARTS_COUNT)
+        return DMUON_FAIL(DMUON_EINVAL, "layout: unknown owner parts %d", (int)o.owner_parts);
     x->ranks = dmuon_plan_ranks(p);
     if (o.rank < 0 || o.rank >= x->ranks)
         return DMUON_FAIL(DMUON_EINVAL, "layout: rank %d outside [0, %d)", (int)o.rank,
@@ -842,21 +925,45 @@ static dmuon_rc resolve(const dmuon_plan *p, const dmuon_layout_opts *in, dmuon_
     return DMUON_OK;
 }
 
+/* Groups, order, packing and the pool for x->opts.owner_parts. */
+static dmuon_rc build_parts(dmuon_layout *x)
+{
+    DMUON_TRY(groups(x));
+    DMUON_TRY(order_and_pack(x));
+    x->events = st(x)->all;
+    x->nevents = st(x)->nall;
+    for (int k = 0; k < DMUON_BLOCK_KINDS; k++)
+        if (k != DMUON_BLOCK_STAGING)
+            x->space[k].bytes = live_peak(x, 1u << k);
+    pool_map(x);
+    return DMUON_OK;
+}
+
 static dmuon_rc build_common(dmuon_layout *x)
 {
     DMUON_TRY(regions(x));
     DMUON_TRY(publish_copy(x));
-    DMUON_TRY(groups(x));
     dir_region(x);
     prefetch_targets(x);
     step_sizes(x);
-    DMUON_TRY(order_and_pack(x));
-    x->events = st(x)->all;
-    x->nevents = st(x)->nall;
-    for (int k = 0; k < 3; k++)
-        x->space[k].bytes = live_peak(x, k);
-    x->space[DMUON_BLOCK_STEP].bytes = live_peak(x, DMUON_BLOCK_STEP);
-    pool_map(x);
+    dmuon_owner_parts want = x->opts.owner_parts;
+    if (!x->ops->owners || x->ops->owned == DMUON_ALGO_DEFAULT)
+        want = DMUON_OWNER_PARTS_PERSISTENT;   /* no owned region: no window either way */
+    if (want != DMUON_OWNER_PARTS_AUTO) {
+        x->opts.owner_parts = want;
+        return build_parts(x);
+    }
+    /* both, the smaller pool kept (the same choice on every rank: the pool
+     * is common) */
+    x->opts.owner_parts = DMUON_OWNER_PARTS_PER_LAYER;
+    DMUON_TRY(build_parts(x));
+    int64_t per_layer = x->map.total;
+    x->opts.owner_parts = DMUON_OWNER_PARTS_PERSISTENT;
+    DMUON_TRY(build_parts(x));
+    if (per_layer < x->map.total) {
+        x->opts.owner_parts = DMUON_OWNER_PARTS_PER_LAYER;
+        DMUON_TRY(build_parts(x));
+    }
     return DMUON_OK;
 }
 
@@ -1112,7 +1219,7 @@ dmuon_rc dmuon_layout_check(const dmuon_layout *x)
 uint64_t dmuon_layout_digest(const dmuon_layout *x)
 {
     uint64_t d = dmuon_digest(&x->map, sizeof x->map, DMUON_DIGEST_SEED);
-    int64_t g[3] = {x->ctrl_words_bytes, x->staging_base, x->ngroups};
+    int64_t g[4] = {x->ctrl_words_bytes, x->staging_base, x->ngroups, x->opts.owner_parts};
     d = dmuon_digest(g, sizeof g, d);
     for (int k = 0; k < DMUON_BLOCK_KINDS; k++) {
         const dmuon_layout_space *sp = &x->space[k];
@@ -1138,14 +1245,19 @@ void dmuon_layout_print_memory(const dmuon_layout *x, FILE *f)
                "%s backend\n", (int)x->opts.rank, dmuon_line_name(x->opts.line),
             x->opts.zero_stage, x->opts.prefetch, dmuon_backend_name(x->opts.backend));
     fprintf(f, "  %-40s %10.2f\n", "optimizer state (F32, private)", gib(m->state_bytes));
-    fprintf(f, "  %-40s %10.2f\n", "windows (owner window, shards, copy)",
-            gib(m->window_space_bytes));
+    fprintf(f, "  %-40s %10.2f   owner parts %s%s\n", "windows (owner, shards, copy)",
+            gib(m->window_space_bytes), dmuon_owner_parts_name(x->opts.owner_parts),
+            x->opts.owner_parts == DMUON_OWNER_PARTS_PERSISTENT
+                ? " (owner windows)"
+                : " (in the working space)");
     fprintf(f, "  %-40s %10.2f   packed by lifetime; at most at once:\n", "working space",
             gib(m->work_bytes));
     fprintf(f, "  %-40s %10.2f   largest: '%s', %.2f\n", "    gathered parameters",
             gib(m->param_live_bytes), big, gib(m->largest_layer_bytes));
     fprintf(f, "  %-40s %10.2f\n", "    F32 gradient blocks", gib(m->grad_live_bytes));
     fprintf(f, "  %-40s %10.2f\n", "    F32 weight views", gib(m->view_live_bytes));
+    fprintf(f, "  %-40s %10.2f\n", "    owner parts (gather, reduction)",
+            gib(m->window_live_bytes));
     fprintf(f, "  %-40s %10.2f\n", "    step scratch and Newton-Schulz", gib(m->step_bytes));
     fprintf(f, "  %-40s %10.2f   of which reduce staging %.2f\n", "operators' control areas",
             gib(m->ctrl_bytes), gib(m->staging_bytes));
@@ -1163,6 +1275,7 @@ void dmuon_layout_memory_json(const dmuon_layout *x, dmuon_json *w)
     dmuon_json_kint(w, "zero_stage", x->opts.zero_stage);
     dmuon_json_kint(w, "prefetch", x->opts.prefetch);
     dmuon_json_kstr(w, "backend", dmuon_backend_name(x->opts.backend));
+    dmuon_json_kstr(w, "owner_parts", dmuon_owner_parts_name(x->opts.owner_parts));
     dmuon_json_kint(w, "total_bytes", m->total_bytes);
     dmuon_json_kint(w, "first_step_bytes", m->total_bytes);
     dmuon_json_kint(w, "least_bytes", m->least_bytes);
@@ -1174,6 +1287,7 @@ void dmuon_layout_memory_json(const dmuon_layout *x, dmuon_json *w)
     dmuon_json_kint(w, "param_live_bytes", m->param_live_bytes);
     dmuon_json_kint(w, "grad_live_bytes", m->grad_live_bytes);
     dmuon_json_kint(w, "view_live_bytes", m->view_live_bytes);
+    dmuon_json_kint(w, "window_live_bytes", m->window_live_bytes);
     dmuon_json_kint(w, "step_bytes", m->step_bytes);
     dmuon_json_kint(w, "window_space_bytes", m->window_space_bytes);
     dmuon_json_kint(w, "windows_bytes", m->window_space_bytes);

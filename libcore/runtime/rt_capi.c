@@ -396,6 +396,12 @@ dmuon_rc dmuon_capi_rt_opts_set(dmuon_capi_rt_opts *o, const char *key, const ch
     } else if (!strcmp(k, "prefetch")) {
         DMUON_TRY(parse_bool(k, value, &b));
         r->prefetch = b;
+    } else if (!strcmp(k, "owner_parts")) {
+        dmuon_owner_parts v;
+        if (dmuon_owner_parts_parse(value, &v))
+            return DMUON_FAIL(DMUON_EINVAL, "option 'owner_parts' = '%s': expected auto, "
+                              "persistent or per-layer", value ? value : "");
+        r->owner_parts = v;
     } else if (!strcmp(k, "momentum")) {
         DMUON_TRY(parse_real(k, value, &q->momentum));
     } else if (!strcmp(k, "nesterov")) {
@@ -431,7 +437,8 @@ dmuon_rc dmuon_capi_rt_opts_set(dmuon_capi_rt_opts *o, const char *key, const ch
         memcpy(q->ns_variant, value, strlen(value) + 1);
     } else {
         return DMUON_FAIL(DMUON_EINVAL, "runtime option '%s': expected one of line, zero, "
-                          "ranks_per_node, deadline_ms, prefetch, momentum, nesterov, "
+                          "ranks_per_node, deadline_ms, prefetch, owner_parts, momentum, "
+                          "nesterov, "
                           "weight_decay, adjust_lr, beta1, beta2, eps, adamw_weight_decay, "
                           "clip_norm, ns", k);
     }

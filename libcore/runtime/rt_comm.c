@@ -207,11 +207,32 @@ static int64_t gblock_off(const dmuon_rt *rt, const rt_layer *L)
     return rt->space_off[DMUON_SPACE_WORK] + L->goff;
 }
 
-/* The owned gather's window: the owner windows (FSDP), or the publish copy
- * of the column's leader (HSDP, a node-scope group). */
-static int64_t pgrp_window(const dmuon_rt *rt)
+/* The owners' part of layer L in the working space (the layout's tables
+ * give window offsets from each owner's first byte in the layer). */
+static int64_t work_off(const dmuon_rt *rt, int64_t off)
 {
-    return rt->hsdp ? rt->copy_off : rt->pwin_off;
+    return rt->space_off[DMUON_SPACE_WORK] + off;
+}
+
+/* FSDP: this rank's owned pieces of layer l, narrowed from the masters
+ * into the layer's gather source (the plan's next source acquisition). */
+static dmuon_rc source_fill(dmuon_rt *rt, size_t l)
+{
+    rt_layer *L = &rt->layers[l];
+    DMUON_TRY(rt_acquire(rt, RT_SOURCE, l));
+    const dmuon_segment *rel = L->lay->group[DMUON_GRP_OWN_GATHER].segs;
+    unsigned char *src = rt->base + work_off(rt, L->soff);
+    for (size_t i = 0; i < rt->lay->npieces; i++) {
+        const rt_piece *pc = &rt->lay->pieces[i];
+        if (!pc->owned || (size_t)pc->layer != l)
+            continue;
+        /* element pos of the owner window, less the owner's first byte in l */
+        int64_t at = pc->pos * (int64_t)rt->dsize -
+                     (L->lay->segs[pc->seg].window_offset - rel[pc->seg].window_offset);
+        DMUON_TRY(rt->elem->narrow(src + at, rt->own_w + pc->pos, rt->pdt, pc->hi - pc->lo,
+                                   rt->stream));
+    }
+    return DMUON_OK;
 }
 
 /* -------------------------------------------------- split-phase calls -- */
@@ -305,8 +326,14 @@ dmuon_rc rt_gather_start(dmuon_rt *rt, size_t l)
         }
         L->pending |= 1u << G_NODE_LOAD;
     }
-    if (L->pgrp)
-        DMUON_TRY(grp_start(rt, L, G_OWN_GATHER, pblock_off(rt, L), pgrp_window(rt)));
+    if (L->pgrp && rt->hsdp) {   /* from the copy of the column's leader */
+        DMUON_TRY(grp_start(rt, L, G_OWN_GATHER, pblock_off(rt, L), rt->copy_off));
+    } else if (L->pgrp && rt->per_layer) {
+        DMUON_TRY(source_fill(rt, l));
+        DMUON_TRY(grp_start(rt, L, G_OWN_GATHER, pblock_off(rt, L), work_off(rt, L->soff)));
+    } else if (L->pgrp) {   /* from the owner windows */
+        DMUON_TRY(grp_start(rt, L, G_OWN_GATHER, pblock_off(rt, L), rt->pwin_off));
+    }
     if (L->egrp)
         DMUON_TRY(grp_start(rt, L, G_EVEN_GATHER, pblock_off(rt, L), rt->ewin_off));
     L->inflight = true;
@@ -321,6 +348,7 @@ dmuon_rc rt_gather_finish(dmuon_rt *rt, size_t l)
     L->inflight = false;
     DMUON_TRY(grp_wait(rt, L, G_NODE_LOAD));
     DMUON_TRY(grp_wait(rt, L, G_OWN_GATHER));
+    L->src_live = false;   /* every peer has read it */
     return grp_wait(rt, L, G_EVEN_GATHER);
 }
 
@@ -349,6 +377,8 @@ dmuon_rc rt_drain(dmuon_rt *rt)
         L->inflight = false;
         for (int k = 0; k <= G_NODE_LOAD && rc == DMUON_OK; k++)
             rc = grp_wait(rt, L, k);
+        if (rc == DMUON_OK)
+            L->src_live = false;
     }
     if (rc != DMUON_OK)
         rt->failed = true;
@@ -360,8 +390,10 @@ dmuon_rc rt_drain(dmuon_rt *rt)
 dmuon_rc rt_reduce_start(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    if (L->ggrp)
-        DMUON_TRY(grp_start(rt, L, G_OWN_REDUCE, gblock_off(rt, L), rt->gwin_off));
+    if (L->ggrp)   /* into the owner window, or the layer's reduce destination
+                    * (post_backward took it) */
+        DMUON_TRY(grp_start(rt, L, G_OWN_REDUCE, gblock_off(rt, L),
+                            rt->per_layer ? work_off(rt, L->roff) : rt->gwin_off));
     if (L->eggrp)
         DMUON_TRY(grp_start(rt, L, G_EVEN_REDUCE, gblock_off(rt, L), rt->egwin_off));
     return DMUON_OK;
@@ -381,15 +413,19 @@ dmuon_rc rt_reduce_test(dmuon_rt *rt, size_t l)
 dmuon_rc rt_reduce_finish(dmuon_rt *rt, size_t l)
 {
     rt_layer *L = &rt->layers[l];
-    const float *gwin = (const float *)(rt->base + rt->gwin_off);
     if (L->ggrp) {
         DMUON_TRY(grp_wait(rt, L, G_OWN_REDUCE));
+        /* what arrived, at the table's window offsets: from the layer's
+         * destination, or from the gradient window (offsets the own_g's) */
+        const float *recv = (const float *)(rt->base + (rt->per_layer ? work_off(rt, L->roff)
+                                                                       : rt->gwin_off));
+        const dmuon_segment *at = L->lay->group[DMUON_GRP_OWN_REDUCE].segs;
         for (size_t s = 0; s < L->lay->nseg; s++) {
             const dmuon_segment *g = &L->lay->gsegs[s];
             if (g->owner != rt->topo.rank)
                 continue;
-            int64_t w0 = g->window_offset / 4;
-            DMUON_TRY(rt->elem->accum(rt->own_g + w0, gwin + w0, g->count, rt->stream));
+            DMUON_TRY(rt->elem->accum(rt->own_g + g->window_offset / 4,
+                                      recv + at[s].window_offset / 4, g->count, rt->stream));
         }
     }
     if (L->eggrp) {

@@ -8,9 +8,11 @@
  *
  * Memory of one rank:
  *   pool (symmetric, identical layout on every rank; dmuon/pool.h)
- *     control | parameter space | gradient space | windows
- *     windows = pwin (owner window, param_dtype: AllGatherV source)
- *             | gwin (owner window, F32: ReduceScatterV destination)
+ *     control | working space | windows
+ *     windows = pwin (owner window, param_dtype: FSDP's AllGatherV source;
+ *                     persistent owner parts only)
+ *             | gwin (owner window, F32: ReduceScatterV destination;
+ *                     persistent owner parts only)
  *             | ewin (even shards of every layer, param_dtype)
  *             | egwin (even shards, F32: reduce-scatter destination)
  *             | copy (HSDP: the publish copy of this rank's rail)
@@ -24,8 +26,9 @@
  * its gradient block is the same two regions in F32.  Elements of a
  * parameter sit at rt_param.off in the layer's F32 view (owned region first).
  * Parameter and gradient blocks, the FP32 views (what dmuon_rt_weights
- * returns) and the step's scratch are ranges of the pool's working space,
- * packed by the layout.
+ * returns), the per-layer owner parts (gather source, reduce destination)
+ * and the step's scratch are ranges of the pool's working space, packed by
+ * the layout.
  */
 #ifndef DMUON_RT_INTERNAL_H
 #define DMUON_RT_INTERNAL_H
@@ -100,6 +103,9 @@ typedef struct {
     dmuon_group *dgrp;        /* line B: the step's gather of Nesterov directions
                                  (F32, equal algorithm); NULL without Muon */
     int64_t poff, goff;       /* offsets of the blocks in their spaces (when live) */
+    int64_t soff, roff;       /* the owners' part: gather source (while src_live),
+                                 reduce destination (while reducing) */
+    bool src_live;            /* a gather of the owned region runs from the source */
     rt_phase phase;           /* where the hooks are in this micro-batch */
     rt_block pblock;          /* the parameter block */
     bool inflight;            /* transport: a prefetch started, not yet waited for */
@@ -118,6 +124,7 @@ typedef struct {
  * blocks in the pool's working space, the reduce staging in its control
  * space (the step's memory has no acquisitions of the hooks). */
 enum { RT_PARAM = DMUON_BLOCK_PARAM, RT_GRAD = DMUON_BLOCK_GRAD, RT_VIEW = DMUON_BLOCK_VIEW,
+       RT_SOURCE = DMUON_BLOCK_SOURCE, RT_RECV = DMUON_BLOCK_RECV,
        RT_STAGING = DMUON_BLOCK_STAGING, RT_SPACES = DMUON_BLOCK_KINDS };
 
 struct dmuon_rt {
@@ -130,6 +137,9 @@ struct dmuon_rt {
                                  pool's map; built at create */
     MPI_Comm shard_comm;      /* even shards: world (FSDP) or node (HSDP) */
     bool hsdp, owners;        /* owners: lines C/D */
+    bool per_layer;           /* the layout's owner parts are per layer (the
+                                 working space's SOURCE / RECV blocks), not
+                                 the owner windows */
     int zero;
     dmuon_dtype pdt;
     size_t dsize;
@@ -185,6 +195,11 @@ struct dmuon_rt {
 
 /* runtime.c */
 dmuon_rc rt_fail_comm(dmuon_rt *rt, dmuon_rc rc);
+/* The plan's next acquisition in space for layer l: checked (order, and
+ * free of every block live in its space), then made.  DMUON_EINVAL naming
+ * the layers, nothing changed. */
+dmuon_rc rt_acquire(dmuon_rt *rt, int space, size_t l);
+dmuon_rc rt_acq_check(const dmuon_rt *rt, int space, size_t l);
 unsigned char *rt_pblock(const dmuon_rt *rt, const rt_layer *L);
 float *rt_gblock(const dmuon_rt *rt, const rt_layer *L);
 dmuon_rc rt_pool_build(dmuon_rt *rt);

@@ -77,21 +77,21 @@ static int64_t opts_bits(double d)
     return v;
 }
 
-#define RT_OPTS_KEYS 14
+#define RT_OPTS_KEYS 15
 
 static dmuon_rc agree_opts(dmuon_rt *rt)
 {
     static const char *const name[RT_OPTS_KEYS] = {
         "line", "zero_stage", "prefetch", "deadline_ms", "optim.momentum", "optim.nesterov",
         "optim.muon_weight_decay", "optim.scale", "optim.beta1", "optim.beta2", "optim.eps",
-        "optim.adamw_weight_decay", "optim.clip_norm", "optim.ns_variant"};
+        "optim.adamw_weight_decay", "optim.clip_norm", "optim.ns_variant", "owner_parts"};
     const dmuon_rt_opts *o = &rt->opts;
     int64_t k[RT_OPTS_KEYS] = {
         o->line, rt->zero, o->prefetch != 0, o->deadline_ms, opts_bits(o->optim.momentum),
         o->optim.nesterov, opts_bits(o->optim.muon_weight_decay), o->optim.scale,
         opts_bits(o->optim.beta1), opts_bits(o->optim.beta2), opts_bits(o->optim.eps),
         opts_bits(o->optim.adamw_weight_decay), opts_bits(o->optim.clip_norm),
-        (int64_t)opts_hash(o->optim.ns_variant, sizeof o->optim.ns_variant)};
+        (int64_t)opts_hash(o->optim.ns_variant, sizeof o->optim.ns_variant), o->owner_parts};
     int64_t v[2 * RT_OPTS_KEYS];   /* min of k and min of ~k (= ~max) in one reduction */
     for (int i = 0; i < RT_OPTS_KEYS; i++) {
         v[i] = k[i];
@@ -102,7 +102,7 @@ static dmuon_rc agree_opts(dmuon_rt *rt)
         int64_t lo = v[i], hi = ~v[RT_OPTS_KEYS + i];
         if (lo == hi)
             continue;
-        bool dbl = i >= 4 && i != 5 && i != 7 && i != 13;
+        bool dbl = i >= 4 && i != 5 && i != 7 && i < 13;
         double dlo = 0, dhi = 0;
         memcpy(&dlo, &lo, sizeof dlo);
         memcpy(&dhi, &hi, sizeof dhi);
@@ -239,7 +239,9 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         lo.rank = rt->topo.rank;
         lo.prefetch = rt->opts.prefetch != 0;
         lo.backend = rt->opts.backend;
+        lo.owner_parts = rt->opts.owner_parts;
         DMUON_TRY_GOTO(rc, rt_agree(rt, dmuon_layout_build(plan, &lo, &rt->lay)), fail);
+        rt->per_layer = rt->lay->opts.owner_parts == DMUON_OWNER_PARTS_PER_LAYER;
         /* the node holds consecutive ranks ordered by local index (dmuon/topo.h) */
         assert(rt->lay->shard_rank == (rt->hsdp ? rt->topo.local : rt->topo.rank));
         assert(rt->lay->shard_size == (rt->hsdp ? rt->topo.per_node : rt->topo.size));
@@ -418,14 +420,18 @@ static dmuon_rc from_pdt(const dmuon_rt *rt, float *dst, const unsigned char *sr
 }
 
 /* Writes a piece's master values, in the parameter dtype, where the gathers
- * read them: the owner window (FSDP), the rail's publish copy (HSDP owned
- * pieces), or the even shard window. */
+ * read them between steps: the owner window (FSDP, persistent owner
+ * parts), the rail's publish copy (HSDP owned pieces) or the even shard
+ * window.  With per-layer owner parts FSDP's owned pieces have no such
+ * place: each gather narrows them into its layer's source (rt_gather_start). */
 dmuon_rc rt_store_param(dmuon_rt *rt, const rt_piece *pc, unsigned char *base)
 {
     int64_t n = pc->hi - pc->lo;
     if (!pc->owned)
         return to_pdt(rt, base + rt->ewin_off + pc->pos * (int64_t)rt->dsize, rt->even_w + pc->pos,
                       n);
+    if (!rt->hsdp && rt->per_layer)
+        return DMUON_OK;
     if (!rt->hsdp)
         return to_pdt(rt, base + rt->pwin_off + pc->pos * (int64_t)rt->dsize, rt->own_w + pc->pos,
                       n);
@@ -610,6 +616,14 @@ static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
         *off = L->lay->staging_off;
         return L->reducing;
     }
+    if (space == RT_SOURCE) {
+        *off = L->soff;
+        return L->src_live;
+    }
+    if (space == RT_RECV) {
+        *off = L->roff;
+        return L->reducing && L->lay->bytes[RT_RECV] > 0;
+    }
     if (space == RT_PARAM) {
         *off = L->poff;
         return L->pblock != RT_BLOCK_NONE;
@@ -630,16 +644,16 @@ static bool block_live(const dmuon_rt *rt, int space, size_t l, int64_t *off)
  * order's live ranges apart; a micro-batch that releases in another order
  * (a block held past the release the plan's order makes) would otherwise
  * get a range still in use. */
-static long acq_conflict_ex(const dmuon_rt *rt, int space, size_t l, int *kind, bool own_param);
+static long acq_conflict_ex(const dmuon_rt *rt, int space, size_t l, int *kind, unsigned skip);
 
 static long acq_conflict(const dmuon_rt *rt, int space, size_t l, int *kind)
 {
-    return acq_conflict_ex(rt, space, l, kind, true);
+    return acq_conflict_ex(rt, space, l, kind, 0);
 }
 
-/* own_param false: layer l's own parameter block is left out (it is given
- * back before this acquisition, see pre_backward). */
-static long acq_conflict_ex(const dmuon_rt *rt, int space, size_t l, int *kind, bool own_param)
+/* skip: bit k leaves layer l's own block of kind k out (it is given back
+ * before this acquisition, checked ahead of it: see use_check). */
+static long acq_conflict_ex(const dmuon_rt *rt, int space, size_t l, int *kind, unsigned skip)
 {
     const dmuon_layout_space *sp = &rt->lay->space[space];
     size_t k = rt->in_micro ? rt->acq_index[space] : 0;
@@ -650,7 +664,7 @@ static long acq_conflict_ex(const dmuon_rt *rt, int space, size_t l, int *kind, 
             continue;
         for (size_t j = 0; j < rt->nlayers; j++) {
             int64_t o = 0;
-            if ((j != l || s != space) && (own_param || j != l || s != RT_PARAM) &&
+            if ((j != l || s != space) && (j != l || !(skip & (1u << s))) &&
                 block_live(rt, s, j, &o) && o < hi && lo < o + block_bytes(rt, s, j)) {
                 *kind = s;
                 return (long)j;
@@ -665,14 +679,19 @@ static long acq_conflict_ex(const dmuon_rt *rt, int space, size_t l, int *kind, 
  * and whether its range is free: DMUON_EINVAL naming the layers when not.
  * Changes nothing, so a hook checks its acquisitions before it makes any
  * and a refused call has no effect. */
-static dmuon_rc acq_check_ex(const dmuon_rt *rt, int space, size_t l, bool own_param);
+static dmuon_rc acq_check_ex(const dmuon_rt *rt, int space, size_t l, unsigned skip);
 
 static dmuon_rc acq_check(const dmuon_rt *rt, int space, size_t l)
 {
-    return acq_check_ex(rt, space, l, true);
+    return acq_check_ex(rt, space, l, 0);
 }
 
-static dmuon_rc acq_check_ex(const dmuon_rt *rt, int space, size_t l, bool own_param)
+dmuon_rc rt_acq_check(const dmuon_rt *rt, int space, size_t l)
+{
+    return acq_check(rt, space, l);
+}
+
+static dmuon_rc acq_check_ex(const dmuon_rt *rt, int space, size_t l, unsigned skip)
 {
     const dmuon_layout_space *sp = &rt->lay->space[space];
     size_t k = rt->in_micro ? rt->acq_index[space] : 0;
@@ -687,7 +706,7 @@ static dmuon_rc acq_check_ex(const dmuon_rt *rt, int space, size_t l, bool own_p
                                        : "",
                           k < sp->nacq ? "'" : "");
     int jk = 0;
-    long j = acq_conflict_ex(rt, space, l, &jk, own_param);
+    long j = acq_conflict_ex(rt, space, l, &jk, skip);
     if (j >= 0)
         return DMUON_FAIL(DMUON_EINVAL, "runtime: %s acquisition %zu of this micro-batch (layer "
                           "'%s') would take memory that layer '%s' still holds (its %s block): "
@@ -701,7 +720,7 @@ static dmuon_rc acq_check_ex(const dmuon_rt *rt, int space, size_t l, bool own_p
 
 /* Gives layer l's block in `space` the offset of the plan's next
  * acquisition (checked by acq_check first). */
-static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
+dmuon_rc rt_acquire(dmuon_rt *rt, int space, size_t l)
 {
     rt_layer *L = &rt->layers[l];
     DMUON_TRY(acq_check(rt, space, l));
@@ -715,6 +734,11 @@ static dmuon_rc acquire(dmuon_rt *rt, int space, size_t l)
         L->goff = sp->acq_off[k];
     } else if (space == RT_VIEW) {
         L->w = (float *)(work_base(rt) + sp->acq_off[k]);
+    } else if (space == RT_SOURCE) {
+        L->soff = sp->acq_off[k];
+        L->src_live = true;
+    } else if (space == RT_RECV) {
+        L->roff = sp->acq_off[k];
     } else {
         assert(sp->acq_off[k] == L->lay->staging_off);   /* bound at group creation */
     }
@@ -736,7 +760,7 @@ static dmuon_rc view_open(dmuon_rt *rt, size_t l)
         L->w = (float *)rt_pblock(rt, L);
         return DMUON_OK;
     }
-    DMUON_TRY(acquire(rt, RT_VIEW, l));
+    DMUON_TRY(rt_acquire(rt, RT_VIEW, l));
     DMUON_TRY(from_pdt(rt, L->w, rt_pblock(rt, L), L->lay->own_elems));
     DMUON_TRY(from_pdt(rt, L->w + L->lay->own_elems,
                        rt_pblock(rt, L) + L->lay->own_elems * (int64_t)rt->dsize,
@@ -791,7 +815,7 @@ static dmuon_rc fetch(dmuon_rt *rt, size_t l, bool may_acquire, bool prefetch)
         if (!may_acquire)
             return DMUON_FAIL(DMUON_EINVAL, "runtime: recomputing layer '%s' before its "
                               "pre_backward", dmuon_plan_layer_name(rt->plan, l));
-        DMUON_TRY(acquire(rt, RT_PARAM, l));
+        DMUON_TRY(rt_acquire(rt, RT_PARAM, l));
     }
     if (L->pblock == RT_BLOCK_GATHERED)
         return prefetch ? DMUON_OK : view_open(rt, l);
@@ -857,8 +881,11 @@ static dmuon_rc use_check(const dmuon_rt *rt, size_t l)
         return DMUON_OK;
     if (L->pblock == RT_BLOCK_NONE)
         DMUON_TRY(acq_check(rt, RT_PARAM, l));
+    if (L->pblock != RT_BLOCK_GATHERED && !L->inflight && L->lay->bytes[RT_SOURCE] > 0)
+        DMUON_TRY(acq_check(rt, RT_SOURCE, l));
+    /* the view comes once the gather is waited for: its source is gone */
     if (!rt->lay->view_alias)
-        DMUON_TRY(acq_check(rt, RT_VIEW, l));
+        DMUON_TRY(acq_check_ex(rt, RT_VIEW, l, 1u << RT_SOURCE));
     return DMUON_OK;
 }
 
@@ -875,8 +902,14 @@ static bool prefetch_ok(const dmuon_rt *rt, int nx)
     const dmuon_layout_space *sp = &rt->lay->space[RT_PARAM];
     size_t k = rt->acq_index[RT_PARAM];
     int jk;
-    return k < sp->nacq && sp->acq_layer[k] == nx &&
-           acq_conflict(rt, RT_PARAM, (size_t)nx, &jk) < 0;
+    if (!(k < sp->nacq && sp->acq_layer[k] == nx && acq_conflict(rt, RT_PARAM, (size_t)nx, &jk) < 0))
+        return false;
+    if (L->lay->bytes[RT_SOURCE] == 0)
+        return true;
+    const dmuon_layout_space *ss = &rt->lay->space[RT_SOURCE];
+    size_t ks = rt->acq_index[RT_SOURCE];
+    return ks < ss->nacq && ss->acq_layer[ks] == nx &&
+           acq_conflict(rt, RT_SOURCE, (size_t)nx, &jk) < 0;
 }
 
 /* The invariants between a layer's phase and its blocks, after each hook
@@ -999,13 +1032,15 @@ dmuon_rc dmuon_rt_pre_backward(dmuon_rt *rt, size_t l)
     /* checked now, so that a refused call changes nothing; the layer's
      * parameter block, if a prefetch holds it, is given back once widened,
      * before this acquisition (ZeRO-3, dmuon/layout.h) */
-    DMUON_TRY(acq_check_ex(rt, RT_GRAD, l, !(rt->zero == 3 && !rt->lay->view_alias)));
+    DMUON_TRY(acq_check_ex(rt, RT_GRAD, l,
+                           1u << RT_SOURCE |
+                               (rt->zero == 3 && !rt->lay->view_alias ? 1u << RT_PARAM : 0)));
     micro_begin(rt);
     DMUON_TRY(fetch(rt, l, true, false));
     int nx = L->lay->next_bwd;
     if (rt->zero == 3 && rt->opts.prefetch && prefetch_ok(rt, nx))
         DMUON_TRY(fetch(rt, (size_t)nx, true, true));
-    DMUON_TRY(acquire(rt, RT_GRAD, l));
+    DMUON_TRY(rt_acquire(rt, RT_GRAD, l));
     DMUON_TRY(rt->elem->zero(rt_gblock(rt, L), L->lay->bytes[RT_GRAD], rt->stream));
     L->phase = L->phase == RT_FWD ? RT_BWD_FWD : RT_BWD;
     layer_assert(rt, L);
@@ -1025,8 +1060,14 @@ dmuon_rc dmuon_rt_post_backward(dmuon_rt *rt, size_t l)
                           "forward", dmuon_plan_layer_name(rt->plan, l));
     /* the reduction runs while the backward of the layer before goes on:
      * the next post_backward (or the end of the micro-batch) finishes it;
-     * its staging is the plan's, free of the reduction still in flight */
-    DMUON_TRY(acquire(rt, RT_STAGING, l));
+     * its staging and destination are the plan's, free of the reduction
+     * still in flight (both checked before either is taken) */
+    DMUON_TRY(acq_check(rt, RT_STAGING, l));
+    if (L->lay->bytes[RT_RECV] > 0)
+        DMUON_TRY(acq_check(rt, RT_RECV, l));
+    DMUON_TRY(rt_acquire(rt, RT_STAGING, l));
+    if (L->lay->bytes[RT_RECV] > 0)
+        DMUON_TRY(rt_acquire(rt, RT_RECV, l));
     double t0 = dmuon_now_ms();
     dmuon_rc rc = rt_reduce_start(rt, l);
     rt->stats.reduce_s += (dmuon_now_ms() - t0) / 1e3;
@@ -1183,9 +1224,12 @@ uint64_t dmuon_rt_state_digest(const dmuon_rt *rt)
                          rt->lay->even_total};
     for (int i = 0; i < 5; i++)
         d = rt_digest_mem(rt, st[i], n[i] * (int64_t)sizeof(float), d);
-    /* what the next gathers read: the owner window, the even shards, the
-     * publish copy */
-    d = rt_digest_mem(rt, rt->base + rt->pwin_off, rt->lay->win_elems * (int64_t)rt->dsize, d);
+    /* what the next gathers read: the owner window (persistent parts; with
+     * per-layer parts each gather narrows the masters), the even shards,
+     * the publish copy */
+    if (!rt->hsdp && !rt->per_layer)
+        d = rt_digest_mem(rt, rt->base + rt->pwin_off, rt->lay->win_elems * (int64_t)rt->dsize,
+                          d);
     d = rt_digest_mem(rt, rt->base + rt->ewin_off, rt->lay->even_total * (int64_t)rt->dsize, d);
     return rt_digest_mem(rt, rt->base + rt->copy_off, rt->lay->copy_bytes, d);
 }

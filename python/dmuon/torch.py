@@ -176,7 +176,7 @@ def _plan_named(named, opts, source):
 
 
 def shard(model, plan, line="D", param_dtype=None, ns="gram-pe5", deadline_s=None, zero=None,
-          grad_reduce="mean", prefetch=True, comm=None):
+          grad_reduce="mean", prefetch=True, comm=None, owner_parts="auto"):
     """Takes over every trainable parameter of model under plan; returns the
     Runtime.  line "D" (dmuon's collectives), "C" (per-owner MPI), "B"
     (gather-then-replicate Muon), "A" (AdamW everywhere).  param_dtype: the
@@ -186,10 +186,14 @@ def shard(model, plan, line="D", param_dtype=None, ns="gram-pe5", deadline_s=Non
     variant ("gram-pe5", "direct-muon5", ...).  deadline_s: per
     communication call (None: $DMUON_DEADLINE_MS or 10 minutes).  zero: 2 or 3
     (None: the plan's).  grad_reduce "mean" (like DDP: each rank's loss is
-    the mean over its local batch) or "sum".  The parameters are freed
-    when the runtime opens: at rt.optimizer(), or at the first forward."""
+    the mean over its local batch) or "sum".  owner_parts: where the owners
+    keep a layer's gather source and reduce destination, "persistent" (owner
+    windows), "per-layer" (working memory while that layer's gather or
+    reduction runs) or "auto" (the smaller, as dmuon-plan reports).  The
+    parameters are freed when the runtime opens: at rt.optimizer(), or at
+    the first forward."""
     return Runtime(model, plan, line, param_dtype, ns, deadline_s, zero, grad_reduce, prefetch,
-                   comm)
+                   comm, owner_parts)
 
 
 class _Layer:
@@ -211,7 +215,7 @@ class Runtime:
     """libdmuon's runtime over a module (see dmuon.torch.shard)."""
 
     def __init__(self, model, plan, line, param_dtype, ns, deadline_s, zero, grad_reduce,
-                 prefetch, comm):
+                 prefetch, comm, owner_parts="auto"):
         if not isinstance(plan, Plan):
             raise DmuonError(1, "einval", "plan: expected a dmuon.Plan (dmuon.torch.plan or "
                              "dmuon.load_plan), got %r" % type(plan).__name__)
@@ -237,7 +241,7 @@ class Runtime:
         self._scale = 1.0 / self.world if grad_reduce == "mean" else 1.0
         self._grad_reduce = grad_reduce
         self._opts = {"line": line, "ns": ns, "prefetch": int(bool(prefetch)),
-                      "ranks_per_node": plan.gpus_per_node}
+                      "ranks_per_node": plan.gpus_per_node, "owner_parts": owner_parts}
         if deadline_s is not None:
             self._opts["deadline_ms"] = max(1, int(round(deadline_s * 1000)))
         if zero is not None:

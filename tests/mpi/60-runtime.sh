@@ -32,6 +32,18 @@ case_ok 4 "C, FSDP, 4 ranks" --line C
 check_eq "$(digest)" "$d_fsdp" "line C gives line D's weights"
 case_ok 4 "B, FSDP, 4 ranks" --line B
 check_eq "$(digest)" "$d_fsdp" "line B (gather-then-replicate) gives line D's weights"
+# owner parts: owner windows or per-layer blocks of the working space (the
+# layout picks the smaller pool; both forced here) move the same bytes
+for parts in persistent per-layer; do
+    case_ok 4 "D, FSDP ZeRO-3, owner parts $parts" --line D --owner-parts $parts
+    check_eq "$(digest)" "$d_fsdp" "owner parts $parts give the same weights"
+    case_ok 4 "D, FSDP ZeRO-2, owner parts $parts" --line D --zero 2 --owner-parts $parts
+    check_eq "$(digest)" "$d_fsdp" "ZeRO-2, owner parts $parts give the same weights"
+    case_ok 4 "D, HSDP, owner parts $parts" --line D --sharding hsdp --owner-parts $parts
+    check_eq "$(digest)" "$d_fsdp" "HSDP, owner parts $parts give the same weights"
+    case_ok 4 "C, FSDP, owner parts $parts" --line C --owner-parts $parts
+    check_eq "$(digest)" "$d_fsdp" "line C, owner parts $parts give the same weights"
+done
 case_ok 4 "A, FSDP, 4 ranks" --line A
 if [ "$(digest)" != "$d_fsdp" ]; then ok; else bad "line A (AdamW) must differ from Muon"; fi
 case_ok 4 "C, HSDP, 4 ranks" --line C --sharding hsdp
@@ -47,6 +59,10 @@ if [ "$d_shape" != "$d_fsdp" ]; then ok; else bad "the shape scale must change t
 case_ok 4 "B, update scale sqrt(max(1, m/n))" --line B --shape-scale
 check_eq "$(digest)" "$d_shape" "line B gives line D's weights with the shape scale"
 case_ok 8 "D, recomputation, F32 parameters, 8 ranks" --line D --recompute --dtype f32
+for parts in persistent per-layer; do
+    case_ok 8 "D, recomputation, F32, 8 ranks, owner parts $parts" --line D --recompute \
+        --dtype f32 --owner-parts $parts
+done
 case_ok 4 "D, merged small units" --line D --small-unit-bytes 16777216
 # error paths; a refused hook call (out of the recorded order) changes
 # nothing: the correct order then runs and matches the reference

@@ -4,22 +4,26 @@
 # working space, windows, state, total) against dmuon-plan show --json
 # (the layout of the busiest rank: the pool is the same on every rank) and
 # show --ranks --json (each rank's state and total), on 1, 4 and 8 ranks,
-# FSDP and HSDP, lines B, C and D, ZeRO-2 and ZeRO-3, BF16 and F32.
+# FSDP and HSDP, lines B, C and D, ZeRO-2 and ZeRO-3, BF16 and F32, owner
+# parts as chosen and forced each way (the layout's choice is the
+# runtime's).
 source "$(dirname "$0")/../cli/lib.sh"
 R="$DMUON_BUILD/tests/mpi/rt_check"
 P="$DMUON_BIN/dmuon-plan"
 MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 
-case_mem() {  # np per_node line args...
-    local np=$1 k=$2 line=$3; shift 3
-    local what="$np ranks ($k per node), line $line $*"
+case_mem() {  # np per_node line owner_parts args...
+    local np=$1 k=$2 line=$3 parts=$4; shift 4
+    local what="$np ranks ($k per node), line $line, owner parts $parts $*"
     run "${MPIRUN[@]}" -np "$np" "$R" --ranks-per-node "$k" --line "$line" --steps 1 --micro 1 \
-        --plan-out "$T_TMP/plan.yaml" "$@"
+        --owner-parts "$parts" --plan-out "$T_TMP/plan.yaml" "$@"
     check_rc 0 "$what: rt_check"
     grep '^memory rank' "$T_TMP/out" > "$T_TMP/rt.txt"
     check_eq "$(wc -l < "$T_TMP/rt.txt")" "$np" "$what: one memory line per rank"
-    "$P" show "$T_TMP/plan.yaml" --json --line "$line" > "$T_TMP/plan.json" 2> "$T_TMP/perr" &&
-    "$P" show "$T_TMP/plan.yaml" --json --ranks --line "$line" > "$T_TMP/ranks.json" 2>> "$T_TMP/perr"
+    "$P" show "$T_TMP/plan.yaml" --json --line "$line" --owner-parts "$parts" \
+        > "$T_TMP/plan.json" 2> "$T_TMP/perr" &&
+    "$P" show "$T_TMP/plan.yaml" --json --ranks --line "$line" --owner-parts "$parts" \
+        > "$T_TMP/ranks.json" 2>> "$T_TMP/perr"
     check_eq "$?" "0" "$what: dmuon-plan show"
     python3 - "$T_TMP/rt.txt" "$T_TMP/plan.json" "$T_TMP/ranks.json" <<'EOF' > "$T_TMP/cmp"
 import json, re, sys
@@ -46,19 +50,27 @@ EOF
     check_eq "$(cat "$T_TMP/cmp")" "equal" "$what: the runtime's bytes are the planner's"
 }
 
-case_mem 1 1 D
-case_mem 1 1 B
-case_mem 4 2 D
-case_mem 4 2 C
-case_mem 4 2 B
-case_mem 4 2 D --sharding hsdp
-case_mem 4 2 C --sharding hsdp
-case_mem 4 2 B --sharding hsdp
-case_mem 4 2 D --zero 2
-case_mem 4 2 D --dtype f32
-case_mem 8 2 D
-case_mem 8 2 C
-case_mem 8 2 B
-case_mem 8 2 D --sharding hsdp
-case_mem 8 2 C --sharding hsdp --zero 2
+case_mem 1 1 D auto
+case_mem 1 1 B auto
+case_mem 4 2 D auto
+case_mem 4 2 C auto
+case_mem 4 2 B auto
+case_mem 4 2 D auto --sharding hsdp
+case_mem 4 2 C auto --sharding hsdp
+case_mem 4 2 B auto --sharding hsdp
+case_mem 4 2 D auto --zero 2
+case_mem 4 2 D auto --dtype f32
+case_mem 8 2 D auto
+case_mem 8 2 C auto
+case_mem 8 2 B auto
+case_mem 8 2 D auto --sharding hsdp
+case_mem 8 2 C auto --sharding hsdp --zero 2
+case_mem 4 2 D persistent
+case_mem 4 2 D per-layer
+case_mem 4 2 D per-layer --zero 2
+case_mem 4 2 C per-layer --dtype f32
+case_mem 4 2 D persistent --sharding hsdp
+case_mem 4 2 D per-layer --sharding hsdp
+case_mem 8 2 C persistent
+case_mem 8 2 D per-layer
 finish

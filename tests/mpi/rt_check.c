@@ -601,7 +601,7 @@ int main(int argc, char **argv)
     const char *ns_variant = NULL, *resume_override = NULL;   /* resume checks */
     double momentum = -1;
     int load_only = 0, hold = 0, progress = 0, eval = 0;
-    const char *backend = "mpi", *device = "cpu";
+    const char *backend = "mpi", *device = "cpu", *owner_parts = "auto";
     int check_table = 0;
     double tolerance = 0;   /* --tolerance: relative, for a GPU's Newton-Schulz */
     const char *handoff = NULL;
@@ -621,6 +621,7 @@ int main(int argc, char **argv)
                                  {"handoff", 1, 0, 'n'},
                                  {"hold", 1, 0, 'H'},               {"progress", 0, 0, 'P'},
                                  {"eval", 0, 0, 'A'},               {"plan-out", 1, 0, 'p'},
+                                 {"owner-parts", 1, 0, 'w'},
                                  {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -665,6 +666,7 @@ int main(int argc, char **argv)
         case 'P': progress = 1; break;
         case 'A': eval = 1; break;
         case 'p': plan_out = optarg; break;
+        case 'w': owner_parts = optarg; break;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "usage: rt_check [--line A|B|C|D] [--sharding fsdp|hsdp] ...\n");
@@ -720,6 +722,12 @@ int main(int argc, char **argv)
     ro.zero_stage = zero;
     ro.deadline_ms = deadline;
     dmuon_line_parse(line, &ro.line);
+    if (dmuon_owner_parts_parse(owner_parts, &ro.owner_parts)) {
+        if (g_rank == 0)
+            fprintf(stderr, "rt_check: %s\n", dmuon_errmsg());
+        MPI_Finalize();
+        return 2;
+    }
     ro.optim.muon_weight_decay = 0.01;
     ro.optim.adamw_weight_decay = 0.02;
     ro.optim.clip_norm = g_clip;

@@ -107,7 +107,7 @@ def local(x, micro=1, k=0):
 def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckpt=False,
           save_at=None, resume=None, start=0, grad_reduce="mean", export=None,
           param_dtype="f32", ns="direct-muon5", plan=None, comm=None, eval_every=0,
-          eval_grad=False, eval_mid=False):
+          eval_grad=False, eval_mid=False, owner_parts="auto"):
     """Losses (mean over ranks) of steps [start, steps); optional save after
     save_at steps, resume from a checkpoint, export at the end (returns the
     eval loss of the sharded module on batch 0 too).  eval_every: an
@@ -118,7 +118,7 @@ def train(line="D", sharding="fsdp", rpn=None, zero=3, steps=STEPS, micro=1, ckp
     p = plan or dmuon.torch.plan(m, ranks_per_node=rpn, sharding=sharding, zero=zero,
                                  comm=comm)
     rt = dmuon.torch.shard(m, p, line=line, param_dtype=param_dtype, ns=ns, deadline_s=60,
-                           grad_reduce=grad_reduce, comm=comm)
+                           grad_reduce=grad_reduce, comm=comm, owner_parts=owner_parts)
     opt = rt.optimizer(**HYPER)
     sc = torch.optim.lr_scheduler.LambdaLR(opt, sched)
     if resume:
@@ -283,6 +283,13 @@ def main():
             mx = max(rel(resumed, ref[k:]))
             report(mx <= TOL, "a 2-rank checkpoint resumed on 4 ranks stays at the reference",
                    "max rel %.2e" % mx)
+    if N == 4:   # owner windows or per-layer owner parts: the same bytes move
+        for parts in ("persistent", "per-layer"):
+            got = train("D", owner_parts=parts)["losses"]
+            if rank == 0:
+                mx = max(rel(got, plain))
+                report(mx <= EXACT, "owner parts %s equal the default run" % parts,
+                       "max rel %.2e" % mx)
     if N in (1, 4):
         storage()
     if N in (1, 2):
@@ -648,7 +655,8 @@ def errors():
                "line E: DmuonError einval naming the line", e.message)
     for kw, want in ((dict(line="E"), "line 'E'"), (dict(ns="foo"), "NS variant 'foo'"),
                      (dict(param_dtype="float16"), "param_dtype 'float16'"),
-                     (dict(deadline_s=0), "deadline_s 0")):
+                     (dict(deadline_s=0), "deadline_s 0"),
+                     (dict(owner_parts="windows"), "owner_parts' = 'windows'")):
         try:
             dmuon.torch.shard(td.make(), dmuon.torch.plan(td.make()), **kw)
             report(False, "shard(%r) raises at shard()" % kw, "no exception")

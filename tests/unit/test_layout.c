@@ -133,8 +133,8 @@ static void sums(const dmuon_layout *x)
     assert_true(m->least_bytes <= m->total_bytes);
     assert_int_equal(m->least_bytes, m->total_bytes - m->work_bytes + m->live_peak_bytes);
     assert_true(m->live_peak_bytes <= m->work_bytes);
-    assert_true(m->param_live_bytes + m->grad_live_bytes + m->view_live_bytes >=
-                m->live_peak_bytes - m->step_bytes);
+    assert_true(m->param_live_bytes + m->grad_live_bytes + m->view_live_bytes +
+                    m->window_live_bytes >= m->live_peak_bytes - m->step_bytes);
     int64_t we = x->win_elems, ee = x->even_total;
     assert_int_equal(m->state_bytes, (4 * we + 4 * ee + (x->opts.line == DMUON_LINE_B ? ee : 0)) * 4);
     assert_true(m->scratch_bytes <= x->step_scratch_bytes);
@@ -144,6 +144,46 @@ static void sums(const dmuon_layout *x)
     assert_true(x->step_off + m->step_bytes <= x->work_bytes);
     if (x->view_alias)
         assert_int_equal(m->view_live_bytes, 0);
+}
+
+/* The owner parts as resolved: owner windows sized by the largest window,
+ * or per-layer blocks that hold every owner's part of the layer at the
+ * table's (relative) offsets; never both. */
+static void owner_parts(const dmuon_layout *x)
+{
+    const bool per_layer = x->opts.owner_parts == DMUON_OWNER_PARTS_PER_LAYER;
+    assert_true(per_layer || x->opts.owner_parts == DMUON_OWNER_PARTS_PERSISTENT);
+    int64_t pwin = x->map.win_off[DMUON_WIN_GRAD] - x->map.win_off[DMUON_WIN_PARAM];
+    int64_t gwin = x->map.win_off[DMUON_WIN_EVEN] - x->map.win_off[DMUON_WIN_GRAD];
+    if (per_layer) {
+        assert_int_equal(pwin, 0);
+        assert_int_equal(gwin, 0);
+        assert_int_equal(x->space[DMUON_BLOCK_SOURCE].bytes > 0, !x->hsdp);
+        assert_true(x->space[DMUON_BLOCK_RECV].bytes > 0);
+    } else {
+        assert_true(pwin >= (x->hsdp ? 0 : x->max_win_elems * x->dsize));
+        assert_true(gwin >= x->max_win_elems * 4);
+        assert_int_equal(x->space[DMUON_BLOCK_SOURCE].nacq, 0);
+        assert_int_equal(x->space[DMUON_BLOCK_RECV].nacq, 0);
+    }
+    for (size_t l = 0; l < x->nlayers; l++) {
+        const dmuon_layout_layer *L = &x->layers[l];
+        for (int k = DMUON_GRP_OWN_GATHER; k <= DMUON_GRP_OWN_REDUCE; k++) {
+            const dmuon_layout_group *g = &L->group[k];
+            if (!g->n || (k == DMUON_GRP_OWN_GATHER && x->hsdp))
+                continue;
+            const int64_t es = k == DMUON_GRP_OWN_GATHER ? x->dsize : 4;
+            const int64_t cap = per_layer ? L->bytes[k == DMUON_GRP_OWN_GATHER
+                                                         ? DMUON_BLOCK_SOURCE
+                                                         : DMUON_BLOCK_RECV]
+                                          : x->max_win_elems * es;
+            for (int j = 0; j < g->n; j++)
+                assert_true(g->segs[j].window_offset >= 0 &&
+                            g->segs[j].window_offset + g->segs[j].count * es <= cap);
+        }
+        if (!per_layer)
+            assert_int_equal(L->bytes[DMUON_BLOCK_SOURCE] + L->bytes[DMUON_BLOCK_RECV], 0);
+    }
 }
 
 /* Every rank's pieces: owned matrices once over the world, even elements
@@ -189,15 +229,38 @@ static void check_all(const shape *c)
     dmuon_plan *p = plan_of(m, c->nodes, c->k, c->sh, c->pdt);
     for (int line = DMUON_LINE_D; line <= DMUON_LINE_A; line++)
         for (int zero = 2; zero <= 3; zero++)
-            for (int pf = 0; pf <= 1; pf++) {
+            for (int pf = 0; pf <= 1; pf++)
+            for (int op = 0; op < DMUON_OWNER_PARTS_COUNT; op++) {
                 dmuon_layout_opts o;
                 dmuon_layout_opts_init(&o);
                 o.line = (dmuon_line)line;
                 o.zero_stage = zero;
                 o.prefetch = pf;
+                o.owner_parts = (dmuon_owner_parts)op;
                 dmuon_layout *first = NULL;
                 assert_int_equal(dmuon_layout_build(p, &o, &first), DMUON_OK);
                 assert_true(first->view_alias == (c->pdt == DMUON_F32));
+                owner_parts(first);
+                if (line == DMUON_LINE_B || line == DMUON_LINE_A)
+                    assert_int_equal(first->opts.owner_parts, DMUON_OWNER_PARTS_PERSISTENT);
+                else if (op != DMUON_OWNER_PARTS_AUTO)
+                    assert_int_equal(first->opts.owner_parts, op);
+                if (op == DMUON_OWNER_PARTS_AUTO) {   /* the smaller pool of the two */
+                    int64_t t[2];
+                    for (int q = 0; q < 2; q++) {
+                        dmuon_layout_opts oq = o;
+                        oq.owner_parts = q ? DMUON_OWNER_PARTS_PER_LAYER
+                                           : DMUON_OWNER_PARTS_PERSISTENT;
+                        dmuon_layout *y = NULL;
+                        assert_int_equal(dmuon_layout_build(p, &oq, &y), DMUON_OK);
+                        t[q] = y->map.total;
+                        dmuon_layout_free(y);
+                    }
+                    assert_int_equal(first->map.total, t[1] < t[0] ? t[1] : t[0]);
+                    assert_int_equal(first->opts.owner_parts,
+                                     t[1] < t[0] ? DMUON_OWNER_PARTS_PER_LAYER
+                                                 : DMUON_OWNER_PARTS_PERSISTENT);
+                }
                 for (int32_t r = 0; r < dmuon_plan_ranks(p); r++) {
                     o.rank = r;
                     dmuon_layout *x = NULL;
@@ -272,7 +335,9 @@ static void test_reuse(void **state)
     assert_true(x->space[DMUON_BLOCK_PARAM].bytes < sum / 2);
     assert_true(x->work_bytes <= x->space[DMUON_BLOCK_PARAM].bytes +
                                      x->space[DMUON_BLOCK_GRAD].bytes +
-                                     x->space[DMUON_BLOCK_VIEW].bytes + x->mem.step_bytes);
+                                     x->space[DMUON_BLOCK_VIEW].bytes +
+                                     x->space[DMUON_BLOCK_SOURCE].bytes +
+                                     x->space[DMUON_BLOCK_RECV].bytes + x->mem.step_bytes);
     int64_t groot = (x->layers[0].bytes[DMUON_BLOCK_GRAD] + 63) / 64 * 64;
     assert_true(x->space[DMUON_BLOCK_GRAD].bytes >= groot + gmax[1]);
     assert_true(x->space[DMUON_BLOCK_GRAD].bytes <= groot + gmax[0] + gmax[1]);
@@ -294,11 +359,15 @@ static void test_overlap_caught(void **state)
     (void)state;
     dmuon_model *m = model_of(4, 16, true, false);
     dmuon_plan *p = plan_of(m, 1, 2, DMUON_SHARD_FSDP, DMUON_BF16);
-    for (int k = 0; k <= DMUON_BLOCK_STAGING; k++) {
+    static const int kinds[] = {DMUON_BLOCK_PARAM, DMUON_BLOCK_GRAD, DMUON_BLOCK_VIEW,
+                                DMUON_BLOCK_RECV, DMUON_BLOCK_STAGING};
+    for (size_t ki = 0; ki < 5; ki++) {
+        const int k = kinds[ki];
         dmuon_layout *x = NULL;
         dmuon_layout_opts o;
         dmuon_layout_opts_init(&o);
         o.zero_stage = k == DMUON_BLOCK_PARAM ? 2 : 3;   /* ZeRO-3 widens one at a time */
+        o.owner_parts = DMUON_OWNER_PARTS_PER_LAYER;
         assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_OK);
         /* two acquisitions whose blocks are live at once (the root's and
          * the next one): move the second onto the first */
@@ -335,6 +404,38 @@ static void test_overlap_caught(void **state)
         assert_int_equal(dmuon_layout_check(x), DMUON_OK);
         dmuon_layout_free(x);
     }
+    /* across kinds in the working space: a view moved onto the gradient
+     * block live beside it, a gather source onto its parameter block */
+    static const int pair[2][2] = {{DMUON_BLOCK_GRAD, DMUON_BLOCK_VIEW},
+                                   {DMUON_BLOCK_PARAM, DMUON_BLOCK_SOURCE}};
+    for (int q = 0; q < 2; q++) {
+        const int ka = pair[q][0], kb = pair[q][1];
+        dmuon_layout *x = NULL;
+        dmuon_layout_opts o;
+        dmuon_layout_opts_init(&o);
+        o.owner_parts = DMUON_OWNER_PARTS_PER_LAYER;
+        assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_OK);
+        size_t aa = 0, ab = 0, na = 0, nb = 0;
+        bool la = false, found = false;
+        for (size_t e = 0; e < x->nevents && !found; e++) {
+            const dmuon_layout_event *v = &x->events[e];
+            if (v->kind == ka && v->acquire) {
+                aa = na++;
+                la = true;
+            } else if (v->kind == ka) {
+                la = false;
+            } else if (v->kind == kb && v->acquire) {
+                ab = nb++;
+                found = la;
+            }
+        }
+        assert_true(found);
+        int64_t *boff = (int64_t *)(uintptr_t)x->space[kb].acq_off;
+        boff[ab] = x->space[ka].acq_off[aa];
+        assert_int_equal(dmuon_layout_check(x), DMUON_ECHECK);
+        assert_non_null(strstr(dmuon_errmsg(), "overlap"));
+        dmuon_layout_free(x);
+    }
     dmuon_plan_free(p);
     dmuon_model_free(m);
 }
@@ -363,6 +464,21 @@ static void test_bad_options(void **state)
     dmuon_layout_opts_init(&o);
     o.line = (dmuon_line)7;
     assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_EINVAL);
+    dmuon_layout_opts_init(&o);
+    o.owner_parts = DMUON_OWNER_PARTS_COUNT;
+    assert_int_equal(dmuon_layout_build(p, &o, &x), DMUON_EINVAL);
+    assert_non_null(strstr(dmuon_errmsg(), "owner parts 3"));
+    dmuon_owner_parts op = DMUON_OWNER_PARTS_PER_LAYER;
+    assert_int_equal(dmuon_owner_parts_parse("windows", &op), DMUON_EINVAL);
+    assert_int_equal(op, DMUON_OWNER_PARTS_PER_LAYER);
+    assert_non_null(strstr(dmuon_errmsg(), "expected auto, persistent or per-layer"));
+    assert_int_equal(dmuon_owner_parts_parse(NULL, &op), DMUON_EINVAL);
+    for (int i = 0; i < DMUON_OWNER_PARTS_COUNT; i++) {
+        assert_int_equal(dmuon_owner_parts_parse(dmuon_owner_parts_name((dmuon_owner_parts)i),
+                                                 &op), DMUON_OK);
+        assert_int_equal(op, i);
+    }
+    assert_string_equal(dmuon_owner_parts_name(DMUON_OWNER_PARTS_COUNT), "?");
     assert_int_equal(dmuon_layout_build(p, NULL, &x), DMUON_OK);
     assert_int_equal(dmuon_layout_set_rank(x, -1), DMUON_EINVAL);
     dmuon_layout_free(x);

@@ -90,6 +90,10 @@ static const char usage[] =
     "      --line A|B|C|D        the runtime line (default D)\n"
     "      --prefetch 0|1        the runtime's prefetch depth (default 1)\n"
     "      --backend mpi|nccl|nccl-dev  whose control areas are counted (default mpi)\n"
+    "      --owner-parts auto|persistent|per-layer  where owners keep a layer's gather\n"
+    "                            source and reduce destination: owner windows, or\n"
+    "                            working-space blocks while that layer's gather or\n"
+    "                            reduction runs (default auto: the smaller pool)\n"
     "      --device-memory B     warn when a rank needs more than B bytes (e.g. 80G), naming\n"
     "                            what takes it\n"
     "model:\n"
@@ -1035,7 +1039,7 @@ enum {
     O_NODES = 255, O_SHARDING = 256, O_ZERO, O_COST, O_DB, O_DEVICE, O_VARIANT, O_DTYPE, O_PROBE, O_STRATEGY,
     O_EPS, O_NOCAP, O_NOSPREAD, O_NOCOL, O_FUSE, O_SMALL, O_PDTYPE, O_MUON, O_ADAMW, O_LAYOUT,
     O_COMPARE, O_JSON, O_VERSION, O_TENSORS, O_MODEL, O_ROUTER, O_DEVMEM, O_PERRANK, O_OWNERS, O_PREDICT,
-    O_LINE, O_PREFETCH, O_BACKEND, O_ROOT
+    O_LINE, O_PREFETCH, O_BACKEND, O_ROOT, O_OWNER_PARTS
 };
 
 /* The long name of the option getopt_long just returned. */
@@ -1060,7 +1064,7 @@ static bool applies_to(const char *cmd, const char *name)
             return true;
     if (!strcmp(cmd, "show") && (!strcmp(name, "per-rank") || !strcmp(name, "owners") ||
                                  !strcmp(name, "line") || !strcmp(name, "prefetch") ||
-                                 !strcmp(name, "backend")))
+                                 !strcmp(name, "backend") || !strcmp(name, "owner-parts")))
         return true;
     if (!strcmp(cmd, "inspect"))
         for (size_t i = 0; i < 7; i++)
@@ -1111,6 +1115,7 @@ static int tool_main(int argc, char **argv)
         {"line", required_argument, 0, O_LINE},
         {"prefetch", required_argument, 0, O_PREFETCH},
         {"backend", required_argument, 0, O_BACKEND},
+        {"owner-parts", required_argument, 0, O_OWNER_PARTS},
         {"root", required_argument, 0, O_ROOT},
         {0, 0, 0, 0},
     };
@@ -1273,6 +1278,11 @@ static int tool_main(int argc, char **argv)
             if (dmuon_backend_parse(optarg, &c.lay.backend))
                 return usage_error("--backend '%s': expected mpi, nccl or nccl-dev", optarg);
             break;
+        case O_OWNER_PARTS:
+            if (dmuon_owner_parts_parse(optarg, &c.lay.owner_parts))
+                return usage_error("--owner-parts '%s': expected auto, persistent or per-layer",
+                                   optarg);
+            break;
         case O_OWNERS:
             c.show_owners = true;
             break;
@@ -1339,7 +1349,8 @@ static int tool_main(int argc, char **argv)
             if (!applies_to(cmd, flags_seen[i])) {
                 fprintf(stderr, "dmuon-plan: error: --%s does not apply to %s (%s takes %s)\n"
                                 "(see dmuon-plan --help)\n", flags_seen[i], cmd, cmd,
-                        is_show ? "--json, --ranks, --owners, --line, --prefetch, --backend"
+                        is_show ? "--json, --ranks, --owners, --line, --prefetch, --backend, "
+                                  "--owner-parts"
                                 : "--tensors, --json, --muon, --adamw, --router, "
                                   "--fused-layout, --root");
                 return 2;

@@ -127,7 +127,8 @@ void dmuon_capi_rt_opts_free(dmuon_capi_rt_opts *o);
 
 /* Sets one runtime option from its string value.  Keys: line (A|B|C|D),
  * zero (2|3, 0 = the plan's), ranks_per_node (>= 0), deadline_ms (>= 0),
- * prefetch (0|1), momentum, nesterov (0|1), weight_decay (Muon λ),
+ * prefetch (0|1), owner_parts (auto|persistent|per-layer, dmuon/layout.h),
+ * momentum, nesterov (0|1), weight_decay (Muon λ),
  * adjust_lr (match_rms_adamw: 0.2·√max(m, n); original: √max(1, m/n)),
  * beta1, beta2, eps, adamw_weight_decay, clip_norm, ns (a Newton–Schulz
  * variant, dmuon_ns_opts_set_variant); a failing call leaves the options

@@ -1,7 +1,8 @@
 /*
  * dmuon/layout.h — where everything of one rank lies, computed from the
  * plan alone (paper §6, C.1): a pure function of (plan, line, ZeRO stage,
- * rank, prefetch depth, backend); the parameter dtype is the plan's.  The
+ * rank, prefetch depth, backend, owner parts); the parameter dtype is the
+ * plan's.  The
  * runtime executes it, dmuon-plan's memory report and --device-memory read
  * its figures, and the checkpoint piece tables are its pieces: nothing
  * derives a layout a second time.  No MPI, no allocation beyond the layout
@@ -16,8 +17,10 @@
  *     view (what dmuon_rt_weights returns) the same in F32;
  *   - the pieces this rank keeps state for (owned matrices, even shards),
  *     which are also its checkpoint pieces;
- *   - the windows: owner window (the largest over ranks, so that the pool is
- *     symmetric), even shards, HSDP publish copy, line B's directions;
+ *   - the windows: owner windows (persistent owner parts: the owned
+ *     region's gather source, FSDP, and reduce destination, sized by the
+ *     largest any rank owns, so that the pool is symmetric), even shards,
+ *     HSDP publish copy, line B's directions;
  *   - the groups of every layer (segment tables and options of the
  *     operators, dmuon/collv.h) and their control areas;
  *   - the plan's order of one micro-batch and, from it, every block's
@@ -46,14 +49,23 @@
  *   gradient block (F32, pool):  from pre_backward(l) until l's reduction
  *     finishes, which is at the next post_backward (the last one of the
  *     micro-batch finishes every reduction).
- *   reduce staging (pool, control space):  from post_backward(l), where
- *     l's ReduceScatterV starts, until it finishes;
+ *   gather source (FSDP with per-layer owner parts):  while l's gather
+ *     runs (from its start, with the parameter block's acquisition, until
+ *     it is waited for, when the block is widened);
+ *   reduce destination (per-layer owner parts) and reduce staging (control
+ *     space):  from post_backward(l), where l's ReduceScatterV starts,
+ *     until it finishes;
  *   the step's memory (scratch, Newton–Schulz workspace): inside
  *     dmuon_rt_step, after every block above has been given back.
- * Parameter, gradient and view blocks and the step's memory share one
- * space of the pool, the working space; the staging has its own in the
- * control space.  Each is packed by first fit over the acquisitions in the
- * plan's order (dmuon_pool_pack): blocks never live at once share bytes,
+ * Every kind but the staging shares one space of the pool, the working
+ * space; the staging has its own in the control space.  A per-layer owner
+ * part is the same number of bytes on every rank (the most any rank owns
+ * of that layer): the owned region's tables then give window offsets
+ * relative to the owner's first byte in the layer, so the gather source
+ * and reduce destination of one layer lie at the same offset on every
+ * rank (with owner windows they are offsets into the window).  Each space
+ * is packed by first fit over the acquisitions in the plan's order
+ * (dmuon_pool_pack): blocks never live at once share bytes,
  * whatever their kind, and the first micro-batch needs no more than any
  * other.  Under ZeRO-2 the parameter blocks count as live from the start
  * of the first micro-batch to the step (the later micro-batches of a step
@@ -122,7 +134,17 @@ enum {
     DMUON_BLOCK_PARAM = 0,    /* gathered parameters, param dtype (pool) */
     DMUON_BLOCK_GRAD,         /* gradients, F32 (pool) */
     DMUON_BLOCK_VIEW,         /* the F32 view of the gathered parameters
-                                 (private arena; empty when they alias) */
+                                 (empty when they alias) */
+    DMUON_BLOCK_SOURCE,       /* per-layer owner parts, FSDP: the owners'
+                                 part of the layer in the parameter dtype,
+                                 the owned region's AllGatherV source (each
+                                 owner narrows its masters into it when the
+                                 gather starts); empty otherwise */
+    DMUON_BLOCK_RECV,         /* per-layer owner parts: the owners' part of
+                                 the layer in F32, the owned region's
+                                 ReduceScatterV destination (added to the
+                                 accumulated gradients when the reduction
+                                 finishes); empty otherwise */
     DMUON_BLOCK_STAGING,      /* the staging of the layer's owned-region
                                  ReduceScatterV (pool, control space; empty
                                  where the backend stages nothing) */
@@ -132,8 +154,8 @@ enum {
     DMUON_BLOCK_KINDS
 };
 
-/* Name of a block kind ("parameter", "gradient", "weight view", "reduce
- * staging", "step"). */
+/* Name of a block kind ("parameter", "gradient", "weight view", "gather
+ * source", "reduce destination", "reduce staging", "step"). */
 const char *dmuon_block_name(int kind);
 
 /* One group: its table (n segments; n = 0: the layer has no such group),
@@ -236,6 +258,9 @@ typedef struct {
                                      the step's memory, packed by lifetime */
     int64_t param_live_bytes;     /* the most gathered parameter bytes live at
                                      once (of the working space's peak) */
+    int64_t window_live_bytes;    /* the same for the gather sources and reduce
+                                     destinations (the owner window's part in
+                                     flight) */
     int64_t grad_live_bytes;      /* the same for the gradient blocks */
     int64_t view_live_bytes;      /* and for the views (0 when parameter
                                      dtype F32: the view is the block) */
@@ -246,10 +271,8 @@ typedef struct {
                                      its largest block of directions and one
                                      matrix) and the Newton–Schulz workspace
                                      of the largest matrix (dmuon_ns_workspace_bytes) */
-    int64_t window_space_bytes;   /* owner window (param dtype + F32, sized by
-                                     the largest window), even shards (param
-                                     dtype + F32), HSDP publish copy, line B's
-                                     direction buffers */
+    int64_t window_space_bytes;   /* even shards (param dtype + F32), HSDP
+                                     publish copy, line B's direction buffers */
     int64_t state_bytes;          /* private F32 state: per owned element master,
                                      momentum, accumulated gradient, direction
                                      (16 B); per even element master, two
@@ -267,10 +290,38 @@ typedef struct {
     /* for the report */
     int64_t optimizer_bytes;      /* masters + momenta + moments: 8 B per owned
                                      Muon element, 12 B per even element */
-    int64_t owner_window_bytes;   /* this rank's owner window, param dtype + F32 */
+    int64_t owner_window_bytes;   /* this rank's owned elements in param dtype +
+                                     F32 (what persistent owner windows would
+                                     hold; the working space holds only the
+                                     layers in flight) */
     int32_t largest_layer;        /* the largest gathered layer (-1: none) */
     int64_t largest_layer_bytes;  /* its parameter block */
 } dmuon_layout_memory;
+
+/* Where FSDP's owners keep the gather source and reduce destination of
+ * the owned region.  PERSISTENT: owner windows, each rank's owned
+ * parameters in the parameter dtype and one F32 gradient window, held from
+ * open to close (the pool is sized by the largest any rank owns).
+ * PER_LAYER: blocks of the working space (DMUON_BLOCK_SOURCE, _RECV), live
+ * only while that layer's gather or reduction runs, each the most any owner
+ * holds of that layer.  Owner windows shrink as 1/ranks of the model's
+ * matrices; per-layer parts stay a few whole matrices (a layer's largest
+ * owners, one or two layers in flight) whatever the ranks, so owner
+ * windows are smaller at many ranks and per-layer parts at few.  AUTO (default) builds both
+ * and keeps the one whose pool is smaller (ties: PERSISTENT).  HSDP gathers
+ * from its publish copy either way; only the reduce destination moves. */
+typedef enum {
+    DMUON_OWNER_PARTS_AUTO = 0,
+    DMUON_OWNER_PARTS_PERSISTENT,
+    DMUON_OWNER_PARTS_PER_LAYER,
+    DMUON_OWNER_PARTS_COUNT
+} dmuon_owner_parts;
+
+/* "auto", "persistent", "per-layer"; "?" out of range. */
+const char *dmuon_owner_parts_name(dmuon_owner_parts m);
+/* Parses one of those names (NULL or anything else: DMUON_EINVAL naming
+ * the accepted ones; *out unchanged). */
+dmuon_rc dmuon_owner_parts_parse(const char *s, dmuon_owner_parts *out);
 
 typedef struct {
     dmuon_line line;          /* default D */
@@ -278,13 +329,16 @@ typedef struct {
     int32_t rank;             /* in [0, ranks) (default 0) */
     int prefetch;             /* prefetch depth, 0 or 1 (default 1) */
     dmuon_backend backend;    /* whose control areas (default MPI) */
+    dmuon_owner_parts owner_parts;  /* default AUTO */
 } dmuon_layout_opts;
 
 void dmuon_layout_opts_init(dmuon_layout_opts *o);
 
 typedef struct {
     const dmuon_plan *plan;   /* borrowed: must outlive the layout */
-    dmuon_layout_opts opts;   /* resolved (zero_stage 2 or 3) */
+    dmuon_layout_opts opts;   /* resolved (zero_stage 2 or 3; owner_parts
+                                 PERSISTENT or PER_LAYER, what AUTO chose;
+                                 PERSISTENT where nothing has owners) */
     const dmuon_line_ops *ops;
     int32_t ranks, nodes, per_node;
     bool hsdp;

@@ -3,17 +3,19 @@
  *
  * Every rank holds one allocation with the same layout: control area of the
  * operators, the working space (gathered layer parameters, full-layer
- * gradient buffers, the FP32 weight views, the step's scratch), and
- * windows (what this rank owns: the owners' parameter and gradient windows,
- * the even shards, the HSDP publish copy).  Offsets are bytes from the
+ * gradient buffers, the FP32 weight views, the owners' per-layer gather
+ * sources and reduce destinations, the step's scratch), and windows (what
+ * this rank keeps between steps: the owner windows where the layout keeps
+ * them, the even shards, the HSDP publish copy, line B's direction
+ * buffers).  Offsets are bytes from the
  * pool's base, each range 64-byte aligned (4 KiB for the base, as NCCL's
  * symmetric windows require).
  *
  * Reuse.  The working space holds blocks that are live between an acquire
  * and a release.  The plan's order of one micro-batch (dmuon/layout.h)
  * gives the sequence of events; dmuon_pool_pack places every acquisition
- * where no block live at the same time lies (largest first), so blocks
- * never live together share bytes.  The same events give the same offsets
+ * where no block live at the same time lies, so blocks never live
+ * together share bytes.  The same events give the same offsets
  * on every rank.
  */
 #ifndef DMUON_POOL_H
@@ -50,9 +52,11 @@ typedef struct {
  * order; acquisition k (the k-th event with acquire = 1) is live until its
  * block's next release (or the end) and gets offsets[k] (caller array of as
  * many entries as acquisitions; bytes, multiples of DMUON_POOL_ALIGN), with
- * *total the bytes of the space: acquisitions largest first, each at the
- * lowest offset free of those already placed that are live at the same
- * time.  A block acquired while live, or released while not live, is
+ * *total the bytes of the space.  First fit: acquisitions in an order,
+ * each at the lowest offset free of those already placed that are live at
+ * the same time; three orders are tried (largest first, longest-lived
+ * first, those live at the moments of most live bytes first) and the
+ * smallest space kept (ties: the earlier order).  A block acquired while live, or released while not live, is
  * DMUON_EINVAL naming the event and block; DMUON_ENOMEM.  Pure: same
  * input, same output. */
 dmuon_rc dmuon_pool_pack(const dmuon_pool_event *ev, size_t nev, const int64_t *sizes,
@@ -60,8 +64,10 @@ dmuon_rc dmuon_pool_pack(const dmuon_pool_event *ev, size_t nev, const int64_t *
 
 /* The regions of the window space, in this order. */
 enum {
-    DMUON_WIN_PARAM = 0,    /* owner window, parameter dtype (AllGatherV source) */
-    DMUON_WIN_GRAD,         /* owner window, F32 (ReduceScatterV destination) */
+    DMUON_WIN_PARAM = 0,    /* owner window, parameter dtype (FSDP's AllGatherV
+                               source); empty with per-layer owner parts */
+    DMUON_WIN_GRAD,         /* owner window, F32 (ReduceScatterV destination);
+                               empty with per-layer owner parts */
     DMUON_WIN_EVEN,         /* even shards of every layer, parameter dtype */
     DMUON_WIN_EVEN_GRAD,    /* even shards, F32 (reduce-scatter destination) */
     DMUON_WIN_COPY,         /* HSDP: the publish copy of this rank's rail */

@@ -99,6 +99,12 @@ typedef struct {
                                  HSDP line D: the publish's node load (no
                                  split phase) runs at the prefetch, the rest
                                  split.  0: none.  Use dmuon_rt_opts_init. */
+    dmuon_owner_parts owner_parts;  /* where the owners keep the owned
+                                 region's gather source and reduce
+                                 destination (dmuon/layout.h): AUTO (default)
+                                 the smaller pool, PERSISTENT owner windows,
+                                 PER_LAYER blocks of the working space live
+                                 while that layer's gather or reduction runs */
     dmuon_backend backend;    /* where the pool lives and how the lines move
                                  it (docs/runtime.md "Backend and device"):
                                  DMUON_BACKEND_MPI (default): host memory,
@@ -199,7 +205,7 @@ void dmuon_rt_opts_init(dmuon_rt_opts *o);
  * handoff there is no such first agreement: an option refused on one rank
  * makes the others wait in the topology's NCCL calls).  Then the plan
  * digest and the options that must match are agreed over the world: line,
- * zero_stage (resolved), prefetch, deadline_ms (resolved) and every field
+ * zero_stage (resolved), prefetch, owner_parts, deadline_ms (resolved) and every field
  * of optim (ns_variant by a hash); ranks_per_node is agreed by the
  * topology; resume_override is not compared.  Errors, on every rank:
  * DMUON_EMISMATCH (world size or ranks per node differ from the plan: the
