@@ -561,6 +561,16 @@ static void step_sizes(dmuon_layout *x)
     }
     x->step_scratch_bytes = dmuon_pool_align(scratch * 4);
     x->step_ns_bytes = dmuon_pool_align(ws);
+    /* the directions of the transactional step (rt_step.c): every owned
+     * matrix's (the largest window of any rank), line B its even shards' */
+    x->step_dir_bytes = dmuon_pool_align(x->max_win_elems * 4) +
+                        (x->ops->replicated ? dmuon_pool_align(x->even_total * 4) : 0);
+}
+
+/* The step's block: scratch, Newton–Schulz workspace, directions. */
+static int64_t step_block(const dmuon_layout *x)
+{
+    return x->step_scratch_bytes + x->step_ns_bytes + x->step_dir_bytes;
 }
 
 /* The events of one micro-batch and the step; the parameter, gradient and
@@ -622,7 +632,7 @@ static dmuon_rc order_and_pack(dmuon_layout *x)
     for (int k = 0; k < DMUON_BLOCK_STAGING; k++)
         for (size_t l = 0; l < L; l++)
             sizes[(size_t)k * L + l] = x->layers[l].bytes[k];
-    sizes[nb - 1] = x->step_scratch_bytes + x->step_ns_bytes;
+    sizes[nb - 1] = step_block(x);
     size_t nw = 0, nwa = 0;
     for (size_t e = 0; e < s->nall; e++) {
         const dmuon_layout_event *v = &s->all[e];
@@ -697,7 +707,7 @@ static int64_t live_peak(const dmuon_layout *x, unsigned mask)
         if (!(mask & (1u << v->kind)))
             continue;
         int64_t b = v->kind == DMUON_BLOCK_STEP
-                        ? x->step_scratch_bytes + x->step_ns_bytes
+                        ? step_block(x)
                         : dmuon_pool_align(x->layers[v->layer].bytes[v->kind]);
         live += v->acquire ? b : -b;
         if (live > peak)
@@ -849,7 +859,7 @@ static dmuon_rc rank_part(dmuon_layout *x, int32_t rank)
     }
     x->scratch_elems = need;
     const int64_t we = x->win_elems, ee = x->even_total;
-    x->state_elems = 4 * we + 4 * ee + (x->ops->replicated ? ee : 0);
+    x->state_elems = 3 * we + 4 * ee;
 
     dmuon_layout_memory *m = &x->mem;
     memset(m, 0, sizeof *m);
@@ -860,7 +870,8 @@ static dmuon_rc rank_part(dmuon_layout *x, int32_t rank)
     m->param_live_bytes = x->space[DMUON_BLOCK_PARAM].bytes;
     m->grad_live_bytes = x->space[DMUON_BLOCK_GRAD].bytes;
     m->view_live_bytes = x->space[DMUON_BLOCK_VIEW].bytes;
-    m->step_bytes = x->step_scratch_bytes + x->step_ns_bytes;
+    m->step_bytes = step_block(x);
+    m->step_dir_bytes = x->step_dir_bytes;
     m->window_space_bytes = x->map.space_bytes[DMUON_SPACE_WINDOW];
     m->state_bytes = x->state_elems * 4;
     m->scratch_bytes = x->scratch_elems * 4;
@@ -1085,7 +1096,7 @@ typedef struct {
 /* The bytes of a block of kind k of layer l, aligned as packed. */
 static int64_t block_bytes(const dmuon_layout *x, int k, int32_t l)
 {
-    return k == DMUON_BLOCK_STEP ? x->step_scratch_bytes + x->step_ns_bytes
+    return k == DMUON_BLOCK_STEP ? step_block(x)
                                  : dmuon_pool_align(x->layers[l].bytes[k]);
 }
 
@@ -1209,6 +1220,7 @@ dmuon_rc dmuon_layout_check(const dmuon_layout *x)
     if (y->total_bytes != total || y->least_bytes != least || y->least_bytes > total ||
         y->pool_bytes != m->total || y->live_peak_bytes > y->work_bytes ||
         y->scratch_bytes > x->step_scratch_bytes || y->ns_workspace_bytes > x->step_ns_bytes ||
+        x->win_elems * 4 + (x->ops->replicated ? x->even_total * 4 : 0) > x->step_dir_bytes ||
         y->ctrl_bytes + y->work_bytes + y->window_space_bytes > y->pool_bytes)
         return DMUON_FAIL(DMUON_ECHECK, "layout: the memory figures do not add up (total %lld, "
                           "least %lld, pool %lld)", (long long)y->total_bytes,
@@ -1227,7 +1239,8 @@ uint64_t dmuon_layout_digest(const dmuon_layout *x)
         d = dmuon_digest(sp->acq_off, sp->nacq * sizeof *sp->acq_off, d);
         d = dmuon_digest(&sp->bytes, sizeof sp->bytes, d);
     }
-    int64_t w[4] = {x->work_bytes, x->step_off, x->step_scratch_bytes, x->step_ns_bytes};
+    int64_t w[5] = {x->work_bytes, x->step_off, x->step_scratch_bytes, x->step_ns_bytes,
+                    x->step_dir_bytes};
     return dmuon_digest(w, sizeof w, d);
 }
 
@@ -1258,7 +1271,9 @@ void dmuon_layout_print_memory(const dmuon_layout *x, FILE *f)
     fprintf(f, "  %-40s %10.2f\n", "    F32 weight views", gib(m->view_live_bytes));
     fprintf(f, "  %-40s %10.2f\n", "    owner parts (gather, reduction)",
             gib(m->window_live_bytes));
-    fprintf(f, "  %-40s %10.2f\n", "    step scratch and Newton-Schulz", gib(m->step_bytes));
+    fprintf(f, "  %-40s %10.2f   of which the step's directions %.2f\n",
+            "    step: scratch, Newton-Schulz, directions", gib(m->step_bytes),
+            gib(m->step_dir_bytes));
     fprintf(f, "  %-40s %10.2f   of which reduce staging %.2f\n", "operators' control areas",
             gib(m->ctrl_bytes), gib(m->staging_bytes));
     fprintf(f, "  %-40s %10.2f   (every step, the first included)\n", "total",
@@ -1289,6 +1304,7 @@ void dmuon_layout_memory_json(const dmuon_layout *x, dmuon_json *w)
     dmuon_json_kint(w, "view_live_bytes", m->view_live_bytes);
     dmuon_json_kint(w, "window_live_bytes", m->window_live_bytes);
     dmuon_json_kint(w, "step_bytes", m->step_bytes);
+    dmuon_json_kint(w, "step_dir_bytes", m->step_dir_bytes);
     dmuon_json_kint(w, "window_space_bytes", m->window_space_bytes);
     dmuon_json_kint(w, "windows_bytes", m->window_space_bytes);
     dmuon_json_kint(w, "state_bytes", m->state_bytes);

@@ -36,3 +36,10 @@ mpirun -np 8 --oversubscribe --mca mpi_yield_when_idle 1 "$bin/dmuon-bench" step
 echo
 echo "== the trainer's four lines A/B/C/D: step time per phase, 8 ranks as 4 virtual nodes x 2 (tools/train-bench.sh)"
 bash tools/train-bench.sh "$bin"
+echo
+echo "== memory per rank: dmuon.torch lines D/C/B (FSDP, HSDP 2x2) beside torch FSDP2 + AdamW, 4 ranks (tools/memory-bench.sh)"
+if "${DMUON_PYTHON:-build/pyenv/bin/python}" -c "import torch" 2> /dev/null; then
+    bash tools/memory-bench.sh "$bin"
+else
+    echo "skipped: no torch in ${DMUON_PYTHON:-build/pyenv/bin/python} (make deps)"
+fi

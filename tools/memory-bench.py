@@ -3,8 +3,12 @@ mpirun, one variant per launch): a decoder of --blocks blocks of
 Linear(dim, 4 dim) + Linear(4 dim, dim) without bias (residual, GELU),
 embedding and untied head of --vocab x dim, trained --steps steps on a
 fixed batch of --batch x --seq tokens per rank, and this rank's peak
-resident memory over its baseline (the model built, before any sharding:
-VmHWM reset through /proc/self/clear_refs, read after the last step).
+memory over its baseline (the model built, before any sharding): resident
+(VmHWM, reset through /proc/self/clear_refs, read after the last step) and
+proportional (Pss of /proc/self/smaps_rollup, sampled every --sample-ms by
+a thread: a page shared by k processes counts 1/k in each, so the node's
+shared pool counts once over the node; the kernel keeps no peak of it, so
+a shorter peak between two samples can be missed).
 
 Variants: dmuon-B|C|D-fsdp|hsdp (dmuon.torch, ZeRO-3; hsdp: 2 ranks per
 node) and fsdp2-adamw (torch's fully_shard per block and on the root,
@@ -19,6 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import torch
 
@@ -29,6 +35,37 @@ def status_kb(key):
             if line.startswith(key):
                 return int(line.split()[1])
     raise RuntimeError("no %s in /proc/self/status" % key)
+
+
+def pss_kb():
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    raise RuntimeError("no Pss in /proc/self/smaps_rollup")
+
+
+class PssPeak:
+    """The most Pss seen by a thread sampling every `ms` milliseconds."""
+
+    def __init__(self, ms):
+        self.ms, self.peak, self.samples = ms, pss_kb(), 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            v = pss_kb()
+            self.peak = max(self.peak, v)
+            self.samples += 1
+            time.sleep(self.ms / 1000)
+
+    def stop(self):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, pss_kb())
+        return self.peak
 
 
 class Block(torch.nn.Module):
@@ -65,6 +102,7 @@ def main():
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--plan-tool", default="bin/dmuon-plan")
+    ap.add_argument("--sample-ms", type=float, default=2.0, help="Pss sampling period")
     ap.add_argument("--out", help="write this rank's JSON to OUT.RANK.json (else stdout)")
     a = ap.parse_args()
     torch.manual_seed(0)
@@ -89,8 +127,9 @@ def main():
         import dmuon.torch
         _, line, sharding = a.variant.split("-")
         dmuon.world()   # MPI up before the baseline (its buffers are not the model's)
-        base = status_kb("VmRSS:")
+        base, pbase = status_kb("VmRSS:"), pss_kb()
         open("/proc/self/clear_refs", "w").write("5")
+        sampler = PssPeak(a.sample_ms)
         plan = dmuon.torch.plan(model, ranks_per_node=2 if sharding == "hsdp" else None,
                                 sharding=sharding)
         rt = dmuon.torch.shard(model, plan, line=line)
@@ -101,8 +140,10 @@ def main():
             opt.step()
             opt.zero_grad()
         hwm = status_kb("VmHWM:")
+        ppeak = sampler.stop()
         st = rt.stats()
         out.update(baseline_bytes=base * 1024, peak_bytes=(hwm - base) * 1024,
+                   pss_peak_bytes=(ppeak - pbase) * 1024, pss_samples=sampler.samples,
                    runtime={k: st[k] for k in ("pool_bytes", "ctrl_bytes", "work_bytes",
                                                "window_bytes", "state_bytes", "total_bytes")})
         if rank == 0:
@@ -126,8 +167,9 @@ def main():
         from torch.distributed.fsdp import fully_shard
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         dist.init_process_group("gloo", rank=rank, world_size=size)
-        base = status_kb("VmRSS:")
+        base, pbase = status_kb("VmRSS:"), pss_kb()
         open("/proc/self/clear_refs", "w").write("5")
+        sampler = PssPeak(a.sample_ms)
         for b in model.layers:
             fully_shard(b)
         fully_shard(model)
@@ -138,7 +180,9 @@ def main():
             opt.step()
             opt.zero_grad()
         hwm = status_kb("VmHWM:")
-        out.update(baseline_bytes=base * 1024, peak_bytes=(hwm - base) * 1024)
+        ppeak = sampler.stop()
+        out.update(baseline_bytes=base * 1024, peak_bytes=(hwm - base) * 1024,
+                   pss_peak_bytes=(ppeak - pbase) * 1024, pss_samples=sampler.samples)
         dist.destroy_process_group()
     else:
         sys.exit("memory-bench.py: unknown variant '%s' (dmuon-B|C|D-fsdp|hsdp, fsdp2-adamw)"

@@ -31,6 +31,12 @@
 #include "dmuon/symm.h"
 #include "dmuon/topo.h"
 
+/* Frees the whole pages inside [p, p + bytes) of a shared host mapping
+ * (madvise MADV_REMOVE: they read as zeros afterwards); returns the bytes
+ * freed, which start *first bytes after p; 0 where the mapping refuses
+ * (nothing changed then).  symm.c. */
+int64_t dmuon_host_release(void *p, int64_t bytes, int64_t *first);
+
 typedef struct dmuon_comm_ops dmuon_comm_ops;
 typedef struct dmuon_group_ops dmuon_group_ops;
 typedef struct dmuon_publish_ops dmuon_publish_ops;

@@ -92,7 +92,14 @@ dmuon_rc dmuon_mpi_symm_alloc(dmuon_symm *s)
         MPI_Win_shared_query(m->win, j, &sz, &du, &p);
         s->peer[j] = align_up(p);
     }
-    memset(s->base, 0, (size_t)s->bytes);
+    /* zeroed: the whole pages by giving them back (a hole reads as zeros
+     * and holds no memory until touched), the rest, or all of it where the
+     * mapping refuses, by writing */
+    {
+        int64_t first = 0, n = dmuon_host_release(s->base, s->bytes, &first);
+        memset(s->base, 0, (size_t)first);
+        memset(s->base + first + n, 0, (size_t)(s->bytes - first - n));
+    }
     MPI_Win_lock_all(MPI_MODE_NOCHECK, m->win);
     m->locked = 1;
     MPI_Win_sync(m->win);

@@ -7,8 +7,11 @@
  */
 #include "dmuon/symm.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "dmuon/ctl.h"
@@ -96,6 +99,40 @@ dmuon_rc dmuon_symm_set_stream(dmuon_symm *s, void *stream)
 {
     DMUON_COMM_NEED(s->ops, symm_set_stream, "symmetric memory stream");
     return s->ops->symm_set_stream(s, stream);
+}
+
+int64_t dmuon_host_release(void *p, int64_t bytes, int64_t *first)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096;
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)p + (uintptr_t)bytes) & ~(page - 1);
+    *first = 0;
+    if (bytes <= 0 || hi <= lo)
+        return 0;
+    /* MADV_REMOVE: the backing pages of a shared mapping are freed (a hole
+     * punched in the file); refused on mappings that cannot (then nothing
+     * changes) */
+    if (madvise((void *)lo, hi - lo, MADV_REMOVE) != 0)
+        return 0;
+    *first = (int64_t)(lo - (uintptr_t)p);
+    return (int64_t)(hi - lo);
+}
+
+dmuon_rc dmuon_symm_release(dmuon_symm *s, int64_t offset, int64_t bytes, int64_t *released)
+{
+    if (released)
+        *released = 0;
+    if (offset < 0 || bytes < 0 || offset > s->bytes || bytes > s->bytes - offset)
+        return DMUON_FAIL(DMUON_EINVAL, "symmetric memory: release of %lld bytes at offset "
+                          "%lld: expected a range inside its %lld bytes", (long long)bytes,
+                          (long long)offset, (long long)s->bytes);
+    if (s->ops->on_device)
+        return DMUON_OK;
+    int64_t first = 0, n = dmuon_host_release(s->base + offset, bytes, &first);
+    if (released)
+        *released = n;
+    return DMUON_OK;
 }
 
 static dmuon_rc check_copy(const dmuon_symm *s, int64_t offset, int64_t bytes)

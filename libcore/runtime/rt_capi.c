@@ -357,6 +357,20 @@ dmuon_rc dmuon_capi_plan_param(const dmuon_plan *p, size_t i, const char **name,
     return DMUON_OK;
 }
 
+dmuon_rc dmuon_capi_plan_param_matrix(const dmuon_plan *p, size_t i, int64_t *matrices,
+                                      int64_t *m, int64_t *n)
+{
+    size_t np = 0;
+    const dmuon_plan_param *pp = dmuon_plan_params(p, &np);
+    if (i >= np)
+        return DMUON_FAIL(DMUON_EINVAL, "plan parameter %zu: the plan has %zu", i, np);
+    bool muon = pp[i].role == DMUON_ROLE_MUON;
+    *matrices = muon ? pp[i].matrices : 0;
+    *m = muon ? pp[i].mat_m : 0;
+    *n = muon ? pp[i].mat_n : 0;
+    return DMUON_OK;
+}
+
 /* ----------------------------------------------------------- runtime -- */
 
 dmuon_rc dmuon_capi_rt_opts_new(dmuon_capi_rt_opts **out)

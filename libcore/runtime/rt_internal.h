@@ -174,9 +174,11 @@ struct dmuon_rt {
     /* optimizer state: one allocation (state, lay->state_elems floats) */
     float *state;
     float *own_w, *own_m, *own_g;           /* win_elems each */
-    float *own_o;             /* win_elems: the step's directions, before commit */
+    float *own_o;             /* win_elems: the step's directions, before commit
+                                 (in the step's block of the working space) */
     float *even_w, *even_m, *even_v, *even_g; /* even_total each */
-    float *even_o;            /* line B: even_total directions; else none */
+    float *even_o;            /* line B: even_total directions (the step's
+                                 block, after own_o); else NULL */
     float *scratch;           /* lay->scratch_elems floats: the step's range of
                                  the working space */
 

@@ -98,13 +98,19 @@ static dmuon_rc mat_copy(const dmuon_rt *rt, const rt_param *p, int64_t j, float
  * else is live there during a step, dmuon/layout.h): the scratch (one
  * m x n matrix per owned matrix in the plain placement, three otherwise;
  * line B one block of directions and one matrix), then the Newton–Schulz
- * workspace, given to the NS context.  After the pool is built; the step
- * allocates nothing. */
+ * workspace, given to the NS context, then the directions every owned
+ * matrix (line B: every even element too) gets before the step commits.
+ * After the pool is built; the step allocates nothing. */
 void rt_step_prepare(dmuon_rt *rt)
 {
     unsigned char *step = rt->base + rt->space_off[DMUON_SPACE_WORK] + rt->lay->step_off;
     rt->scratch = (float *)step;
     rt->elem->ns_workspace(rt->ns, step + rt->lay->step_scratch_bytes, rt->lay->step_ns_bytes);
+    step += rt->lay->step_scratch_bytes + rt->lay->step_ns_bytes;
+    rt->own_o = (float *)step;
+    rt->even_o = rt->lay->ops->replicated
+                     ? (float *)(step + dmuon_pool_align(rt->lay->max_win_elems * 4))
+                     : NULL;
 }
 
 dmuon_rc rt_grads_clear(dmuon_rt *rt)

@@ -282,28 +282,26 @@ dmuon_rc dmuon_rt_create(const dmuon_plan *plan, MPI_Comm comm, const dmuon_rt_o
         p->owned = rt->lay->params[i].owned;
         p->off = rt->lay->params[i].off;
     }
-    /* optimizer state, gradients and directions: one allocation, zeroed;
-     * registration writes this rank's pieces of the initial values into it */
+    /* optimizer state and accumulated gradients: one allocation, zeroed by
+     * the device's alloc (on the host calloc's untouched pages: a part no
+     * step has used yet holds no memory); registration writes this rank's
+     * pieces of the initial values into it.  The step's directions live in
+     * the step's block of the working space (rt_step_prepare). */
     {
         const int64_t we = rt->lay->win_elems, ee = rt->lay->even_total;
         void *st = NULL;
         rc = rt->elem->alloc((rt->lay->state_elems + 1) * (int64_t)sizeof *rt->state, &st);
         rt->state = st;
-        if (rc == DMUON_OK)
-            rc = rt->elem->zero(st, (rt->lay->state_elems + 1) * (int64_t)sizeof *rt->state,
-                                rt->stream);
         DMUON_TRY_GOTO(rc, rt_agree(rt, rc), fail);
         float *f = rt->state;
         rt->own_w = f, f += we;
         rt->own_m = f, f += we;
         rt->own_g = f, f += we;
-        rt->own_o = f, f += we;
         rt->even_w = f, f += ee;
         rt->even_m = f, f += ee;
         rt->even_v = f, f += ee;
         rt->even_g = f, f += ee;
-        rt->even_o = f;
-        assert(f + (rt->lay->ops->replicated ? ee : 0) == rt->state + rt->lay->state_elems);
+        assert(f == rt->state + rt->lay->state_elems);
     }
     *out = rt;
     return DMUON_OK;
@@ -1209,7 +1207,16 @@ dmuon_rc dmuon_rt_step(dmuon_rt *rt, const dmuon_rt_lrs *lrs)
     /* the micro-batches are spent whatever the outcome: a failed step
      * dropped their gradients, so a retry needs a new micro-batch */
     rt->micro = 0;
-    return rt_step(rt, lrs);
+    dmuon_rc rc = rt_step(rt, lrs);
+    /* nothing in the working space outlives the step: on host memory its
+     * pages go back to the system, and the next micro-batch takes only
+     * those its live blocks touch (the layout's size is the most it can
+     * take; device memory keeps its allocation).  Not after a
+     * communication failure: a peer may still be writing into it. */
+    if (!rt->failed)
+        (void)dmuon_symm_release(rt->symm, rt->space_off[DMUON_SPACE_WORK],
+                                 rt->space_bytes[DMUON_SPACE_WORK], NULL);
+    return rc;
 }
 
 int64_t dmuon_rt_steps(const dmuon_rt *rt) { return rt->steps; }

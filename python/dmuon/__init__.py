@@ -98,6 +98,13 @@ class Plan:
                                           ctypes.byref(role), ctypes.byref(numel)))
             self.params.append((name.value.decode(), layer.value,
                                 "muon" if role.value else "adamw", numel.value))
+        # name -> (Muon matrices, m, n); (0, 0, 0) for AdamW
+        self._matrix = {}
+        c, m, n = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+        for i, prm in enumerate(self.params):
+            check(L.dmuon_capi_plan_param_matrix(p, i, ctypes.byref(c), ctypes.byref(m),
+                                                 ctypes.byref(n)))
+            self._matrix[prm[0]] = (c.value, m.value, n.value)
 
     def save(self, path):
         """Writes the plan file (YAML) atomically, as dmuon-plan does."""

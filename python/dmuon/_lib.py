@@ -100,6 +100,8 @@ def _declare(L):
         "dmuon_capi_plan_param_count": (_c_size, [_vp]),
         "dmuon_capi_plan_param": (_c_int, [_vp, _c_size, P(_c_str), P(ctypes.c_int32),
                                            P(_c_int), P(_c_i64)]),
+        "dmuon_capi_plan_param_matrix": (_c_int, [_vp, _c_size, P(_c_i64), P(_c_i64),
+                                                  P(_c_i64)]),
         "dmuon_capi_rt_opts_new": (_c_int, [P(_vp)]),
         "dmuon_capi_rt_opts_free": (None, [_vp]),
         "dmuon_capi_rt_opts_set": (_c_int, [_vp, _c_str, _c_str]),

@@ -270,6 +270,13 @@ class Runtime:
         missing = [n for n in planned if n not in named]
         extra = [n for n in named if n not in planned]
         wrong = [n for n in planned if n in named and named[n].numel() != planned[n][1]]
+        # a single 2-D Muon matrix must come as the plan's m x n (the runtime
+        # would refuse its transpose at opening, after the module is freed)
+        for n in planned:
+            c, mm, nn = plan._matrix.get(n, (0, 0, 0))
+            if n in named and n not in wrong and c == 1 and mm > 0 and \
+                    named[n].dim() == 2 and tuple(named[n].shape) != (mm, nn):
+                wrong.append(n)
         if missing or extra or wrong:
             parts = []
             for what, ns_ in (("in the plan, not trainable in the module", missing),
@@ -339,6 +346,10 @@ class Runtime:
             check(L.dmuon_capi_rt_create(self.plan._ptr, self._comm, ro, ctypes.byref(self._rt)))
         finally:
             L.dmuon_capi_rt_opts_free(ro)
+        # each parameter's storage is given back as soon as the runtime has
+        # its pieces (the module and this rank's share never both whole):
+        # every check of the module against the plan ran at shard()
+        handed = 0
         try:
             for layer in self._layers:
                 for k, (_, p) in enumerate(layer.params):
@@ -347,14 +358,23 @@ class Runtime:
                     shape = (ctypes.c_int64 * p.dim())(*p.shape)
                     check(L.dmuon_rt_register(self._rt, cstr(name), p.dim(), shape,
                                               ctypes.c_void_p(init.data_ptr())))
+                    del init
+                    p.untyped_storage().resize_(0)
+                    handed += 1
             check(L.dmuon_rt_open(self._rt))
             self._idx = [L.dmuon_rt_param_index(self._rt, cstr(n)) for n in self._names]
+        except DmuonError as e:
+            L.dmuon_rt_free(self._rt)
+            self._rt = ctypes.c_void_p()
+            if handed:
+                raise DmuonError(e.code, e.name, e.message + (
+                    " (opening failed after %d parameters were handed over: the module's "
+                    "parameters are empty; build it again)" % handed)) from e
+            raise
         except Exception:
             L.dmuon_rt_free(self._rt)
             self._rt = ctypes.c_void_p()
             raise
-        for layer in self._layers:
-            self._free(layer)
         for layer in self._layers:
             for i, p in layer.params:
                 p._dmuon_name = self._names[i]

@@ -79,7 +79,7 @@ static dmuon_plan *plan_of(const dmuon_model *m, int nodes, int k, dmuon_shardin
 /* The bytes a block takes, aligned as the header says. */
 static int64_t bytes_of(const dmuon_layout *x, int k, int32_t l)
 {
-    return k == DMUON_BLOCK_STEP ? x->step_scratch_bytes + x->step_ns_bytes
+    return k == DMUON_BLOCK_STEP ? x->step_scratch_bytes + x->step_ns_bytes + x->step_dir_bytes
                                  : (x->layers[l].bytes[k] + 63) / 64 * 64;
 }
 
@@ -136,7 +136,12 @@ static void sums(const dmuon_layout *x)
     assert_true(m->param_live_bytes + m->grad_live_bytes + m->view_live_bytes +
                     m->window_live_bytes >= m->live_peak_bytes - m->step_bytes);
     int64_t we = x->win_elems, ee = x->even_total;
-    assert_int_equal(m->state_bytes, (4 * we + 4 * ee + (x->opts.line == DMUON_LINE_B ? ee : 0)) * 4);
+    assert_int_equal(m->state_bytes, (3 * we + 4 * ee) * 4);
+    /* the step's directions: the largest window, line B the even shards too */
+    assert_true(m->step_dir_bytes >= (x->max_win_elems +
+                                      (x->opts.line == DMUON_LINE_B ? ee : 0)) * 4);
+    assert_int_equal(m->step_bytes,
+                     x->step_scratch_bytes + x->step_ns_bytes + x->step_dir_bytes);
     assert_true(m->scratch_bytes <= x->step_scratch_bytes);
     assert_true(m->ns_workspace_bytes <= x->step_ns_bytes);
     /* the largest layer's block fits; the step's memory is in the space */

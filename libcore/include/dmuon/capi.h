@@ -113,6 +113,12 @@ dmuon_rc dmuon_capi_model_tensors(const char *source, size_t n, const char *cons
 dmuon_rc dmuon_capi_plan_param(const dmuon_plan *p, size_t i, const char **name, int32_t *layer,
                                int *role, int64_t *numel);
 
+/* Parameter i's Muon matrices: their count and the real matrix m x n (out
+ * x in; dmuon_plan_param of dmuon/plan.h); 0, 0, 0 for an AdamW parameter.
+ * Errors: DMUON_EINVAL (i out of range). */
+dmuon_rc dmuon_capi_plan_param_matrix(const dmuon_plan *p, size_t i, int64_t *matrices,
+                                      int64_t *m, int64_t *n);
+
 /* Parameter count of plan p. */
 size_t dmuon_capi_plan_param_count(const dmuon_plan *p);
 

@@ -269,15 +269,18 @@ typedef struct {
                                      scratch (the largest owned matrix; three
                                      for a transposed or strided one; line B
                                      its largest block of directions and one
-                                     matrix) and the Newton–Schulz workspace
-                                     of the largest matrix (dmuon_ns_workspace_bytes) */
+                                     matrix), the Newton–Schulz workspace
+                                     of the largest matrix (dmuon_ns_workspace_bytes)
+                                     and the directions (step_dir_bytes) */
+    int64_t step_dir_bytes;       /* of which the directions: 4 B per owned
+                                     element of the largest window (line B:
+                                     + 4 B per even element) */
     int64_t window_space_bytes;   /* even shards (param dtype + F32), HSDP
                                      publish copy, line B's direction buffers */
     int64_t state_bytes;          /* private F32 state: per owned element master,
-                                     momentum, accumulated gradient, direction
-                                     (16 B); per even element master, two
-                                     moments (or momentum), accumulated
-                                     gradient (16 B; line B + 4 B direction) */
+                                     momentum, accumulated gradient (12 B);
+                                     per even element master, two moments (or
+                                     momentum), accumulated gradient (16 B) */
     int64_t scratch_bytes;        /* of the step's memory, what this rank's
                                      scratch uses */
     int64_t ns_workspace_bytes;   /* and its Newton–Schulz workspace */
@@ -376,6 +379,12 @@ typedef struct {
                                  Newton–Schulz workspace */
     int64_t step_scratch_bytes, step_ns_bytes;  /* their sizes (aligned; the
                                  most any rank needs) */
+    int64_t step_dir_bytes;   /* after them, the step's directions: every
+                                 owned matrix's orthogonalised direction (F32,
+                                 the largest owner window of any rank), line
+                                 B also its even shards' (F32), all computed
+                                 before the step commits any (the step is
+                                 transactional, dmuon/runtime.h) */
     int ngroups;              /* groups with a table, over every layer */
     int64_t ctrl_words_bytes; /* the groups' control areas, back to back */
     int64_t staging_base;     /* where the staging space starts in the

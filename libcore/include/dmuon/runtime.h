@@ -404,7 +404,10 @@ double dmuon_rt_grad_norm(const dmuon_rt *rt);
  * byte figures are the rank's layout's (dmuon_layout_memory of
  * dmuon/layout.h, which dmuon-plan --json prints as "memory"), fixed from
  * create on: everything is allocated once, at that size, for every step
- * (the first included).  The times are cumulative since the last
+ * (the first included).  On host memory (the MPI backend) the working
+ * space's pages are given back to the system after each step
+ * (dmuon_symm_release) and the state's pages take memory when first
+ * written, so the resident memory is at most these figures.  The times are cumulative since the last
  * dmuon_rt_reset_stats, except optim_s, ns_s and ns_matrices, which are
  * the last step's. */
 typedef struct {
@@ -418,14 +421,16 @@ typedef struct {
                                     (only layers inside an open bracket have
                                     one, ZeRO-2 too; none when the parameter
                                     dtype is F32: the view is the block) and
-                                    the step's scratch and Newton–Schulz
-                                    workspace, packed by the plan's order */
-    int64_t window_bytes;        /* the window space: owner window, even
-                                    shards, HSDP publish copy, line B's
-                                    direction buffers */
+                                    the owners' per-layer gather sources and
+                                    reduce destinations, and the step's
+                                    scratch, Newton–Schulz workspace and
+                                    directions, packed by the plan's order */
+    int64_t window_bytes;        /* the window space: owner windows (persistent
+                                    owner parts), even shards, HSDP publish
+                                    copy, line B's direction buffers */
     int64_t state_bytes;         /* private F32 state held by this rank:
                                     masters, momenta, moments, accumulated
-                                    gradients, the step's directions */
+                                    gradients */
     int64_t total_bytes;         /* pool + state: what the runtime holds */
     double optim_s;              /* last step: owner updates (s, wall) */
     double ns_s;                 /* of which Newton–Schulz */

@@ -91,6 +91,20 @@ void *dmuon_symm_stream(const dmuon_symm *s);
  * own).  Errors: DMUON_EUNSUPPORTED (host memory: the MPI backend). */
 dmuon_rc dmuon_symm_set_stream(dmuon_symm *s, void *stream);
 
+/* Gives the pages of [offset, offset + bytes) of this rank's part back to
+ * the system, where the memory allows it: host memory (the MPI backend's
+ * node-shared window, a shared mapping of a file in memory) through
+ * madvise(MADV_REMOVE), which frees the whole 4 KiB pages inside the range;
+ * they read as zeros afterwards and take memory again when next touched.
+ * The bytes of the range's partial pages at either end, all of it where the
+ * system refuses (a file system without hole punching) and device memory
+ * (the NCCL backends: allocated once, nothing is given back) keep their
+ * contents.  For memory whose contents are dead: no peer may read the
+ * range while it runs.  Not collective.  *released (may be NULL): the bytes
+ * given back, 0 where nothing could be.  Errors: DMUON_EINVAL (the range is
+ * not inside the part). */
+dmuon_rc dmuon_symm_release(dmuon_symm *s, int64_t offset, int64_t bytes, int64_t *released);
+
 /* Copies bytes between host memory and this rank's part at offset (a plain
  * memcpy for host memory, cudaMemcpy for device memory; synchronous; not
  * collective; device memory: after the memory's stream, dmuon_symm_stream,
